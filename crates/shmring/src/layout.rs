@@ -1,0 +1,396 @@
+//! The segment layout: every byte shmring puts in shared memory is defined here.
+//!
+//! ```text
+//!  offset 0                                                  (all numbers little-endian)
+//!  +-------------------------------------------------------------------------------+
+//!  | CONTROL BLOCK  (CONTROL_SIZE = 4096 bytes, one 64-byte cache line per row)    |
+//!  |  line 0  identity: magic "SHMRING1", layout version, sizes (written once)     |
+//!  |  line 1  write cursor   u64 = seq:28 | pos:36      (producers, CAS)          |
+//!  |  line 2  read cursor    u64 = seq:28 | pos:36      (consumer, store)         |
+//!  |          peek cursor    u64 = seq:28 | pos:36      (consumer, store; stats)  |
+//!  |  line 3  data futex u32, consumer-waiting u32      (producers wake consumer) |
+//!  |  line 4  space futex u32, producers-waiting u32    (consumer wakes producers)|
+//!  |  line 5  consumer role: state u32, token u64, epoch u64                       |
+//!  |  line 6-7 consumer counters                                                   |
+//!  +-------------------------------------------------------------------------------+
+//!  | SLOT TABLE  max_producers x SLOT_SIZE (128 bytes): one per attached producer  |
+//!  |  state u32 | generation u32 | owner token u64 | counters u64 x 8             |
+//!  +-------------------------------------------------------------------------------+
+//!  | CLAIM LOG   log_entries x u64 (power of two): entry for claim seq k at k % N  |
+//!  |  bit 63..36 stamp (k mod 2^28) | 35..34 state | 33..26 slot | 25..0 units    |
+//!  +-------------------------------------------------------------------------------+
+//!  | padding up to a page boundary (data_offset)                                   |
+//!  +-------------------------------------------------------------------------------+
+//!  | DATA RING  capacity bytes (power of two), in 64-byte units                    |
+//!  |   ... | RecordHeader (64 B) | payload (len bytes, rounded up to 64) | ...     |
+//!  +-------------------------------------------------------------------------------+
+//! ```
+//!
+//! A record is one 64-byte [`RecordHeader`] followed by its payload, so every
+//! payload starts on a 64-byte boundary. A record never wraps: when it does not fit
+//! before the end of the data ring, its claim also covers the units up to the end
+//! (padding) and the record starts at offset 0. The claim log entry carries the
+//! claim's total length (padding included), so padding needs no header of its own.
+//!
+//! Positions are counted in 64-byte units and wrap at 2^36 units; claim sequence
+//! numbers wrap at 2^28. Both are compared with wrapping arithmetic only.
+
+use crate::sync::{AtomicU32, AtomicU64};
+
+/// `b"SHMRING1"` read as a little-endian u64.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING1");
+/// Bumped on any change to this file's layout or to the protocol.
+pub const LAYOUT_VERSION: u32 = 1;
+/// Record alignment, record header size and the unit of all positions.
+pub const UNIT: u64 = 64;
+/// Size of the control block at offset 0.
+pub const CONTROL_SIZE: u64 = 4096;
+/// Size of one producer slot.
+pub const SLOT_SIZE: u64 = 128;
+/// Page size assumed for the data offset and mapping sizes.
+pub const PAGE: u64 = 4096;
+/// Smallest data ring.
+pub const MIN_CAPACITY: u64 = 64 * 1024;
+/// Largest data ring (claim lengths must fit the 26-bit units field).
+pub const MAX_CAPACITY: u64 = 1 << 31;
+/// Most producer slots (the log entry's slot field is 8 bits).
+pub const MAX_PRODUCERS: u32 = 256;
+/// Fewest and most claim-log entries (records in flight at once).
+pub const MIN_LOG_ENTRIES: u32 = 16;
+pub const MAX_LOG_ENTRIES: u32 = 1 << 22;
+
+/// Flag in [`Identity::flags`]: producers must signal through an eventfd.
+pub const FLAG_EVENTFD: u32 = 1;
+
+// ---- packed cursor: seq (28 bits) | pos (36 bits) ----------------------------------
+
+pub const SEQ_BITS: u32 = 28;
+pub const POS_BITS: u32 = 36;
+pub const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+pub const POS_MASK: u64 = (1 << POS_BITS) - 1;
+
+#[inline]
+pub const fn pack_cursor(seq: u64, pos: u64) -> u64 {
+    ((seq & SEQ_MASK) << POS_BITS) | (pos & POS_MASK)
+}
+#[inline]
+pub const fn cursor_seq(c: u64) -> u64 {
+    c >> POS_BITS
+}
+#[inline]
+pub const fn cursor_pos(c: u64) -> u64 {
+    c & POS_MASK
+}
+/// `a - b` in the sequence space.
+#[inline]
+pub const fn seq_diff(a: u64, b: u64) -> u64 {
+    a.wrapping_sub(b) & SEQ_MASK
+}
+/// `a - b` in the position space.
+#[inline]
+pub const fn pos_diff(a: u64, b: u64) -> u64 {
+    a.wrapping_sub(b) & POS_MASK
+}
+
+// ---- claim log entry: stamp (28) | state (2) | slot (8) | units (26) ---------------
+
+pub const UNITS_BITS: u32 = 26;
+pub const SLOT_BITS: u32 = 8;
+pub const UNITS_MASK: u64 = (1 << UNITS_BITS) - 1;
+const SLOT_SHIFT: u32 = UNITS_BITS;
+const STATE_SHIFT: u32 = UNITS_BITS + SLOT_BITS;
+const STAMP_SHIFT: u32 = STATE_SHIFT + 2;
+
+/// State of a claim, held in its log entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ClaimState {
+    /// Space is claimed; the producer is writing.
+    Claimed = 0,
+    /// The record is complete and may be read.
+    Committed = 1,
+    /// The producer gave the space up (dropped reservation); skip it.
+    Aborted = 2,
+    /// The consumer found the producer dead; skip it.
+    Abandoned = 3,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogEntry {
+    pub stamp: u64,
+    pub state: ClaimState,
+    pub slot: u32,
+    pub units: u64,
+}
+
+impl LogEntry {
+    #[inline]
+    pub const fn pack(self) -> u64 {
+        ((self.stamp & SEQ_MASK) << STAMP_SHIFT)
+            | ((self.state as u64) << STATE_SHIFT)
+            | (((self.slot as u64) & 0xff) << SLOT_SHIFT)
+            | (self.units & UNITS_MASK)
+    }
+    #[inline]
+    pub const fn unpack(v: u64) -> Self {
+        let state = match (v >> STATE_SHIFT) & 3 {
+            0 => ClaimState::Claimed,
+            1 => ClaimState::Committed,
+            2 => ClaimState::Aborted,
+            _ => ClaimState::Abandoned,
+        };
+        LogEntry {
+            stamp: v >> STAMP_SHIFT,
+            state,
+            slot: ((v >> SLOT_SHIFT) & 0xff) as u32,
+            units: v & UNITS_MASK,
+        }
+    }
+    /// The value every entry holds before its first claim: it reads as the
+    /// previous generation of the first sequence number that maps to `index`.
+    #[inline]
+    pub const fn initial(seq: u64, log_entries: u64) -> u64 {
+        LogEntry {
+            stamp: seq.wrapping_sub(log_entries) & SEQ_MASK,
+            state: ClaimState::Aborted,
+            slot: 0,
+            units: 0,
+        }
+        .pack()
+    }
+}
+
+/// Number of units a record with a payload of `len` bytes occupies (header included).
+#[inline]
+pub const fn record_units(len: u64) -> u64 {
+    1 + len.div_ceil(UNIT)
+}
+
+/// Where a claim of `total` units starting at `pos` puts its record: returns
+/// `(record offset in units from the data ring start, record units)`, or `None` when
+/// the numbers cannot come from an honest claim.
+#[inline]
+pub fn claim_geometry(pos: u64, total: u64, cap_units: u64) -> Option<(u64, u64)> {
+    if total == 0 || total > cap_units {
+        return None;
+    }
+    let off = pos & (cap_units - 1);
+    if off + total <= cap_units {
+        Some((off, total))
+    } else {
+        let pad = cap_units - off;
+        let units = total - pad; // total > pad here
+        Some((0, units))
+    }
+}
+
+/// Total units (padding included) a producer must claim at `pos` for a record of
+/// `units` units.
+#[inline]
+pub const fn claim_total(pos: u64, units: u64, cap_units: u64) -> u64 {
+    let off = pos & (cap_units - 1);
+    if off + units <= cap_units {
+        units
+    } else {
+        (cap_units - off) + units
+    }
+}
+
+// ---- structures in shared memory --------------------------------------------------
+
+/// Line 0 of the control block. Written once by the creator, `magic` last (Release).
+#[repr(C)]
+pub struct Identity {
+    pub magic: AtomicU64,
+    pub version: u32,
+    pub control_size: u32,
+    pub capacity: u64,
+    pub max_record: u64,
+    pub log_entries: u32,
+    pub max_producers: u32,
+    pub flags: u32,
+    pub _pad: u32,
+    pub data_offset: u64,
+    pub total_size: u64,
+}
+
+#[repr(C, align(64))]
+pub struct Line<T>(pub T);
+
+#[repr(C)]
+pub struct Cursors {
+    pub read: AtomicU64,
+    pub peek: AtomicU64,
+}
+
+#[repr(C)]
+pub struct Futex {
+    /// Bumped by whoever wakes; waiters sleep on it.
+    pub seq: AtomicU32,
+    /// Non-zero while someone is (about to be) asleep on `seq`.
+    pub waiting: AtomicU32,
+}
+
+#[repr(C)]
+pub struct ConsumerRole {
+    /// 0 = none ever attached, 1 = attached (alive while its lock is held).
+    pub state: AtomicU32,
+    pub _pad: u32,
+    pub token: AtomicU64,
+    /// Bumped by every reset.
+    pub epoch: AtomicU64,
+}
+
+/// Counters written by the consumer only.
+#[repr(C)]
+#[derive(Default)]
+pub struct ConsumerCounters {
+    pub records_consumed: AtomicU64,
+    pub bytes_consumed: AtomicU64,
+    pub abandoned: AtomicU64,
+    pub skipped_aborted: AtomicU64,
+    pub corruption: AtomicU64,
+    pub waits: AtomicU64,
+    pub wakes_sent: AtomicU64,
+    pub peak_occupancy: AtomicU64,
+    pub resets: AtomicU64,
+    pub reaped_slots: AtomicU64,
+}
+
+#[repr(C)]
+pub struct Control {
+    pub identity: Line<Identity>,
+    pub write: Line<AtomicU64>,
+    pub cursors: Line<Cursors>,
+    pub data: Line<Futex>,
+    pub space: Line<Futex>,
+    pub consumer: Line<ConsumerRole>,
+    pub counters: Line<ConsumerCounters>,
+}
+
+/// Slot states.
+pub const SLOT_FREE: u32 = 0;
+pub const SLOT_ATTACHING: u32 = 1;
+pub const SLOT_ACTIVE: u32 = 2;
+pub const SLOT_RELEASING: u32 = 3;
+
+/// Counters written by one producer only (the slot's owner).
+#[repr(C)]
+#[derive(Default)]
+pub struct ProducerCounters {
+    pub records_committed: AtomicU64,
+    pub bytes_committed: AtomicU64,
+    pub aborted: AtomicU64,
+    pub drops_full: AtomicU64,
+    pub waits: AtomicU64,
+    pub wakes_sent: AtomicU64,
+    pub attaches: AtomicU64,
+    pub _reserved: AtomicU64,
+}
+
+#[repr(C, align(64))]
+pub struct Slot {
+    pub state: AtomicU32,
+    pub generation: AtomicU32,
+    pub owner_token: AtomicU64,
+    pub _pad: [u64; 6],
+    pub counters: ProducerCounters,
+}
+
+/// The 64-byte header at the start of every record. Written by the producer before
+/// it commits; read by the consumer (as untrusted input) after it sees the commit.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecordHeader {
+    /// Payload length in bytes.
+    pub len: u64,
+    /// Producer's timestamp, nanoseconds (CLOCK_MONOTONIC unless agreed otherwise).
+    pub timestamp_ns: u64,
+    pub stream: u32,
+    pub kind: u32,
+    pub flags: u32,
+    pub _pad: u32,
+    /// The claim sequence number (low 28 bits), for cross-checking.
+    pub seq: u64,
+    pub _reserved: [u64; 3],
+}
+
+const _: () = assert!(std::mem::size_of::<RecordHeader>() as u64 == UNIT);
+const _: () = assert!(std::mem::size_of::<Slot>() as u64 == SLOT_SIZE);
+const _: () = assert!(std::mem::size_of::<Control>() as u64 <= CONTROL_SIZE);
+const _: () = assert!(std::mem::size_of::<Identity>() <= 64);
+
+/// Sizes and offsets of a segment, computed from its configuration. Held locally
+/// by every side after validation; never re-read from shared memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    pub capacity: u64,
+    pub max_record: u64,
+    pub log_entries: u32,
+    pub max_producers: u32,
+    pub flags: u32,
+    pub slots_offset: u64,
+    pub log_offset: u64,
+    pub data_offset: u64,
+    pub total_size: u64,
+}
+
+impl Geometry {
+    /// Layout for a configuration, or a message naming the invalid field.
+    pub fn new(
+        capacity: u64,
+        max_record: u64,
+        log_entries: u32,
+        max_producers: u32,
+        flags: u32,
+    ) -> Result<Self, String> {
+        if !capacity.is_power_of_two() || !(MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity) {
+            return Err(format!(
+                "capacity {capacity} must be a power of two in {MIN_CAPACITY}..={MAX_CAPACITY}"
+            ));
+        }
+        if record_units(max_record) * UNIT > capacity / 2 {
+            return Err(format!(
+                "max_record {max_record} too large for capacity {capacity} (at most {})",
+                Self::largest_record(capacity)
+            ));
+        }
+        if !log_entries.is_power_of_two()
+            || !(MIN_LOG_ENTRIES..=MAX_LOG_ENTRIES).contains(&log_entries)
+        {
+            return Err(format!(
+                "log_entries {log_entries} must be a power of two in {MIN_LOG_ENTRIES}..={MAX_LOG_ENTRIES}"
+            ));
+        }
+        if max_producers == 0 || max_producers > MAX_PRODUCERS {
+            return Err(format!(
+                "max_producers {max_producers} must be in 1..={MAX_PRODUCERS}"
+            ));
+        }
+        let slots_offset = CONTROL_SIZE;
+        let log_offset = slots_offset + max_producers as u64 * SLOT_SIZE;
+        let data_offset = (log_offset + log_entries as u64 * 8).next_multiple_of(PAGE);
+        Ok(Geometry {
+            capacity,
+            max_record,
+            log_entries,
+            max_producers,
+            flags,
+            slots_offset,
+            log_offset,
+            data_offset,
+            total_size: data_offset + capacity,
+        })
+    }
+
+    /// The largest payload a ring of `capacity` bytes accepts (a record may take at
+    /// most half the ring, so that a padded claim always fits an empty ring).
+    pub const fn largest_record(capacity: u64) -> u64 {
+        capacity / 2 - UNIT
+    }
+
+    #[inline]
+    pub const fn cap_units(&self) -> u64 {
+        self.capacity / UNIT
+    }
+}

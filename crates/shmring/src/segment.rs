@@ -1,0 +1,552 @@
+//! The shared-memory segment: creation (memfd or named), attaching, validation,
+//! mapping, and typed access to the structures of [`crate::layout`].
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, Weak};
+
+use rustix::fs::{MemfdFlags, Mode, SealFlags};
+use rustix::mm::{MapFlags, ProtFlags};
+
+use crate::error::{os, Error, Result};
+use crate::layout::{
+    Control, Geometry, LogEntry, Slot, CONTROL_SIZE, FLAG_EVENTFD, LAYOUT_VERSION, MAGIC, SLOT_SIZE,
+};
+use crate::protocol::Shared;
+use crate::stats::Stats;
+use crate::sync::{AtomicU64, Ordering};
+
+/// How a ring is sized. Worst-case shared memory is [`Config::segment_size`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Data ring bytes: a power of two, 64 KiB to 2 GiB.
+    pub capacity: u64,
+    /// Largest payload; `None`: a quarter of the capacity. At most capacity/2 − 64.
+    pub max_record: Option<u64>,
+    /// Records in flight at once (claimed, unread or held); `None`: capacity/4096,
+    /// clamped to 64..=65536. A power of two.
+    pub log_entries: Option<u32>,
+    /// Producer slots, 1..=256.
+    pub max_producers: u32,
+    /// Producers wake the consumer through an eventfd (for epoll/asyncio/tokio)
+    /// instead of the futex.
+    pub eventfd: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            capacity: 64 << 20,
+            max_record: None,
+            log_entries: None,
+            max_producers: 64,
+            eventfd: false,
+        }
+    }
+}
+
+impl Config {
+    /// A default configuration with `capacity` bytes of ring.
+    pub fn with_capacity(capacity: u64) -> Self {
+        Config {
+            capacity,
+            ..Default::default()
+        }
+    }
+
+    /// The layout this configuration produces, or why it is invalid.
+    pub fn geometry(&self) -> Result<Geometry> {
+        let max_record = self.max_record.unwrap_or(self.capacity / 4);
+        let log_entries = self.log_entries.unwrap_or_else(|| {
+            ((self.capacity / 4096).clamp(64, 65536) as u32).next_power_of_two()
+        });
+        let flags = if self.eventfd { FLAG_EVENTFD } else { 0 };
+        Geometry::new(
+            self.capacity,
+            max_record,
+            log_entries,
+            self.max_producers,
+            flags,
+        )
+        .map_err(Error::Config)
+    }
+
+    /// Bytes of shared memory the segment takes: control block, slots, claim log
+    /// and data ring. Nothing else in shmring grows with traffic.
+    pub fn segment_size(&self) -> Result<u64> {
+        Ok(self.geometry()?.total_size)
+    }
+}
+
+/// One open descriptor per segment file per process. Record locks (our liveness
+/// signal) are dropped when a process closes *any* descriptor of the file, so every
+/// descriptor of a file that this process hands us stays open until the last user
+/// of that file is gone.
+struct FileHandle {
+    fd: OwnedFd,
+    key: (u64, u64),
+    extra: Mutex<Vec<OwnedFd>>,
+}
+
+type FileKey = (u64, u64);
+static FILES: Mutex<Vec<(FileKey, Weak<FileHandle>)>> = Mutex::new(Vec::new());
+
+fn file_handle(fd: OwnedFd, name: &str) -> Result<Arc<FileHandle>> {
+    let st = rustix::fs::fstat(&fd).map_err(|e| os("fstat", name, e))?;
+    let key = (st.st_dev as u64, st.st_ino as u64);
+    let mut files = FILES.lock().unwrap_or_else(|p| p.into_inner());
+    files.retain(|(_, w)| w.strong_count() > 0);
+    if let Some(h) = files
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, w)| w.upgrade())
+    {
+        h.extra.lock().unwrap_or_else(|p| p.into_inner()).push(fd);
+        return Ok(h);
+    }
+    let h = Arc::new(FileHandle {
+        fd,
+        key,
+        extra: Mutex::new(Vec::new()),
+    });
+    files.push((key, Arc::downgrade(&h)));
+    Ok(h)
+}
+
+impl Drop for FileHandle {
+    fn drop(&mut self) {
+        let mut files = FILES.lock().unwrap_or_else(|p| p.into_inner());
+        files.retain(|(k, w)| *k != self.key || w.strong_count() > 0);
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Backing {
+    Memfd,
+    /// A named segment; unlinked on drop when we created it and did not persist it.
+    Named {
+        owner: bool,
+    },
+}
+
+/// A mapped segment. Share it between a consumer and producers in one process with
+/// `Arc`; other processes attach by name or by descriptor.
+///
+/// ```
+/// use shmring::{Config, Segment, Meta};
+/// let seg = Segment::create_memfd("doc", &Config::with_capacity(1 << 20)).unwrap();
+/// let consumer = seg.consumer().unwrap();
+/// let mut producer = seg.producer().unwrap();
+/// producer.send(b"hello", Meta::new(1, 2)).unwrap();
+/// let frame = consumer.try_next().unwrap().unwrap();
+/// assert_eq!(frame.payload(), b"hello");
+/// ```
+pub struct Segment {
+    base: NonNull<u8>,
+    len: usize,
+    file: Arc<FileHandle>,
+    geo: Geometry,
+    name: String,
+    backing: Backing,
+    persist: std::sync::atomic::AtomicBool,
+    eventfd: Option<OwnedFd>,
+}
+
+// SAFETY: the mapping is shared memory that every peer accesses through atomics or
+// through raw pointers whose use the protocol arbitrates; the struct itself is
+// immutable after construction.
+unsafe impl Send for Segment {}
+// SAFETY: as above; `&Segment` hands out only shared references to atomics.
+unsafe impl Sync for Segment {}
+
+fn shm_name(name: &str) -> Result<String> {
+    let n = name.strip_prefix('/').unwrap_or(name);
+    if n.is_empty() || n.len() > 200 || n.contains('/') || n == "." || n == ".." {
+        return Err(Error::Config(format!(
+            "segment name {name:?}: 1 to 200 characters, no '/' except a leading one"
+        )));
+    }
+    Ok(format!("/{n}"))
+}
+
+impl Segment {
+    /// Creates an anonymous segment backed by a memfd sealed against shrinking and
+    /// growing. Hand [`Segment::fd`] to producers (inherit it, or [`crate::send_fds`]).
+    pub fn create_memfd(name: &str, cfg: &Config) -> Result<Arc<Segment>> {
+        let geo = cfg.geometry()?;
+        let label = format!("memfd:{name}");
+        let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+            .map_err(|e| os("memfd_create", &label, e))?;
+        rustix::fs::ftruncate(&fd, geo.total_size).map_err(|e| os("ftruncate", &label, e))?;
+        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
+            .map_err(|e| os("add seals", &label, e))?;
+        let mut seg = Self::map(fd, geo, label, Backing::Memfd)?;
+        seg.init();
+        seg.make_eventfd()?;
+        Ok(Arc::new(seg))
+    }
+
+    /// Creates a named segment (`/dev/shm/NAME`, mode 0600). It is unlinked when
+    /// this `Segment` is dropped, unless [`Segment::persist`] is called.
+    pub fn create_named(name: &str, cfg: &Config) -> Result<Arc<Segment>> {
+        let geo = cfg.geometry()?;
+        let path = shm_name(name)?;
+        let fd = rustix::shm::open(
+            path.as_str(),
+            rustix::shm::OFlags::CREATE | rustix::shm::OFlags::EXCL | rustix::shm::OFlags::RDWR,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::EXIST => Error::Exists(path.clone()),
+            e => os("shm_open", &path, e),
+        })?;
+        let cleanup = |e: Error| {
+            let _ = rustix::shm::unlink(path.as_str());
+            e
+        };
+        rustix::fs::ftruncate(&fd, geo.total_size)
+            .map_err(|e| cleanup(os("ftruncate", &path, e)))?;
+        let seg =
+            Self::map(fd, geo, path.clone(), Backing::Named { owner: true }).map_err(cleanup)?;
+        seg.init();
+        let mut seg = seg;
+        seg.make_eventfd()?;
+        Ok(Arc::new(seg))
+    }
+
+    /// Opens an existing named segment.
+    pub fn open_named(name: &str) -> Result<Arc<Segment>> {
+        let path = shm_name(name)?;
+        let fd = rustix::shm::open(path.as_str(), rustix::shm::OFlags::RDWR, Mode::empty())
+            .map_err(|e| match e {
+                rustix::io::Errno::NOENT => Error::NotFound(path.clone()),
+                e => os("shm_open", &path, e),
+            })?;
+        Self::attach(fd, path, Backing::Named { owner: false }).map(Arc::new)
+    }
+
+    /// Attaches to a segment from a descriptor (inherited or received). A memfd must
+    /// be sealed against shrinking and growing.
+    pub fn from_fd(fd: OwnedFd) -> Result<Arc<Segment>> {
+        Self::from_fds(fd, None)
+    }
+
+    /// Attaches from a segment descriptor and, for a ring created with
+    /// [`Config::eventfd`], its eventfd (both as sent by [`crate::send_fds`]).
+    pub fn from_fds(fd: OwnedFd, eventfd: Option<OwnedFd>) -> Result<Arc<Segment>> {
+        let label = format!("fd:{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+        let backing = match rustix::fs::fcntl_get_seals(&fd) {
+            Ok(seals) => {
+                if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
+                    return Err(Error::Unsealed(label));
+                }
+                Backing::Memfd
+            }
+            Err(_) => Backing::Named { owner: false },
+        };
+        let mut seg = Self::attach(fd, label, backing)?;
+        seg.eventfd = eventfd;
+        Ok(Arc::new(seg))
+    }
+
+    /// Opens a named segment created with [`Config::eventfd`], with its eventfd.
+    pub fn open_named_with_eventfd(name: &str, eventfd: OwnedFd) -> Result<Arc<Segment>> {
+        let seg = Self::open_named(name)?;
+        let mut seg = Arc::try_unwrap(seg).expect("fresh segment has one owner");
+        seg.eventfd = Some(eventfd);
+        Ok(Arc::new(seg))
+    }
+
+    fn make_eventfd(&mut self) -> Result<()> {
+        if self.geo.flags & FLAG_EVENTFD != 0 {
+            let fd = rustix::event::eventfd(
+                0,
+                rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+            )
+            .map_err(|e| os("eventfd", &self.name, e))?;
+            self.eventfd = Some(fd);
+        }
+        Ok(())
+    }
+
+    /// The ring's eventfd, for a ring created with [`Config::eventfd`]: readable when
+    /// data is ready. Hand it to producers along with the segment descriptor.
+    pub fn eventfd(&self) -> Option<BorrowedFd<'_>> {
+        self.eventfd.as_ref().map(|f| f.as_fd())
+    }
+
+    /// Does this ring want wake-ups through an eventfd?
+    pub fn uses_eventfd(&self) -> bool {
+        self.geo.flags & FLAG_EVENTFD != 0
+    }
+
+    fn attach(fd: OwnedFd, name: String, backing: Backing) -> Result<Segment> {
+        let st = rustix::fs::fstat(&fd).map_err(|e| os("fstat", &name, e))?;
+        let size = st.st_size as u64;
+        if size < CONTROL_SIZE {
+            return Err(Error::LayoutMismatch {
+                segment: name,
+                field: "file size",
+                expected: format!(">= {CONTROL_SIZE}"),
+                found: size.to_string(),
+            });
+        }
+        // Map the control block alone first: every size comes from untrusted memory.
+        let geo = {
+            let probe = Mapping::new(&fd, CONTROL_SIZE as usize, &name)?;
+            // SAFETY: the mapping is CONTROL_SIZE bytes, page aligned, and Control fits.
+            let c = unsafe { &*(probe.ptr.as_ptr() as *const Control) };
+            Self::validate(c, size, &name)?
+        };
+        Self::map(fd, geo, name, backing)
+    }
+
+    fn validate(c: &Control, file_size: u64, name: &str) -> Result<Geometry> {
+        let id = &c.identity.0;
+        let mismatch = |field, expected: String, found: String| Error::LayoutMismatch {
+            segment: name.to_string(),
+            field,
+            expected,
+            found,
+        };
+        // Acquire: pairs with the creator's Release store of the magic, written last.
+        let magic = id.magic.load(Ordering::Acquire);
+        if magic != MAGIC {
+            return Err(mismatch(
+                "magic",
+                format!("{MAGIC:#x}"),
+                format!("{magic:#x}"),
+            ));
+        }
+        // SAFETY (all reads below): plain fields of a mapped, aligned struct; a peer
+        // may change them, but we read each once and check the local copy.
+        let version = unsafe { std::ptr::read_volatile(&id.version) };
+        if version != LAYOUT_VERSION {
+            return Err(mismatch(
+                "layout version",
+                LAYOUT_VERSION.to_string(),
+                version.to_string(),
+            ));
+        }
+        let control_size = unsafe { std::ptr::read_volatile(&id.control_size) };
+        if control_size as u64 != CONTROL_SIZE {
+            return Err(mismatch(
+                "control block size",
+                CONTROL_SIZE.to_string(),
+                control_size.to_string(),
+            ));
+        }
+        let geo = Geometry::new(
+            unsafe { std::ptr::read_volatile(&id.capacity) },
+            unsafe { std::ptr::read_volatile(&id.max_record) },
+            unsafe { std::ptr::read_volatile(&id.log_entries) },
+            unsafe { std::ptr::read_volatile(&id.max_producers) },
+            unsafe { std::ptr::read_volatile(&id.flags) },
+        )
+        .map_err(|e| mismatch("geometry", "a valid configuration".into(), e))?;
+        let data_offset = unsafe { std::ptr::read_volatile(&id.data_offset) };
+        if data_offset != geo.data_offset {
+            return Err(mismatch(
+                "data offset",
+                geo.data_offset.to_string(),
+                data_offset.to_string(),
+            ));
+        }
+        let total = unsafe { std::ptr::read_volatile(&id.total_size) };
+        if total != geo.total_size || file_size != geo.total_size {
+            return Err(mismatch(
+                "segment size",
+                geo.total_size.to_string(),
+                format!("{total} in header, {file_size} on file"),
+            ));
+        }
+        Ok(geo)
+    }
+
+    fn map(fd: OwnedFd, geo: Geometry, name: String, backing: Backing) -> Result<Segment> {
+        let len = geo.total_size as usize;
+        let m = Mapping::new(&fd, len, &name)?;
+        let file = file_handle(fd, &name)?;
+        let base = m.ptr;
+        std::mem::forget(m); // ownership moves to the Segment, unmapped in its Drop
+        Ok(Segment {
+            base,
+            len,
+            file,
+            geo,
+            name,
+            backing,
+            persist: std::sync::atomic::AtomicBool::new(false),
+            eventfd: None,
+        })
+    }
+
+    /// Writes a fresh control block, slots and claim log. Only the creator calls
+    /// this, before the segment is visible to anyone else; the magic goes last.
+    fn init(&self) {
+        let c = self.control();
+        let g = &self.geo;
+        let id = &c.identity.0;
+        // SAFETY: we created the mapping and nobody else can have validated it yet
+        // (the magic is still zero), so these plain writes race with no reader.
+        unsafe {
+            let p = id as *const _ as *mut crate::layout::Identity;
+            (*p).version = LAYOUT_VERSION;
+            (*p).control_size = CONTROL_SIZE as u32;
+            (*p).capacity = g.capacity;
+            (*p).max_record = g.max_record;
+            (*p).log_entries = g.log_entries;
+            (*p).max_producers = g.max_producers;
+            (*p).flags = g.flags;
+            (*p).data_offset = g.data_offset;
+            (*p).total_size = g.total_size;
+        }
+        let n = g.log_entries as u64;
+        for (i, e) in self.log().iter().enumerate() {
+            e.store(LogEntry::initial(i as u64, n), Ordering::Relaxed);
+        }
+        // Release: everything above is visible to whoever sees the magic.
+        id.magic.store(MAGIC, Ordering::Release);
+    }
+
+    /// Keep a named segment after this `Segment` is dropped.
+    pub fn persist(&self) {
+        self.persist
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The segment's descriptor (a memfd for [`Segment::create_memfd`]).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.file.fd.as_fd()
+    }
+
+    /// The segment's name, for messages (`/name`, `memfd:name` or `fd:N`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The validated layout.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    /// The mapping's address range (for zero-copy checks and bindings).
+    pub fn mapping(&self) -> (*const u8, usize) {
+        (self.base.as_ptr(), self.len)
+    }
+
+    /// A snapshot of the counters in the segment.
+    pub fn stats(&self) -> Stats {
+        Stats::read(self)
+    }
+
+    pub(crate) fn control(&self) -> &Control {
+        // SAFETY: the mapping is at least CONTROL_SIZE bytes, page aligned, lives as
+        // long as `self`, and Control is made of atomics and plain integers.
+        unsafe { &*(self.base.as_ptr() as *const Control) }
+    }
+
+    pub(crate) fn slot(&self, i: u32) -> &Slot {
+        assert!(i < self.geo.max_producers);
+        // SAFETY: the slot table lies inside the validated mapping, each slot is
+        // SLOT_SIZE bytes and 64-byte aligned (slots_offset is 4096).
+        unsafe {
+            &*(self
+                .base
+                .as_ptr()
+                .add((self.geo.slots_offset + i as u64 * SLOT_SIZE) as usize)
+                as *const Slot)
+        }
+    }
+
+    pub(crate) fn log(&self) -> &[AtomicU64] {
+        // SAFETY: the claim log lies inside the validated mapping, 8-byte aligned.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.base.as_ptr().add(self.geo.log_offset as usize) as *const AtomicU64,
+                self.geo.log_entries as usize,
+            )
+        }
+    }
+
+    pub(crate) fn shared(&self) -> Shared<'_> {
+        let c = self.control();
+        Shared {
+            write: &c.write.0,
+            read: &c.cursors.0.read,
+            log: self.log(),
+            cap_units: self.geo.cap_units(),
+        }
+    }
+
+    /// Start of the data ring.
+    pub(crate) fn data(&self) -> *mut u8 {
+        // SAFETY: data_offset < total_size == mapping length.
+        unsafe { self.base.as_ptr().add(self.geo.data_offset as usize) }
+    }
+
+    pub(crate) fn lock_fd(&self) -> BorrowedFd<'_> {
+        self.file.fd.as_fd()
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: base/len describe the mapping we created and nobody can use it
+        // after drop (every user holds an Arc to us).
+        unsafe {
+            let _ = rustix::mm::munmap(self.base.as_ptr().cast(), self.len);
+        }
+        if self.backing == (Backing::Named { owner: true })
+            && !self.persist.load(std::sync::atomic::Ordering::Relaxed)
+        {
+            let _ = rustix::shm::unlink(self.name.as_str());
+        }
+    }
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment")
+            .field("name", &self.name)
+            .field("geometry", &self.geo)
+            .finish()
+    }
+}
+
+/// A shared read-write mapping, unmapped on drop unless forgotten.
+struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(fd: &OwnedFd, len: usize, name: &str) -> Result<Mapping> {
+        // SAFETY: a fresh mapping chosen by the kernel (no MAP_FIXED), so no existing
+        // memory is affected; the descriptor is valid for the call.
+        let p = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
+                0,
+            )
+        }
+        .map_err(|e| os("mmap", name, e))?;
+        Ok(Mapping {
+            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
+            len,
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: we own this mapping.
+        unsafe {
+            let _ = rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}

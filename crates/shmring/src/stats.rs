@@ -1,0 +1,87 @@
+//! Counters kept in the segment, readable by any process that maps it.
+
+use crate::layout::{cursor_pos, cursor_seq, pos_diff, seq_diff, UNIT};
+use crate::segment::Segment;
+use crate::slots;
+use crate::sync::Ordering;
+
+/// A snapshot of a ring's counters. Producers' counters are summed over all slots,
+/// past owners included. Counters are statistics: a misbehaving peer can falsify
+/// them, and nothing in shmring relies on them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub capacity: u64,
+    pub records_committed: u64,
+    pub bytes_committed: u64,
+    /// Reservations dropped without commit.
+    pub records_aborted: u64,
+    /// Records producers could not write because the ring was full.
+    pub drops_full: u64,
+    /// Times producers slept waiting for space.
+    pub producer_waits: u64,
+    /// Wake-ups producers sent to the consumer.
+    pub producer_wakes: u64,
+    /// Records handed out to the consumer.
+    pub records_consumed: u64,
+    pub bytes_consumed: u64,
+    /// Claims of dead producers the consumer skipped.
+    pub abandoned: u64,
+    /// Aborted claims the consumer skipped.
+    pub skipped_aborted: u64,
+    /// Corruption events the consumer detected.
+    pub corruption: u64,
+    /// Times the consumer slept waiting for data.
+    pub consumer_waits: u64,
+    /// Wake-ups the consumer sent to producers.
+    pub consumer_wakes: u64,
+    /// Highest occupancy the consumer observed, in bytes.
+    pub peak_occupancy: u64,
+    /// Bytes between the read and write cursors now.
+    pub occupancy: u64,
+    /// Records between the read and write cursors now.
+    pub records_in_flight: u64,
+    pub resets: u64,
+    pub reaped_slots: u64,
+    /// Producer slots in use (including dead ones not reaped yet).
+    pub producers: u32,
+    pub consumer_attached: bool,
+}
+
+impl Stats {
+    pub(crate) fn read(seg: &Segment) -> Stats {
+        let c = seg.control();
+        let cc = &c.counters.0;
+        let mut s = Stats {
+            capacity: seg.geometry().capacity,
+            records_consumed: cc.records_consumed.load(Ordering::Relaxed),
+            bytes_consumed: cc.bytes_consumed.load(Ordering::Relaxed),
+            abandoned: cc.abandoned.load(Ordering::Relaxed),
+            skipped_aborted: cc.skipped_aborted.load(Ordering::Relaxed),
+            corruption: cc.corruption.load(Ordering::Relaxed),
+            consumer_waits: cc.waits.load(Ordering::Relaxed),
+            consumer_wakes: cc.wakes_sent.load(Ordering::Relaxed),
+            peak_occupancy: cc.peak_occupancy.load(Ordering::Relaxed),
+            resets: cc.resets.load(Ordering::Relaxed),
+            reaped_slots: cc.reaped_slots.load(Ordering::Relaxed),
+            producers: slots::active_count(seg),
+            consumer_attached: c.consumer.0.state.load(Ordering::Relaxed)
+                == slots::CONSUMER_ATTACHED,
+            ..Default::default()
+        };
+        for i in 0..seg.geometry().max_producers {
+            let p = &seg.slot(i).counters;
+            s.records_committed += p.records_committed.load(Ordering::Relaxed);
+            s.bytes_committed += p.bytes_committed.load(Ordering::Relaxed);
+            s.records_aborted += p.aborted.load(Ordering::Relaxed);
+            s.drops_full += p.drops_full.load(Ordering::Relaxed);
+            s.producer_waits += p.waits.load(Ordering::Relaxed);
+            s.producer_wakes += p.wakes_sent.load(Ordering::Relaxed);
+        }
+        let w = c.write.0.load(Ordering::Relaxed);
+        let r = c.cursors.0.read.load(Ordering::Relaxed);
+        s.occupancy = (pos_diff(cursor_pos(w), cursor_pos(r)) * UNIT).min(s.capacity);
+        s.records_in_flight =
+            seq_diff(cursor_seq(w), cursor_seq(r)).min(seg.geometry().log_entries as u64);
+        s
+    }
+}

@@ -1,0 +1,57 @@
+//! Liveness through POSIX record locks on one byte of the segment file per role.
+//!
+//! A producer (or the consumer) holds a write lock on its byte for as long as it is
+//! attached. The kernel drops a process's record locks when the process dies,
+//! however it dies, and never because it is slow or stopped; and a lock carries no
+//! pid, so the check works across PID namespaces. Record locks belong to the
+//! process: they do not show up to `F_GETLK` in the process holding them, and they
+//! are dropped when the process closes *any* descriptor of the file (see
+//! [`crate::segment`], which keeps one descriptor per file open per process).
+//! The lock bytes lie far beyond the end of the file; that is allowed.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// First lock byte: the consumer's. Producer slot `i` uses `LOCK_BASE + 1 + i`.
+pub const LOCK_BASE: i64 = 1 << 40;
+
+fn flock(kind: libc::c_short, byte: i64) -> libc::flock {
+    // SAFETY: `flock` is a plain C struct; all-zero is a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = byte as libc::off_t;
+    fl.l_len = 1;
+    fl
+}
+
+/// Takes the lock on `byte` without waiting. `Ok(false)`: another process holds it.
+pub fn try_lock(fd: BorrowedFd<'_>, byte: i64) -> std::io::Result<bool> {
+    let fl = flock(libc::F_WRLCK as libc::c_short, byte);
+    // SAFETY: `fd` is a valid open descriptor for the call's duration and `fl` is a
+    // fully initialised struct that outlives the call.
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETLK, &fl) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::EACCES) | Some(libc::EAGAIN) => Ok(false),
+        _ => Err(err),
+    }
+}
+
+/// Drops our lock on `byte`.
+pub fn unlock(fd: BorrowedFd<'_>, byte: i64) {
+    let fl = flock(libc::F_UNLCK as libc::c_short, byte);
+    // SAFETY: as in `try_lock`.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETLK, &fl) };
+}
+
+/// Does another process hold the lock on `byte`? Errors count as "held": when in
+/// doubt, a producer is alive.
+pub fn held_by_other(fd: BorrowedFd<'_>, byte: i64) -> bool {
+    let mut fl = flock(libc::F_WRLCK as libc::c_short, byte);
+    // SAFETY: as in `try_lock`; the kernel writes into `fl`, which we own.
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETLK, &mut fl) };
+    r != 0 || fl.l_type != libc::F_UNLCK as libc::c_short
+}

@@ -1,0 +1,83 @@
+//! Wake-ups: "data ready" (producers → consumer) and "space free" (consumer →
+//! producers), each a futex word in the segment plus a waiting flag, so that no side
+//! makes a system call while the other is awake.
+//!
+//! The waiter sets `waiting`, issues a SeqCst fence, reads `seq`, re-checks its
+//! condition, then sleeps on `seq`. The waker makes its change, issues a SeqCst
+//! fence, and reads `waiting`; only if set does it bump `seq` and wake. The two
+//! fences order the flag store before the condition load on one side and the change
+//! before the flag load on the other, so at least one side sees the other: either
+//! the waiter sees the change and does not sleep, or the waker sees the flag, and
+//! its bump of `seq` makes the sleep return at once (or wakes it).
+//!
+//! With an eventfd ring ([`crate::Config::eventfd`]) producers also write to the
+//! eventfd, so a consumer can sleep in epoll/asyncio/tokio instead of the futex.
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::time::Duration;
+
+use crate::layout::Futex;
+use crate::sync::{fence, Ordering};
+use crate::sys::futex::{self, Woken};
+
+/// Signals a waiter on `f`, if any; `eventfd` too when given. Returns whether a
+/// wake-up was sent.
+#[inline]
+pub(crate) fn notify(f: &Futex, all: bool, eventfd: Option<BorrowedFd<'_>>) -> bool {
+    // SeqCst: order our change (a commit, a release) before reading the flag.
+    fence(Ordering::SeqCst);
+    if f.waiting.load(Ordering::Relaxed) == 0 {
+        return false;
+    }
+    f.seq.fetch_add(1, Ordering::Release);
+    match eventfd {
+        Some(fd) => {
+            let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+        }
+        None => futex::wake(&f.seq, if all { i32::MAX as u32 } else { 1 }),
+    }
+    true
+}
+
+/// Announces a waiter on `f` and returns the value to sleep on. Call [`disarm`]
+/// after the wait (or when the re-check succeeds).
+#[inline]
+pub(crate) fn arm(f: &Futex) -> u32 {
+    f.waiting.fetch_add(1, Ordering::Relaxed);
+    // SeqCst: order the flag before the caller's re-check of its condition.
+    fence(Ordering::SeqCst);
+    f.seq.load(Ordering::Acquire)
+}
+
+#[inline]
+pub(crate) fn disarm(f: &Futex) {
+    f.waiting.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Sleeps on `f` while its value is `seen`, at most `timeout`.
+pub(crate) fn sleep(f: &Futex, seen: u32, timeout: Duration) -> Woken {
+    futex::wait(&f.seq, seen, timeout)
+}
+
+/// Sleeps until `fd` (an eventfd) is readable, at most `timeout`, and drains it.
+pub(crate) fn sleep_eventfd(fd: impl AsFd, timeout: Duration) -> Woken {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let ts = rustix::time::Timespec {
+        tv_sec: timeout.as_secs() as _,
+        tv_nsec: timeout.subsec_nanos() as _,
+    };
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    match poll(&mut fds, Some(&ts)) {
+        Ok(0) => Woken::TimedOut,
+        _ => {
+            drain_eventfd(fd);
+            Woken::Maybe
+        }
+    }
+}
+
+/// Reads an eventfd's counter to zero without blocking (it must be non-blocking).
+pub(crate) fn drain_eventfd(fd: impl AsFd) {
+    let mut buf = [0u8; 8];
+    let _ = rustix::io::read(fd, &mut buf);
+}
