@@ -1,0 +1,1 @@
+//! Python bindings for shmring (built with maturin).
