@@ -316,8 +316,11 @@ pub struct RecordHeader {
 }
 
 const _: () = assert!(std::mem::size_of::<RecordHeader>() as u64 == UNIT);
+#[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<Slot>() as u64 == SLOT_SIZE);
+#[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<Control>() as u64 <= CONTROL_SIZE);
+#[cfg(not(loom))]
 const _: () = assert!(std::mem::size_of::<Identity>() <= 64);
 
 /// Sizes and offsets of a segment, computed from its configuration. Held locally

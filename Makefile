@@ -1,0 +1,51 @@
+# shmring — two commands matter: `make demo` and `make test`.
+
+CARGO  ?= cargo
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+
+.PHONY: demo build test lint test-rust test-loom test-c test-python venv bench clean
+
+## Build everything and run the main job: a producer and a recorder process on a fresh ring.
+demo: build
+	./target/release/shmring demo
+
+build:
+	$(CARGO) build --release
+
+## Every test: lints, Rust (unit, integration, property, process, crash, hostile), loom model,
+## C ABI (plain and sanitized, seccomp), Python.
+test: lint test-rust test-loom test-c test-python
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+test-rust:
+	$(CARGO) test --release
+
+test-loom:
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p shmring --test loom
+
+test-c:
+	@if [ -x crates/shmring-ffi/run-tests.sh ]; then crates/shmring-ffi/run-tests.sh; else echo "C tests: none yet"; fi
+
+venv: $(VENV)/.ok
+$(VENV)/.ok: python/pyproject.toml python/Cargo.toml python/src/*.rs
+	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q maturin pytest numpy websockets ruff
+	$(PY) -m pip install -q ./python
+	touch $@
+
+test-python:
+	@if [ -f python/pyproject.toml ]; then $(MAKE) venv && $(VENV)/bin/ruff check python && $(PY) -m pytest -q python/tests; else echo "Python tests: none yet"; fi
+
+## The transport comparison (see README).
+bench: build
+	./target/release/shmring bench --quick
+
+clean:
+	$(CARGO) clean
+	rm -rf $(VENV)
