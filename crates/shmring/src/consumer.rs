@@ -59,6 +59,8 @@ pub struct Consumer {
     opts: ConsumerOptions,
     /// (peek seq, when we last checked the pending claim's producer)
     pending_check: Cell<Option<(u64, Instant)>>,
+    /// When we last looked for dead producers because someone seemed to wait.
+    last_reap: Cell<Option<Instant>>,
 }
 
 /// A frame: a record's payload in place in shared memory, valid until dropped.
@@ -142,6 +144,7 @@ impl Consumer {
             token,
             opts,
             pending_check: Cell::new(None),
+            last_reap: Cell::new(None),
         })
     }
 
@@ -180,11 +183,12 @@ impl Consumer {
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
-            match self.poll_once()? {
-                Step::Frame(f) => return Ok(Some(f)),
-                Step::Again => continue,
-                Step::Wait => {}
+            let step = self.poll_once()?;
+            if let Step::Frame(f) = step {
+                return Ok(Some(f));
             }
+            // Skipping is bounded by the deadline too: a stream of aborted claims
+            // cannot keep a timed call from returning.
             let left = match timeout {
                 Some(t) => match t.checked_sub(start.elapsed()) {
                     Some(l) if !l.is_zero() => l,
@@ -192,6 +196,9 @@ impl Consumer {
                 },
                 None => Duration::from_secs(3600),
             };
+            if let Step::Again = step {
+                continue;
+            }
             if spins < self.opts.spin {
                 spins += 1;
                 std::hint::spin_loop();
@@ -366,6 +373,20 @@ impl Consumer {
 
     fn wake_producers(&self) {
         let f = &self.seg.control().space.0;
+        // Someone seems to wait for space. If it is a producer that died asleep, its
+        // count stays raised until its slot is reaped: look for such slots, at most
+        // once per liveness interval, so waking is free again soon after a crash.
+        if f.waiting.load(Ordering::Relaxed) != 0 {
+            let now = Instant::now();
+            let due = self
+                .last_reap
+                .get()
+                .is_none_or(|t| now.duration_since(t) >= self.opts.liveness_interval);
+            if due {
+                self.last_reap.set(Some(now));
+                slots::reap(&self.seg, self.token);
+            }
+        }
         if wake::notify(f, true, None) {
             bump(&self.seg.control().counters.0.wakes_sent, 1);
         }
@@ -393,6 +414,8 @@ impl Consumer {
         c.consumer.0.epoch.fetch_add(1, Ordering::AcqRel);
         bump(&c.counters.0.resets, 1);
         self.pending_check.set(None);
+        // Nothing is outstanding now: every slot without a live owner can go.
+        slots::reap(&self.seg, self.token);
         self.wake_producers();
     }
 

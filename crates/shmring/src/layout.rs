@@ -14,7 +14,7 @@
 //!  |  line 6-7 consumer counters                                                   |
 //!  +-------------------------------------------------------------------------------+
 //!  | SLOT TABLE  max_producers x SLOT_SIZE (128 bytes): one per attached producer  |
-//!  |  state u32 | generation u32 | owner token u64 | counters u64 x 8             |
+//!  |  state u32 | generation u32 | owner token u64 | space-waiting u32 | counters  |
 //!  +-------------------------------------------------------------------------------+
 //!  | CLAIM LOG   log_entries x u64 (power of two): entry for claim seq k at k % N  |
 //!  |  bit 63..36 stamp (k mod 2^28) | 35..34 state | 33..26 slot | 25..0 units    |
@@ -268,11 +268,10 @@ pub struct Control {
     pub counters: Line<ConsumerCounters>,
 }
 
-/// Slot states.
+/// Slot states. Any other value is treated like ACTIVE (and reaped once its lock
+/// byte is free).
 pub const SLOT_FREE: u32 = 0;
-pub const SLOT_ATTACHING: u32 = 1;
 pub const SLOT_ACTIVE: u32 = 2;
-pub const SLOT_RELEASING: u32 = 3;
 
 /// Counters written by one producer only (the slot's owner).
 #[repr(C)]
@@ -293,7 +292,11 @@ pub struct Slot {
     pub state: AtomicU32,
     pub generation: AtomicU32,
     pub owner_token: AtomicU64,
-    pub _pad: [u64; 6],
+    /// 1 while the owner is counted in the space futex's waiting count, so a
+    /// reaper can take a dead sleeper's count back.
+    pub space_waiting: AtomicU32,
+    pub _pad32: u32,
+    pub _pad: [u64; 5],
     pub counters: ProducerCounters,
 }
 

@@ -298,8 +298,8 @@ impl MediaHeader {
                 )));
             }
         }
-        let want = Self::expected(&hd);
-        for (i, &(stride, rows)) in want.iter().enumerate() {
+        let (want, count) = Self::expected(&hd);
+        for (i, &(stride, rows)) in want[..count].iter().enumerate() {
             if i >= planes as usize
                 || (hd.stride[i] as u64) < stride
                 || hd.size[i] as u64 != hd.stride[i] as u64 * rows
@@ -317,18 +317,25 @@ impl MediaHeader {
         Ok(hd)
     }
 
-    /// Minimum (stride, rows) of each plane the format needs.
-    fn expected(hd: &MediaHeader) -> Vec<(u64, u64)> {
+    /// Minimum (stride, rows) of each plane the format needs, and how many planes.
+    fn expected(hd: &MediaHeader) -> ([(u64, u64); 3], usize) {
         let (w, h) = (hd.width as u64, hd.height as u64);
         let (cw, ch) = (w.div_ceil(2), h.div_ceil(2));
         match hd.format {
-            Format::I420 => vec![(w, h), (cw, ch), (cw, ch)],
-            Format::Nv12 => vec![(w, h), (cw * 2, ch)],
-            Format::Rgba => vec![(w * 4, h)],
-            f => vec![(
-                f.sample_bytes() as u64 * hd.channels as u64,
-                hd.samples as u64,
-            )],
+            Format::I420 => ([(w, h), (cw, ch), (cw, ch)], 3),
+            Format::Nv12 => ([(w, h), (cw * 2, ch), (0, 0)], 2),
+            Format::Rgba => ([(w * 4, h), (0, 0), (0, 0)], 1),
+            f => (
+                [
+                    (
+                        f.sample_bytes() as u64 * hd.channels as u64,
+                        hd.samples as u64,
+                    ),
+                    (0, 0),
+                    (0, 0),
+                ],
+                1,
+            ),
         }
     }
 

@@ -177,6 +177,9 @@ impl Producer {
                         std::hint::spin_loop();
                     }
                 }
+                // Clear our mark before the shared count, so a reaper never takes
+                // back a count we already gave back.
+                self.my_slot().space_waiting.store(0, Ordering::Relaxed);
                 wake::disarm(space);
             }
             let why = match attempt {
@@ -214,7 +217,11 @@ impl Producer {
                     after: wait,
                 });
             }
-            armed = Some(wake::arm(space));
+            let seen = wake::arm(space);
+            // Mark the slot after counting ourselves in: if we die asleep, the reaper
+            // of our slot takes the count back.
+            self.my_slot().space_waiting.store(1, Ordering::Relaxed);
+            armed = Some(seen);
         }
     }
 

@@ -281,7 +281,12 @@ impl Segment {
     }
 
     fn attach(fd: OwnedFd, name: String, backing: Backing) -> Result<Segment> {
-        let st = rustix::fs::fstat(&fd).map_err(|e| os("fstat", &name, e))?;
+        // Register the descriptor first: if this process already uses the file, the
+        // descriptor must stay open even when validation fails (closing it would drop
+        // our record locks on the file).
+        let file = file_handle(fd, &name)?;
+        let fd = file.fd.as_fd();
+        let st = rustix::fs::fstat(fd).map_err(|e| os("fstat", &name, e))?;
         let size = st.st_size as u64;
         if size < CONTROL_SIZE {
             return Err(Error::LayoutMismatch {
@@ -293,12 +298,12 @@ impl Segment {
         }
         // Map the control block alone first: every size comes from untrusted memory.
         let geo = {
-            let probe = Mapping::new(&fd, CONTROL_SIZE as usize, &name)?;
+            let probe = Mapping::new(fd, CONTROL_SIZE as usize, &name)?;
             // SAFETY: the mapping is CONTROL_SIZE bytes, page aligned, and Control fits.
             let c = unsafe { &*(probe.ptr.as_ptr() as *const Control) };
             Self::validate(c, size, &name)?
         };
-        Self::map(fd, geo, name, backing)
+        Self::map_file(file, geo, name, backing)
     }
 
     fn validate(c: &Control, file_size: u64, name: &str) -> Result<Geometry> {
@@ -344,6 +349,13 @@ impl Segment {
             unsafe { std::ptr::read_volatile(&id.flags) },
         )
         .map_err(|e| mismatch("geometry", "a valid configuration".into(), e))?;
+        if geo.flags & !FLAG_EVENTFD != 0 {
+            return Err(mismatch(
+                "flags",
+                format!("a subset of {FLAG_EVENTFD:#x}"),
+                format!("{:#x}", geo.flags),
+            ));
+        }
         let data_offset = unsafe { std::ptr::read_volatile(&id.data_offset) };
         if data_offset != geo.data_offset {
             return Err(mismatch(
@@ -364,9 +376,18 @@ impl Segment {
     }
 
     fn map(fd: OwnedFd, geo: Geometry, name: String, backing: Backing) -> Result<Segment> {
-        let len = geo.total_size as usize;
-        let m = Mapping::new(&fd, len, &name)?;
         let file = file_handle(fd, &name)?;
+        Self::map_file(file, geo, name, backing)
+    }
+
+    fn map_file(
+        file: Arc<FileHandle>,
+        geo: Geometry,
+        name: String,
+        backing: Backing,
+    ) -> Result<Segment> {
+        let len = geo.total_size as usize;
+        let m = Mapping::new(file.fd.as_fd(), len, &name)?;
         let base = m.ptr;
         std::mem::forget(m); // ownership moves to the Segment, unmapped in its Drop
         Ok(Segment {
@@ -521,7 +542,7 @@ struct Mapping {
 }
 
 impl Mapping {
-    fn new(fd: &OwnedFd, len: usize, name: &str) -> Result<Mapping> {
+    fn new(fd: BorrowedFd<'_>, len: usize, name: &str) -> Result<Mapping> {
         // SAFETY: a fresh mapping chosen by the kernel (no MAP_FIXED), so no existing
         // memory is affected; the descriptor is valid for the call.
         let p = unsafe {

@@ -1,17 +1,18 @@
 //! Producer slots and the consumer role: who is attached, and who is alive.
 //!
-//! A slot moves FREE → ATTACHING (CAS: arbitrates between everyone, including
-//! producers of one process, which share record locks) → lock byte taken → ACTIVE.
-//! A clean detach goes ACTIVE → RELEASING → unlock → FREE. A slot whose owner died
-//! stays ACTIVE with its lock gone until [`reap`] frees it, which it does only once
-//! no claim of that slot is outstanding, so a dead producer's claim can always be
-//! attributed to a dead owner.
+//! Liveness is a POSIX record lock on one byte per slot (see [`crate::sys::lock`]).
+//! The lock comes first: a producer takes slot `i` by taking lock byte `i` and only
+//! then, holding it, moving the slot FREE → ACTIVE. Detaching stores FREE, then
+//! unlocks. So a slot that is not FREE while nobody holds its byte has a dead owner
+//! (or was scribbled), and [`reap`] frees it once no claim of that slot is
+//! outstanding, so a dead producer's claim is always attributed to a dead owner.
+//! Record locks cannot arbitrate between producers of one process; a process-wide
+//! mutex does that.
+
+use std::sync::Mutex;
 
 use crate::error::{Error, Result};
-use crate::layout::{
-    cursor_seq, seq_diff, ClaimState, LogEntry, SEQ_MASK, SLOT_ACTIVE, SLOT_ATTACHING, SLOT_FREE,
-    SLOT_RELEASING,
-};
+use crate::layout::{cursor_seq, seq_diff, ClaimState, LogEntry, SEQ_MASK, SLOT_ACTIVE, SLOT_FREE};
 use crate::segment::Segment;
 use crate::sync::Ordering;
 use crate::sys::lock::{self, LOCK_BASE};
@@ -20,44 +21,45 @@ pub(crate) fn slot_byte(slot: u32) -> i64 {
     LOCK_BASE + 1 + slot as i64
 }
 
+/// Serialises slot and consumer-role changes within this process.
+static ATTACH: Mutex<()> = Mutex::new(());
+
+fn attach_guard() -> std::sync::MutexGuard<'static, ()> {
+    ATTACH.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Takes a free slot for a producer of this process.
 pub(crate) fn acquire(seg: &Segment, token: u64) -> Result<u32> {
+    let _g = attach_guard();
     for pass in 0..2 {
         for i in 0..seg.geometry().max_producers {
             let s = seg.slot(i);
-            // Relaxed: a hint; the CAS below decides.
-            if s.state.load(Ordering::Relaxed) != SLOT_FREE {
-                continue;
-            }
             // Acquire: see the previous owner's last writes (its counters).
-            if s.state
-                .compare_exchange(
-                    SLOT_FREE,
-                    SLOT_ATTACHING,
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                )
-                .is_err()
-            {
+            if s.state.load(Ordering::Acquire) != SLOT_FREE {
                 continue;
             }
+            // A live process holding the byte of a FREE slot is attaching or
+            // detaching: leave it alone. Our own process holds no byte of a FREE slot
+            // (we detach under the same mutex, FREE before unlock).
             match lock::try_lock(seg.lock_fd(), slot_byte(i)) {
                 Ok(true) => {}
-                Ok(false) | Err(_) => {
-                    // Another process holds this byte (it cannot be a live owner of a
-                    // FREE slot, but do not fight it): give the slot back.
-                    s.state.store(SLOT_FREE, Ordering::Release);
-                    continue;
-                }
+                _ => continue,
+            }
+            // Holding the byte, nobody else can take this slot; check it is still FREE
+            // (a reaper in another process may have just freed... it stays FREE).
+            if s.state.load(Ordering::Acquire) != SLOT_FREE {
+                lock::unlock(seg.lock_fd(), slot_byte(i));
+                continue;
             }
             s.owner_token.store(token, Ordering::Relaxed);
+            s.space_waiting.store(0, Ordering::Relaxed);
             s.generation.fetch_add(1, Ordering::Relaxed);
             s.counters.attaches.fetch_add(1, Ordering::Relaxed);
             // Release: the token is visible before the slot reads ACTIVE.
             s.state.store(SLOT_ACTIVE, Ordering::Release);
             return Ok(i);
         }
-        if pass == 0 && reap(seg, token) == 0 {
+        if pass == 0 && reap_locked(seg, token) == 0 {
             break;
         }
     }
@@ -69,21 +71,13 @@ pub(crate) fn acquire(seg: &Segment, token: u64) -> Result<u32> {
 
 /// Gives a slot back (its claims must be finished).
 pub(crate) fn release(seg: &Segment, slot: u32) {
+    let _g = attach_guard();
     let s = seg.slot(slot);
-    if s.state
-        .compare_exchange(
-            SLOT_ACTIVE,
-            SLOT_RELEASING,
-            Ordering::AcqRel,
-            Ordering::Relaxed,
-        )
-        .is_ok()
-    {
-        lock::unlock(seg.lock_fd(), slot_byte(slot));
-        s.owner_token.store(0, Ordering::Relaxed);
-        // Release: our counters are visible to the next owner.
-        s.state.store(SLOT_FREE, Ordering::Release);
-    }
+    s.owner_token.store(0, Ordering::Relaxed);
+    // Release: our counters are visible to the next owner. FREE before unlock, so
+    // nobody can see this slot non-FREE and unlocked while we are alive.
+    s.state.store(SLOT_FREE, Ordering::Release);
+    lock::unlock(seg.lock_fd(), slot_byte(slot));
 }
 
 /// Is the producer that owns `slot` alive? Used for a slot that owns a pending claim.
@@ -95,9 +89,14 @@ pub(crate) fn is_alive(seg: &Segment, slot: u32, my_token: u64) -> bool {
     lock::held_by_other(seg.lock_fd(), slot_byte(slot))
 }
 
-/// Frees the slots of dead producers that have no outstanding claim. Returns how
-/// many were freed.
+/// Frees the slots of dead producers that have no outstanding claim, and takes
+/// back their share of the space futex's waiting count. Returns how many.
 pub(crate) fn reap(seg: &Segment, my_token: u64) -> u32 {
+    let _g = attach_guard();
+    reap_locked(seg, my_token)
+}
+
+fn reap_locked(seg: &Segment, my_token: u64) -> u32 {
     let sh = seg.shared();
     let n = seg.geometry().log_entries as u64;
     let read = cursor_seq(sh.read.load(Ordering::Acquire));
@@ -106,7 +105,8 @@ pub(crate) fn reap(seg: &Segment, my_token: u64) -> u32 {
     let mut freed = 0;
     for i in 0..seg.geometry().max_producers {
         let s = seg.slot(i);
-        if s.state.load(Ordering::Acquire) != SLOT_ACTIVE || is_alive(seg, i, my_token) {
+        let state = s.state.load(Ordering::Acquire);
+        if state == SLOT_FREE || is_alive(seg, i, my_token) {
             continue;
         }
         let outstanding = (0..=span).any(|d| {
@@ -118,9 +118,13 @@ pub(crate) fn reap(seg: &Segment, my_token: u64) -> u32 {
             continue;
         }
         if s.state
-            .compare_exchange(SLOT_ACTIVE, SLOT_FREE, Ordering::AcqRel, Ordering::Relaxed)
+            .compare_exchange(state, SLOT_FREE, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
+            if s.space_waiting.swap(0, Ordering::AcqRel) != 0 {
+                let w = &seg.control().space.0.waiting;
+                let _ = w.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |v| v.checked_sub(1));
+            }
             freed += 1;
             seg.control()
                 .counters
@@ -136,12 +140,9 @@ pub(crate) fn reap(seg: &Segment, my_token: u64) -> u32 {
 pub(crate) const CONSUMER_NONE: u32 = 0;
 pub(crate) const CONSUMER_ATTACHED: u32 = 1;
 
-/// Serialises consumer attach/detach within this process (record locks cannot).
-static CONSUMER_ATTACH: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// Becomes the ring's consumer, taking over from a dead one.
 pub(crate) fn take_consumer(seg: &Segment, token: u64) -> Result<()> {
-    let _g = CONSUMER_ATTACH.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = attach_guard();
     let role = &seg.control().consumer.0;
     if role.state.load(Ordering::Acquire) == CONSUMER_ATTACHED
         && role.token.load(Ordering::Acquire) == token
@@ -152,13 +153,17 @@ pub(crate) fn take_consumer(seg: &Segment, token: u64) -> Result<()> {
         Ok(true) => {}
         _ => return Err(Error::ConsumerBusy(seg.name().to_string())),
     }
+    // Only the consumer waits on the data futex, and no consumer is waiting now: a
+    // predecessor killed while asleep left its mark, which would make producers
+    // send a wake-up with every commit from now on.
+    seg.control().data.0.waiting.store(0, Ordering::Relaxed);
     role.token.store(token, Ordering::Release);
     role.state.store(CONSUMER_ATTACHED, Ordering::Release);
     Ok(())
 }
 
 pub(crate) fn drop_consumer(seg: &Segment) {
-    let _g = CONSUMER_ATTACH.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = attach_guard();
     let role = &seg.control().consumer.0;
     role.state.store(CONSUMER_NONE, Ordering::Release);
     role.token.store(0, Ordering::Release);
@@ -174,9 +179,9 @@ pub(crate) fn consumer_alive(seg: &Segment, my_token: u64) -> bool {
     role.token.load(Ordering::Acquire) == my_token || lock::held_by_other(seg.lock_fd(), LOCK_BASE)
 }
 
-/// Number of ACTIVE slots (live or not yet reaped).
+/// Number of slots in use (including dead ones not reaped yet).
 pub(crate) fn active_count(seg: &Segment) -> u32 {
     (0..seg.geometry().max_producers)
-        .filter(|&i| seg.slot(i).state.load(Ordering::Relaxed) == SLOT_ACTIVE)
+        .filter(|&i| seg.slot(i).state.load(Ordering::Relaxed) != SLOT_FREE)
         .count() as u32
 }

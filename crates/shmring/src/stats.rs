@@ -44,6 +44,7 @@ pub struct Stats {
     pub reaped_slots: u64,
     /// Producer slots in use (including dead ones not reaped yet).
     pub producers: u32,
+    /// A consumer is attached and alive (its lock is held).
     pub consumer_attached: bool,
 }
 
@@ -64,18 +65,29 @@ impl Stats {
             resets: cc.resets.load(Ordering::Relaxed),
             reaped_slots: cc.reaped_slots.load(Ordering::Relaxed),
             producers: slots::active_count(seg),
-            consumer_attached: c.consumer.0.state.load(Ordering::Relaxed)
-                == slots::CONSUMER_ATTACHED,
+            consumer_attached: slots::consumer_alive(seg, crate::sys::process_token()),
             ..Default::default()
         };
         for i in 0..seg.geometry().max_producers {
             let p = &seg.slot(i).counters;
-            s.records_committed += p.records_committed.load(Ordering::Relaxed);
-            s.bytes_committed += p.bytes_committed.load(Ordering::Relaxed);
-            s.records_aborted += p.aborted.load(Ordering::Relaxed);
-            s.drops_full += p.drops_full.load(Ordering::Relaxed);
-            s.producer_waits += p.waits.load(Ordering::Relaxed);
-            s.producer_wakes += p.wakes_sent.load(Ordering::Relaxed);
+            s.records_committed = s
+                .records_committed
+                .wrapping_add(p.records_committed.load(Ordering::Relaxed));
+            s.bytes_committed = s
+                .bytes_committed
+                .wrapping_add(p.bytes_committed.load(Ordering::Relaxed));
+            s.records_aborted = s
+                .records_aborted
+                .wrapping_add(p.aborted.load(Ordering::Relaxed));
+            s.drops_full = s
+                .drops_full
+                .wrapping_add(p.drops_full.load(Ordering::Relaxed));
+            s.producer_waits = s
+                .producer_waits
+                .wrapping_add(p.waits.load(Ordering::Relaxed));
+            s.producer_wakes = s
+                .producer_wakes
+                .wrapping_add(p.wakes_sent.load(Ordering::Relaxed));
         }
         let w = c.write.0.load(Ordering::Relaxed);
         let r = c.cursors.0.read.load(Ordering::Relaxed);

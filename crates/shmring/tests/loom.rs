@@ -1,9 +1,15 @@
 //! Model check of the claim / commit / poll / release protocol with loom.
+//!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p shmring --release --test loom`
+//!
+//! The preemption bound defaults to 3 (every interleaving with at most three
+//! forced context switches); `LOOM_MAX_PREEMPTIONS` overrides it.
 
 #![cfg(loom)]
 
 mod model {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
     use loom::sync::Arc;
     use shmring::layout::{ClaimState, LogEntry};
     use shmring::protocol::{ClaimError, ConsumerCursor, Poll, Shared};
@@ -13,16 +19,18 @@ mod model {
         write: AtomicU64,
         read: AtomicU64,
         log: Vec<AtomicU64>,
+        cap_units: u64,
     }
 
     impl Ring {
-        fn new(n: u64) -> Self {
+        fn new(n: u64, cap_units: u64) -> Self {
             Ring {
                 write: AtomicU64::new(0),
                 read: AtomicU64::new(0),
                 log: (0..n)
                     .map(|i| AtomicU64::new(LogEntry::initial(i, n)))
                     .collect(),
+                cap_units,
             }
         }
         fn shared(&self) -> Shared<'_> {
@@ -30,36 +38,55 @@ mod model {
                 write: &self.write,
                 read: &self.read,
                 log: &self.log,
-                cap_units: 4,
+                cap_units: self.cap_units,
             }
         }
     }
 
-    /// Two producers each claim and commit one record (the second also tries a
-    /// second record that may have to wait for the consumer's release), while one
-    /// consumer polls and releases out of order. Every interleaving: each committed
-    /// record is seen exactly once, claims never overlap, and nothing breaks.
+    fn builder() -> loom::model::Builder {
+        let mut b = loom::model::Builder::new();
+        if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+            b.preemption_bound = Some(3);
+        }
+        b
+    }
+
+    /// Executions in which a claim reused a log entry after the consumer's release
+    /// (claim seq >= N), and in which a claim found the ring full.
+    static REUSED: AtomicUsize = AtomicUsize::new(0);
+    static FULL: AtomicUsize = AtomicUsize::new(0);
+    static ALL_THREE: AtomicUsize = AtomicUsize::new(0);
+
+    /// Two producers claim and commit (the second twice: its second claim needs the
+    /// log entry of claim 0 again, so it must wait for the consumer's release) while
+    /// one consumer polls and releases out of order. Every interleaving: each
+    /// committed record is seen exactly once, in claim order, claims never overlap,
+    /// and nothing reads as broken or corrupt.
     #[test]
     fn two_producers_one_consumer() {
-        loom::model(|| {
-            let ring = Arc::new(Ring::new(2));
+        builder().check(|| {
+            // Two log entries, four units: two records of two units fill it.
+            let ring = Arc::new(Ring::new(2, 4));
             let mut handles = Vec::new();
             for slot in 0..2u32 {
                 let ring = ring.clone();
                 handles.push(loom::thread::spawn(move || {
                     let sh = ring.shared();
-                    let mut got = 0;
-                    for _ in 0..2 {
+                    let mut got = Vec::new();
+                    for _ in 0..if slot == 0 { 1 } else { 2 } {
                         match sh.try_claim(2, slot) {
                             Ok(c) => {
+                                assert_eq!(c.total, 2);
+                                if c.seq >= 2 {
+                                    REUSED.fetch_add(1, Relaxed);
+                                }
                                 assert!(sh.finish(&c, ClaimState::Committed));
-                                got += 1;
+                                got.push((c.seq, c.pos));
                             }
                             Err(ClaimError::Broken) => panic!("broken"),
-                            Err(_) => {}
-                        }
-                        if slot == 0 {
-                            break;
+                            Err(_) => {
+                                FULL.fetch_add(1, Relaxed);
+                            }
                         }
                     }
                     got
@@ -69,7 +96,7 @@ mod model {
             let mut cur = ConsumerCursor::new(2, 0);
             let mut seen = Vec::new();
             let mut polls = 0;
-            while seen.len() < 2 && polls < 6 {
+            while seen.len() < 2 && polls < 4 {
                 polls += 1;
                 match cur.poll(&sh) {
                     Poll::Record { seq, rec_units, .. } => {
@@ -77,15 +104,24 @@ mod model {
                         seen.push(seq);
                     }
                     Poll::Corrupt(w) => panic!("corrupt: {w}"),
-                    _ => loom::thread::yield_now(),
+                    Poll::Empty | Poll::Pending { .. } => loom::thread::yield_now(),
+                    other => panic!("unexpected {other:?}"),
                 }
             }
             // Release in reverse order: the read cursor moves only at the last one.
-            for &s in seen.iter().rev() {
-                cur.release(s).unwrap();
+            for (i, &s) in seen.iter().enumerate().rev() {
+                assert_eq!(cur.release(s).unwrap(), i == 0);
             }
             cur.publish(&sh);
-            let produced: u32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+            let produced: Vec<(u64, u64)> = handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect();
+            // A helper moved the cursor for an owner, or the owner did: either way the
+            // write cursor covers every claim.
+            if produced.len() == 3 {
+                ALL_THREE.fetch_add(1, Relaxed);
+            }
             // Whatever was committed and not yet seen must still be visible.
             loop {
                 match cur.poll(&sh) {
@@ -97,11 +133,117 @@ mod model {
                     other => panic!("unexpected {other:?}"),
                 }
             }
-            assert_eq!(seen.len() as u32, produced);
-            let mut dedup = seen.clone();
-            dedup.sort();
-            dedup.dedup();
-            assert_eq!(dedup.len(), seen.len());
+            assert_eq!(seen.len(), produced.len());
+            // Claim order, no duplicates, distinct non-overlapping positions.
+            assert!(seen.windows(2).all(|w| w[0] + 1 == w[1]));
+            let mut by_seq = produced.clone();
+            by_seq.sort();
+            for (i, &(seq, pos)) in by_seq.iter().enumerate() {
+                assert_eq!(seq, i as u64);
+                assert_eq!(pos, 2 * i as u64);
+            }
         });
+        // The model did reach the interesting states.
+        assert!(REUSED.load(Relaxed) > 0, "no execution reused a log entry");
+        assert!(FULL.load(Relaxed) > 0, "no execution found the ring full");
+        assert!(
+            ALL_THREE.load(Relaxed) > 0,
+            "no execution made all three claims"
+        );
+    }
+
+    static OWNER_WON: AtomicUsize = AtomicUsize::new(0);
+    static CONSUMER_WON: AtomicUsize = AtomicUsize::new(0);
+
+    /// One producer aborts while another commits, and the consumer abandons a
+    /// pending claim while its owner commits it: exactly one of the two wins, and
+    /// the consumer sees that record Committed xor Abandoned. The aborted claim is
+    /// skipped and the committed one delivered once.
+    #[test]
+    fn abort_commit_and_abandon_race() {
+        builder().check(|| {
+            let ring = Arc::new(Ring::new(4, 8));
+            let sh = ring.shared();
+            // Claim 0 by slot 2, which the consumer is about to judge dead.
+            let c0 = sh.try_claim(2, 2).expect("empty ring");
+            let mut cur = ConsumerCursor::new(4, 0);
+            let Poll::Pending { slot: 2, value } = cur.poll(&sh) else {
+                panic!("claim 0 should be pending")
+            };
+            let owner = {
+                let ring = ring.clone();
+                loom::thread::spawn(move || ring.shared().finish(&c0, ClaimState::Committed))
+            };
+            let aborter = {
+                let ring = ring.clone();
+                loom::thread::spawn(move || {
+                    let sh = ring.shared();
+                    let c = sh.try_claim(2, 0).expect("room for three claims");
+                    assert!(sh.finish(&c, ClaimState::Aborted));
+                    c.seq
+                })
+            };
+            let committer = {
+                let ring = ring.clone();
+                loom::thread::spawn(move || {
+                    let sh = ring.shared();
+                    let c = sh.try_claim(2, 1).expect("room for three claims");
+                    assert!(sh.finish(&c, ClaimState::Committed));
+                    c.seq
+                })
+            };
+            let abandoned = cur.abandon(&sh, value);
+            let mut records = Vec::new();
+            let mut skipped = Vec::new();
+            let mut step = |cur: &mut ConsumerCursor, records: &mut Vec<u64>, final_: bool| {
+                let k = cur.peek_seq;
+                match cur.poll(&sh) {
+                    Poll::Record { seq, .. } => {
+                        records.push(seq);
+                        cur.release(seq).unwrap();
+                        true
+                    }
+                    Poll::Skipped { state } => {
+                        skipped.push((k, state));
+                        true
+                    }
+                    Poll::Empty if !final_ => false,
+                    Poll::Pending { .. } if !final_ => false,
+                    other => panic!("claim {k}: unexpected {other:?}"),
+                }
+            };
+            // Poll while the producers run; then finish after they are done.
+            if !step(&mut cur, &mut records, false) {
+                loom::thread::yield_now();
+            }
+            let owner_won = owner.join().unwrap();
+            let aborted_seq = aborter.join().unwrap();
+            let committed_seq = committer.join().unwrap();
+            while cur.peek_seq < 3 {
+                step(&mut cur, &mut records, true);
+            }
+            assert!(matches!(cur.poll(&sh), Poll::Empty));
+            assert_eq!(cur.outstanding(), 0);
+            // Exactly one of owner and consumer won claim 0.
+            assert!(
+                owner_won != abandoned,
+                "owner {owner_won}, consumer {abandoned}"
+            );
+            let c0_record = records.contains(&0);
+            let c0_abandoned = skipped.contains(&(0, ClaimState::Abandoned));
+            assert!(c0_record != c0_abandoned);
+            assert_eq!(c0_record, owner_won);
+            // The aborted claim skipped, the committed one delivered once.
+            assert!(skipped.contains(&(aborted_seq, ClaimState::Aborted)));
+            assert_eq!(records.iter().filter(|&&s| s == committed_seq).count(), 1);
+            assert_eq!(records.len() + skipped.len(), 3);
+            if owner_won {
+                OWNER_WON.fetch_add(1, Relaxed);
+            } else {
+                CONSUMER_WON.fetch_add(1, Relaxed);
+            }
+        });
+        assert!(OWNER_WON.load(Relaxed) > 0, "the owner never won");
+        assert!(CONSUMER_WON.load(Relaxed) > 0, "the consumer never won");
     }
 }

@@ -1,0 +1,577 @@
+//! Helpers shared by the behavioural tests: unique segment names that are unlinked
+//! on drop, a deterministic record scheme with checksums, an order/content checker,
+//! and child processes (the test binary re-executed) that are killed on drop.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use shmring::{Consumer, Error, FullPolicy, Meta, Producer, Segment};
+
+// ---- names and cleanup -------------------------------------------------------------
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A `/dev/shm` name unique to this process and call, unlinked when dropped (so a
+/// failing test leaves nothing behind either).
+pub struct ShmName(pub String);
+
+impl ShmName {
+    pub fn new(tag: &str) -> ShmName {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        ShmName(format!("shmring-test-{}-{tag}-{n}", std::process::id()))
+    }
+    pub fn path(&self) -> std::path::PathBuf {
+        std::path::Path::new("/dev/shm").join(&self.0)
+    }
+    pub fn exists(&self) -> bool {
+        self.path().exists()
+    }
+}
+
+impl Drop for ShmName {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.path());
+    }
+}
+
+// ---- deterministic records -------------------------------------------------------
+
+/// splitmix64: a tiny, good-enough generator for test data.
+#[derive(Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        mix(self.0)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i as u64 + 1) as usize;
+            v.swap(i, j);
+        }
+    }
+}
+
+pub fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Random bytes every record's payload is cut from (4 MiB + 64 KiB).
+pub const POOL_LEN: usize = (4 << 20) + (64 << 10);
+
+pub fn pool() -> &'static [u8] {
+    static POOL: OnceLock<Vec<u64>> = OnceLock::new();
+    let v = POOL.get_or_init(|| {
+        let mut r = Rng(0x5eed);
+        (0..POOL_LEN / 8).map(|_| r.next()).collect()
+    });
+    // SAFETY: a u64 slice viewed as bytes; the Vec lives for the whole process.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len() * 8) }
+}
+
+/// A 64-bit checksum of a payload (word-wise multiply-xor, then the tail).
+pub fn checksum(b: &[u8]) -> u64 {
+    // SAFETY: every bit pattern is a valid u64.
+    let (head, words, tail) = unsafe { b.align_to::<u64>() };
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ b.len() as u64;
+    for &x in head {
+        h = (h ^ x as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    for &w in words {
+        h = (h ^ w).wrapping_mul(0x0100_0000_01b3).rotate_left(23);
+    }
+    for &x in tail {
+        h = (h ^ x as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Payload length of record `i` of producer `p`: mostly small, some large, the
+/// first one empty and the second one exactly `max`.
+pub fn size_for(p: u32, i: u64, max: usize) -> usize {
+    if i == 0 {
+        return 0;
+    }
+    if i == 1 {
+        return max;
+    }
+    let h = mix(((p as u64) << 40) ^ i ^ 0xabcd_0000_0000_0000);
+    let u = h % 1000;
+    let (lo, hi) = if u < 944 {
+        (0, 2048)
+    } else if u < 994 {
+        (2048, 64 << 10)
+    } else if u < 999 {
+        (64 << 10, max / 4)
+    } else {
+        (max / 4, max)
+    };
+    let hi = hi.min(max);
+    let lo = lo.min(hi);
+    lo + ((h >> 10) % (hi - lo + 1) as u64) as usize
+}
+
+/// Where in the pool record `(p, i)` of `len` bytes is cut from (8-aligned).
+fn offset_for(p: u32, i: u64, len: usize) -> usize {
+    let h = mix(((p as u64) << 32) ^ i ^ 0x1234_5678);
+    ((h % ((POOL_LEN - len) / 8 + 1) as u64) * 8) as usize
+}
+
+/// The metadata and payload of record `(p, i)`: stream = p, kind = i, flags = the
+/// pool offset in words, timestamp = the payload's checksum.
+pub fn record(p: u32, i: u64, max: usize) -> (Meta, &'static [u8]) {
+    let len = size_for(p, i, max);
+    let off = offset_for(p, i, len);
+    let bytes = &pool()[off..off + len];
+    let meta = Meta {
+        stream: p,
+        kind: i as u32,
+        timestamp_ns: checksum(bytes),
+        flags: (off / 8) as u32,
+    };
+    (meta, bytes)
+}
+
+/// Writes record `(p, i)`: in place (reserve/commit) for most, with `send` for
+/// every fourth.
+pub fn write_record(prod: &mut Producer, p: u32, i: u64, max: usize) -> shmring::Result<()> {
+    let (meta, bytes) = record(p, i, max);
+    if i % 4 == 3 {
+        prod.send(bytes, meta)
+    } else {
+        let mut r = prod.reserve(bytes.len())?;
+        r.payload().copy_from_slice(bytes);
+        r.commit(meta)
+    }
+}
+
+/// Checks a received record against the scheme (length, checksum, content) and
+/// returns `(producer, index)`.
+pub fn verify(payload: &[u8], meta: Meta, max: usize) -> (u32, u64) {
+    let (p, i) = (meta.stream, meta.kind as u64);
+    let len = size_for(p, i, max);
+    assert_eq!(payload.len(), len, "length of record {i} of producer {p}");
+    assert_eq!(
+        checksum(payload),
+        meta.timestamp_ns,
+        "checksum of record {i} of producer {p} ({len} bytes)"
+    );
+    let off = offset_for(p, i, len);
+    assert_eq!(
+        meta.flags as usize,
+        off / 8,
+        "pool offset of record {i} of producer {p}"
+    );
+    assert!(
+        payload == &pool()[off..off + len],
+        "content of record {i} of producer {p}"
+    );
+    (p, i)
+}
+
+/// Per-producer order and exactly-once: record `i` of producer `p` must be the next
+/// one expected from `p`.
+pub struct Checker {
+    pub next: Vec<u64>,
+    pub max: usize,
+    pub records: u64,
+    pub bytes: u64,
+}
+
+impl Checker {
+    pub fn new(producers: usize, max: usize) -> Checker {
+        Checker {
+            next: vec![0; producers],
+            max,
+            records: 0,
+            bytes: 0,
+        }
+    }
+    pub fn check(&mut self, payload: &[u8], meta: Meta) -> (u32, u64) {
+        let (p, i) = verify(payload, meta, self.max);
+        assert!((p as usize) < self.next.len(), "unknown producer {p}");
+        assert_eq!(i, self.next[p as usize], "order of producer {p}");
+        self.next[p as usize] += 1;
+        self.records += 1;
+        self.bytes += payload.len() as u64;
+        (p, i)
+    }
+}
+
+/// Consumes until the checker has seen `per` records from each producer, holding
+/// up to a random number of frames (and `max_held` bytes) and releasing them in a
+/// shuffled order. Panics if nothing arrives for `stall`.
+pub fn consume_all(consumer: &Consumer, ck: &mut Checker, per: u64, seed: u64, max_held: usize) {
+    let mut rng = Rng(seed);
+    let mut held = Vec::new();
+    let mut held_bytes = 0usize;
+    let mut limit = 1 + rng.below(12) as usize;
+    let stall = Duration::from_secs(60);
+    let mut last = Instant::now();
+    while ck.next.iter().any(|&n| n < per) {
+        match consumer
+            .next_timeout(Some(Duration::from_millis(20)))
+            .unwrap()
+        {
+            Some(f) => {
+                ck.check(f.payload(), f.meta());
+                held_bytes += f.len();
+                held.push(f);
+                last = Instant::now();
+            }
+            None => {
+                assert!(
+                    !held.is_empty() || last.elapsed() < stall,
+                    "no record for {stall:?}; expected {per} per producer, have {:?}",
+                    ck.next
+                );
+                limit = 0;
+            }
+        }
+        if held.len() >= limit || held_bytes >= max_held {
+            rng.shuffle(&mut held);
+            held.clear();
+            held_bytes = 0;
+            limit = 1 + rng.below(12) as usize;
+        }
+    }
+    drop(held);
+    assert!(
+        ck.next.iter().all(|&n| n == per),
+        "extra records: {:?}",
+        ck.next
+    );
+}
+
+/// Polls `cond` until it holds; panics after `guard` (a failure guard, not a timing
+/// assertion).
+pub fn wait_until(what: &str, guard: Duration, mut cond: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(t.elapsed() < guard, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+// ---- child processes -------------------------------------------------------------
+
+pub const ROLE_ENV: &str = "SHMRING_TEST_ROLE";
+
+/// The test binary re-executed to run one role; killed (SIGKILL) and reaped on drop.
+pub struct Child {
+    child: std::process::Child,
+    lines: mpsc::Receiver<String>,
+    pub pid: i32,
+    reaped: bool,
+}
+
+/// Spawns `entry` (the name of the test function that calls [`child_entry`]) with
+/// `role` and `env`, keeping the descriptors in `inherit` open across exec.
+pub fn spawn(entry: &str, role: &str, env: &[(&str, String)], inherit: &[RawFd]) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().expect("test binary path"));
+    cmd.args(["--exact", entry, "--nocapture", "--test-threads=1", "-q"])
+        .env(ROLE_ENV, role)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let fds = inherit.to_vec();
+    // SAFETY: runs in the forked child before exec; fcntl is async-signal-safe and
+    // only changes the child's copy of the descriptor table.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &fd in &fds {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("spawn child process");
+    let out = child.stdout.take().expect("child stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if let Some(msg) = line.strip_prefix("@@") {
+                if tx.send(msg.to_string()).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let pid = child.id() as i32;
+    Child {
+        child,
+        lines: rx,
+        pid,
+        reaped: false,
+    }
+}
+
+impl Child {
+    /// Waits for the next message from the child, which must start with `word`;
+    /// returns the rest.
+    pub fn expect(&self, word: &str, guard: Duration) -> String {
+        match self.lines.recv_timeout(guard) {
+            Ok(line) => {
+                let rest = line
+                    .strip_prefix(word)
+                    .unwrap_or_else(|| panic!("child {} said {line:?}, expected {word}", self.pid));
+                rest.trim().to_string()
+            }
+            Err(e) => panic!("child {}: no {word} within {guard:?} ({e})", self.pid),
+        }
+    }
+
+    /// The next message, if one is waiting.
+    pub fn try_message(&self) -> Option<String> {
+        self.lines.try_recv().ok()
+    }
+
+    /// Every message the child wrote before its stdout closed (it exited or was
+    /// killed).
+    pub fn remaining_messages(&self, guard: Duration) -> Vec<String> {
+        let mut out = Vec::new();
+        loop {
+            match self.lines.recv_timeout(guard) {
+                Ok(m) => out.push(m),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return out,
+                Err(e) => panic!("child {}: output did not end ({e})", self.pid),
+            }
+        }
+    }
+
+    pub fn message_timeout(&self, t: Duration) -> Option<String> {
+        self.lines.recv_timeout(t).ok()
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if !self.reaped {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            self.reaped = true;
+        }
+    }
+
+    /// Waits for a successful exit; kills the child and panics after `guard`.
+    pub fn wait_ok(&mut self, guard: Duration) {
+        let t = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().expect("waitpid") {
+                self.reaped = true;
+                assert!(st.success(), "child {} failed: {st}", self.pid);
+                return;
+            }
+            if t.elapsed() > guard {
+                self.kill();
+                panic!("child {} did not finish within {guard:?}", self.pid);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Is a process with this pid gone (not even a zombie of ours)?
+pub fn pid_gone(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    let r = unsafe { libc::kill(pid, 0) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+fn env(k: &str) -> String {
+    std::env::var(k).unwrap_or_else(|_| panic!("child: {k} not set"))
+}
+fn env_num(k: &str) -> u64 {
+    env(k)
+        .parse()
+        .unwrap_or_else(|_| panic!("child: {k} is not a number"))
+}
+
+/// Attaches to a segment described as `fd:N` (inherited descriptor), `sock:N`
+/// (receive the descriptor over the inherited Unix socket N), `sockefd:N` (receive
+/// the descriptor and the ring's eventfd) or `name:NAME`.
+pub fn open_segment(spec: &str) -> Arc<Segment> {
+    let (how, arg) = spec.split_once(':').expect("segment spec");
+    match how {
+        "fd" => {
+            // SAFETY: the parent left this descriptor open for us, and nobody else
+            // in this process owns it.
+            let fd = unsafe { OwnedFd::from_raw_fd(arg.parse().unwrap()) };
+            Segment::from_fd(fd).expect("attach inherited memfd")
+        }
+        "sock" | "sockefd" => {
+            // SAFETY: as above, for the socket.
+            let sock = unsafe { UnixStream::from_raw_fd(arg.parse().unwrap()) };
+            let mut fds = shmring::recv_fds(&sock).expect("receive the segment descriptor");
+            if how == "sockefd" {
+                assert_eq!(fds.len(), 2, "a memfd and an eventfd");
+                let efd = fds.pop();
+                Segment::from_fds(fds.remove(0), efd).expect("attach received memfd + eventfd")
+            } else {
+                Segment::from_fd(fds.remove(0)).expect("attach received memfd")
+            }
+        }
+        "name" => Segment::open_named(arg).expect("open named segment"),
+        _ => panic!("bad segment spec {spec}"),
+    }
+}
+
+fn sleep_forever() -> ! {
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+/// Body of the child-process entry test: returns at once unless [`ROLE_ENV`] is
+/// set, else runs the role and exits the process.
+pub fn child_entry() {
+    let Ok(role) = std::env::var(ROLE_ENV) else {
+        return;
+    };
+    // Exit if the parent goes away without killing us (it holds our stdin).
+    std::thread::spawn(|| {
+        let mut b = [0u8; 64];
+        loop {
+            match std::io::stdin().read(&mut b) {
+                Ok(0) | Err(_) => std::process::exit(3),
+                Ok(_) => {}
+            }
+        }
+    });
+    run_role(&role);
+    std::process::exit(0);
+}
+
+fn run_role(role: &str) {
+    let seg = open_segment(&env("SHMRING_TEST_SEG"));
+    match role {
+        // Write records 0..N of producer P, then exit.
+        "produce" => {
+            let (p, n, max) = (env_num("P") as u32, env_num("N"), env_num("MAX") as usize);
+            let mut prod = seg.producer().unwrap();
+            prod.set_policy(FullPolicy::Block(Duration::from_secs(60)));
+            for i in 0..n {
+                write_record(&mut prod, p, i, max).unwrap();
+            }
+            println!("@@DONE");
+        }
+        // Write N records, then reserve one more and never commit it.
+        "reserve-and-hang" => {
+            let (p, n, max) = (env_num("P") as u32, env_num("N"), env_num("MAX") as usize);
+            let mut prod = seg.producer().unwrap();
+            for i in 0..n {
+                write_record(&mut prod, p, i, max).unwrap();
+            }
+            let mut r = prod.reserve(1000).unwrap();
+            r.payload()[..500].fill(0xee);
+            println!("@@HOLDING {}", r.seq());
+            sleep_forever();
+        }
+        // Write N records, then idle with the producer attached.
+        "produce-then-hang" => {
+            let (p, n, max) = (env_num("P") as u32, env_num("N"), env_num("MAX") as usize);
+            let mut prod = seg.producer().unwrap();
+            for i in 0..n {
+                write_record(&mut prod, p, i, max).unwrap();
+            }
+            println!("@@IDLE");
+            sleep_forever();
+        }
+        // Write records forever, blocking (for a day) whenever the ring is full.
+        "fill-and-block" => {
+            let (p, max) = (env_num("P") as u32, env_num("MAX") as usize);
+            let mut prod = seg.producer().unwrap();
+            prod.set_policy(FullPolicy::Block(Duration::from_secs(86400)));
+            for i in 0.. {
+                write_record(&mut prod, p, i, max).unwrap();
+                println!("@@SENT {i}");
+            }
+        }
+        // Consume and verify records, reporting each one before it is released;
+        // hold a few at a time and release them shuffled.
+        "consume-report" => {
+            let max = env_num("MAX") as usize;
+            let consumer = seg.consumer().unwrap();
+            println!("@@ATTACHED");
+            let mut rng = Rng(std::process::id() as u64);
+            let mut held = Vec::new();
+            loop {
+                match consumer.next_timeout(Some(Duration::from_millis(20))) {
+                    Ok(Some(f)) => {
+                        let (p, i) = verify(f.payload(), f.meta(), max);
+                        println!("@@GOT {p} {i}");
+                        held.push(f);
+                        if held.len() > rng.below(8) as usize {
+                            rng.shuffle(&mut held);
+                            held.clear();
+                        }
+                    }
+                    Ok(None) => held.clear(),
+                    Err(e) => panic!("consumer child: {e}"),
+                }
+            }
+        }
+        // Become the consumer and wait for records forever (asleep on the ring).
+        "consume-wait" => {
+            let consumer = seg.consumer().unwrap();
+            println!("@@ATTACHED");
+            loop {
+                let f = consumer.recv().unwrap();
+                println!("@@GOT {} {}", f.stream(), f.kind());
+            }
+        }
+        // Become the consumer and idle.
+        "consume-idle" => {
+            let _consumer = seg.consumer().unwrap();
+            println!("@@ATTACHED");
+            sleep_forever();
+        }
+        _ => panic!("unknown role {role}"),
+    }
+}
+
+/// Retries `f` while it fails with `Timeout` or `NoConsumer`, counting those.
+pub fn retry_full(
+    no_consumer: &std::sync::atomic::AtomicU64,
+    timeouts: &std::sync::atomic::AtomicU64,
+    mut f: impl FnMut() -> shmring::Result<()>,
+) {
+    loop {
+        match f() {
+            Ok(()) => return,
+            Err(Error::NoConsumer(_)) => {
+                no_consumer.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(Error::Timeout { .. }) => {
+                timeouts.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => panic!("producer: {e}"),
+        }
+    }
+}

@@ -1,0 +1,519 @@
+//! Hostile producers: random bytes over every shared structure a producer can
+//! write (control block, slot table, claim log, record headers), up front and
+//! concurrently with the consumer. The consumer must never panic, never touch
+//! memory outside the segment, never hang; it reports `Error::Corrupt` (or sees
+//! nothing, or garbage frames that lie inside the ring), and after
+//! `Consumer::reset` honest producers attach and records flow again. Identity
+//! scribbles make a new attach fail with `Error::LayoutMismatch` naming the field.
+//!
+//! All randomness comes from fixed seeds, so a failure reproduces.
+
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shmring::layout::{cursor_seq, ClaimState, Geometry, LogEntry, RecordHeader, SEQ_MASK, UNIT};
+use shmring::{Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, Segment};
+
+/// splitmix64: small, seedable, good enough to pick offsets and bytes.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A hostile peer's view of the segment: raw writes anywhere a producer can write.
+#[derive(Clone, Copy)]
+struct Peer {
+    base: usize,
+    len: usize,
+    geo: Geometry,
+}
+
+// Offsets inside the control block (see the diagram in `layout`).
+const WRITE_CURSOR: u64 = 64;
+const READ_CURSOR: u64 = 128;
+/// Control block lines 1..=7: cursors, futex words, consumer role, counters.
+const DYNAMIC: std::ops::Range<u64> = 64..512;
+
+impl Peer {
+    fn new(seg: &Segment) -> Peer {
+        let (base, len) = seg.mapping();
+        Peer {
+            base: base as usize,
+            len,
+            geo: *seg.geometry(),
+        }
+    }
+    fn u64_at(&self, off: u64) -> &AtomicU64 {
+        assert!(off % 8 == 0 && off as usize + 8 <= self.len);
+        // SAFETY: aligned, inside the mapping, which outlives the test's use of it;
+        // every peer accesses these words atomically or volatilely.
+        unsafe { &*((self.base + off as usize) as *const AtomicU64) }
+    }
+    fn put_u64(&self, off: u64, v: u64) {
+        self.u64_at(off).store(v, Ordering::Relaxed);
+    }
+    fn get_u64(&self, off: u64) -> u64 {
+        self.u64_at(off).load(Ordering::Relaxed)
+    }
+    fn put_bytes(&self, off: u64, bytes: &[u8]) {
+        assert!(off as usize + bytes.len() <= self.len);
+        for (i, &b) in bytes.iter().enumerate() {
+            // SAFETY: inside the mapping (checked above).
+            unsafe { std::ptr::write_volatile((self.base + off as usize + i) as *mut u8, b) };
+        }
+    }
+    fn random_bytes(&self, rng: &mut Rng, range: std::ops::Range<u64>, max_len: u64) {
+        let len = 1 + rng.below(max_len);
+        let off = range.start + rng.below(range.end - range.start);
+        let len = len.min(range.end - off);
+        let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        self.put_bytes(off, &bytes);
+    }
+    fn log_entry_off(&self, seq: u64) -> u64 {
+        self.geo.log_offset + (seq & (self.geo.log_entries as u64 - 1)) * 8
+    }
+    /// One random act of vandalism.
+    fn scribble(&self, rng: &mut Rng) {
+        let g = &self.geo;
+        let n = g.log_entries as u64;
+        let cap = g.cap_units();
+        match rng.below(8) {
+            0 => self.random_bytes(rng, DYNAMIC, 16),
+            1 => self.random_bytes(rng, g.slots_offset..g.log_offset, 24),
+            2 => {
+                let off = self.log_entry_off(rng.next());
+                self.put_u64(off, rng.next());
+            }
+            3 | 4 => {
+                // A forged claim right where the consumer looks next (or soon).
+                let read = cursor_seq(self.get_u64(READ_CURSOR));
+                let seq = (read + rng.below(n)) & SEQ_MASK;
+                let state = match rng.below(4) {
+                    0 => ClaimState::Claimed,
+                    1 => ClaimState::Committed,
+                    2 => ClaimState::Aborted,
+                    _ => ClaimState::Abandoned,
+                };
+                let units = match rng.below(4) {
+                    0 => 1 + rng.below(4),
+                    1 => 1 + rng.below(cap + 4),
+                    2 => cap - rng.below(4),
+                    _ => rng.next(),
+                };
+                let e = LogEntry {
+                    stamp: seq,
+                    state,
+                    slot: rng.below(g.max_producers as u64 + 4) as u32,
+                    units,
+                };
+                self.put_u64(self.log_entry_off(seq), e.pack());
+            }
+            5 => {
+                // Random bytes over a record header (or anywhere in it).
+                let unit = rng.below(cap);
+                let off = g.data_offset + unit * UNIT;
+                self.random_bytes(rng, off..off + UNIT, UNIT);
+            }
+            6 => {
+                // A plausible header: right seq, lying length.
+                let unit = rng.below(cap);
+                let read = cursor_seq(self.get_u64(READ_CURSOR));
+                let h = RecordHeader {
+                    len: match rng.below(3) {
+                        0 => rng.below(4 * UNIT),
+                        1 => rng.below(g.capacity + 1),
+                        _ => rng.next(),
+                    },
+                    seq: (read + rng.below(n)) & SEQ_MASK,
+                    timestamp_ns: rng.next(),
+                    stream: rng.next() as u32,
+                    ..Default::default()
+                };
+                let off = g.data_offset + unit * UNIT;
+                self.put_u64(off, h.len);
+                self.put_u64(off + 8, h.timestamp_ns);
+                self.put_u64(off + 16, h.stream as u64);
+                self.put_u64(off + 32, h.seq);
+            }
+            _ => {
+                let off = if rng.below(2) == 0 {
+                    WRITE_CURSOR
+                } else {
+                    READ_CURSOR
+                };
+                let v = match rng.below(2) {
+                    0 => rng.next(),
+                    _ => self.get_u64(off).wrapping_add(rng.below(1 << 40)),
+                };
+                self.put_u64(off, v);
+            }
+        }
+    }
+}
+
+fn config() -> Config {
+    Config {
+        capacity: 256 << 10,
+        max_record: Some(16 << 10),
+        log_entries: Some(64),
+        max_producers: 8,
+        eventfd: false,
+    }
+}
+
+fn options() -> ConsumerOptions {
+    ConsumerOptions {
+        liveness_interval: Duration::from_millis(1),
+        spin: 0,
+    }
+}
+
+#[derive(Default, Debug)]
+struct Seen {
+    frames: u64,
+    corrupt: u64,
+    saturated: u64,
+}
+
+/// Reads until the ring is quiet or reports an error. Every frame must lie inside
+/// the data ring.
+fn drain(consumer: &Consumer, peer: &Peer, max: usize, seen: &mut Seen) {
+    let data = peer.base + peer.geo.data_offset as usize;
+    let end = data + peer.geo.capacity as usize;
+    for _ in 0..max {
+        match consumer.next_timeout(Some(Duration::from_millis(1))) {
+            Ok(Some(f)) => {
+                let p = f.payload().as_ptr() as usize;
+                assert!(p >= data && p + f.len() <= end, "frame outside the ring");
+                assert_eq!(p % UNIT as usize, 0);
+                assert!(f.len() as u64 <= peer.geo.capacity / 2);
+                seen.frames += 1;
+            }
+            Ok(None) => return,
+            Err(Error::Corrupt { what, .. }) => {
+                assert!(!what.is_empty());
+                seen.corrupt += 1;
+                return;
+            }
+            Err(Error::TooManyHeld { .. }) => {
+                seen.saturated += 1;
+                return;
+            }
+            Err(e) => panic!("unexpected consumer error: {e}"),
+        }
+    }
+}
+
+/// Honest producers attach and records flow, checked byte for byte.
+fn honest_flow(seg: &Arc<Segment>, consumer: &Consumer, round: u64) {
+    let mut p = seg
+        .producer()
+        .unwrap_or_else(|e| panic!("round {round}: honest producer cannot attach: {e}"));
+    p.set_policy(FullPolicy::Fail);
+    for i in 0..16u64 {
+        let len = (i * 1013 + round * 7) as usize % 9000;
+        let mut r = p
+            .reserve(len)
+            .unwrap_or_else(|e| panic!("round {round}: reserve: {e}"));
+        for (j, b) in r.payload().iter_mut().enumerate() {
+            *b = (j as u64 ^ i ^ round) as u8;
+        }
+        r.commit(Meta::new(round as u32, 0).with_flags(i as u32))
+            .unwrap_or_else(|e| panic!("round {round}: commit: {e}"));
+        let f = consumer
+            .next_timeout(Some(Duration::from_secs(5)))
+            .unwrap_or_else(|e| panic!("round {round}: consumer after reset: {e}"))
+            .unwrap_or_else(|| panic!("round {round}: record {i} not delivered"));
+        assert_eq!(
+            (f.stream(), f.meta().flags, f.len()),
+            (round as u32, i as u32, len)
+        );
+        for (j, &b) in f.payload().iter().enumerate() {
+            assert_eq!(b, (j as u64 ^ i ^ round) as u8);
+        }
+    }
+}
+
+#[test]
+fn upfront_scribbles_never_break_the_consumer() {
+    let seg = Segment::create_memfd("hostile-upfront", &config()).unwrap();
+    let peer = Peer::new(&seg);
+    let mut consumer = Consumer::with_options(seg.clone(), options()).unwrap();
+    let mut rng = Rng(0x5eed_0001);
+    let mut seen = Seen::default();
+    for round in 0..400u64 {
+        honest_flow(&seg, &consumer, round);
+        // Records in flight, one claim left pending, then vandalism.
+        let mut p = seg.producer().unwrap();
+        p.set_policy(FullPolicy::Fail);
+        for i in 0..rng.below(8) {
+            let _ = p.send(&[i as u8; 300], Meta::new(1, 1));
+        }
+        let mut other = seg.producer().unwrap();
+        {
+            let pending = other.try_reserve(100).ok();
+            for _ in 0..1 + rng.below(6) {
+                peer.scribble(&mut rng);
+            }
+            drain(&consumer, &peer, 200, &mut seen);
+            // The honest producers finish (or learn their claims were taken) without
+            // panicking.
+            if let Some(r) = pending {
+                if rng.below(2) == 0 {
+                    let _ = r.commit(Meta::new(2, 2));
+                }
+            }
+        }
+        let _ = p.send(&[9; 64], Meta::new(1, 1));
+        drop((p, other));
+        drain(&consumer, &peer, 200, &mut seen);
+        consumer.reset();
+    }
+    honest_flow(&seg, &consumer, 1000);
+    // The vandalism was noticed, and did not only produce errors.
+    assert!(seen.corrupt > 0, "{seen:?}");
+    assert!(seen.frames > 0, "{seen:?}");
+    // (`seg.stats()` is not read here: see `stats_survive_hostile_counters`.)
+}
+
+#[test]
+fn concurrent_scribbles_never_break_the_consumer() {
+    let seg = Segment::create_memfd("hostile-concurrent", &config()).unwrap();
+    let peer = Peer::new(&seg);
+    let mut consumer = Consumer::with_options(seg.clone(), options()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let vandal = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut rng = Rng(0x5eed_0002);
+            // Bursts of vandalism with pauses, so honest traffic flows in between.
+            for _ in 0..1500 {
+                for _ in 0..1 + rng.below(4) {
+                    peer.scribble(&mut rng);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            stop.store(true, Ordering::Release);
+        })
+    };
+    let honest = {
+        let stop = stop.clone();
+        let seg = seg.clone();
+        std::thread::spawn(move || {
+            let mut sent = 0u64;
+            let mut errors = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                let Ok(mut p) = seg.producer() else {
+                    errors += 1;
+                    std::thread::sleep(Duration::from_micros(100));
+                    continue;
+                };
+                p.set_policy(FullPolicy::Fail);
+                for i in 0..100u32 {
+                    match p.send(&[i as u8; 2000], Meta::new(3, 3)) {
+                        Ok(()) => sent += 1,
+                        Err(_) => {
+                            errors += 1;
+                            std::thread::sleep(Duration::from_micros(20));
+                        }
+                    }
+                }
+            }
+            (sent, errors)
+        })
+    };
+    let mut seen = Seen::default();
+    let mut resets = 0;
+    let mut last_reset = Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        let before = (seen.corrupt, seen.saturated);
+        drain(&consumer, &peer, 50, &mut seen);
+        // Reset on corruption, and now and then anyway (a forged pending claim
+        // naming a live producer's slot stalls the ring without an error).
+        if (seen.corrupt, seen.saturated) != before
+            || last_reset.elapsed() > Duration::from_millis(20)
+        {
+            consumer.reset();
+            resets += 1;
+            last_reset = Instant::now();
+        }
+    }
+    vandal.join().unwrap();
+    let (sent, errors) = honest.join().unwrap();
+    eprintln!("sent {sent}, producer errors {errors}, consumer {seen:?}, resets {resets}");
+    consumer.reset();
+    honest_flow(&seg, &consumer, 7);
+    assert!(
+        sent > 0 && seen.frames > 0 && seen.corrupt > 0 && resets > 0,
+        "{seen:?}"
+    );
+}
+
+/// Every identity field, scribbled, makes a new attach fail naming it.
+#[test]
+fn identity_scribbles_fail_attach_naming_the_field() {
+    let seg = Segment::create_memfd("hostile-identity", &config()).unwrap();
+    let peer = Peer::new(&seg);
+    let g = *seg.geometry();
+    let attach = || Segment::from_fd(seg.fd().as_fd().try_clone_to_owned().unwrap());
+    // (offset, width, value, field named in the error)
+    let cases: &[(u64, u32, u64, &str)] = &[
+        (0, 8, u64::from_le_bytes(*b"SHMRING0"), "magic"),
+        (0, 8, 0, "magic"),
+        (8, 4, 2, "layout version"),
+        (12, 4, 8192, "control block size"),
+        (16, 8, g.capacity + 64, "geometry"),
+        (16, 8, 1 << 40, "geometry"),
+        (16, 8, g.capacity * 2, "segment size"),
+        (24, 8, g.capacity, "geometry"),
+        (32, 4, 3, "geometry"),
+        (32, 4, 1 << 30, "geometry"),
+        (36, 4, 0, "geometry"),
+        (36, 4, 257, "geometry"),
+        (48, 8, g.data_offset + 4096, "data offset"),
+        (48, 8, u64::MAX, "data offset"),
+        (56, 8, g.total_size + 1, "segment size"),
+        (56, 8, u64::MAX, "segment size"),
+    ];
+    for &(off, width, value, field) in cases {
+        let word = off & !7;
+        let saved = peer.get_u64(word);
+        let new = if width == 8 {
+            value
+        } else {
+            let shift = (off - word) * 8;
+            (saved & !(0xffff_ffffu64 << shift)) | ((value & 0xffff_ffff) << shift)
+        };
+        peer.put_u64(word, new);
+        match attach() {
+            Err(Error::LayoutMismatch { field: f, .. }) => {
+                assert_eq!(f, field, "scribbling offset {off} with {value}")
+            }
+            Err(e) => panic!("offset {off}: expected a {field} mismatch, got {e}"),
+            Ok(_) => panic!("offset {off}: attach accepted a scribbled {field}"),
+        }
+        peer.put_u64(word, saved);
+        attach().expect("restored identity attaches");
+    }
+    // Random bytes anywhere in the identity line never attach and never panic.
+    let saved: Vec<u64> = (0..8).map(|i| peer.get_u64(i * 8)).collect();
+    let mut rng = Rng(0x5eed_0003);
+    let mut accepted = 0;
+    for _ in 0..500 {
+        peer.random_bytes(&mut rng, 0..64, 16);
+        if peer.get_u64(0) != saved[0] && rng.below(2) == 0 {
+            peer.put_u64(0, saved[0]); // keep the magic often, to reach the rest
+        }
+        match attach() {
+            Err(Error::LayoutMismatch { .. }) => {}
+            // Only fields no offset depends on (max_record, flags, padding) may
+            // change and still attach, and then within the layout's limits.
+            Ok(s) => {
+                assert!(
+                    [0, 1, 2, 4, 6, 7]
+                        .iter()
+                        .all(|&i| peer.get_u64(i * 8) == saved[i as usize]),
+                    "a scribbled identity attached"
+                );
+                assert!(s.geometry().max_record <= Geometry::largest_record(g.capacity));
+                accepted += 1;
+            }
+            Err(Error::EventfdRequired(_)) => {}
+            Err(e) => panic!("unexpected error {e}"),
+        }
+        for (i, &v) in saved.iter().enumerate() {
+            peer.put_u64(i as u64 * 8, v);
+        }
+    }
+    assert!(accepted < 500);
+}
+
+/// A producer may write anything into its own slot's counters; reading the
+/// statistics must not overflow (debug builds panic on `+=` overflow).
+#[test]
+fn stats_survive_hostile_counters() {
+    let seg = Segment::create_memfd("hostile-stats", &config()).unwrap();
+    let peer = Peer::new(&seg);
+    let g = *seg.geometry();
+    for slot in 0..2 {
+        // ProducerCounters start at byte 64 of each slot; eight u64s.
+        for c in 0..6 {
+            peer.put_u64(g.slots_offset + slot * 128 + 64 + c * 8, u64::MAX);
+        }
+    }
+    let s = seg.stats();
+    // Whatever the policy (wrap or saturate), the call returns.
+    assert!(s.records_committed == u64::MAX - 1 || s.records_committed == u64::MAX);
+}
+
+/// A flood of aborted claims (a hostile producer stamping entries just ahead of the
+/// consumer as fast as it skips them) must not keep `next_timeout` from returning.
+#[test]
+fn next_timeout_returns_during_a_flood_of_aborted_claims() {
+    let seg = Segment::create_memfd("hostile-flood", &config()).unwrap();
+    let peer = Peer::new(&seg);
+    let consumer = Consumer::with_options(seg.clone(), options()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let n = peer.geo.log_entries as u64;
+            let start = Instant::now();
+            while !stop.load(Ordering::Acquire) {
+                if start.elapsed() > Duration::from_secs(3) {
+                    return true; // gave up flooding before the consumer returned
+                }
+                let read = cursor_seq(peer.get_u64(READ_CURSOR));
+                for d in 0..n {
+                    let k = (read + d) & SEQ_MASK;
+                    let e = LogEntry {
+                        stamp: k,
+                        state: ClaimState::Aborted,
+                        slot: 0,
+                        units: 1,
+                    };
+                    peer.put_u64(peer.log_entry_off(k), e.pack());
+                }
+            }
+            false
+        })
+    };
+    std::thread::sleep(Duration::from_millis(5));
+    let r = consumer.next_timeout(Some(Duration::from_millis(10)));
+    stop.store(true, Ordering::Release);
+    let flood_gave_up = flood.join().unwrap();
+    assert!(matches!(r, Ok(None)), "{r:?}");
+    assert!(
+        !flood_gave_up,
+        "next_timeout(10 ms) did not return while the flood went on"
+    );
+    assert!(seg.stats().skipped_aborted > 0);
+}
+
+/// After vandalism of the slot table, a reset should give honest producers their
+/// slots back: a slot stuck in a state nobody leaves (garbage, or ATTACHING after
+/// a producer died mid-attach) is lost forever today.
+#[test]
+fn reset_recovers_a_scribbled_slot_table() {
+    let seg = Segment::create_memfd("hostile-slots", &config()).unwrap();
+    let peer = Peer::new(&seg);
+    let mut consumer = Consumer::with_options(seg.clone(), options()).unwrap();
+    for i in 0..peer.geo.max_producers as u64 {
+        // Every slot ATTACHING (1): what producers killed mid-attach leave behind.
+        peer.put_u64(peer.geo.slots_offset + i * 128, 1);
+    }
+    consumer.reset();
+    honest_flow(&seg, &consumer, 0);
+}

@@ -1,0 +1,309 @@
+//! Misuse gets a clear error, never a panic or a hang: double release, a second
+//! consumer, oversize records, missing segments, segments of another layout or not
+//! ours at all, unsealed memfds, invalid configurations.
+
+mod common;
+
+use std::os::unix::fs::FileExt;
+
+use common::ShmName;
+use shmring::{Config, Error, Meta, Segment};
+
+fn small() -> Config {
+    Config::with_capacity(1 << 20)
+}
+
+#[test]
+fn double_release_of_a_raw_frame_is_not_held() {
+    let seg = Segment::create_memfd("misuse-raw", &small()).unwrap();
+    let consumer = seg.consumer().unwrap();
+    let mut prod = seg.producer().unwrap();
+    for i in 0..3u8 {
+        prod.send(&[i; 100], Meta::new(0, 0)).unwrap();
+    }
+    let a = consumer.next_raw(None).unwrap().unwrap();
+    let b = consumer.try_next().unwrap().unwrap().into_raw();
+    let c = consumer
+        .next_raw(Some(std::time::Duration::ZERO))
+        .unwrap()
+        .unwrap();
+    assert!(consumer.is_held(a.seq) && consumer.is_held(b.seq) && consumer.is_held(c.seq));
+    assert_eq!(consumer.outstanding(), 3);
+
+    // Out of order: the middle one first, then twice.
+    consumer.release_raw(b.seq).unwrap();
+    assert!(!consumer.is_held(b.seq));
+    let e = consumer.release_raw(b.seq).unwrap_err();
+    assert!(
+        matches!(e, Error::NotHeld { seq, .. } if seq == b.seq),
+        "{e}"
+    );
+    consumer.release_raw(a.seq).unwrap();
+    assert!(matches!(
+        consumer.release_raw(a.seq),
+        Err(Error::NotHeld { .. })
+    ));
+    // A sequence number never handed out.
+    assert!(matches!(
+        consumer.release_raw(c.seq + 1),
+        Err(Error::NotHeld { .. })
+    ));
+    assert!(matches!(
+        consumer.release_raw(u64::MAX),
+        Err(Error::NotHeld { .. })
+    ));
+    consumer.release_raw(c.seq).unwrap();
+    assert!(matches!(
+        consumer.release_raw(c.seq),
+        Err(Error::NotHeld { .. })
+    ));
+    assert_eq!(consumer.outstanding(), 0);
+    assert_eq!(
+        seg.stats().occupancy,
+        0,
+        "all space returned despite the bad releases"
+    );
+    // The ring still works.
+    prod.send(b"after", Meta::new(0, 0)).unwrap();
+    assert_eq!(consumer.try_next().unwrap().unwrap().payload(), b"after");
+}
+
+#[test]
+fn second_consumer_is_busy_while_the_first_lives() {
+    let seg = Segment::create_memfd("misuse-busy", &small()).unwrap();
+    let first = seg.consumer().unwrap();
+    let e = seg.consumer().err().expect("second consumer refused");
+    assert!(matches!(e, Error::ConsumerBusy(_)), "{e}");
+    // Also through a second Segment mapping the same file.
+    let again = Segment::from_fd(seg.fd().try_clone_to_owned().unwrap()).unwrap();
+    assert!(matches!(again.consumer(), Err(Error::ConsumerBusy(_))));
+    assert!(seg.stats().consumer_attached);
+    drop(first);
+    assert!(!seg.stats().consumer_attached);
+    let second = again.consumer().expect("free once the first is dropped");
+    let mut prod = seg.producer().unwrap();
+    prod.send(b"x", Meta::default()).unwrap();
+    assert_eq!(second.try_next().unwrap().unwrap().payload(), b"x");
+}
+
+#[test]
+fn oversize_record_is_too_large() {
+    let cfg = Config {
+        max_record: Some(100_000),
+        ..small()
+    };
+    let seg = Segment::create_memfd("misuse-large", &cfg).unwrap();
+    let consumer = seg.consumer().unwrap();
+    let mut prod = seg.producer().unwrap();
+    let e = prod.reserve(100_001).err().expect("too large");
+    assert!(
+        matches!(
+            e,
+            Error::TooLarge {
+                len: 100_001,
+                max: 100_000,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = prod.send(&vec![0; 200_000], Meta::default()).unwrap_err();
+    assert!(matches!(e, Error::TooLarge { .. }), "{e}");
+    assert!(e.to_string().contains("max_record 100000"), "{e}");
+    // Exactly the maximum is fine; nothing was counted as a drop or an abort.
+    prod.send(&vec![7; 100_000], Meta::default()).unwrap();
+    assert_eq!(consumer.try_next().unwrap().unwrap().len(), 100_000);
+    let s = seg.stats();
+    assert_eq!(
+        (s.drops_full, s.records_aborted, s.records_committed),
+        (0, 0, 1)
+    );
+    // The largest record the layout allows is capacity/2 - 64.
+    let e = Segment::create_memfd(
+        "misuse-cfg",
+        &Config {
+            max_record: Some((1 << 19) - 63),
+            ..small()
+        },
+    )
+    .expect_err("max_record above capacity/2 - 64");
+    assert!(
+        matches!(&e, Error::Config(m) if m.contains("max_record")),
+        "{e}"
+    );
+}
+
+#[test]
+fn opening_a_missing_name_is_not_found() {
+    let name = ShmName::new("missing");
+    let e = Segment::open_named(&name.0).expect_err("no such segment");
+    assert!(
+        matches!(&e, Error::NotFound(n) if n.contains(&name.0)),
+        "{e}"
+    );
+    assert!(!name.exists());
+}
+
+/// Writes `bytes` at `offset` of the named segment's file, bypassing shmring.
+fn scribble(name: &ShmName, offset: u64, bytes: &[u8]) {
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(name.path())
+        .unwrap();
+    f.write_at(bytes, offset).unwrap();
+}
+
+fn mismatch_field(e: Error) -> (&'static str, String, String) {
+    match e {
+        Error::LayoutMismatch {
+            field,
+            expected,
+            found,
+            ..
+        } => (field, expected, found),
+        e => panic!("expected LayoutMismatch, got {e}"),
+    }
+}
+
+#[test]
+fn segment_of_another_layout_is_a_layout_mismatch() {
+    let name = ShmName::new("layout");
+    let seg = Segment::create_named(&name.0, &small()).unwrap();
+    // Offsets in the identity line (see layout.rs): magic 0, version 8,
+    // capacity 16, total_size 56.
+    let open = || Segment::open_named(&name.0).expect_err("mismatch");
+
+    scribble(&name, 8, &99u32.to_le_bytes());
+    let e = open();
+    assert!(e.to_string().contains("layout version"), "{e}");
+    assert_eq!(
+        mismatch_field(e),
+        ("layout version", "1".into(), "99".into())
+    );
+    scribble(&name, 8, &1u32.to_le_bytes());
+
+    scribble(&name, 0, b"SHMRING0");
+    let (field, _, found) = mismatch_field(open());
+    assert_eq!(
+        (field, found),
+        ("magic", format!("{:#x}", u64::from_le_bytes(*b"SHMRING0")))
+    );
+    scribble(&name, 0, b"SHMRING1");
+
+    scribble(&name, 16, &1000u64.to_le_bytes());
+    assert_eq!(mismatch_field(open()).0, "geometry");
+    scribble(&name, 16, &(1u64 << 20).to_le_bytes());
+
+    scribble(&name, 56, &12345u64.to_le_bytes());
+    assert_eq!(mismatch_field(open()).0, "segment size");
+    let total = small().segment_size().unwrap();
+    scribble(&name, 56, &total.to_le_bytes());
+
+    // Restored: it opens again.
+    let again = Segment::open_named(&name.0).unwrap();
+    assert_eq!(again.geometry(), seg.geometry());
+    drop((again, seg));
+    assert!(!name.exists());
+}
+
+#[test]
+fn foreign_files_are_layout_mismatches() {
+    // Not ours at all: wrong magic.
+    let name = ShmName::new("foreign");
+    std::fs::write(name.path(), vec![b'x'; 8192]).unwrap();
+    assert_eq!(
+        mismatch_field(Segment::open_named(&name.0).err().unwrap()).0,
+        "magic"
+    );
+    // Too small to hold a control block.
+    std::fs::write(name.path(), [0u8; 100]).unwrap();
+    assert_eq!(
+        mismatch_field(Segment::open_named(&name.0).err().unwrap()).0,
+        "file size"
+    );
+    // Empty.
+    std::fs::write(name.path(), []).unwrap();
+    assert_eq!(
+        mismatch_field(Segment::open_named(&name.0).err().unwrap()).0,
+        "file size"
+    );
+    drop(name);
+}
+
+#[test]
+fn memfd_without_seals_is_unsealed() {
+    use rustix::fs::{MemfdFlags, SealFlags};
+    let size = small().segment_size().unwrap();
+    let make = || {
+        let fd =
+            rustix::fs::memfd_create("unsealed", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+                .unwrap();
+        rustix::fs::ftruncate(&fd, size).unwrap();
+        fd
+    };
+    let e = Segment::from_fd(make()).expect_err("unsealed");
+    assert!(matches!(e, Error::Unsealed(_)), "{e}");
+    // Sealed against shrinking only: a peer could still grow it.
+    let fd = make();
+    rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK).unwrap();
+    assert!(matches!(Segment::from_fd(fd), Err(Error::Unsealed(_))));
+    // Sealed but not a segment.
+    let fd = make();
+    rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).unwrap();
+    assert_eq!(
+        mismatch_field(Segment::from_fd(fd).err().unwrap()).0,
+        "magic"
+    );
+}
+
+#[test]
+fn invalid_configurations_name_the_field() {
+    let cases: [(Config, &str); 4] = [
+        (Config::with_capacity(100_000), "capacity"),
+        (Config::with_capacity(1 << 12), "capacity"),
+        (
+            Config {
+                log_entries: Some(1000),
+                ..small()
+            },
+            "log_entries",
+        ),
+        (
+            Config {
+                max_producers: 0,
+                ..small()
+            },
+            "max_producers",
+        ),
+    ];
+    for (cfg, field) in cases {
+        let e = Segment::create_memfd("cfg", &cfg).expect_err("invalid");
+        assert!(
+            matches!(&e, Error::Config(m) if m.contains(field)),
+            "{field}: {e}"
+        );
+    }
+}
+
+#[test]
+fn eventfd_ring_producer_without_the_eventfd_is_refused() {
+    let cfg = Config {
+        eventfd: true,
+        ..small()
+    };
+    let seg = Segment::create_memfd("misuse-efd", &cfg).unwrap();
+    let bare = Segment::from_fd(seg.fd().try_clone_to_owned().unwrap()).unwrap();
+    let e = bare.producer().expect_err("no eventfd");
+    assert!(matches!(e, Error::EventfdRequired(_)), "{e}");
+    let with = Segment::from_fds(
+        seg.fd().try_clone_to_owned().unwrap(),
+        Some(seg.eventfd().unwrap().try_clone_to_owned().unwrap()),
+    )
+    .unwrap();
+    let consumer = seg.consumer().unwrap();
+    with.producer()
+        .unwrap()
+        .send(b"ok", Meta::default())
+        .unwrap();
+    assert_eq!(consumer.try_next().unwrap().unwrap().payload(), b"ok");
+}

@@ -1,0 +1,155 @@
+//! Fuzzing harness shared by the targets: a fresh small ring per input, driven by a
+//! byte program that mixes consumer operations, honest producer operations and
+//! arbitrary writes anywhere in the segment. The properties checked are the
+//! consumer's: no panic, no access outside the segment, every call returns.
+
+use std::time::Duration;
+
+use shmring::{Config, ConsumerOptions, FullPolicy, Meta, RawFrame, Segment};
+
+/// Reads the program.
+struct Input<'a>(&'a [u8]);
+
+impl Input<'_> {
+    fn byte(&mut self) -> Option<u8> {
+        let (&b, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(b)
+    }
+    fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_le_bytes([self.byte()?, self.byte()?]))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        let mut b = [0u8; 8];
+        for x in &mut b {
+            *x = self.byte()?;
+        }
+        Some(u64::from_le_bytes(b))
+    }
+    fn bytes(&mut self, n: usize) -> &[u8] {
+        let n = n.min(self.0.len());
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        a
+    }
+}
+
+/// Runs one program. `with_producer`: also interleave honest producer operations.
+pub fn run(data: &[u8], with_producer: bool) {
+    let cfg = Config {
+        capacity: 64 * 1024,
+        max_record: Some(16 * 1024),
+        log_entries: Some(16),
+        max_producers: 4,
+        eventfd: false,
+    };
+    let seg = Segment::create_memfd("fuzz", &cfg).expect("create");
+    let mut consumer = shmring::Consumer::with_options(
+        seg.clone(),
+        ConsumerOptions {
+            liveness_interval: Duration::ZERO,
+            spin: 0,
+        },
+    )
+    .expect("consumer");
+    let mut producer = if with_producer {
+        let mut p = seg.producer().expect("producer");
+        p.set_policy(FullPolicy::Fail);
+        Some(p)
+    } else {
+        None
+    };
+    let (base, len) = seg.mapping();
+    let g = *seg.geometry();
+    let data_start = base as usize + g.data_offset as usize;
+    let map_end = base as usize + len;
+    let mut held: Vec<RawFrame> = Vec::new();
+    let mut input = Input(data);
+    let mut steps = 0;
+    while let Some(op) = input.byte() {
+        steps += 1;
+        if steps > 256 {
+            break;
+        }
+        match op % 8 {
+            // Arbitrary bytes at an arbitrary offset of the segment.
+            0 => {
+                let Some(off) = input.u16() else { break };
+                let n = input.byte().unwrap_or(0) as usize % 64;
+                let bytes = input.bytes(n).to_vec();
+                let off = (off as usize * 7) % len;
+                let n = bytes.len().min(len - off);
+                // SAFETY: off + n <= len: inside our own mapping. Shared memory that
+                // the consumer treats as untrusted; writing it is the point.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), (base as *mut u8).add(off), n)
+                };
+            }
+            // A 64-bit value into a structure the protocol reads.
+            1 => {
+                let Some(which) = input.byte() else { break };
+                let Some(v) = input.u64() else { break };
+                let at = match which % 6 {
+                    0 => 64,                                                         // write cursor
+                    1 => 128,                                                        // read cursor
+                    2 => g.log_offset as usize + 8 * (which as usize / 6 % 16),      // a log entry
+                    3 => g.slots_offset as usize + 128 * (which as usize / 6 % 4),   // slot state
+                    4 => g.data_offset as usize + 64 * (which as usize % 1024), // a record header
+                    _ => g.data_offset as usize + 64 * (which as usize % 1024) + 32, // its seq
+                };
+                // SAFETY: `at` + 8 lies inside the mapping (computed from the geometry),
+                // 8-byte aligned.
+                unsafe { std::ptr::write_volatile((base as *mut u8).add(at) as *mut u64, v) };
+            }
+            2 | 3 => match consumer.next_raw(Some(Duration::ZERO)) {
+                Ok(Some(f)) => {
+                    let (p, l) = (f.ptr as usize, f.len);
+                    assert!(
+                        p >= data_start && p + l <= map_end,
+                        "frame outside the data ring"
+                    );
+                    // SAFETY: just checked to lie inside the mapping.
+                    let s = unsafe { std::slice::from_raw_parts(f.ptr, l) };
+                    std::hint::black_box(s.iter().fold(0u8, |a, &b| a ^ b));
+                    held.push(f);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    let _ = e.to_string();
+                }
+            },
+            4 => {
+                if !held.is_empty() {
+                    let i = input.byte().unwrap_or(0) as usize % held.len();
+                    let f = held.swap_remove(i);
+                    consumer.release_raw(f.seq).expect("release a held frame");
+                    // Releasing again must be refused, not crash.
+                    assert!(consumer.release_raw(f.seq).is_err());
+                }
+            }
+            5 => {
+                held.clear();
+                consumer.reset();
+            }
+            _ => {
+                if let Some(p) = producer.as_mut() {
+                    let n = input.u16().unwrap_or(0) as usize % (20 * 1024);
+                    let commit = input.byte().unwrap_or(0) & 1 == 0;
+                    if let Ok(mut r) = p.try_reserve(n) {
+                        r.payload().fill(0xa5);
+                        if commit {
+                            let _ = r.commit(Meta::new(1, 2));
+                        }
+                    }
+                } else {
+                    let _ = consumer.release_raw(input.u64().unwrap_or(0));
+                }
+            }
+        }
+    }
+    for f in held.drain(..) {
+        let _ = consumer.release_raw(f.seq);
+    }
+    drop(producer);
+    drop(consumer);
+}
