@@ -1,1 +1,42 @@
-//! Python bindings for shmring (built with maturin).
+//! Python bindings for shmring (built with maturin): the native module
+//! `shmring._shmring`, re-exported by the `shmring` Python package.
+//!
+//! The bindings are thin: every ring operation is the core crate's. What lives
+//! here is lifetime bookkeeping between Python objects and ring memory:
+//!
+//! * A [`consumer::PyFrame`] holds a strong reference to its consumer and a
+//!   [`shmring::RawFrame`]. Python views of its payload (buffer exports and numpy
+//!   arrays) are counted; the record is handed back to the ring only when the frame
+//!   is released *and* no view is left (deferred release), so a view never points at
+//!   memory a producer may reuse.
+//! * A [`producer::PyReservation`] owns a core reservation; numpy arrays of it are
+//!   made read-only when it is committed or aborted.
+
+use pyo3::prelude::*;
+
+mod consumer;
+mod errors;
+mod media;
+mod producer;
+mod views;
+
+/// Native part of the `shmring` package. Import `shmring` instead.
+#[pymodule]
+fn _shmring(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    m.add_class::<consumer::PyConsumer>()?;
+    m.add_class::<consumer::PyFrame>()?;
+    m.add_class::<producer::PyProducer>()?;
+    m.add_class::<producer::PyReservation>()?;
+    m.add_class::<views::ViewGuard>()?;
+    media::register(m)?;
+    m.add_function(wrap_pyfunction!(now_ns, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
+
+/// Nanoseconds of CLOCK_MONOTONIC, the clock record timestamps use by default.
+#[pyfunction]
+fn now_ns() -> u64 {
+    shmring::now_ns()
+}

@@ -1,12 +1,36 @@
-//! `shmring bench`: entry points called by the `shmring` binary.
+//! `shmring bench`: shmring against the transports people use today (Unix and TCP
+//! sockets, pipes, a browser-style WebSocket, optionally iceoryx2), with the same
+//! decoder-like writer and encoder-like reader on every transport.
+//!
+//! The `shmring` binary calls [`run`] for `shmring bench ...` and [`worker`] for the
+//! hidden `shmring bench-worker ...`: each side of a transport runs in its own
+//! process, a copy of the same binary.
+//!
+//! Heap allocations per frame are measured with [`CountingAlloc`], which the binary
+//! installs as its global allocator; without it they are reported as unavailable.
+
+mod alloc;
+mod args;
+#[cfg(feature = "iceoryx2")]
+mod ice;
+mod orchestrate;
+mod plot;
+pub mod report;
+mod sys;
+mod transports;
+mod work;
+
+pub use alloc::{alloc_count, counting_installed, CountingAlloc};
+/// For tools and tests that read the `--json` output.
+pub use serde_json;
+pub use work::{checksum, expected_checksum, fill_frame, FRAME_1080P_I420};
 
 /// `shmring bench ARGS...`; returns the process exit code.
-pub fn run(_args: &[String]) -> i32 {
-    eprintln!("shmring bench: not built yet");
-    2
+pub fn run(args: &[String]) -> i32 {
+    orchestrate::run(args)
 }
 
 /// `shmring bench-worker ARGS...` (hidden): one side of a transport, in its own process.
-pub fn worker(_args: &[String]) -> i32 {
-    2
+pub fn worker(args: &[String]) -> i32 {
+    transports::worker_main(args)
 }

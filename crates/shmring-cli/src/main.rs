@@ -2,15 +2,36 @@
 
 use std::process::ExitCode;
 
+use clap::Parser;
+use shmring_cli::cli::{Cli, Cmd};
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // `bench` and its hidden worker live in the shmring-bench crate and parse their
+    // own arguments.
     match args.first().map(String::as_str) {
-        // `bench` and its hidden worker live in the shmring-bench crate.
-        Some("bench") => ExitCode::from(shmring_bench::run(&args[1..]) as u8),
-        Some("bench-worker") => ExitCode::from(shmring_bench::worker(&args[1..]) as u8),
-        _ => {
-            eprintln!("usage: shmring <demo|produce|record|stat|bench> ...");
-            ExitCode::from(2)
+        Some("bench") => return code(shmring_bench::run(&args[1..])),
+        Some("bench-worker") => return code(shmring_bench::worker(&args[1..])),
+        _ => {}
+    }
+    let cli = Cli::parse();
+    let (name, r) = match cli.cmd {
+        Cmd::Record(a) => ("record", shmring_cli::record::run(a)),
+        Cmd::Produce(a) => ("produce", shmring_cli::produce::run(a)),
+        Cmd::Demo(a) => ("demo", shmring_cli::demo::run(a)),
+        Cmd::Stat(a) => ("stat", shmring_cli::stat::run(a)),
+        Cmd::Bench { args } => return code(shmring_bench::run(&args)),
+        Cmd::BenchWorker { args } => return code(shmring_bench::worker(&args)),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shmring {name}: {}", e.msg);
+            ExitCode::from(e.code.max(1))
         }
     }
+}
+
+fn code(c: i32) -> ExitCode {
+    ExitCode::from(c.clamp(0, 255) as u8)
 }

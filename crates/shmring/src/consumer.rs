@@ -182,13 +182,21 @@ impl Consumer {
     pub fn next_raw(&self, timeout: Option<Duration>) -> Result<Option<RawFrame>> {
         let start = Instant::now();
         let mut spins = 0u32;
+        let mut skips = 0u32;
         loop {
             let step = self.poll_once()?;
             if let Step::Frame(f) = step {
                 return Ok(Some(f));
             }
-            // Skipping is bounded by the deadline too: a stream of aborted claims
-            // cannot keep a timed call from returning.
+            // Skipped an aborted or abandoned claim: look at the next one at once. A
+            // stream of them cannot keep a timed call from returning: after a bounded
+            // number of skips the deadline counts too.
+            if let Step::Again = step {
+                skips += 1;
+                if skips <= SKIPS_BEFORE_DEADLINE {
+                    continue;
+                }
+            }
             let left = match timeout {
                 Some(t) => match t.checked_sub(start.elapsed()) {
                     Some(l) if !l.is_zero() => l,
@@ -258,7 +266,7 @@ impl Consumer {
                     cur.publish(&sh);
                     bump(&counters.corruption, 1);
                     return Err(Error::Corrupt {
-                        segment: self.seg.name().to_string(),
+                        segment: self.seg.label(),
                         seq,
                         what: if h.len > room {
                             "record length exceeds its claim"
@@ -319,7 +327,7 @@ impl Consumer {
                 if slot >= self.seg.geometry().max_producers {
                     bump(&counters.corruption, 1);
                     return Err(Error::Corrupt {
-                        segment: self.seg.name().to_string(),
+                        segment: self.seg.label(),
                         seq: peek,
                         what: "claim names a producer slot that does not exist",
                     });
@@ -335,13 +343,13 @@ impl Consumer {
                 Ok(Step::Again)
             }
             Poll::Saturated => Err(Error::TooManyHeld {
-                segment: self.seg.name().to_string(),
+                segment: self.seg.label(),
                 held: cur.outstanding(),
             }),
             Poll::Corrupt(what) => {
                 bump(&counters.corruption, 1);
                 Err(Error::Corrupt {
-                    segment: self.seg.name().to_string(),
+                    segment: self.seg.label(),
                     seq: cur.peek_seq,
                     what,
                 })
@@ -365,7 +373,7 @@ impl Consumer {
                 Ok(())
             }
             Err(_) => Err(Error::NotHeld {
-                segment: self.seg.name().to_string(),
+                segment: self.seg.label(),
                 seq,
             }),
         }
@@ -452,6 +460,9 @@ impl Consumer {
         self.opts
     }
 }
+
+/// Skips a call makes before its deadline is checked between them.
+const SKIPS_BEFORE_DEADLINE: u32 = 4096;
 
 enum Step {
     Frame(RawFrame),

@@ -1,6 +1,11 @@
 //! Errors. Each says what failed and in which object.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+/// A segment's name in errors: shared, so building an error on a hot path (a full
+/// ring, a timeout) allocates nothing.
+pub type Name = Arc<str>;
 
 /// Everything that can go wrong in shmring.
 #[derive(Debug, thiserror::Error)]
@@ -9,7 +14,7 @@ pub enum Error {
     #[error("{op} failed for segment {segment}: {source}")]
     Os {
         op: &'static str,
-        segment: String,
+        segment: Name,
         #[source]
         source: std::io::Error,
     },
@@ -18,66 +23,66 @@ pub enum Error {
     Config(String),
     /// A named segment already exists.
     #[error("segment {0} already exists")]
-    Exists(String),
+    Exists(Name),
     /// A named segment does not exist.
     #[error("segment {0} does not exist")]
-    NotFound(String),
+    NotFound(Name),
     /// The segment is not one of ours, or of another layout.
     #[error("segment {segment}: {field} mismatch: expected {expected}, found {found}")]
     LayoutMismatch {
-        segment: String,
+        segment: Name,
         field: &'static str,
         expected: String,
         found: String,
     },
     /// A memfd segment can still be resized by a peer (would allow SIGBUS).
     #[error("segment {0}: memfd is not sealed against shrinking and growing")]
-    Unsealed(String),
+    Unsealed(Name),
     /// The ring is full and the producer's policy is to fail at once.
     #[error("ring {segment} is full ({why}); the record was dropped and counted")]
-    Full { segment: String, why: &'static str },
+    Full { segment: Name, why: &'static str },
     /// A wait ran out.
     #[error("ring {segment}: timed out after {after:?} waiting for {waiting_for}")]
     Timeout {
-        segment: String,
+        segment: Name,
         waiting_for: &'static str,
         after: Duration,
     },
     /// The payload is larger than the ring's configured maximum.
     #[error("ring {segment}: record of {len} bytes exceeds max_record {max}")]
-    TooLarge { segment: String, len: u64, max: u64 },
+    TooLarge { segment: Name, len: u64, max: u64 },
     /// Every producer slot is taken.
     #[error("ring {segment}: all {max} producer slots are in use")]
-    NoSlot { segment: String, max: u32 },
+    NoSlot { segment: Name, max: u32 },
     /// Another consumer is attached and alive.
     #[error("ring {0}: another consumer is attached")]
-    ConsumerBusy(String),
+    ConsumerBusy(Name),
     /// No consumer is attached (it died, or never came).
     #[error("ring {0}: no live consumer is attached")]
-    NoConsumer(String),
+    NoConsumer(Name),
     /// Something in shared memory cannot have been written by an honest peer.
     #[error("ring {segment}: corruption detected at claim {seq}: {what}; reset the ring")]
     Corrupt {
-        segment: String,
+        segment: Name,
         seq: u64,
         what: &'static str,
     },
     /// A claim was taken from its producer (judged dead, or the ring was reset).
     #[error("ring {segment}: claim {seq} was abandoned (the ring was reset or this producer was judged dead)")]
-    Abandoned { segment: String, seq: u64 },
+    Abandoned { segment: Name, seq: u64 },
     /// The consumer holds as many records as the claim log tracks.
     #[error(
         "ring {segment}: the consumer holds {held} records, the claim log's limit; release some"
     )]
-    TooManyHeld { segment: String, held: u64 },
+    TooManyHeld { segment: Name, held: u64 },
     /// A frame handle that is not held by this consumer.
     #[error("ring {segment}: record {seq} is not held (released twice, or not from this ring)")]
-    NotHeld { segment: String, seq: u64 },
+    NotHeld { segment: Name, seq: u64 },
     /// The ring requires producers to signal through its eventfd.
     #[error(
         "ring {0} was created with eventfd wake-ups: attach the producer with the ring's eventfd"
     )]
-    EventfdRequired(String),
+    EventfdRequired(Name),
 }
 
 /// `Result` with [`Error`].
@@ -86,7 +91,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub(crate) fn os(op: &'static str, segment: &str, source: impl Into<std::io::Error>) -> Error {
     Error::Os {
         op,
-        segment: segment.to_string(),
+        segment: segment.into(),
         source: source.into(),
     }
 }

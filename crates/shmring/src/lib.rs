@@ -54,7 +54,7 @@ mod wake;
 #[cfg(not(loom))]
 pub use consumer::{Consumer, ConsumerOptions, Frame, RawFrame};
 #[cfg(not(loom))]
-pub use error::{Error, Result};
+pub use error::{Error, Name, Result};
 #[cfg(not(loom))]
 pub use producer::{FullPolicy, Meta, Producer, Reservation};
 #[cfg(not(loom))]

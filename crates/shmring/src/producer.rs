@@ -82,9 +82,12 @@ impl Producer {
     /// Attaches a producer to the ring.
     pub fn new(seg: Arc<Segment>) -> Result<Producer> {
         if seg.uses_eventfd() && seg.eventfd().is_none() {
-            return Err(Error::EventfdRequired(seg.name().to_string()));
+            return Err(Error::EventfdRequired(seg.label()));
         }
         let token = process_token();
+        // Read the clock once now: the first read may locate the vDSO with a system
+        // call (prctl or /proc), which a sandbox entered after attach would forbid.
+        let _ = now_ns();
         let slot = slots::acquire(&seg, token)?;
         Ok(Producer {
             seg,
@@ -152,7 +155,7 @@ impl Producer {
         let max = self.seg.geometry().max_record;
         if len > max {
             return Err(Error::TooLarge {
-                segment: self.seg.name().to_string(),
+                segment: self.seg.label(),
                 len,
                 max,
             });
@@ -186,7 +189,7 @@ impl Producer {
                 Ok(c) => return Ok(c),
                 Err(ClaimError::Broken) => {
                     return Err(Error::Corrupt {
-                        segment: self.seg.name().to_string(),
+                        segment: self.seg.label(),
                         seq: 0,
                         what: "write and read cursors contradict the claim log",
                     })
@@ -198,7 +201,7 @@ impl Producer {
                 FullPolicy::Fail => {
                     bump(&self.my_slot().counters.drops_full, 1);
                     return Err(Error::Full {
-                        segment: self.seg.name().to_string(),
+                        segment: self.seg.label(),
                         why,
                     });
                 }
@@ -209,10 +212,10 @@ impl Producer {
             if now >= deadline {
                 bump(&self.my_slot().counters.drops_full, 1);
                 if !slots::consumer_alive(&self.seg, self.token) {
-                    return Err(Error::NoConsumer(self.seg.name().to_string()));
+                    return Err(Error::NoConsumer(self.seg.label()));
                 }
                 return Err(Error::Timeout {
-                    segment: self.seg.name().to_string(),
+                    segment: self.seg.label(),
                     waiting_for: "free space",
                     after: wait,
                 });
@@ -334,7 +337,7 @@ impl Reservation<'_> {
             Ok(())
         } else {
             Err(Error::Abandoned {
-                segment: p.seg.name().to_string(),
+                segment: p.seg.label(),
                 seq: claim.seq,
             })
         }

@@ -147,6 +147,7 @@ pub struct Segment {
     file: Arc<FileHandle>,
     geo: Geometry,
     name: String,
+    label: crate::error::Name,
     backing: Backing,
     persist: std::sync::atomic::AtomicBool,
     eventfd: Option<OwnedFd>,
@@ -197,7 +198,7 @@ impl Segment {
             Mode::from_raw_mode(0o600),
         )
         .map_err(|e| match e {
-            rustix::io::Errno::EXIST => Error::Exists(path.clone()),
+            rustix::io::Errno::EXIST => Error::Exists(path.as_str().into()),
             e => os("shm_open", &path, e),
         })?;
         let cleanup = |e: Error| {
@@ -219,7 +220,7 @@ impl Segment {
         let path = shm_name(name)?;
         let fd = rustix::shm::open(path.as_str(), rustix::shm::OFlags::RDWR, Mode::empty())
             .map_err(|e| match e {
-                rustix::io::Errno::NOENT => Error::NotFound(path.clone()),
+                rustix::io::Errno::NOENT => Error::NotFound(path.as_str().into()),
                 e => os("shm_open", &path, e),
             })?;
         Self::attach(fd, path, Backing::Named { owner: false }).map(Arc::new)
@@ -238,7 +239,7 @@ impl Segment {
         let backing = match rustix::fs::fcntl_get_seals(&fd) {
             Ok(seals) => {
                 if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
-                    return Err(Error::Unsealed(label));
+                    return Err(Error::Unsealed(label.into()));
                 }
                 Backing::Memfd
             }
@@ -290,7 +291,7 @@ impl Segment {
         let size = st.st_size as u64;
         if size < CONTROL_SIZE {
             return Err(Error::LayoutMismatch {
-                segment: name,
+                segment: name.into(),
                 field: "file size",
                 expected: format!(">= {CONTROL_SIZE}"),
                 found: size.to_string(),
@@ -309,7 +310,7 @@ impl Segment {
     fn validate(c: &Control, file_size: u64, name: &str) -> Result<Geometry> {
         let id = &c.identity.0;
         let mismatch = |field, expected: String, found: String| Error::LayoutMismatch {
-            segment: name.to_string(),
+            segment: name.into(),
             field,
             expected,
             found,
@@ -395,6 +396,7 @@ impl Segment {
             len,
             file,
             geo,
+            label: name.as_str().into(),
             name,
             backing,
             persist: std::sync::atomic::AtomicBool::new(false),
@@ -444,6 +446,11 @@ impl Segment {
     /// The segment's name, for messages (`/name`, `memfd:name` or `fd:N`).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The name as shared by errors (cloning it does not allocate).
+    pub fn label(&self) -> crate::error::Name {
+        self.label.clone()
     }
 
     /// The validated layout.

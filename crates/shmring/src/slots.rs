@@ -64,7 +64,7 @@ pub(crate) fn acquire(seg: &Segment, token: u64) -> Result<u32> {
         }
     }
     Err(Error::NoSlot {
-        segment: seg.name().to_string(),
+        segment: seg.label(),
         max: seg.geometry().max_producers,
     })
 }
@@ -147,11 +147,11 @@ pub(crate) fn take_consumer(seg: &Segment, token: u64) -> Result<()> {
     if role.state.load(Ordering::Acquire) == CONSUMER_ATTACHED
         && role.token.load(Ordering::Acquire) == token
     {
-        return Err(Error::ConsumerBusy(seg.name().to_string()));
+        return Err(Error::ConsumerBusy(seg.label()));
     }
     match lock::try_lock(seg.lock_fd(), LOCK_BASE) {
         Ok(true) => {}
-        _ => return Err(Error::ConsumerBusy(seg.name().to_string())),
+        _ => return Err(Error::ConsumerBusy(seg.label())),
     }
     // Only the consumer waits on the data futex, and no consumer is waiting now: a
     // predecessor killed while asleep left its mark, which would make producers

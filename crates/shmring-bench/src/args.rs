@@ -1,0 +1,129 @@
+//! Command lines of `shmring bench` and the hidden `shmring bench-worker`.
+
+use clap::{Parser, ValueEnum};
+
+/// Every transport, in table order.
+pub const ALL_TRANSPORTS: &[&str] = &[
+    "shmring",
+    "shmring-copy",
+    "iceoryx2",
+    "uds",
+    "tcp",
+    "pipe",
+    "websocket",
+    "floor",
+];
+
+/// Is this transport compiled into this binary?
+pub fn transport_built(name: &str) -> bool {
+    name != "iceoryx2" || cfg!(feature = "iceoryx2")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WorkloadArg {
+    /// 1080p I420 frames (3,110,400 bytes).
+    Video,
+    /// 4 KiB records: per-record overhead.
+    Audio,
+    /// Both.
+    All,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// At a fixed byte rate (--rate) for a fixed time.
+    Rated,
+    /// As fast as the transport goes.
+    Unthrottled,
+    /// Both.
+    Both,
+}
+
+/// Compare shmring with the transports people use today for raw media between
+/// processes: the producer writes every byte of each frame, the consumer reads every
+/// byte and checks a checksum, each side in its own process.
+#[derive(Debug, Parser)]
+#[command(name = "shmring bench")]
+pub struct BenchArgs {
+    /// Transports to run, comma separated: shmring, shmring-copy, iceoryx2 (when
+    /// built with the `iceoryx2` feature), uds, tcp, pipe, websocket, floor.
+    #[arg(long, value_delimiter = ',')]
+    pub transports: Option<Vec<String>>,
+    /// Which workload.
+    #[arg(long, value_enum, default_value = "all")]
+    pub workload: WorkloadArg,
+    /// Rated, unthrottled, or both.
+    #[arg(long, value_enum, default_value = "both")]
+    pub mode: ModeArg,
+    /// Byte rate of the rated mode, in MB/s (10^6 bytes).
+    #[arg(long, default_value_t = 150.0)]
+    pub rate: f64,
+    /// Seconds per transport and run.
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// Short runs (1 s each; whole default suite under a minute on 2 cores).
+    #[arg(long)]
+    pub quick: bool,
+    /// Move exactly this many frames per run instead of running for --seconds.
+    #[arg(long)]
+    pub frames: Option<u64>,
+    /// Write the results as JSON (an array, one object per transport and run).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<std::path::PathBuf>,
+    /// Draw CPU per GiB, latency, and CPU/RSS over time of the shmring run (SVG).
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<std::path::PathBuf>,
+    /// Ring capacity of the shmring transports, in MiB.
+    #[arg(long, default_value_t = 64)]
+    pub ring_mib: u64,
+    /// (testing) The producer damages every Nth frame; the consumer must notice.
+    #[arg(long, hide = true)]
+    pub corrupt_every: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    Producer,
+    Consumer,
+    /// Producer and consumer work in one process, no transport.
+    Floor,
+}
+
+/// `shmring bench-worker`: one side of one transport.
+#[derive(Debug, Parser, Clone)]
+#[command(name = "shmring bench-worker")]
+pub struct WorkerArgs {
+    #[arg(long)]
+    pub transport: String,
+    #[arg(long, value_enum)]
+    pub role: Role,
+    /// Bytes per frame.
+    #[arg(long)]
+    pub size: usize,
+    /// Frames to send (0: run for --seconds).
+    #[arg(long, default_value_t = 0)]
+    pub frames: u64,
+    #[arg(long, default_value_t = 1.0)]
+    pub seconds: f64,
+    /// Bytes per second (0: unthrottled).
+    #[arg(long, default_value_t = 0.0)]
+    pub rate: f64,
+    /// Inherited descriptor: the memfd, socket, pipe end or listener.
+    #[arg(long)]
+    pub fd: Option<i32>,
+    /// Loopback TCP port to connect to.
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// iceoryx2 service name.
+    #[arg(long)]
+    pub service: Option<String>,
+    /// Frames per ring or buffer pool (floor: buffers cycled through).
+    #[arg(long, default_value_t = 64)]
+    pub ring_mib: u64,
+    #[arg(long)]
+    pub corrupt_every: Option<u64>,
+}
+
+pub fn parse<P: Parser>(argv0: &str, args: &[String]) -> Result<P, clap::Error> {
+    P::try_parse_from(std::iter::once(argv0.to_string()).chain(args.iter().cloned()))
+}

@@ -1,0 +1,822 @@
+//! `shmring bench`: runs each transport's two workers, gathers their reports, and
+//! prints the table, the JSON and the plot.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use shmring::{Config, Segment};
+
+use crate::args::{parse, transport_built, BenchArgs, ModeArg, WorkloadArg, ALL_TRANSPORTS};
+use crate::report::{Row, WorkerReport};
+use crate::sys::{clock_ticks_per_s, grow_pipe, pipe, sample_proc, Inheritable};
+use crate::work::{AUDIO_RECORD, FRAME_1080P_I420};
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// One sample of a worker process, psrecord-style.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    pub t_s: f64,
+    /// CPU % of one core since the previous sample.
+    pub cpu_pct: f64,
+    pub rss_kib: u64,
+}
+
+/// CPU/RSS over time of one run's producer and consumer.
+#[derive(Debug, Clone, Default)]
+pub struct Timeline {
+    pub label: String,
+    pub producer: Vec<Sample>,
+    pub consumer: Vec<Sample>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    Video,
+    Audio,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Video => "video",
+            Workload::Audio => "audio",
+        }
+    }
+    fn size(self) -> usize {
+        match self {
+            Workload::Video => FRAME_1080P_I420,
+            Workload::Audio => AUDIO_RECORD,
+        }
+    }
+}
+
+struct Plan {
+    seconds: f64,
+    frames: Option<u64>,
+    rate_bps: f64,
+    ring_mib: u64,
+    corrupt_every: Option<u64>,
+}
+
+pub fn run(args: &[String]) -> i32 {
+    let a: BenchArgs = match parse("shmring bench", args) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    let mut failed = false;
+    if !(a.rate.is_finite() && a.rate > 0.0) {
+        eprintln!(
+            "shmring bench: --rate must be a positive number of MB/s, not {}",
+            a.rate
+        );
+        return 2;
+    }
+    if let Some(s) = a.seconds {
+        if !(s.is_finite() && s > 0.0 && s <= 3600.0) {
+            eprintln!("shmring bench: --seconds must be in (0, 3600], not {s}");
+            return 2;
+        }
+    }
+    if !(1..=2048).contains(&a.ring_mib) || !a.ring_mib.is_power_of_two() {
+        eprintln!(
+            "shmring bench: --ring-mib must be a power of two from 1 to 2048, not {}",
+            a.ring_mib
+        );
+        return 2;
+    }
+    let wanted: Vec<String> = match &a.transports {
+        Some(v) => v
+            .iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+        None => ALL_TRANSPORTS
+            .iter()
+            .filter(|t| transport_built(t))
+            .map(|t| t.to_string())
+            .collect(),
+    };
+    let mut transports = Vec::new();
+    for t in wanted {
+        if !ALL_TRANSPORTS.contains(&t.as_str()) {
+            eprintln!(
+                "shmring bench: unknown transport {t:?} (known: {})",
+                ALL_TRANSPORTS.join(", ")
+            );
+            failed = true;
+        } else if !transport_built(&t) {
+            eprintln!(
+                "shmring bench: transport {t:?} is not in this build (build shmring with the \
+                 shmring-bench/{t} feature)"
+            );
+            failed = true;
+        } else if !transports.contains(&t) {
+            transports.push(t);
+        }
+    }
+    let plan = Plan {
+        seconds: a.seconds.unwrap_or(if a.quick { 1.0 } else { 5.0 }),
+        frames: a.frames,
+        rate_bps: a.rate * 1e6,
+        ring_mib: a.ring_mib,
+        corrupt_every: a.corrupt_every,
+    };
+    let workloads: &[Workload] = match a.workload {
+        WorkloadArg::Video => &[Workload::Video],
+        WorkloadArg::Audio => &[Workload::Audio],
+        WorkloadArg::All => &[Workload::Video, Workload::Audio],
+    };
+    let modes: &[&str] = match a.mode {
+        ModeArg::Rated => &["rated"],
+        ModeArg::Unthrottled => &["unthrottled"],
+        ModeArg::Both => &["rated", "unthrottled"],
+    };
+
+    let runs = (workloads.len() * modes.len() * transports.len()) as u64;
+    let per_run_ms = (plan.seconds * 1000.0) as u64;
+    let bar = ProgressBar::new(runs * per_run_ms.max(1));
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {pos:>}/{len} ms {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut rows = Vec::new();
+    let mut timelines = Vec::new();
+    let mut done = 0u64;
+    for &w in workloads {
+        for &mode in modes {
+            for t in &transports {
+                bar.set_message(format!("{t} {} {mode}", w.name()));
+                let base = done * per_run_ms;
+                let (row, tl) = run_one(t, w, mode, &plan, &bar, base, per_run_ms);
+                done += 1;
+                bar.set_position(done * per_run_ms);
+                if let Some(e) = &row.error {
+                    bar.suspend(|| eprintln!("shmring bench: {t} ({} {mode}): {e}", w.name()));
+                    failed = true;
+                }
+                if t == "shmring" {
+                    timelines.push(tl);
+                }
+                rows.push(row);
+            }
+        }
+    }
+    bar.finish_and_clear();
+    add_ratios(&mut rows);
+    print_table(&rows, a.rate);
+    print_goals(&rows);
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&rows).unwrap_or_else(|_| "[]".into());
+        if let Err(e) = std::fs::write(path, text + "\n") {
+            eprintln!("shmring bench: cannot write {}: {e}", path.display());
+            failed = true;
+        }
+    }
+    if let Some(path) = &a.plot {
+        let svg = crate::plot::svg(&rows, &timelines);
+        if let Err(e) = std::fs::write(path, svg) {
+            eprintln!("shmring bench: cannot write {}: {e}", path.display());
+            failed = true;
+        }
+    }
+    if failed {
+        1
+    } else {
+        0
+    }
+}
+
+/// A worker process, killed if still running when dropped.
+struct Worker {
+    child: Child,
+    lines: Receiver<String>,
+    stderr: Option<JoinHandle<String>>,
+    status: Option<std::process::ExitStatus>,
+    report: Option<WorkerReport>,
+}
+
+impl Worker {
+    fn spawn(args: &[String]) -> Result<Worker, String> {
+        let exe =
+            std::env::current_exe().map_err(|e| format!("cannot find the shmring binary: {e}"))?;
+        let mut child = Command::new(exe)
+            .arg("bench-worker")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start a worker: {e}"))?;
+        let out = child.stdout.take().expect("piped stdout");
+        let mut err = child.stderr.take().expect("piped stderr");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Some(std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        }));
+        Ok(Worker {
+            child,
+            lines,
+            stderr,
+            status: None,
+            report: None,
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for the worker's "ready" line.
+    fn wait_ready(&mut self, timeout: Duration) -> Result<(), String> {
+        match self.lines.recv_timeout(timeout) {
+            Ok(l) if l == "ready" => Ok(()),
+            Ok(l) => Err(format!("unexpected output from the consumer: {l}")),
+            Err(RecvTimeoutError::Timeout) => Err("the consumer did not get ready".into()),
+            Err(RecvTimeoutError::Disconnected) => Err(self.failure()),
+        }
+    }
+
+    /// Has it exited? Collects its status and report when it has.
+    fn poll(&mut self) -> bool {
+        if self.status.is_none() {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                self.status = Some(st);
+                while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
+                    if l.starts_with('{') {
+                        self.report = serde_json::from_str(&l).ok();
+                    }
+                }
+            }
+        }
+        self.status.is_some()
+    }
+
+    fn ok(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+
+    fn kill(&mut self) {
+        if self.status.is_none() {
+            let _ = self.child.kill();
+            self.status = self.child.wait().ok();
+        }
+    }
+
+    /// Its error output, or its exit status.
+    fn failure(&mut self) -> String {
+        self.kill();
+        let err = self
+            .stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        let err = err.trim();
+        if !err.is_empty() {
+            err.lines()
+                .rev()
+                .take(3)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("; ")
+        } else {
+            match self.status {
+                Some(s) => format!("worker exited with {s}"),
+                None => "worker failed".into(),
+            }
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// What a transport needs set up by the parent before its workers start.
+enum Wiring {
+    None,
+    /// Each side gets its own descriptor.
+    Fds(Inheritable, Inheritable),
+    /// Consumer gets the listener, producer the port.
+    Listener(Inheritable, u16),
+    /// Both map the same ring (memfd).
+    Ring(std::sync::Arc<Segment>),
+    /// Both open the same iceoryx2 service.
+    Service(String),
+}
+
+fn wire(t: &str, plan: &Plan) -> Result<Wiring, String> {
+    let io = |e: std::io::Error| format!("setup: {e}");
+    Ok(match t {
+        "shmring" | "shmring-copy" => {
+            let cfg = Config::with_capacity(plan.ring_mib << 20);
+            Wiring::Ring(
+                Segment::create_memfd("shmring-bench", &cfg).map_err(|e| format!("setup: {e}"))?,
+            )
+        }
+        "uds" => {
+            let (p, c) = UnixStream::pair().map_err(io)?;
+            Wiring::Fds(
+                Inheritable::new(&p).map_err(io)?,
+                Inheritable::new(&c).map_err(io)?,
+            )
+        }
+        "pipe" => {
+            let (r, w) = pipe().map_err(io)?;
+            grow_pipe(&w, 1 << 20);
+            Wiring::Fds(
+                Inheritable::new(&w).map_err(io)?,
+                Inheritable::new(&r).map_err(io)?,
+            )
+        }
+        "tcp" | "websocket" => {
+            let l = TcpListener::bind("127.0.0.1:0").map_err(io)?;
+            let port = l.local_addr().map_err(io)?.port();
+            Wiring::Listener(Inheritable::new(&l).map_err(io)?, port)
+        }
+        "iceoryx2" => {
+            static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Wiring::Service(format!("shmring-bench-{}-{n}", std::process::id()))
+        }
+        _ => Wiring::None,
+    })
+}
+
+fn run_one(
+    t: &str,
+    w: Workload,
+    mode: &str,
+    plan: &Plan,
+    bar: &ProgressBar,
+    base_ms: u64,
+    per_run_ms: u64,
+) -> (Row, Timeline) {
+    let rated = mode == "rated";
+    let mut row = Row {
+        transport: t.to_string(),
+        workload: w.name().to_string(),
+        mode: mode.to_string(),
+        frame_bytes: w.size() as u64,
+        frames: 0,
+        bytes: 0,
+        seconds: 0.0,
+        gbps: 0.0,
+        frames_per_s: 0.0,
+        cpu_s_producer: 0.0,
+        cpu_s_consumer: 0.0,
+        cpu_s_per_gib: 0.0,
+        cpu_pct_at_rate: 0.0,
+        lat_p50_us: None,
+        lat_p99_us: None,
+        lat_p999_us: None,
+        allocs_per_frame_producer: None,
+        allocs_per_frame_consumer: None,
+        rss_producer_kib: None,
+        rss_consumer_kib: None,
+        cpu_vs_shmring: None,
+        cpu_vs_floor: None,
+        ring_producer_waits: None,
+        ring_consumer_waits: None,
+        ring_peak_occupancy: None,
+        error: None,
+    };
+    let mut tl = Timeline {
+        label: format!("{t} {} {mode}", w.name()),
+        ..Default::default()
+    };
+    let mut common = vec![
+        "--transport".to_string(),
+        t.to_string(),
+        "--size".into(),
+        w.size().to_string(),
+        "--frames".into(),
+        plan.frames.unwrap_or(0).to_string(),
+        "--seconds".into(),
+        plan.seconds.to_string(),
+        "--rate".into(),
+        (if rated { plan.rate_bps } else { 0.0 }).to_string(),
+        "--ring-mib".into(),
+        plan.ring_mib.to_string(),
+    ];
+    if let Some(n) = plan.corrupt_every {
+        common.extend(["--corrupt-every".into(), n.to_string()]);
+    }
+    let mut stats = None;
+    let res = drive(
+        t,
+        &common,
+        plan,
+        (bar, base_ms, per_run_ms),
+        &mut tl,
+        &mut stats,
+    );
+    if let Some(st) = stats {
+        row.ring_producer_waits = Some(st.producer_waits);
+        row.ring_consumer_waits = Some(st.consumer_waits);
+        row.ring_peak_occupancy = Some(st.peak_occupancy);
+    }
+    match res {
+        Ok((p, c)) => fill_row(&mut row, &p, c.as_ref(), rated, plan),
+        Err(b) => {
+            let (e, p, c) = *b;
+            if let Some(p) = p {
+                fill_row(&mut row, &p, c.as_ref(), rated, plan);
+            }
+            row.error = Some(e);
+        }
+    }
+    (row, tl)
+}
+
+type Reports = (WorkerReport, Option<WorkerReport>);
+type Failure = Box<(String, Option<WorkerReport>, Option<WorkerReport>)>;
+
+/// Runs a transport's workers to the end. Ok((producer, consumer)); floor has only
+/// the first.
+fn drive(
+    t: &str,
+    common: &[String],
+    plan: &Plan,
+    (bar, base_ms, per_run_ms): (&ProgressBar, u64, u64),
+    tl: &mut Timeline,
+    ring_stats: &mut Option<shmring::Stats>,
+) -> Result<Reports, Failure> {
+    let fail = |e: String| -> Failure { Box::new((e, None, None)) };
+    let wiring = wire(t, plan).map_err(fail)?;
+    let args = |role: &str, extra: Vec<String>| {
+        let mut v = common.to_vec();
+        v.extend(["--role".into(), role.into()]);
+        v.extend(extra);
+        v
+    };
+    let mut workers: Vec<Worker> = Vec::new();
+    let mut ring = None;
+    if t == "floor" {
+        workers.push(Worker::spawn(&args("floor", vec![])).map_err(fail)?);
+    } else {
+        let (cons_extra, prod_fd): (Vec<String>, Option<Inheritable>);
+        let mut prod_extra = vec![];
+        let mut keep = None;
+        match wiring {
+            Wiring::Fds(p, c) => {
+                cons_extra = vec!["--fd".into(), c.raw().to_string()];
+                keep = Some(c);
+                prod_fd = Some(p);
+            }
+            Wiring::Listener(l, port) => {
+                cons_extra = vec!["--fd".into(), l.raw().to_string()];
+                keep = Some(l);
+                prod_extra = vec!["--port".into(), port.to_string()];
+                prod_fd = None;
+            }
+            Wiring::Ring(seg) => {
+                let c = Inheritable::new(&seg.fd()).map_err(|e| fail(e.to_string()))?;
+                cons_extra = vec!["--fd".into(), c.raw().to_string()];
+                keep = Some(c);
+                prod_fd = Some(Inheritable::new(&seg.fd()).map_err(|e| fail(e.to_string()))?);
+                ring = Some(seg);
+            }
+            Wiring::Service(name) => {
+                cons_extra = vec!["--service".into(), name];
+                prod_extra = cons_extra.clone();
+                prod_fd = None;
+            }
+            Wiring::None => return Err(fail(format!("no wiring for transport {t:?}"))),
+        }
+        // The producer's descriptor must not leak into the consumer (it would keep
+        // the stream open), so it is made inheritable only after the consumer starts.
+        let prod_raw = prod_fd.as_ref().map(|f| f.raw());
+        let pending = prod_fd.inspect(|f| {
+            // SAFETY: mark close-on-exec until the producer is spawned.
+            unsafe { libc::fcntl(f.raw(), libc::F_SETFD, libc::FD_CLOEXEC) };
+        });
+        let mut cons = Worker::spawn(&args("consumer", cons_extra)).map_err(fail)?;
+        drop(keep);
+        cons.wait_ready(Duration::from_secs(20))
+            .map_err(|e| fail(format!("consumer: {e}")))?;
+        if let Some(n) = prod_raw {
+            // SAFETY: clear close-on-exec on our own descriptor for the producer.
+            unsafe { libc::fcntl(n, libc::F_SETFD, 0) };
+            prod_extra.extend(["--fd".into(), n.to_string()]);
+        }
+        let prod = Worker::spawn(&args("producer", prod_extra));
+        drop(pending);
+        let prod = prod.map_err(fail)?;
+        workers.push(prod);
+        workers.push(cons);
+    }
+
+    // Wait, sampling CPU and RSS every 100 ms.
+    let start = Instant::now();
+    let limit = Duration::from_secs_f64(plan.seconds * 3.0 + 30.0);
+    let hz = clock_ticks_per_s();
+    let mut last: Vec<Option<(f64, u64)>> = vec![None; workers.len()];
+    let mut first_fail: Option<Instant> = None;
+    loop {
+        let mut all_done = true;
+        for w in workers.iter_mut() {
+            all_done &= w.poll();
+        }
+        if all_done {
+            break;
+        }
+        let now = start.elapsed();
+        for (i, w) in workers.iter().enumerate() {
+            if w.status.is_some() {
+                continue;
+            }
+            if let Some((ticks, rss)) = sample_proc(w.pid()) {
+                let t_s = now.as_secs_f64();
+                let cpu = ticks as f64 / hz;
+                let pct = match last[i] {
+                    Some((t0, c0)) if t_s > t0 => (cpu - c0 as f64 / hz) / (t_s - t0) * 100.0,
+                    _ => 0.0,
+                };
+                last[i] = Some((t_s, ticks));
+                let s = Sample {
+                    t_s,
+                    cpu_pct: pct.max(0.0),
+                    rss_kib: rss,
+                };
+                if i == 0 {
+                    tl.producer.push(s);
+                } else {
+                    tl.consumer.push(s);
+                }
+            }
+        }
+        bar.set_position(base_ms + (now.as_millis() as u64).min(per_run_ms));
+        if workers.iter().any(|w| w.status.is_some() && !w.ok()) {
+            let since = *first_fail.get_or_insert_with(Instant::now);
+            if since.elapsed() > Duration::from_secs(2) {
+                for w in workers.iter_mut() {
+                    w.kill();
+                }
+            }
+        }
+        if now > limit {
+            for w in workers.iter_mut() {
+                w.kill();
+            }
+            return Err(fail(format!("timed out after {:.0} s", now.as_secs_f64())));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    *ring_stats = ring.as_ref().map(|r| r.stats());
+    let mut errors = Vec::new();
+    let roles = ["producer", "consumer"];
+    for (i, w) in workers.iter_mut().enumerate() {
+        if !w.ok() {
+            let why = w.failure();
+            let role = if t == "floor" { "floor" } else { roles[i] };
+            // Workers name their transport and role; say it if one died silently.
+            if why.starts_with(t) {
+                errors.push(why);
+            } else {
+                errors.push(format!("{role}: {why}"));
+            }
+        } else if w.report.is_none() {
+            errors.push(format!("{}: no report", roles[i]));
+        }
+    }
+    let p = workers.first().and_then(|w| w.report.clone());
+    let c = workers.get(1).and_then(|w| w.report.clone());
+    if !errors.is_empty() {
+        return Err(Box::new((errors.join("; "), p, c)));
+    }
+    match p {
+        Some(p) => Ok((p, c)),
+        None => Err(fail("no report".into())),
+    }
+}
+
+fn fill_row(row: &mut Row, p: &WorkerReport, c: Option<&WorkerReport>, rated: bool, plan: &Plan) {
+    // For floor one report holds both halves.
+    let recv = c.unwrap_or(p);
+    row.frames = recv.frames;
+    row.bytes = recv.bytes;
+    row.seconds = recv.end_ns.saturating_sub(p.start_ns) as f64 / 1e9;
+    if row.seconds > 0.0 {
+        row.gbps = row.bytes as f64 / row.seconds / 1e9;
+        row.frames_per_s = row.frames as f64 / row.seconds;
+    }
+    // CPU of the measured loops (falls back to the whole process if missing).
+    let cpu = |r: &WorkerReport| {
+        if r.loop_cpu_s > 0.0 {
+            r.loop_cpu_s
+        } else {
+            r.utime_s + r.stime_s
+        }
+    };
+    row.cpu_s_producer = cpu(p);
+    row.cpu_s_consumer = c.map_or(0.0, cpu);
+    let cpu = row.cpu_s_producer + row.cpu_s_consumer;
+    if row.bytes > 0 {
+        row.cpu_s_per_gib = cpu / (row.bytes as f64 / GIB);
+    }
+    row.cpu_pct_at_rate = if rated {
+        if row.seconds > 0.0 {
+            cpu / row.seconds * 100.0
+        } else {
+            0.0
+        }
+    } else {
+        row.cpu_s_per_gib * plan.rate_bps / GIB * 100.0
+    };
+    let us = |v: Option<u64>| v.map(|n| n as f64 / 1000.0);
+    row.lat_p50_us = us(recv.lat_p50_ns);
+    row.lat_p99_us = us(recv.lat_p99_ns);
+    row.lat_p999_us = us(recv.lat_p999_ns);
+    let per = |a: Option<u64>, n: u64| a.map(|a| if n > 0 { a as f64 / n as f64 } else { 0.0 });
+    row.allocs_per_frame_producer = per(p.allocs, p.frames);
+    row.allocs_per_frame_consumer = match c {
+        Some(c) => per(c.allocs, c.frames),
+        None => per(p.allocs_reader, p.frames),
+    };
+    row.rss_producer_kib = Some(p.maxrss_kib);
+    row.rss_consumer_kib = c.map(|c| c.maxrss_kib);
+    if rated && plan.frames.is_none() && row.error.is_none() {
+        let achieved = row.bytes as f64 / row.seconds.max(1e-9);
+        if achieved < 0.9 * plan.rate_bps {
+            row.error = Some(format!(
+                "could not sustain {:.0} MB/s: moved {:.0} MB/s",
+                plan.rate_bps / 1e6,
+                achieved / 1e6
+            ));
+        }
+    }
+}
+
+fn add_ratios(rows: &mut [Row]) {
+    let find = |rows: &[Row], t: &str, w: &str, m: &str| {
+        rows.iter()
+            .find(|r| r.transport == t && r.workload == w && r.mode == m && r.cpu_s_per_gib > 0.0)
+            .map(|r| r.cpu_s_per_gib)
+    };
+    let snapshot = rows.to_vec();
+    for r in rows.iter_mut() {
+        if r.cpu_s_per_gib <= 0.0 {
+            continue;
+        }
+        r.cpu_vs_shmring =
+            find(&snapshot, "shmring", &r.workload, &r.mode).map(|s| r.cpu_s_per_gib / s);
+        r.cpu_vs_floor =
+            find(&snapshot, "floor", &r.workload, &r.mode).map(|s| r.cpu_s_per_gib / s);
+    }
+}
+
+fn opt(v: Option<f64>, prec: usize) -> String {
+    match v {
+        Some(x) => format!("{x:.prec$}"),
+        None => "-".into(),
+    }
+}
+
+fn print_table(rows: &[Row], rate: f64) {
+    let mut groups: Vec<(String, String)> = Vec::new();
+    for r in rows {
+        let g = (r.workload.clone(), r.mode.clone());
+        if !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    for (w, m) in groups {
+        let size = rows
+            .iter()
+            .find(|r| r.workload == w)
+            .map_or(0, |r| r.frame_bytes);
+        let how = if m == "rated" {
+            format!("rated at {rate} MB/s")
+        } else {
+            "unthrottled".into()
+        };
+        println!(
+            "\n{w} ({size}-byte frames), {how}; CPU% at rate: {}",
+            if m == "rated" {
+                "measured"
+            } else {
+                "CPU/GiB x rate"
+            }
+        );
+        println!(
+            "{:<13} {:>8} {:>7} {:>10} {:>9} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>6} {:>6} {:>8} {:>8}",
+            "transport", "frames", "GB/s", "frames/s", "CPU s/GiB", "xshmring", "xfloor", "CPU%",
+            "p50 us", "p99 us", "p99.9 us", "alc/fP", "alc/fC", "RSS P MiB", "RSS C MiB"
+        );
+        for r in rows.iter().filter(|r| r.workload == w && r.mode == m) {
+            let mib = |k: Option<u64>| opt(k.map(|k| k as f64 / 1024.0), 1);
+            println!(
+                "{:<13} {:>8} {:>7.3} {:>10.0} {:>9.3} {:>8} {:>8} {:>7.1} {:>9} {:>9} {:>9} {:>6} {:>6} {:>8} {:>8}{}",
+                r.transport,
+                r.frames,
+                r.gbps,
+                r.frames_per_s,
+                r.cpu_s_per_gib,
+                opt(r.cpu_vs_shmring, 2),
+                opt(r.cpu_vs_floor, 2),
+                r.cpu_pct_at_rate,
+                opt(r.lat_p50_us, 1),
+                opt(r.lat_p99_us, 1),
+                opt(r.lat_p999_us, 1),
+                opt(r.allocs_per_frame_producer, 2),
+                opt(r.allocs_per_frame_consumer, 2),
+                mib(r.rss_producer_kib),
+                mib(r.rss_consumer_kib),
+                if r.error.is_some() { "  FAILED" } else { "" }
+            );
+        }
+        for r in rows.iter().filter(|r| r.workload == w && r.mode == m) {
+            if let (Some(pw), Some(cw), Some(peak)) = (
+                r.ring_producer_waits,
+                r.ring_consumer_waits,
+                r.ring_peak_occupancy,
+            ) {
+                println!(
+                    "  {}: producer waited for space {pw} times, consumer slept {cw} times, peak {:.1} MiB in the ring",
+                    r.transport,
+                    peak as f64 / (1u64 << 20) as f64
+                );
+            }
+        }
+    }
+}
+
+fn print_goals(rows: &[Row]) {
+    let get = |t: &str, w: &str, m: &str| {
+        rows.iter()
+            .find(|r| r.transport == t && r.workload == w && r.mode == m && r.error.is_none())
+    };
+    let mut lines = Vec::new();
+    for m in ["rated", "unthrottled"] {
+        if let Some(s) = get("shmring", "video", m) {
+            if let Some(f) = get("floor", "video", m) {
+                let x = s.cpu_s_per_gib / f.cpu_s_per_gib;
+                lines.push(format!(
+                    "video {m}: shmring CPU/GiB = {x:.2}x floor (goal <= 1.2x): {}",
+                    met(x <= 1.2)
+                ));
+            }
+            for (t, goal) in [("uds", 10.0), ("websocket", 50.0)] {
+                if let Some(o) = get(t, "video", m) {
+                    let x = o.cpu_s_per_gib / s.cpu_s_per_gib;
+                    lines.push(format!(
+                        "video {m}: {t} CPU/GiB = {x:.1}x shmring (goal >= {goal}x): {}",
+                        met(x >= goal)
+                    ));
+                }
+            }
+            if let (Some(p), Some(c)) = (s.allocs_per_frame_producer, s.allocs_per_frame_consumer) {
+                lines.push(format!("video {m}: shmring heap allocations per frame {p:.4} producer, {c:.4} consumer (goal 0): {}", met(p == 0.0 && c == 0.0)));
+            }
+        }
+    }
+    for m in ["unthrottled", "rated"] {
+        if let (Some(s), Some(i)) = (get("shmring", "audio", m), get("iceoryx2", "audio", m)) {
+            let x = s.frames_per_s / i.frames_per_s;
+            lines.push(format!(
+                "audio {m}: shmring {:.0} msgs/s = {x:.2}x iceoryx2 (goal >= 2x): {}",
+                s.frames_per_s,
+                met(x >= 2.0)
+            ));
+        }
+    }
+    if !lines.is_empty() {
+        println!("\ngoals:");
+        for l in lines {
+            println!("  {l}");
+        }
+    }
+}
+
+fn met(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "NOT met"
+    }
+}

@@ -1,0 +1,373 @@
+//! `--plot FILE.svg`: CPU per GiB and latency per transport, and CPU/RSS over time
+//! of the shmring run (sampled every 100 ms from /proc), as a hand-built SVG.
+
+use std::fmt::Write;
+
+use crate::orchestrate::Timeline;
+use crate::report::Row;
+
+const COLORS: &[&str] = &[
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+];
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+struct Panel {
+    x: f64,
+    y: f64,
+    w: f64,
+    h: f64,
+}
+
+/// Bars per category, one bar per series, on a log10 axis.
+fn bars(
+    out: &mut String,
+    p: &Panel,
+    title: &str,
+    unit: &str,
+    cats: &[String],
+    series: &[(String, Vec<Option<f64>>)],
+) {
+    let vals: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.1.iter().flatten().copied())
+        .filter(|v| *v > 0.0)
+        .collect();
+    let _ = writeln!(
+        out,
+        r#"<text x="{}" y="{}" font-size="14" font-weight="bold">{}</text>"#,
+        p.x,
+        p.y - 8.0,
+        esc(title)
+    );
+    if vals.is_empty() || cats.is_empty() {
+        let _ = writeln!(
+            out,
+            r#"<text x="{}" y="{}" font-size="12">no data</text>"#,
+            p.x + 10.0,
+            p.y + 20.0
+        );
+        return;
+    }
+    let lo = vals
+        .iter()
+        .cloned()
+        .fold(f64::MAX, f64::min)
+        .log10()
+        .floor();
+    let hi = vals
+        .iter()
+        .cloned()
+        .fold(0.0, f64::max)
+        .log10()
+        .ceil()
+        .max(lo + 1.0);
+    let ypos = |v: f64| p.y + p.h - (v.log10() - lo) / (hi - lo) * p.h;
+    let _ = writeln!(
+        out,
+        r##"<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#999"/>"##,
+        p.x, p.y, p.w, p.h
+    );
+    let mut d = lo;
+    while d <= hi {
+        let v = 10f64.powf(d);
+        let yy = ypos(v);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{}" y1="{yy}" x2="{}" y2="{yy}" stroke="#ddd"/><text x="{}" y="{}" font-size="10" text-anchor="end">{}</text>"##,
+            p.x,
+            p.x + p.w,
+            p.x - 4.0,
+            yy + 3.0,
+            fmt_num(v)
+        );
+        d += 1.0;
+    }
+    let _ = writeln!(
+        out,
+        r#"<text x="{}" y="{}" font-size="11" transform="rotate(-90 {} {})" text-anchor="middle">{}</text>"#,
+        p.x - 42.0,
+        p.y + p.h / 2.0,
+        p.x - 42.0,
+        p.y + p.h / 2.0,
+        esc(unit)
+    );
+    let slot = p.w / cats.len() as f64;
+    let bw = slot * 0.8 / series.len() as f64;
+    for (ci, c) in cats.iter().enumerate() {
+        let x0 = p.x + ci as f64 * slot + slot * 0.1;
+        for (si, (_, vs)) in series.iter().enumerate() {
+            if let Some(v) = vs.get(ci).copied().flatten().filter(|v| *v > 0.0) {
+                let yy = ypos(v);
+                let _ = writeln!(
+                    out,
+                    r#"<rect x="{:.1}" y="{yy:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{} {}: {}</title></rect>"#,
+                    x0 + si as f64 * bw,
+                    bw * 0.95,
+                    p.y + p.h - yy,
+                    COLORS[si % COLORS.len()],
+                    esc(c),
+                    esc(&series[si].0),
+                    fmt_num(v)
+                );
+            }
+        }
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.1}" y="{}" font-size="10" text-anchor="middle">{}</text>"#,
+            x0 + slot * 0.4,
+            p.y + p.h + 14.0,
+            esc(c)
+        );
+    }
+    legend(out, p, series.iter().map(|s| s.0.as_str()));
+}
+
+fn legend<'a>(out: &mut String, p: &Panel, names: impl Iterator<Item = &'a str>) {
+    for (i, n) in names.enumerate() {
+        let lx = p.x + p.w - 150.0;
+        let ly = p.y + 12.0 + i as f64 * 14.0;
+        let _ = writeln!(
+            out,
+            r#"<rect x="{lx}" y="{}" width="10" height="10" fill="{}"/><text x="{}" y="{}" font-size="11">{}</text>"#,
+            ly - 9.0,
+            COLORS[i % COLORS.len()],
+            lx + 14.0,
+            ly,
+            esc(n)
+        );
+    }
+}
+
+/// Lines over time on a linear axis.
+fn lines(
+    out: &mut String,
+    p: &Panel,
+    title: &str,
+    unit: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) {
+    let _ = writeln!(
+        out,
+        r#"<text x="{}" y="{}" font-size="14" font-weight="bold">{}</text>"#,
+        p.x,
+        p.y - 8.0,
+        esc(title)
+    );
+    let pts: Vec<(f64, f64)> = series.iter().flat_map(|s| s.1.iter().copied()).collect();
+    if pts.is_empty() {
+        let _ = writeln!(
+            out,
+            r#"<text x="{}" y="{}" font-size="12">no samples</text>"#,
+            p.x + 10.0,
+            p.y + 20.0
+        );
+        return;
+    }
+    let tmax = pts.iter().map(|q| q.0).fold(0.0, f64::max).max(0.1);
+    let ymax = pts.iter().map(|q| q.1).fold(0.0, f64::max).max(1.0) * 1.1;
+    let _ = writeln!(
+        out,
+        r##"<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#999"/>"##,
+        p.x, p.y, p.w, p.h
+    );
+    for k in 0..=4 {
+        let v = ymax * k as f64 / 4.0;
+        let yy = p.y + p.h - v / ymax * p.h;
+        let _ = writeln!(
+            out,
+            r##"<line x1="{}" y1="{yy}" x2="{}" y2="{yy}" stroke="#eee"/><text x="{}" y="{}" font-size="10" text-anchor="end">{}</text>"##,
+            p.x,
+            p.x + p.w,
+            p.x - 4.0,
+            yy + 3.0,
+            fmt_num(v)
+        );
+        let t = tmax * k as f64 / 4.0;
+        let xx = p.x + t / tmax * p.w;
+        let _ = writeln!(
+            out,
+            r#"<text x="{xx}" y="{}" font-size="10" text-anchor="middle">{t:.1} s</text>"#,
+            p.y + p.h + 14.0
+        );
+    }
+    let _ = writeln!(
+        out,
+        r#"<text x="{}" y="{}" font-size="11" transform="rotate(-90 {} {})" text-anchor="middle">{}</text>"#,
+        p.x - 42.0,
+        p.y + p.h / 2.0,
+        p.x - 42.0,
+        p.y + p.h / 2.0,
+        esc(unit)
+    );
+    for (i, (_, s)) in series.iter().enumerate() {
+        let path: Vec<String> = s
+            .iter()
+            .map(|(t, v)| {
+                format!(
+                    "{:.1},{:.1}",
+                    p.x + t / tmax * p.w,
+                    p.y + p.h - v / ymax * p.h
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            r#"<polyline fill="none" stroke="{}" stroke-width="1.5" points="{}"/>"#,
+            COLORS[i % COLORS.len()],
+            path.join(" ")
+        );
+    }
+    legend(out, p, series.iter().map(|s| s.0.as_str()));
+}
+
+fn fmt_num(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// The whole figure.
+pub fn svg(rows: &[Row], timelines: &[Timeline]) -> String {
+    let (w, h) = (1100.0, 860.0);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif">"#
+    );
+    let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    // Workload shown in the bar charts: video if present.
+    let wl = if rows.iter().any(|r| r.workload == "video") {
+        "video"
+    } else {
+        "audio"
+    };
+    let mut cats: Vec<String> = Vec::new();
+    for r in rows.iter().filter(|r| r.workload == wl) {
+        if !cats.contains(&r.transport) {
+            cats.push(r.transport.clone());
+        }
+    }
+    let mut modes: Vec<String> = Vec::new();
+    for r in rows.iter().filter(|r| r.workload == wl) {
+        if !modes.contains(&r.mode) {
+            modes.push(r.mode.clone());
+        }
+    }
+    let find = |t: &str, m: &str| {
+        rows.iter()
+            .find(|r| r.workload == wl && r.transport == t && r.mode == m)
+    };
+    let cpu: Vec<(String, Vec<Option<f64>>)> = modes
+        .iter()
+        .map(|m| {
+            (
+                m.clone(),
+                cats.iter()
+                    .map(|t| find(t, m).map(|r| r.cpu_s_per_gib))
+                    .collect(),
+            )
+        })
+        .collect();
+    bars(
+        &mut out,
+        &Panel {
+            x: 70.0,
+            y: 40.0,
+            w: 460.0,
+            h: 300.0,
+        },
+        &format!("CPU seconds per GiB, {wl} (log)"),
+        "CPU s / GiB",
+        &cats,
+        &cpu,
+    );
+    let lm = if modes.iter().any(|m| m == "rated") {
+        "rated"
+    } else {
+        modes.first().map_or("rated", |m| m.as_str())
+    };
+    let lat: Vec<(String, Vec<Option<f64>>)> = [("p50", 0), ("p99", 1), ("p99.9", 2)]
+        .iter()
+        .map(|(n, k)| {
+            let v = cats
+                .iter()
+                .map(|t| {
+                    find(t, lm).and_then(|r| match k {
+                        0 => r.lat_p50_us,
+                        1 => r.lat_p99_us,
+                        _ => r.lat_p999_us,
+                    })
+                })
+                .collect();
+            (n.to_string(), v)
+        })
+        .collect();
+    bars(
+        &mut out,
+        &Panel {
+            x: 620.0,
+            y: 40.0,
+            w: 460.0,
+            h: 300.0,
+        },
+        &format!("Latency commit/send to consumer, {wl} {lm} (log)"),
+        "microseconds",
+        &cats,
+        &lat,
+    );
+    let tl = timelines
+        .iter()
+        .find(|t| t.label.contains(wl))
+        .or(timelines.first());
+    let label = tl.map_or("shmring (not run)".to_string(), |t| t.label.clone());
+    let get = |f: &dyn Fn(&crate::orchestrate::Sample) -> f64| -> Vec<(String, Vec<(f64, f64)>)> {
+        match tl {
+            Some(t) => vec![
+                (
+                    "producer".into(),
+                    t.producer.iter().map(|s| (s.t_s, f(s))).collect(),
+                ),
+                (
+                    "consumer".into(),
+                    t.consumer.iter().map(|s| (s.t_s, f(s))).collect(),
+                ),
+            ],
+            None => vec![],
+        }
+    };
+    lines(
+        &mut out,
+        &Panel {
+            x: 70.0,
+            y: 420.0,
+            w: 460.0,
+            h: 380.0,
+        },
+        &format!("CPU over time: {label}"),
+        "% of one core",
+        &get(&|s| s.cpu_pct),
+    );
+    lines(
+        &mut out,
+        &Panel {
+            x: 620.0,
+            y: 420.0,
+            w: 460.0,
+            h: 380.0,
+        },
+        &format!("RSS over time: {label}"),
+        "MiB",
+        &get(&|s| s.rss_kib as f64 / 1024.0),
+    );
+    out.push_str("</svg>\n");
+    out
+}

@@ -1,0 +1,89 @@
+//! What workers report, and the per-transport results.
+
+use serde::{Deserialize, Serialize};
+
+/// Printed by a worker as the last line of its stdout.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WorkerReport {
+    /// Frames moved (sent by a producer, received and checked by a consumer).
+    pub frames: u64,
+    pub bytes: u64,
+    /// CLOCK_MONOTONIC when the first frame was started / the last one was done.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// getrusage(RUSAGE_SELF) at exit.
+    pub utime_s: f64,
+    pub stime_s: f64,
+    pub maxrss_kib: u64,
+    /// CPU seconds (user + system) spent in the measured loop only: from the first
+    /// frame to the last, without process start-up and set-up.
+    pub loop_cpu_s: f64,
+    /// Heap allocations in the measured loop (None: counting allocator not installed).
+    pub allocs: Option<u64>,
+    /// Floor only: allocations of its reading half (`allocs` is its writing half).
+    pub allocs_reader: Option<u64>,
+    /// Consumer: latency from commit/send to holding the frame, in ns.
+    pub lat_p50_ns: Option<u64>,
+    pub lat_p99_ns: Option<u64>,
+    pub lat_p999_ns: Option<u64>,
+    pub lat_max_ns: Option<u64>,
+    /// Consumer: frames whose checksum or sequence number was wrong.
+    pub bad_checksums: u64,
+    pub bad_sequence: u64,
+}
+
+/// One transport's figures for one workload and mode (the `--json` objects).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Row {
+    pub transport: String,
+    pub workload: String,
+    pub mode: String,
+    pub frame_bytes: u64,
+    pub frames: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub gbps: f64,
+    pub frames_per_s: f64,
+    pub cpu_s_producer: f64,
+    pub cpu_s_consumer: f64,
+    pub cpu_s_per_gib: f64,
+    /// Rated mode: measured CPU % of one core (both sides). Unthrottled: what the
+    /// measured CPU per GiB costs at `--rate`.
+    pub cpu_pct_at_rate: f64,
+    pub lat_p50_us: Option<f64>,
+    pub lat_p99_us: Option<f64>,
+    pub lat_p999_us: Option<f64>,
+    pub allocs_per_frame_producer: Option<f64>,
+    pub allocs_per_frame_consumer: Option<f64>,
+    pub rss_producer_kib: Option<u64>,
+    pub rss_consumer_kib: Option<u64>,
+    /// CPU per GiB relative to shmring / floor in the same run.
+    pub cpu_vs_shmring: Option<f64>,
+    pub cpu_vs_floor: Option<f64>,
+    /// shmring rings: how often the producer waited for space / the consumer slept
+    /// for data (futex waits), and the peak bytes in the ring.
+    pub ring_producer_waits: Option<u64>,
+    pub ring_consumer_waits: Option<u64>,
+    pub ring_peak_occupancy: Option<u64>,
+    /// Why this transport failed (then the figures are partial or zero).
+    pub error: Option<String>,
+}
+
+/// The fields every `--json` object has (more may follow).
+pub const JSON_FIELDS: &[&str] = &[
+    "transport",
+    "workload",
+    "frames",
+    "bytes",
+    "seconds",
+    "gbps",
+    "cpu_s_per_gib",
+    "cpu_pct_at_rate",
+    "lat_p50_us",
+    "lat_p99_us",
+    "lat_p999_us",
+    "allocs_per_frame_producer",
+    "allocs_per_frame_consumer",
+    "rss_producer_kib",
+    "rss_consumer_kib",
+];

@@ -1,0 +1,524 @@
+//! The worker side: one end of one transport, in its own process.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use shmring::{media::kind, Consumer, ConsumerOptions, FullPolicy, Meta, Segment};
+
+use crate::args::{parse, Role, WorkerArgs};
+use crate::report::WorkerReport;
+use crate::sys::{adopt_fd, rusage_self, sleep_until_ns};
+use crate::work::{checksum, corrupt, expected_checksum, fill_frame, AUDIO_RECORD};
+use crate::{alloc_count, counting_installed};
+
+type Res<T> = Result<T, String>;
+
+/// Bytes of the per-frame header on stream transports (keeps the frame 64-byte aligned).
+pub const HDR: usize = 64;
+const MAGIC: u32 = 0x424d_4853; // "SHMB"
+/// Header / Meta flag: end of stream.
+const END: u32 = 1;
+/// Chromium splits WebSocket messages into frames of this many bytes.
+pub const WS_FRAGMENT: usize = 131_000;
+/// How long a consumer waits for the next frame before giving up.
+const STALL: Duration = Duration::from_secs(10);
+
+pub fn worker_main(args: &[String]) -> i32 {
+    let a: WorkerArgs = match parse("shmring bench-worker", args) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return 2;
+        }
+    };
+    let role = match a.role {
+        Role::Producer => "producer",
+        Role::Consumer => "consumer",
+        Role::Floor => "floor",
+    };
+    let _ = allocs_now();
+    let res = match (a.transport.as_str(), a.role) {
+        ("floor", _) => floor(&a),
+        ("shmring" | "shmring-copy", Role::Producer) => shm_producer(&a),
+        ("shmring" | "shmring-copy", Role::Consumer) => shm_consumer(&a),
+        ("uds" | "pipe", Role::Producer) => {
+            fd_arg(&a).and_then(|fd| stream_producer(&a, std::fs::File::from(fd)))
+        }
+        ("uds" | "pipe", Role::Consumer) => fd_arg(&a).and_then(|fd| {
+            ready();
+            stream_consumer(&a, std::fs::File::from(fd))
+        }),
+        ("tcp", Role::Producer) => tcp_connect(&a).and_then(|s| stream_producer(&a, s)),
+        ("tcp", Role::Consumer) => tcp_accept(&a).and_then(|s| stream_consumer(&a, s)),
+        ("websocket", Role::Producer) => ws_producer(&a),
+        ("websocket", Role::Consumer) => ws_consumer(&a),
+        #[cfg(feature = "iceoryx2")]
+        ("iceoryx2", Role::Producer) => crate::ice::producer(&a),
+        #[cfg(feature = "iceoryx2")]
+        ("iceoryx2", Role::Consumer) => crate::ice::consumer(&a),
+        (t, _) => Err(format!("unknown transport {t:?} for role {role}")),
+    };
+    match res {
+        Ok(mut rep) => {
+            let (u, s, rss) = rusage_self();
+            (rep.utime_s, rep.stime_s, rep.maxrss_kib) = (u, s, rss);
+            println!("{}", serde_json::to_string(&rep).unwrap_or_default());
+            if rep.bad_checksums + rep.bad_sequence > 0 {
+                eprintln!(
+                    "{} {role}: {} of {} frames failed their checksum, {} arrived out of sequence",
+                    a.transport, rep.bad_checksums, rep.frames, rep.bad_sequence
+                );
+                return 3;
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("{} {role}: {e}", a.transport);
+            1
+        }
+    }
+}
+
+fn fd_arg(a: &WorkerArgs) -> Res<OwnedFd> {
+    adopt_fd(a.fd.ok_or("--fd is required")?)
+}
+
+/// Tells the parent this side is set up (the producer is started after this).
+pub fn ready() {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "ready");
+    let _ = out.flush();
+}
+
+fn cpu_s() -> f64 {
+    let (u, s, _) = rusage_self();
+    u + s
+}
+
+static COUNTING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// Allocations so far, if they are counted (checked once, before any measurement).
+fn allocs_now() -> Option<u64> {
+    COUNTING.get_or_init(counting_installed).then(alloc_count)
+}
+
+fn media_kind(size: usize) -> u32 {
+    if size <= AUDIO_RECORD {
+        kind::AUDIO
+    } else {
+        kind::VIDEO
+    }
+}
+
+/// When and how much a producer sends.
+pub struct Pacer {
+    start: u64,
+    frames: u64,
+    deadline: u64,
+    interval_ns: f64,
+    corrupt_every: u64,
+}
+
+impl Pacer {
+    pub fn new(a: &WorkerArgs) -> Pacer {
+        let start = shmring::now_ns();
+        Pacer {
+            start,
+            frames: a.frames,
+            deadline: start + (a.seconds.max(0.0) * 1e9) as u64,
+            interval_ns: if a.rate > 0.0 {
+                a.size as f64 * 1e9 / a.rate
+            } else {
+                0.0
+            },
+            corrupt_every: a.corrupt_every.unwrap_or(0),
+        }
+    }
+    /// Waits for frame `seq`'s turn; false when the run is over.
+    #[inline]
+    pub fn next(&self, seq: u64) -> bool {
+        if self.frames > 0 {
+            if seq >= self.frames {
+                return false;
+            }
+        } else if shmring::now_ns() >= self.deadline {
+            return false;
+        }
+        if self.interval_ns > 0.0 {
+            let due = self.start + (seq as f64 * self.interval_ns) as u64;
+            if due > shmring::now_ns() {
+                sleep_until_ns(due);
+            }
+        }
+        true
+    }
+    /// Writes frame `seq` as a decoder would, damaged if `--corrupt-every` says so.
+    #[inline]
+    pub fn make(&self, buf: &mut [u8], seq: u64) {
+        fill_frame(buf, seq);
+        if self.corrupt_every > 0 && seq % self.corrupt_every == self.corrupt_every - 1 {
+            corrupt(buf);
+        }
+    }
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+}
+
+/// Runs a producer loop: `send(pacer, seq)` makes and sends one frame.
+pub fn produce(a: &WorkerArgs, mut send: impl FnMut(&Pacer, u64) -> Res<()>) -> Res<WorkerReport> {
+    let alloc0 = allocs_now();
+    let cpu0 = cpu_s();
+    let pacer = Pacer::new(a);
+    let mut seq = 0u64;
+    while pacer.next(seq) {
+        send(&pacer, seq).map_err(|e| format!("frame {seq}: {e}"))?;
+        seq += 1;
+    }
+    let end = shmring::now_ns();
+    let alloc1 = allocs_now();
+    let loop_cpu_s = cpu_s() - cpu0;
+    Ok(WorkerReport {
+        loop_cpu_s,
+        frames: seq,
+        bytes: seq * a.size as u64,
+        start_ns: pacer.start(),
+        end_ns: end,
+        allocs: alloc0.zip(alloc1).map(|(x, y)| y - x),
+        ..Default::default()
+    })
+}
+
+/// The consumer's checks and latency histogram.
+pub struct Checker {
+    size: usize,
+    expected: u64,
+    hist: Histogram<u64>,
+    rep: WorkerReport,
+    alloc0: Option<u64>,
+    cpu0: f64,
+}
+
+impl Checker {
+    pub fn new(size: usize) -> Checker {
+        Checker {
+            size,
+            expected: 0,
+            hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("histogram bounds"),
+            rep: WorkerReport::default(),
+            alloc0: None,
+            cpu0: 0.0,
+        }
+    }
+    /// Frames checked so far.
+    pub fn frames(&self) -> u64 {
+        self.rep.frames
+    }
+    /// Call right before the first receive, after setup.
+    pub fn begin(&mut self) {
+        self.alloc0 = allocs_now();
+        self.cpu0 = cpu_s();
+    }
+    /// A frame arrived: `seq` as carried (compared under `seq_mask`), send time
+    /// `ts`, arrival `now`. Reads every byte.
+    #[inline]
+    pub fn frame(&mut self, seq: u64, seq_mask: u64, ts: u64, now: u64, payload: &[u8]) {
+        if self.rep.frames == 0 {
+            self.rep.start_ns = now;
+        }
+        let _ = self.hist.record(now.saturating_sub(ts).max(1));
+        if seq != self.expected & seq_mask {
+            self.rep.bad_sequence += 1;
+        }
+        if payload.len() != self.size
+            || checksum(payload) != expected_checksum(self.expected, self.size)
+        {
+            self.rep.bad_checksums += 1;
+        }
+        self.expected += 1;
+        self.rep.frames += 1;
+        self.rep.bytes += payload.len() as u64;
+        self.rep.end_ns = now;
+    }
+    pub fn finish(mut self) -> WorkerReport {
+        let alloc1 = allocs_now();
+        self.rep.loop_cpu_s = cpu_s() - self.cpu0;
+        self.rep.allocs = self.alloc0.zip(alloc1).map(|(x, y)| y.saturating_sub(x));
+        if !self.hist.is_empty() {
+            self.rep.lat_p50_ns = Some(self.hist.value_at_quantile(0.5));
+            self.rep.lat_p99_ns = Some(self.hist.value_at_quantile(0.99));
+            self.rep.lat_p999_ns = Some(self.hist.value_at_quantile(0.999));
+            self.rep.lat_max_ns = Some(self.hist.max());
+        }
+        self.rep
+    }
+}
+
+// ---- floor: the same work, one process, no transport ----
+
+fn floor(a: &WorkerArgs) -> Res<WorkerReport> {
+    let pool_frames = ((a.ring_mib << 20) as usize / a.size.max(1)).clamp(2, 1 << 16);
+    let mut pool = vec![0u8; pool_frames * a.size];
+    let mut checker = Checker::new(a.size);
+    let mut reader_allocs = 0u64;
+    let counting = allocs_now().is_some();
+    checker.begin();
+    let rep = produce(a, |p, seq| {
+        let i = (seq as usize % pool_frames) * a.size;
+        let buf = &mut pool[i..i + a.size];
+        p.make(buf, seq);
+        let ts = shmring::now_ns();
+        let before = alloc_count();
+        checker.frame(seq, u64::MAX, ts, shmring::now_ns(), buf);
+        reader_allocs += alloc_count() - before;
+        Ok(())
+    })?;
+    let seen = checker.finish();
+    Ok(WorkerReport {
+        allocs: rep.allocs.map(|w| w.saturating_sub(reader_allocs)),
+        allocs_reader: counting.then_some(reader_allocs),
+        ..WorkerReport {
+            start_ns: rep.start_ns,
+            loop_cpu_s: rep.loop_cpu_s,
+            ..seen
+        }
+    })
+}
+
+// ---- shmring, zero-copy and one-copy ----
+
+fn shm_segment(a: &WorkerArgs) -> Res<std::sync::Arc<Segment>> {
+    Segment::from_fd(fd_arg(a)?).map_err(|e| format!("cannot map the ring: {e}"))
+}
+
+fn shm_producer(a: &WorkerArgs) -> Res<WorkerReport> {
+    let seg = shm_segment(a)?;
+    let mut p = seg.producer().map_err(|e| e.to_string())?;
+    p.set_policy(FullPolicy::Block(STALL));
+    let k = media_kind(a.size);
+    let rep = if a.transport == "shmring" {
+        produce(a, |pacer, seq| {
+            let mut r = p.reserve(a.size).map_err(|e| e.to_string())?;
+            pacer.make(r.payload(), seq);
+            let meta = Meta {
+                stream: seq as u32,
+                kind: k,
+                timestamp_ns: shmring::now_ns(),
+                flags: 0,
+            };
+            r.commit(meta).map_err(|e| e.to_string())
+        })?
+    } else {
+        let mut own = vec![0u8; a.size];
+        produce(a, |pacer, seq| {
+            pacer.make(&mut own, seq);
+            let meta = Meta {
+                stream: seq as u32,
+                kind: k,
+                timestamp_ns: shmring::now_ns(),
+                flags: 0,
+            };
+            p.send(&own, meta).map_err(|e| e.to_string())
+        })?
+    };
+    let r = p.reserve(8).map_err(|e| format!("end of stream: {e}"))?;
+    r.commit(Meta::new(0, k).with_flags(END))
+        .map_err(|e| format!("end of stream: {e}"))?;
+    Ok(rep)
+}
+
+fn shm_consumer(a: &WorkerArgs) -> Res<WorkerReport> {
+    let seg = shm_segment(a)?;
+    let c = Consumer::with_options(seg, ConsumerOptions::default()).map_err(|e| e.to_string())?;
+    let mut ck = Checker::new(a.size);
+    ready();
+    ck.begin();
+    loop {
+        let f = c
+            .next_timeout(Some(STALL))
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| {
+                format!(
+                    "no frame for {} s after {} frames",
+                    STALL.as_secs(),
+                    ck.frames()
+                )
+            })?;
+        let now = shmring::now_ns();
+        if f.meta().flags & END != 0 {
+            break;
+        }
+        ck.frame(
+            f.stream() as u64,
+            u32::MAX as u64,
+            f.timestamp_ns(),
+            now,
+            f.payload(),
+        );
+    }
+    Ok(ck.finish())
+}
+
+// ---- byte streams: Unix socket, pipe, TCP ----
+
+fn put_header(h: &mut [u8], flags: u32, seq: u64, len: usize) {
+    h[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+    h[4..8].copy_from_slice(&flags.to_le_bytes());
+    h[8..16].copy_from_slice(&seq.to_le_bytes());
+    h[16..24].copy_from_slice(&shmring::now_ns().to_le_bytes());
+    h[24..32].copy_from_slice(&(len as u64).to_le_bytes());
+}
+
+/// (flags, seq, timestamp) of a frame header.
+fn get_header(h: &[u8], size: usize) -> Res<(u32, u64, u64)> {
+    let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().unwrap());
+    let u64_at = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().unwrap());
+    if h.len() < HDR || u32_at(0) != MAGIC {
+        return Err("stream out of step: bad frame header".into());
+    }
+    let flags = u32_at(4);
+    if flags & END == 0 && u64_at(24) != size as u64 {
+        return Err(format!("frame of {} bytes, expected {size}", u64_at(24)));
+    }
+    Ok((flags, u64_at(8), u64_at(16)))
+}
+
+fn stream_producer(a: &WorkerArgs, mut s: impl Write) -> Res<WorkerReport> {
+    let mut buf = vec![0u8; HDR + a.size];
+    let rep = produce(a, |pacer, seq| {
+        pacer.make(&mut buf[HDR..], seq);
+        put_header(&mut buf[..HDR], 0, seq, a.size);
+        s.write_all(&buf).map_err(|e| e.to_string())
+    })?;
+    // The end marker is a whole frame so the reader can always read fixed sizes.
+    put_header(&mut buf[..HDR], END, 0, 0);
+    s.write_all(&buf)
+        .and_then(|_| s.flush())
+        .map_err(|e| format!("end of stream: {e}"))?;
+    Ok(rep)
+}
+
+fn stream_consumer(a: &WorkerArgs, mut s: impl Read) -> Res<WorkerReport> {
+    let mut buf = vec![0u8; HDR + a.size];
+    let mut ck = Checker::new(a.size);
+    ck.begin();
+    loop {
+        s.read_exact(&mut buf).map_err(|e| format!("read: {e}"))?;
+        let now = shmring::now_ns();
+        let (flags, seq, ts) = get_header(&buf, a.size)?;
+        if flags & END != 0 {
+            break;
+        }
+        ck.frame(seq, u64::MAX, ts, now, &buf[HDR..]);
+    }
+    Ok(ck.finish())
+}
+
+fn tcp_connect(a: &WorkerArgs) -> Res<TcpStream> {
+    let port = a.port.ok_or("--port is required")?;
+    let s = TcpStream::connect(("127.0.0.1", port))
+        .map_err(|e| format!("connect 127.0.0.1:{port}: {e}"))?;
+    let _ = s.set_nodelay(true);
+    Ok(s)
+}
+
+fn tcp_accept(a: &WorkerArgs) -> Res<TcpStream> {
+    let l = TcpListener::from(fd_arg(a)?);
+    ready();
+    let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+    let _ = s.set_nodelay(true);
+    Ok(s)
+}
+
+// ---- WebSocket, as a browser sends it: masked, in 131,000-byte fragments ----
+
+fn ws_config() -> tungstenite::protocol::WebSocketConfig {
+    tungstenite::protocol::WebSocketConfig::default()
+        .max_message_size(Some(256 << 20))
+        .max_frame_size(Some(16 << 20))
+}
+
+fn ws_producer(a: &WorkerArgs) -> Res<WorkerReport> {
+    use bytes::BytesMut;
+    use tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tungstenite::protocol::frame::Frame;
+    use tungstenite::Message;
+
+    let s = tcp_connect(a)?;
+    let url = format!("ws://127.0.0.1:{}/", a.port.unwrap_or(0));
+    let (mut ws, _) = tungstenite::client::client_with_config(url.as_str(), s, Some(ws_config()))
+        .map_err(|e| format!("handshake: {e}"))?;
+    let total = HDR + a.size;
+    let mut spare = BytesMut::zeroed(total);
+    let mut send = |ws: &mut tungstenite::WebSocket<TcpStream>,
+                    flags: u32,
+                    seq: u64,
+                    pacer: Option<&Pacer>|
+     -> Res<()> {
+        let mut buf = std::mem::take(&mut spare);
+        if buf.len() != total {
+            buf = BytesMut::zeroed(total);
+        }
+        if let Some(p) = pacer {
+            p.make(&mut buf[HDR..], seq);
+        }
+        put_header(
+            &mut buf[..HDR],
+            flags,
+            seq,
+            if flags & END != 0 { 0 } else { a.size },
+        );
+        let msg = buf.freeze();
+        let mut off = 0;
+        while off < total {
+            let end = (off + WS_FRAGMENT).min(total);
+            let op = if off == 0 {
+                OpCode::Data(Data::Binary)
+            } else {
+                OpCode::Data(Data::Continue)
+            };
+            let f = Frame::message(msg.slice(off..end), op, end == total);
+            ws.write(Message::Frame(f)).map_err(|e| e.to_string())?;
+            off = end;
+        }
+        ws.flush().map_err(|e| e.to_string())?;
+        // Every fragment has been copied (and masked) into the socket buffer: take the
+        // frame buffer back for the next frame.
+        if let Ok(b) = msg.try_into_mut() {
+            spare = b;
+        }
+        Ok(())
+    };
+    let rep = produce(a, |pacer, seq| send(&mut ws, 0, seq, Some(pacer)))?;
+    send(&mut ws, END, 0, None).map_err(|e| format!("end of stream: {e}"))?;
+    Ok(rep)
+}
+
+fn ws_consumer(a: &WorkerArgs) -> Res<WorkerReport> {
+    use tungstenite::Message;
+    let s = tcp_accept(a)?;
+    let mut ws = tungstenite::accept_with_config(s, Some(ws_config()))
+        .map_err(|e| format!("handshake: {e}"))?;
+    let mut ck = Checker::new(a.size);
+    ck.begin();
+    loop {
+        match ws.read().map_err(|e| format!("read: {e}"))? {
+            Message::Binary(b) => {
+                let now = shmring::now_ns();
+                let (flags, seq, ts) = get_header(&b, a.size)?;
+                if flags & END != 0 {
+                    break;
+                }
+                ck.frame(seq, u64::MAX, ts, now, &b[HDR..]);
+            }
+            Message::Close(_) => {
+                return Err("connection closed before the end of the stream".into())
+            }
+            _ => {}
+        }
+    }
+    Ok(ck.finish())
+}

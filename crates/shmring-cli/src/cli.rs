@@ -1,0 +1,135 @@
+//! Command-line arguments.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Zero-copy shared-memory transport for raw media.
+#[derive(Debug, Parser)]
+#[command(name = "shmring", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Record and produce 1080p30 video and audio through a fresh ring in two
+    /// processes, with a live status line and a summary.
+    Demo(DemoArgs),
+    /// Create a ring and record what arrives to Y4M / WAV (or MP4) files.
+    Record(RecordArgs),
+    /// Synthetic capture: test-pattern video and a tone into a ring.
+    Produce(ProduceArgs),
+    /// Show a ring's counters.
+    Stat(StatArgs),
+    /// Compare shmring with other transports (`shmring bench --help`).
+    #[command(disable_help_flag = true)]
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    #[command(hide = true, name = "bench-worker", disable_help_flag = true)]
+    BenchWorker {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RecordArgs {
+    /// Name of the ring to create (/dev/shm/NAME; removed when recording ends).
+    #[arg(long, value_name = "NAME")]
+    pub create: String,
+    /// Directory for the files (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Stop after this many seconds (default: at SIGINT/SIGTERM).
+    #[arg(long, value_name = "S")]
+    pub seconds: Option<f64>,
+    /// Write the ring's name to this file once the ring exists (atomically).
+    #[arg(long, value_name = "PATH")]
+    pub ready_file: Option<PathBuf>,
+    /// Ring capacity in MiB (a power of two).
+    #[arg(long, value_name = "MIB", default_value_t = 64)]
+    pub capacity_mib: u64,
+    /// Frame rate written into the Y4M headers.
+    #[arg(long, default_value_t = 30)]
+    pub fps: u32,
+    /// Encode video to H.264 MP4 with ffmpeg instead of writing Y4M.
+    #[arg(long)]
+    pub encode: bool,
+    /// Print a JSON progress line on stdout twice a second.
+    #[arg(long)]
+    pub progress: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Policy {
+    /// Wait for space (up to --block-ms), then drop the frame.
+    Block,
+    /// Drop the frame at once when the ring is full.
+    Drop,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ProduceArgs {
+    /// Ring to write into (created by `shmring record --create NAME`).
+    #[arg(long, value_name = "NAME")]
+    pub ring: String,
+    /// Video as WIDTHxHEIGHT@FPS, or "none".
+    #[arg(long, default_value = "1920x1080@30")]
+    pub video: String,
+    /// Audio as RATExCHANNELS (16-bit PCM, 10 ms packets), or "none".
+    #[arg(long, default_value = "48000x2")]
+    pub audio: String,
+    /// Video streams (one thread each; streams 0..N).
+    #[arg(long, default_value_t = 1)]
+    pub streams: u32,
+    /// How long to produce.
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// What to do when the ring is full.
+    #[arg(long, value_enum, default_value_t = Policy::Block)]
+    pub policy: Policy,
+    /// Longest wait for space with --policy block.
+    #[arg(long, default_value_t = 1000)]
+    pub block_ms: u64,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// How long to run.
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// Where the recorder writes its files.
+    #[arg(long, default_value = "shmring-demo-out")]
+    pub out: PathBuf,
+    /// Video as WIDTHxHEIGHT@FPS, or "none".
+    #[arg(long, default_value = "1920x1080@30")]
+    pub video: String,
+    /// Audio as RATExCHANNELS, or "none".
+    #[arg(long, default_value = "48000x2")]
+    pub audio: String,
+    /// Video streams.
+    #[arg(long, default_value_t = 1)]
+    pub streams: u32,
+    /// Encode video to MP4 with ffmpeg.
+    #[arg(long)]
+    pub encode: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StatArgs {
+    /// Ring name.
+    pub name: String,
+    /// Print one JSON object and exit.
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds between updates.
+    #[arg(long, default_value_t = 1.0)]
+    pub interval: f64,
+    /// Stop after this many updates (default: until Ctrl-C).
+    #[arg(long)]
+    pub count: Option<u64>,
+}

@@ -1,0 +1,52 @@
+//! The `shmring` command's library: argument definitions and the `record`,
+//! `produce`, `demo` and `stat` commands. The recorder's per-record path
+//! ([`recorder::Recorder::process`]) is public so it can be driven and measured
+//! in-process.
+
+pub mod cli;
+pub mod demo;
+pub mod output;
+pub mod pattern;
+pub mod procinfo;
+pub mod produce;
+pub mod record;
+pub mod recorder;
+pub mod stat;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// A command failed: the message (one line) and the exit code.
+#[derive(Debug)]
+pub struct CmdError {
+    pub code: u8,
+    pub msg: String,
+}
+
+/// A failure with exit code `code`.
+pub fn fail(code: u8, msg: impl Into<String>) -> CmdError {
+    CmdError {
+        code,
+        msg: msg.into(),
+    }
+}
+
+/// A flag set by SIGINT, SIGTERM or SIGHUP (async-signal-safe: the handler only
+/// stores to an atomic).
+pub fn stop_flag() -> Result<Arc<AtomicBool>, CmdError> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(sig, flag.clone())
+            .map_err(|e| fail(1, format!("cannot install a handler for signal {sig}: {e}")))?;
+    }
+    Ok(flag)
+}
+
+/// Megabytes (10^6) for messages.
+pub fn mb(bytes: u64) -> f64 {
+    bytes as f64 / 1e6
+}

@@ -1,0 +1,454 @@
+//! Output files: Y4M video, WAV audio, or H.264 MP4 through an `ffmpeg` child.
+//!
+//! Every output goes through one fixed [`BUF_SIZE`] buffer (`BufWriter`); a plane
+//! larger than the buffer's free room tops the buffer up, flushes it, and goes
+//! straight from the ring to `write(2)`. Files are written under `NAME.part` and
+//! renamed when finished, so a name without `.part` always means a complete file:
+//! whole frames only, WAV sizes patched.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+use shmring::media::{Format, MediaHeader};
+
+/// Size of the one buffer each output file has.
+pub const BUF_SIZE: usize = 64 * 1024;
+
+/// What went to the kernel: `write` calls and bytes.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct WriteCounters {
+    pub calls: u64,
+    pub bytes: u64,
+    pub max: u64,
+}
+
+impl WriteCounters {
+    pub fn add(&mut self, o: &WriteCounters) {
+        self.calls += o.calls;
+        self.bytes += o.bytes;
+        self.max = self.max.max(o.max);
+    }
+    pub fn average(&self) -> u64 {
+        self.bytes.checked_div(self.calls).unwrap_or(0)
+    }
+}
+
+enum Sink {
+    File(File),
+    Pipe(ChildStdin),
+}
+
+/// The file or pipe under the buffer, counting the writes that reach it.
+struct Counting {
+    sink: Sink,
+    counters: WriteCounters,
+}
+
+impl Write for Counting {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = match &mut self.sink {
+            Sink::File(f) => f.write(buf)?,
+            Sink::Pipe(p) => p.write(buf)?,
+        };
+        self.counters.calls += 1;
+        self.counters.bytes += n as u64;
+        self.counters.max = self.counters.max.max(n as u64);
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What a finished output holds.
+#[derive(Debug, Clone)]
+pub struct FileReport {
+    pub path: PathBuf,
+    /// Video frames, or audio sample frames.
+    pub units: u64,
+    pub bytes: u64,
+    /// Why the file ends early or is missing, if it does.
+    pub note: Option<String>,
+    pub writes: WriteCounters,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Container {
+    Y4m,
+    Encoded,
+    Wav { float: bool },
+}
+
+/// One output being written.
+pub struct OutFile {
+    container: Container,
+    final_path: PathBuf,
+    tmp_path: PathBuf,
+    w: Option<BufWriter<Counting>>,
+    child: Option<Child>,
+    header_len: u64,
+    /// Bytes per video frame (with its `FRAME\n`) or per audio sample frame.
+    unit: u64,
+    units: u64,
+    /// Audio: bytes of one sample frame in the source (the header's stride).
+    wav_channels: u16,
+    wav_rate: u32,
+}
+
+fn part_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".part");
+    PathBuf::from(s)
+}
+
+/// Does `ffmpeg` run?
+pub fn ffmpeg_available() -> bool {
+    Command::new("ffmpeg")
+        .arg("-version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+impl OutFile {
+    fn new(container: Container, final_path: PathBuf, sink: Sink, child: Option<Child>) -> Self {
+        let tmp_path = part_path(&final_path);
+        OutFile {
+            container,
+            final_path,
+            tmp_path,
+            w: Some(BufWriter::with_capacity(
+                BUF_SIZE,
+                Counting {
+                    sink,
+                    counters: WriteCounters::default(),
+                },
+            )),
+            child,
+            header_len: 0,
+            unit: 0,
+            units: 0,
+            wav_channels: 0,
+            wav_rate: 0,
+        }
+    }
+
+    /// Final path of this output.
+    pub fn path(&self) -> &Path {
+        &self.final_path
+    }
+
+    /// A Y4M file (`encode`: piped as Y4M into `ffmpeg`, which writes H.264 MP4).
+    pub fn video(
+        final_path: PathBuf,
+        width: u32,
+        height: u32,
+        fps: (u32, u32),
+        encode: bool,
+    ) -> io::Result<OutFile> {
+        let mut out = if encode {
+            let tmp = part_path(&final_path);
+            let rate = format!("{}/{}", fps.0, fps.1);
+            let mut child = Command::new("ffmpeg")
+                .args(["-hide_banner", "-loglevel", "error", "-y"])
+                .args(["-f", "yuv4mpegpipe", "-r", &rate, "-i", "-"])
+                .args(["-c:v", "libx264", "-preset", "veryfast", "-crf", "20"])
+                .args(["-pix_fmt", "yuv420p", "-f", "mp4"])
+                .arg(&tmp)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .map_err(|e| io::Error::new(e.kind(), format!("starting ffmpeg: {e}")))?;
+            let stdin = child.stdin.take().expect("piped stdin");
+            OutFile::new(
+                Container::Encoded,
+                final_path,
+                Sink::Pipe(stdin),
+                Some(child),
+            )
+        } else {
+            let f = File::create(part_path(&final_path))?;
+            OutFile::new(Container::Y4m, final_path, Sink::File(f), None)
+        };
+        let mut head = [0u8; 96];
+        let n = {
+            let mut c = io::Cursor::new(&mut head[..]);
+            writeln!(
+                c,
+                "YUV4MPEG2 W{width} H{height} F{}:{} Ip A1:1 C420jpeg",
+                fps.0, fps.1
+            )?;
+            c.position() as usize
+        };
+        out.header_len = n as u64;
+        let (w, h) = (width as u64, height as u64);
+        out.unit = 6 + w * h + 2 * w.div_ceil(2) * h.div_ceil(2);
+        out.put(&head[..n])?;
+        Ok(out)
+    }
+
+    /// A WAV file: 16-bit PCM or 32-bit IEEE float, sizes patched at the end.
+    pub fn audio(
+        final_path: PathBuf,
+        format: Format,
+        sample_rate: u32,
+        channels: u32,
+    ) -> io::Result<OutFile> {
+        let float = format == Format::PcmF32;
+        let f = File::create(part_path(&final_path))?;
+        let mut out = OutFile::new(Container::Wav { float }, final_path, Sink::File(f), None);
+        out.unit = format.sample_bytes() as u64 * channels as u64;
+        out.wav_channels = channels as u16;
+        out.wav_rate = sample_rate;
+        let head = out.wav_header(0);
+        out.header_len = head.1 as u64;
+        out.put(&head.0[..head.1])?;
+        Ok(out)
+    }
+
+    fn wav_header(&self, frames: u64) -> ([u8; 64], usize) {
+        let float = matches!(self.container, Container::Wav { float: true });
+        let bits: u16 = if float { 32 } else { 16 };
+        let block = self.unit as u16;
+        let data = (frames * self.unit).min(u32::MAX as u64 - 64) as u32;
+        let mut b = [0u8; 64];
+        let mut at = 0;
+        let mut put = |bytes: &[u8]| {
+            b[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        };
+        let extra = if float { 12 } else { 0 };
+        let riff = 4 + 24 + extra + 8 + data + (data & 1);
+        put(b"RIFF");
+        put(&riff.to_le_bytes());
+        put(b"WAVEfmt ");
+        put(&16u32.to_le_bytes());
+        put(&(if float { 3u16 } else { 1u16 }).to_le_bytes());
+        put(&self.wav_channels.to_le_bytes());
+        put(&self.wav_rate.to_le_bytes());
+        put(&(self.wav_rate * block as u32).to_le_bytes());
+        put(&block.to_le_bytes());
+        put(&bits.to_le_bytes());
+        if float {
+            put(b"fact");
+            put(&4u32.to_le_bytes());
+            put(&((data as u64 / self.unit.max(1)) as u32).to_le_bytes());
+        }
+        put(b"data");
+        put(&data.to_le_bytes());
+        (b, at)
+    }
+
+    /// Frames (video) or sample frames (audio) written so far.
+    pub fn units(&self) -> u64 {
+        self.units
+    }
+
+    /// Would `more` sample frames push a WAV past its 4 GiB size fields?
+    pub fn wav_would_overflow(&self, more: u64) -> bool {
+        (self.units + more) * self.unit + self.header_len + 64 > u32::MAX as u64
+    }
+
+    /// Writes through the buffer. Data larger than the buffer's free room tops the
+    /// buffer up first, so the kernel sees full 64 KiB writes or large planes
+    /// written straight from the ring, never a tiny write before a big one.
+    fn put(&mut self, data: &[u8]) -> io::Result<()> {
+        let w = self.w.as_mut().expect("open output");
+        let spare = w.capacity() - w.buffer().len();
+        if !w.buffer().is_empty() && data.len() > spare {
+            w.write_all(&data[..spare])?;
+            w.write_all(&data[spare..])
+        } else {
+            w.write_all(data)
+        }
+    }
+
+    /// Writes rows of `row` bytes from a plane with `stride` bytes per row.
+    fn put_plane(
+        &mut self,
+        plane: &[u8],
+        row: usize,
+        rows: usize,
+        stride: usize,
+    ) -> io::Result<()> {
+        if stride == row {
+            self.put(&plane[..row * rows])
+        } else {
+            for r in 0..rows {
+                self.put(&plane[r * stride..r * stride + row])?;
+            }
+            Ok(())
+        }
+    }
+
+    /// Appends one video frame (I420 or NV12, any strides; NV12 chroma is split into
+    /// I420 planes through `scratch`).
+    pub fn write_video(
+        &mut self,
+        hd: &MediaHeader,
+        payload: &[u8],
+        scratch: &mut [u8],
+    ) -> io::Result<()> {
+        let (w, h) = (hd.width as usize, hd.height as usize);
+        let (cw, ch) = (w.div_ceil(2), h.div_ceil(2));
+        self.put(b"FRAME\n")?;
+        self.put_plane(hd.plane(payload, 0), w, h, hd.stride[0] as usize)?;
+        match hd.format {
+            Format::I420 => {
+                self.put_plane(hd.plane(payload, 1), cw, ch, hd.stride[1] as usize)?;
+                self.put_plane(hd.plane(payload, 2), cw, ch, hd.stride[2] as usize)?;
+            }
+            Format::Nv12 => {
+                let uv = hd.plane(payload, 1);
+                let stride = hd.stride[1] as usize;
+                for which in 0..2 {
+                    for r in 0..ch {
+                        let row = &uv[r * stride..r * stride + 2 * cw];
+                        for chunk in row.chunks(2 * scratch.len()) {
+                            let n = chunk.len() / 2;
+                            for (d, s) in scratch[..n].iter_mut().zip(chunk.chunks_exact(2)) {
+                                *d = s[which];
+                            }
+                            let part = &scratch[..n];
+                            let w = self.w.as_mut().expect("open output");
+                            w.write_all(part)?;
+                        }
+                    }
+                }
+            }
+            _ => unreachable!("only I420 and NV12 reach write_video"),
+        }
+        self.units += 1;
+        Ok(())
+    }
+
+    /// Appends one audio packet (interleaved samples; padded strides compacted).
+    pub fn write_audio(&mut self, hd: &MediaHeader, payload: &[u8]) -> io::Result<()> {
+        let plane = hd.plane(payload, 0);
+        let frame = self.unit as usize;
+        self.put_plane(plane, frame, hd.samples as usize, hd.stride[0] as usize)?;
+        self.units += hd.samples as u64;
+        Ok(())
+    }
+
+    /// Flushes, cuts the file back to whole frames if a write failed, patches the
+    /// WAV sizes and renames `NAME.part` to `NAME`. `error` is a write error that
+    /// already happened. Never leaves a complete-looking file that is not.
+    pub fn finish(mut self, error: Option<String>) -> FileReport {
+        let mut note = error;
+        let mut w = self.w.take().expect("open output");
+        if let Err(e) = w.flush() {
+            note.get_or_insert_with(|| e.to_string());
+        }
+        // Drop whatever a failed flush left in the buffer.
+        let (inner, _) = w.into_parts();
+        let writes = inner.counters;
+        let mut report = FileReport {
+            path: self.final_path.clone(),
+            units: self.units,
+            bytes: writes.bytes,
+            note: None,
+            writes,
+        };
+        match inner.sink {
+            Sink::File(f) => {
+                let r = self.close_file(f, note.is_some());
+                match r {
+                    Ok((units, bytes)) => {
+                        report.units = units;
+                        report.bytes = bytes;
+                    }
+                    Err(e) => {
+                        note.get_or_insert_with(|| e.to_string());
+                    }
+                }
+                if report.units == 0 && note.is_some() {
+                    let _ = std::fs::remove_file(&self.tmp_path);
+                    report.note = note.map(|n| format!("{n}; nothing usable was written"));
+                    return report;
+                }
+            }
+            Sink::Pipe(stdin) => {
+                drop(stdin);
+                let status = self.child.take().expect("encoder child").wait();
+                match status {
+                    Ok(s) if s.success() => {}
+                    Ok(s) => {
+                        note = Some(format!(
+                            "ffmpeg failed ({s}); its partial output is left at {}",
+                            self.tmp_path.display()
+                        ));
+                        report.note = note;
+                        return report;
+                    }
+                    Err(e) => {
+                        report.note = Some(format!("waiting for ffmpeg: {e}"));
+                        return report;
+                    }
+                }
+                report.bytes = std::fs::metadata(&self.tmp_path)
+                    .map(|m| m.len())
+                    .unwrap_or(0);
+            }
+        }
+        if let Err(e) = std::fs::rename(&self.tmp_path, &self.final_path) {
+            note = Some(format!(
+                "renaming {} to {}: {e}",
+                self.tmp_path.display(),
+                self.final_path.display()
+            ));
+        }
+        report.note = note;
+        report
+    }
+
+    /// Truncates to whole units (after a failed write) and patches a WAV header.
+    /// Returns (units, bytes) of the file as left.
+    fn close_file(&mut self, mut f: File, failed: bool) -> io::Result<(u64, u64)> {
+        let len = f.metadata()?.len();
+        let mut units = self.units;
+        if failed || len != self.header_len + units * self.unit {
+            units = len.saturating_sub(self.header_len) / self.unit.max(1);
+            units = units.min(self.units);
+            let keep = if len < self.header_len {
+                0
+            } else {
+                self.header_len + units * self.unit
+            };
+            f.set_len(keep)?;
+        }
+        if let Container::Wav { .. } = self.container {
+            if units > 0 || len >= self.header_len {
+                let (head, n) = self.wav_header(units);
+                f.seek(SeekFrom::Start(0))?;
+                f.write_all(&head[..n])?;
+                let data = units * self.unit;
+                if data & 1 == 1 {
+                    f.seek(SeekFrom::End(0))?;
+                    f.write_all(&[0])?;
+                }
+            }
+        }
+        let bytes = f.metadata()?.len();
+        if bytes < self.header_len {
+            return Ok((0, bytes));
+        }
+        Ok((units, bytes))
+    }
+}
+
+impl Drop for OutFile {
+    fn drop(&mut self) {
+        // Not finished (a panic or early return): leave the `.part` name, stop ffmpeg.
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! `shmring produce`: a synthetic capture process. Each video stream and the audio
+//! run on their own thread with their own producer, paced in real time; frames are
+//! drawn in place in the ring (reserve, fill, commit) with no per-frame allocation.
+//!
+//! The last stdout line is `{"produced": ...}` with what was attempted, sent and
+//! dropped per stream.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use shmring::media::{kind, Format, MediaHeader};
+use shmring::{FullPolicy, Meta, Segment};
+
+use crate::cli::{Policy, ProduceArgs};
+use crate::pattern::{Pattern, Tone};
+use crate::{fail, procinfo, stop_flag, CmdError};
+
+/// `WIDTHxHEIGHT@FPS`.
+pub fn parse_video(s: &str) -> Result<Option<(u32, u32, u32)>, String> {
+    if s == "none" {
+        return Ok(None);
+    }
+    let bad = || format!("--video {s:?}: expected WIDTHxHEIGHT@FPS like 1920x1080@30, or none");
+    let (size, fps) = s.split_once('@').ok_or_else(bad)?;
+    let (w, h) = size.split_once('x').ok_or_else(bad)?;
+    let (w, h, fps): (u32, u32, u32) = (
+        w.parse().map_err(|_| bad())?,
+        h.parse().map_err(|_| bad())?,
+        fps.parse().map_err(|_| bad())?,
+    );
+    if !(1..=1000).contains(&fps) || w > 16384 || h > 16384 {
+        return Err(bad());
+    }
+    Pattern::new(w, h)?;
+    Ok(Some((w, h, fps)))
+}
+
+/// `RATExCHANNELS`.
+pub fn parse_audio(s: &str) -> Result<Option<(u32, u32)>, String> {
+    if s == "none" {
+        return Ok(None);
+    }
+    let bad = || {
+        format!(
+            "--audio {s:?}: expected RATExCHANNELS like 48000x2 (rate a multiple of 100), or none"
+        )
+    };
+    let (r, c) = s.split_once('x').ok_or_else(bad)?;
+    let (r, c): (u32, u32) = (r.parse().map_err(|_| bad())?, c.parse().map_err(|_| bad())?);
+    if !(1000..=768_000).contains(&r) || r % 100 != 0 || !(1..=64).contains(&c) {
+        return Err(bad());
+    }
+    Ok(Some((r, c)))
+}
+
+/// What one thread did.
+#[derive(Debug, Default, Clone)]
+pub struct StreamResult {
+    pub stream: u32,
+    pub attempted: u64,
+    pub sent: u64,
+    pub dropped: u64,
+    /// Audio: sample frames in the packets sent.
+    pub samples_sent: u64,
+    pub error: Option<String>,
+}
+
+fn sleep_until(t: Instant) {
+    let now = Instant::now();
+    if t > now {
+        std::thread::sleep(t - now);
+    }
+}
+
+struct Pace {
+    start: Instant,
+    period: Duration,
+}
+
+impl Pace {
+    fn due(&self, i: u64) -> Instant {
+        self.start + self.period.mul_f64(i as f64)
+    }
+}
+
+/// Is this a "ring full" failure (the record was dropped and counted)?
+fn is_drop(e: &shmring::Error) -> bool {
+    matches!(
+        e,
+        shmring::Error::Full { .. }
+            | shmring::Error::Timeout { .. }
+            | shmring::Error::Abandoned { .. }
+    )
+}
+
+fn video_thread(
+    seg: Arc<Segment>,
+    stream: u32,
+    (w, h, fps): (u32, u32, u32),
+    frames: u64,
+    policy: FullPolicy,
+    stop: Arc<AtomicBool>,
+) -> StreamResult {
+    let mut res = StreamResult {
+        stream,
+        ..Default::default()
+    };
+    let mut prod = match seg.producer() {
+        Ok(p) => p,
+        Err(e) => {
+            res.error = Some(format!("video stream {stream}: {e}"));
+            return res;
+        }
+    };
+    prod.set_policy(policy);
+    let pattern = Pattern::new(w, h).expect("size checked by parse_video");
+    let len = MediaHeader::video(Format::I420, w, h, 0, 0).payload_len();
+    let pace = Pace {
+        start: Instant::now(),
+        period: Duration::from_secs(1) / fps,
+    };
+    for i in 0..frames {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        sleep_until(pace.due(i));
+        res.attempted += 1;
+        let pts = shmring::now_ns();
+        let mut r = match prod.reserve(len) {
+            Ok(r) => r,
+            Err(e) if is_drop(&e) => {
+                res.dropped += 1;
+                continue;
+            }
+            Err(e) => {
+                res.dropped += 1;
+                res.error = Some(format!("video stream {stream}: {e}"));
+                break;
+            }
+        };
+        let hd = MediaHeader::video(Format::I420, w, h, pts, i);
+        let p = r.payload();
+        hd.write_to(p).expect("reserved the header's payload_len");
+        pattern.draw(i, &hd, p);
+        match r.commit(Meta::new(stream, kind::VIDEO).with_timestamp(pts)) {
+            Ok(()) => res.sent += 1,
+            Err(e) => {
+                res.dropped += 1;
+                if !is_drop(&e) {
+                    res.error = Some(format!("video stream {stream}: {e}"));
+                    break;
+                }
+            }
+        }
+    }
+    res
+}
+
+fn audio_thread(
+    seg: Arc<Segment>,
+    stream: u32,
+    (rate, channels): (u32, u32),
+    packets: u64,
+    policy: FullPolicy,
+    stop: Arc<AtomicBool>,
+) -> StreamResult {
+    let mut res = StreamResult {
+        stream,
+        ..Default::default()
+    };
+    let mut prod = match seg.producer() {
+        Ok(p) => p,
+        Err(e) => {
+            res.error = Some(format!("audio stream {stream}: {e}"));
+            return res;
+        }
+    };
+    prod.set_policy(policy);
+    let samples = rate / 100;
+    let len = MediaHeader::audio(Format::PcmS16, rate, channels, samples, 0, 0).payload_len();
+    let mut tone = Tone::new(440.0, rate);
+    let pace = Pace {
+        start: Instant::now(),
+        period: Duration::from_millis(10),
+    };
+    for i in 0..packets {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        sleep_until(pace.due(i));
+        res.attempted += 1;
+        let pts = shmring::now_ns();
+        let mut r = match prod.reserve(len) {
+            Ok(r) => r,
+            Err(e) if is_drop(&e) => {
+                res.dropped += 1;
+                continue;
+            }
+            Err(e) => {
+                res.dropped += 1;
+                res.error = Some(format!("audio stream {stream}: {e}"));
+                break;
+            }
+        };
+        let hd = MediaHeader::audio(Format::PcmS16, rate, channels, samples, pts, i);
+        let p = r.payload();
+        hd.write_to(p).expect("reserved the header's payload_len");
+        let (o, s) = (hd.offset[0] as usize, hd.size[0] as usize);
+        tone.fill_s16(&mut p[o..o + s], channels as usize);
+        match r.commit(Meta::new(stream, kind::AUDIO).with_timestamp(pts)) {
+            Ok(()) => {
+                res.sent += 1;
+                res.samples_sent += samples as u64;
+            }
+            Err(e) => {
+                res.dropped += 1;
+                if !is_drop(&e) {
+                    res.error = Some(format!("audio stream {stream}: {e}"));
+                    break;
+                }
+            }
+        }
+    }
+    res
+}
+
+fn result_json(r: &StreamResult) -> serde_json::Value {
+    json!({"stream": r.stream, "attempted": r.attempted, "sent": r.sent,
+           "dropped": r.dropped, "samples_sent": r.samples_sent, "error": r.error})
+}
+
+pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
+    let stop = stop_flag()?;
+    let video = parse_video(&a.video).map_err(|m| fail(2, m))?;
+    let audio = parse_audio(&a.audio).map_err(|m| fail(2, m))?;
+    if !(a.seconds >= 0.0 && a.seconds <= 1e6) {
+        return Err(fail(
+            2,
+            format!("--seconds {}: expected 0 to 1000000", a.seconds),
+        ));
+    }
+    if a.streams == 0 || a.streams > 32 {
+        return Err(fail(
+            2,
+            format!("--streams {}: expected 1 to 32", a.streams),
+        ));
+    }
+    let seg =
+        Segment::open_named(&a.ring).map_err(|e| fail(1, format!("ring {:?}: {e}", a.ring)))?;
+    if let Some((w, h, _)) = video {
+        let len = MediaHeader::video(Format::I420, w, h, 0, 0).payload_len() as u64;
+        let max = seg.geometry().max_record;
+        if len > max {
+            return Err(fail(
+                1,
+                format!("ring {}: a {w}x{h} frame needs {len} bytes, the ring takes records of at most {max}", seg.name()),
+            ));
+        }
+    }
+    let policy = match a.policy {
+        Policy::Block => FullPolicy::Block(Duration::from_millis(a.block_ms)),
+        Policy::Drop => FullPolicy::Fail,
+    };
+    let start = Instant::now();
+    let mut vids = Vec::new();
+    if let Some(v) = video {
+        let frames = (a.seconds * v.2 as f64).round() as u64;
+        for s in 0..a.streams {
+            let (seg, stop) = (seg.clone(), stop.clone());
+            vids.push(std::thread::spawn(move || {
+                video_thread(seg, s, v, frames, policy, stop)
+            }));
+        }
+    }
+    let aud = audio.map(|au| {
+        let packets = (a.seconds * 100.0).round() as u64;
+        let (seg, stop) = (seg.clone(), stop.clone());
+        std::thread::spawn(move || audio_thread(seg, 0, au, packets, policy, stop))
+    });
+    let vres: Vec<StreamResult> = vids
+        .into_iter()
+        .map(|h| h.join().expect("video thread panicked"))
+        .collect();
+    let ares = aud.map(|h| h.join().expect("audio thread panicked"));
+    let elapsed = start.elapsed().as_secs_f64();
+    let (cpu_s, max_rss_kb) = procinfo::own_usage();
+    let out = json!({"produced": {
+        "ring": a.ring,
+        "video": vres.iter().map(result_json).collect::<Vec<_>>(),
+        "audio": ares.as_ref().map(result_json),
+        "elapsed_s": elapsed, "cpu_s": cpu_s,
+        "cpu_percent": if elapsed > 0.0 { 100.0 * cpu_s / elapsed } else { 0.0 },
+        "max_rss_kb": max_rss_kb,
+    }});
+    {
+        let mut o = std::io::stdout().lock();
+        let _ = writeln!(o, "{out}");
+        let _ = o.flush();
+    }
+    let e = &mut std::io::stderr().lock();
+    for r in &vres {
+        let _ = writeln!(
+            e,
+            "shmring produce: video stream {}: {} frames sent, {} dropped",
+            r.stream, r.sent, r.dropped
+        );
+    }
+    if let Some(r) = &ares {
+        let _ = writeln!(
+            e,
+            "shmring produce: audio stream {}: {} packets ({} samples) sent, {} dropped",
+            r.stream, r.sent, r.samples_sent, r.dropped
+        );
+    }
+    let _ = writeln!(
+        e,
+        "shmring produce: CPU {cpu_s:.2} s over {elapsed:.1} s ({:.1}%)",
+        if elapsed > 0.0 {
+            100.0 * cpu_s / elapsed
+        } else {
+            0.0
+        }
+    );
+    if let Some(err) = vres.iter().chain(ares.iter()).find_map(|r| r.error.clone()) {
+        return Err(fail(1, err));
+    }
+    Ok(())
+}

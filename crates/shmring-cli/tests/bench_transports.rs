@@ -1,0 +1,305 @@
+//! `shmring bench` end to end: every transport moves frames with every checksum
+//! verified, corruption is caught, the JSON is complete, bad input is refused.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use shmring_bench::report::JSON_FIELDS;
+use shmring_bench::serde_json::{self, Value};
+
+/// Transports of the default build.
+const TRANSPORTS: &[&str] = &[
+    "shmring",
+    "shmring-copy",
+    "uds",
+    "tcp",
+    "pipe",
+    "websocket",
+    "floor",
+];
+
+/// A scratch directory, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let p =
+            std::env::temp_dir().join(format!("shmring-bench-test-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(p)
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The bench process, killed if the test ends early.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct Outcome {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn bench(dir: &Scratch, args: &[&str]) -> Outcome {
+    let out = dir.path("stdout");
+    let err = dir.path("stderr");
+    let child = Command::new(env!("CARGO_BIN_EXE_shmring"))
+        .arg("bench")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("start shmring bench");
+    let mut g = Guard(child);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let status = loop {
+        if let Some(s) = g.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "shmring bench {args:?} did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    Outcome {
+        code: status.code(),
+        stdout: std::fs::read_to_string(out).unwrap_or_default(),
+        stderr: std::fs::read_to_string(err).unwrap_or_default(),
+    }
+}
+
+fn rows(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).expect("the --json file");
+    match serde_json::from_str(&text).expect("valid JSON") {
+        Value::Array(v) => v,
+        other => panic!("expected an array, got {other}"),
+    }
+}
+
+fn row<'a>(rows: &'a [Value], transport: &str, workload: &str) -> &'a Value {
+    rows.iter()
+        .find(|r| r["transport"] == transport && r["workload"] == workload)
+        .unwrap_or_else(|| panic!("no {transport} {workload} row in {rows:?}"))
+}
+
+#[test]
+fn every_transport_moves_frames_with_checksums_verified() {
+    let dir = Scratch::new("all");
+    let json = dir.path("out.json");
+    let list = TRANSPORTS.join(",");
+    let o = bench(
+        &dir,
+        &[
+            "--transports",
+            &list,
+            "--workload",
+            "all",
+            "--mode",
+            "unthrottled",
+            "--frames",
+            "12",
+            "--ring-mib",
+            "16",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        o.code,
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        o.stdout,
+        o.stderr
+    );
+    let rows = rows(&json);
+    assert_eq!(rows.len(), TRANSPORTS.len() * 2);
+    for t in TRANSPORTS {
+        for (w, size) in [("video", 3_110_400u64), ("audio", 4096)] {
+            let r = row(&rows, t, w);
+            // The consumer counts a frame only once its checksum and sequence number
+            // were checked; a bad one makes the run fail (see the test below).
+            assert_eq!(r["frames"], 12, "{t} {w}: {r}");
+            assert_eq!(r["bytes"], 12 * size, "{t} {w}: {r}");
+            assert_eq!(r["error"], Value::Null, "{t} {w}: {r}");
+            assert!(r["cpu_s_per_gib"].as_f64().unwrap() > 0.0, "{t} {w}: {r}");
+        }
+        assert!(
+            o.stdout.lines().any(|l| l.starts_with(t)),
+            "{t} missing from the table:\n{}",
+            o.stdout
+        );
+    }
+}
+
+#[test]
+fn a_corrupted_frame_is_detected_on_every_transport() {
+    for t in TRANSPORTS {
+        let dir = Scratch::new(&format!("corrupt-{t}"));
+        let json = dir.path("out.json");
+        let o = bench(
+            &dir,
+            &[
+                "--transports",
+                t,
+                "--workload",
+                "video",
+                "--mode",
+                "unthrottled",
+                "--frames",
+                "6",
+                "--ring-mib",
+                "16",
+                "--corrupt-every",
+                "3",
+                "--json",
+                json.to_str().unwrap(),
+            ],
+        );
+        assert_ne!(
+            o.code,
+            Some(0),
+            "{t}: corruption went unnoticed:\n{}\n{}",
+            o.stdout,
+            o.stderr
+        );
+        assert!(
+            o.stderr.contains(t)
+                && o.stderr.contains("2 of 6 frames failed their checksum"),
+            "{t}: unexpected message:\n{}",
+            o.stderr
+        );
+        let rows = rows(&json);
+        assert!(row(&rows, t, "video")["error"].is_string());
+    }
+}
+
+#[test]
+fn json_has_every_field_for_every_transport_asked() {
+    let dir = Scratch::new("json");
+    let json = dir.path("out.json");
+    let svg = dir.path("out.svg");
+    let o = bench(
+        &dir,
+        &[
+            "--transports",
+            "shmring,uds,floor",
+            "--workload",
+            "video",
+            "--mode",
+            "both",
+            "--frames",
+            "4",
+            "--ring-mib",
+            "16",
+            "--json",
+            json.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+    let rows = rows(&json);
+    assert_eq!(rows.len(), 6, "3 transports x 2 modes");
+    for r in &rows {
+        let obj = r.as_object().expect("an object");
+        for f in JSON_FIELDS {
+            assert!(obj.contains_key(*f), "field {f} missing in {r}");
+        }
+        assert_eq!(r["frames"], 4);
+    }
+    // Ratios against shmring: 1 for shmring itself.
+    assert_eq!(row(&rows, "shmring", "video")["cpu_vs_shmring"], 1.0);
+    let plot = std::fs::read_to_string(&svg).expect("the plot");
+    assert!(
+        plot.starts_with("<svg")
+            && plot.contains("CPU seconds per GiB")
+            && plot.contains("RSS over time")
+    );
+}
+
+#[test]
+fn unknown_transport_is_named_and_the_others_still_run() {
+    let dir = Scratch::new("unknown");
+    let json = dir.path("out.json");
+    let o = bench(
+        &dir,
+        &[
+            "--transports",
+            "pipe,carrier-pigeon",
+            "--workload",
+            "audio",
+            "--mode",
+            "unthrottled",
+            "--frames",
+            "5",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    assert_ne!(o.code, Some(0));
+    assert!(
+        o.stderr.contains("unknown transport \"carrier-pigeon\""),
+        "{}",
+        o.stderr
+    );
+    let rows = rows(&json);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(row(&rows, "pipe", "audio")["frames"], 5);
+}
+
+#[test]
+fn a_rate_the_machine_cannot_sustain_is_reported() {
+    let dir = Scratch::new("rate");
+    // 10 TB/s: no transport moves that.
+    let o = bench(
+        &dir,
+        &[
+            "--transports",
+            "pipe",
+            "--workload",
+            "video",
+            "--mode",
+            "rated",
+            "--rate",
+            "10000000",
+            "--seconds",
+            "0.3",
+        ],
+    );
+    assert_ne!(o.code, Some(0));
+    assert!(
+        o.stderr.contains("pipe") && o.stderr.contains("could not sustain"),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn bad_arguments_are_refused() {
+    let dir = Scratch::new("args");
+    let o = bench(&dir, &["--rate", "0", "--frames", "1"]);
+    assert_ne!(o.code, Some(0));
+    assert!(o.stderr.contains("--rate"), "{}", o.stderr);
+    let o = bench(&dir, &["--workload", "smell"]);
+    assert_ne!(o.code, Some(0));
+    assert!(o.stderr.contains("smell"), "{}", o.stderr);
+}

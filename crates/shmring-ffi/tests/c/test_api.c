@@ -1,0 +1,454 @@
+/*
+ * C tests of the shmring ABI: round trips, media header, and misuse (NULL and stale
+ * handles, double and foreign releases, wrong layout version...), which must give
+ * an error code and a message, never a crash. Built three ways by the Makefile:
+ * against the shared library, with ASan/UBSan, and against the static library.
+ * Last line: "N passed, M failed".
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "frame_pattern.h"
+#include "shmring.h"
+
+static int passed, failed, current_ok;
+
+#define CHECK(cond)                                                                   \
+    do {                                                                              \
+        if (!(cond)) {                                                                \
+            fprintf(stderr, "  %s:%d: check failed: %s (last error: %s)\n", __FILE__, \
+                    __LINE__, #cond, shmring_last_error());                           \
+            current_ok = 0;                                                           \
+        }                                                                             \
+    } while (0)
+#define CHECK_ST(call, want) CHECK((call) == (want))
+#define CHECK_MSG(needle) CHECK(strstr(shmring_last_error(), (needle)) != NULL)
+
+#define RUN(fn)                                                         \
+    do {                                                                \
+        current_ok = 1;                                                 \
+        fn();                                                           \
+        if (current_ok) passed++; else failed++;                        \
+        printf("%s %s\n", current_ok ? "ok  " : "FAIL", #fn);           \
+        fflush(stdout);                                                 \
+    } while (0)
+
+static shmring_segment *make_ring(uint64_t capacity) {
+    shmring_config cfg;
+    CHECK_ST(shmring_config_init(&cfg), SHMRING_OK);
+    cfg.capacity = capacity;
+    shmring_segment *s = NULL;
+    CHECK_ST(shmring_segment_create_memfd("test-api", &cfg, &s), SHMRING_OK);
+    CHECK(s != NULL);
+    return s;
+}
+
+static void test_round_trip_video(void) {
+    shmring_segment *s = make_ring(16u << 20);
+    shmring_consumer *c = NULL;
+    shmring_producer *p = NULL;
+    CHECK_ST(shmring_consumer_attach(s, NULL, &c), SHMRING_OK);
+    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    for (int i = 0; i < 5; i++) {
+        shmring_media_header h;
+        CHECK_ST(shmring_media_video(SHMRING_FORMAT_I420, 1920, 1080, 1000 + i, i, &h), SHMRING_OK);
+        size_t len = 0;
+        CHECK_ST(shmring_media_payload_len(&h, &len), SHMRING_OK);
+        CHECK(len == 128 + 3110400);
+        shmring_reservation r;
+        CHECK_ST(shmring_producer_reserve(p, len, &r), SHMRING_OK);
+        CHECK(r.len == len && ((uintptr_t)r.data % 64) == 0);
+        CHECK_ST(shmring_media_write(&h, r.data, r.len), SHMRING_OK);
+        pattern_fill(&h, r.data);
+        shmring_meta m = {.stream = 9, .kind = SHMRING_KIND_VIDEO, .timestamp_ns = 77,
+                          .flags = pattern_payload_checksum(r.data, r.len)};
+        CHECK_ST(shmring_producer_commit(p, &m), SHMRING_OK);
+        shmring_frame f;
+        CHECK_ST(shmring_consumer_next(c, 0, &f), SHMRING_OK);
+        CHECK(f.len == len && f.meta.stream == 9 && f.meta.timestamp_ns == 77);
+        CHECK(f.data == r.data); /* zero copy: the consumer reads where we wrote */
+        shmring_media_header g;
+        CHECK_ST(shmring_media_parse(f.data, f.len, &g), SHMRING_OK);
+        CHECK(memcmp(&g, &h, sizeof g) == 0);
+        CHECK(memcmp(f.data, &h, 128) == 0); /* the C struct is the wire format */
+        CHECK(pattern_payload_checksum(f.data, f.len) == f.meta.flags);
+        const uint8_t *plane;
+        size_t psize;
+        CHECK_ST(shmring_media_plane(&g, f.data, f.len, 2, &plane, &psize), SHMRING_OK);
+        CHECK(psize == 960 * 540 && plane == f.data + g.offset[2]);
+        CHECK_ST(shmring_consumer_release(c, &f), SHMRING_OK);
+    }
+    shmring_stats st;
+    CHECK_ST(shmring_segment_stats(s, &st), SHMRING_OK);
+    CHECK(st.records_committed == 5 && st.records_consumed == 5 && st.producers == 1 &&
+          st.consumer_attached == 1);
+    CHECK_ST(shmring_producer_close(p), SHMRING_OK);
+    CHECK_ST(shmring_consumer_close(c), SHMRING_OK);
+    CHECK_ST(shmring_segment_close(s), SHMRING_OK);
+}
+
+static void test_send_abort_out_of_order_release(void) {
+    shmring_segment *s = make_ring(1u << 20);
+    shmring_consumer *c = NULL;
+    shmring_producer *p = NULL;
+    CHECK_ST(shmring_consumer_attach(s, NULL, &c), SHMRING_OK);
+    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    shmring_meta m = {.stream = 1, .kind = SHMRING_KIND_RAW};
+    CHECK_ST(shmring_producer_send(p, (const uint8_t *)"hello", 5, &m), SHMRING_OK);
+    shmring_reservation r;
+    CHECK_ST(shmring_producer_reserve(p, 100, &r), SHMRING_OK);
+    CHECK_ST(shmring_producer_abort(p), SHMRING_OK);
+    CHECK_ST(shmring_producer_send(p, NULL, 0, &m), SHMRING_OK);
+    shmring_frame a, b, none;
+    CHECK_ST(shmring_consumer_next(c, 0, &a), SHMRING_OK);
+    CHECK(a.len == 5 && memcmp(a.data, "hello", 5) == 0);
+    /* a bounded wait: the aborted claim in between is skipped within it */
+    CHECK_ST(shmring_consumer_next(c, 1000000000, &b), SHMRING_OK);
+    CHECK(b.len == 0);
+    CHECK_ST(shmring_consumer_next(c, 1000000, &none), SHMRING_TIMEOUT);
+    uint64_t out = 0;
+    CHECK_ST(shmring_consumer_outstanding(c, &out), SHMRING_OK);
+    CHECK(out >= 2); /* held frames (an aborted record between them may count too) */
+    CHECK_ST(shmring_consumer_release(c, &b), SHMRING_OK);
+    CHECK_ST(shmring_consumer_release(c, &a), SHMRING_OK);
+    CHECK_ST(shmring_consumer_outstanding(c, &out), SHMRING_OK);
+    CHECK(out == 0);
+    shmring_stats st;
+    CHECK_ST(shmring_segment_stats(s, &st), SHMRING_OK);
+    CHECK(st.records_aborted == 1 && st.skipped_aborted == 1);
+    shmring_producer_close(p);
+    shmring_consumer_close(c);
+    shmring_segment_close(s);
+}
+
+static void test_null_and_bad_handles(void) {
+    shmring_reservation r;
+    CHECK_ST(shmring_producer_reserve(NULL, 10, &r), SHMRING_ERR_NULL);
+    CHECK_MSG("shmring_producer_reserve");
+    CHECK_MSG("NULL");
+    CHECK_ST(shmring_consumer_next(NULL, 0, NULL), SHMRING_ERR_NULL);
+    CHECK_ST(shmring_segment_stats(NULL, NULL), SHMRING_ERR_NULL);
+    CHECK_ST(shmring_config_init(NULL), SHMRING_ERR_NULL);
+    CHECK_ST(shmring_segment_create_memfd(NULL, NULL, NULL), SHMRING_ERR_NULL);
+    /* closing NULL is a no-op */
+    CHECK_ST(shmring_producer_close(NULL), SHMRING_OK);
+    /* a pointer that was never a handle */
+    int junk[16] = {0};
+    CHECK_ST(shmring_producer_reserve((shmring_producer *)junk, 10, &r), SHMRING_ERR_BAD_HANDLE);
+    CHECK_MSG("not a live shmring_producer");
+    /* a handle of another type */
+    shmring_segment *s = make_ring(1u << 20);
+    CHECK_ST(shmring_producer_reserve((shmring_producer *)s, 10, &r), SHMRING_ERR_BAD_HANDLE);
+    CHECK_ST(shmring_consumer_close((shmring_consumer *)s), SHMRING_ERR_BAD_HANDLE);
+    /* a closed handle, and a double close */
+    shmring_producer *p = NULL;
+    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    CHECK_ST(shmring_producer_close(p), SHMRING_OK);
+    CHECK_ST(shmring_producer_reserve(p, 10, &r), SHMRING_ERR_BAD_HANDLE);
+    CHECK_ST(shmring_producer_close(p), SHMRING_ERR_BAD_HANDLE);
+    CHECK_MSG("closed twice");
+    CHECK_ST(shmring_segment_close(s), SHMRING_OK);
+    CHECK_ST(shmring_segment_stats(s, &(shmring_stats){0}), SHMRING_ERR_BAD_HANDLE);
+    /* status names */
+    CHECK(strcmp(shmring_status_name(SHMRING_ERR_NOT_HELD), "SHMRING_ERR_NOT_HELD") == 0);
+    CHECK(strcmp(shmring_status_name(12345), "(unknown status)") == 0);
+}
+
+static void test_reservation_state_errors(void) {
+    shmring_segment *s = make_ring(1u << 20);
+    shmring_producer *p = NULL;
+    shmring_consumer *c = NULL;
+    CHECK_ST(shmring_consumer_attach(s, NULL, &c), SHMRING_OK);
+    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    shmring_meta m = {0};
+    CHECK_ST(shmring_producer_commit(p, &m), SHMRING_ERR_STATE);
+    CHECK_MSG("no reservation is open");
+    CHECK_ST(shmring_producer_abort(p), SHMRING_ERR_STATE);
+    shmring_reservation r;
+    CHECK_ST(shmring_producer_reserve(p, 64, &r), SHMRING_OK);
+    CHECK_ST(shmring_producer_reserve(p, 64, &r), SHMRING_ERR_STATE);
+    CHECK_MSG("already open");
+    CHECK_ST(shmring_producer_send(p, (const uint8_t *)"x", 1, &m), SHMRING_ERR_STATE);
+    CHECK_ST(shmring_producer_commit(p, NULL), SHMRING_ERR_NULL);
+    CHECK_ST(shmring_producer_commit(p, &m), SHMRING_OK); /* still open after the NULL */
+    CHECK_ST(shmring_producer_reserve(p, 1u << 20, &r), SHMRING_ERR_TOO_LARGE);
+    CHECK_MSG("exceeds max_record");
+    CHECK_ST(shmring_producer_set_policy(p, 7, 0), SHMRING_ERR_INVALID_ARGUMENT);
+    /* fill the ring, then fail at once */
+    CHECK_ST(shmring_producer_set_policy(p, SHMRING_POLICY_FAIL, 0), SHMRING_OK);
+    int full = 0;
+    for (int i = 0; i < 100 && !full; i++) {
+        shmring_status st = shmring_producer_reserve(p, 200000, &r);
+        if (st == SHMRING_ERR_FULL) full = 1;
+        else CHECK_ST(shmring_producer_commit(p, &m), SHMRING_OK);
+    }
+    CHECK(full);
+    CHECK_MSG("is full");
+    CHECK_ST(shmring_producer_reserve_timeout(p, 200000, 2000000, &r), SHMRING_TIMEOUT);
+    /* a producer left with an open reservation is aborted at close */
+    CHECK_ST(shmring_producer_set_policy(p, SHMRING_POLICY_BLOCK, 1000000000), SHMRING_OK);
+    shmring_frame f;
+    while (shmring_consumer_next(c, 0, &f) == SHMRING_OK) shmring_consumer_release(c, &f);
+    CHECK_ST(shmring_producer_reserve(p, 64, &r), SHMRING_OK);
+    CHECK_ST(shmring_producer_close(p), SHMRING_OK);
+    CHECK_ST(shmring_consumer_next(c, 0, &f), SHMRING_TIMEOUT);
+    shmring_stats st;
+    shmring_segment_stats(s, &st);
+    CHECK(st.drops_full >= 2 && st.producers == 0);
+    shmring_consumer_close(c);
+    shmring_segment_close(s);
+}
+
+static void test_double_and_foreign_release(void) {
+    shmring_segment *s1 = make_ring(1u << 20), *s2 = make_ring(1u << 20);
+    shmring_consumer *c1 = NULL, *c2 = NULL;
+    shmring_producer *p1 = NULL, *p2 = NULL;
+    CHECK_ST(shmring_consumer_attach(s1, NULL, &c1), SHMRING_OK);
+    CHECK_ST(shmring_consumer_attach(s2, NULL, &c2), SHMRING_OK);
+    CHECK_ST(shmring_producer_attach(s1, &p1), SHMRING_OK);
+    CHECK_ST(shmring_producer_attach(s2, &p2), SHMRING_OK);
+    shmring_meta m = {0};
+    CHECK_ST(shmring_producer_send(p1, (const uint8_t *)"a", 1, &m), SHMRING_OK);
+    CHECK_ST(shmring_producer_send(p2, (const uint8_t *)"b", 1, &m), SHMRING_OK);
+    shmring_frame f1, f2;
+    CHECK_ST(shmring_consumer_next(c1, 0, &f1), SHMRING_OK);
+    CHECK_ST(shmring_consumer_next(c2, 0, &f2), SHMRING_OK);
+    CHECK(f1.seq == f2.seq); /* same sequence number: only the owner tells them apart */
+    CHECK_ST(shmring_consumer_release(c1, &f2), SHMRING_ERR_NOT_HELD);
+    CHECK_MSG("another consumer");
+    CHECK_ST(shmring_consumer_release(c1, &f1), SHMRING_OK);
+    CHECK_ST(shmring_consumer_release(c1, &f1), SHMRING_ERR_NOT_HELD);
+    CHECK_MSG("not held");
+    shmring_frame forged = f2;
+    forged.seq += 1000;
+    CHECK_ST(shmring_consumer_release(c2, &forged), SHMRING_ERR_NOT_HELD);
+    CHECK_ST(shmring_consumer_release(c2, NULL), SHMRING_ERR_NULL);
+    CHECK_ST(shmring_consumer_release(c2, &f2), SHMRING_OK);
+    /* a second consumer on a ring is refused */
+    shmring_consumer *again = NULL;
+    CHECK_ST(shmring_consumer_attach(s1, NULL, &again), SHMRING_ERR_CONSUMER_BUSY);
+    CHECK(again == NULL);
+    shmring_producer_close(p1);
+    shmring_producer_close(p2);
+    shmring_consumer_close(c1);
+    shmring_consumer_close(c2);
+    shmring_segment_close(s1);
+    shmring_segment_close(s2);
+}
+
+static void test_wrong_layout_version(void) {
+    shmring_segment *s = make_ring(1u << 20);
+    int fd = -1;
+    CHECK_ST(shmring_segment_fd(s, &fd), SHMRING_OK);
+    int copy = dup(fd); /* a second descriptor for the attach below */
+    uint8_t *map = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    CHECK(map != MAP_FAILED);
+    if (map == MAP_FAILED) return;
+    /* identity block: magic "SHMRING1" at 0, layout version (u32) at 8 */
+    CHECK(memcmp(map, "SHMRING1", 8) == 0);
+    uint32_t version;
+    memcpy(&version, map + 8, 4);
+    CHECK(version == shmring_layout_version());
+    uint32_t bad = version + 1;
+    memcpy(map + 8, &bad, 4);
+    shmring_segment *other = NULL;
+    CHECK_ST(shmring_segment_attach_fd(copy, -1, &other), SHMRING_ERR_LAYOUT_MISMATCH);
+    CHECK_MSG("layout version");
+    CHECK(other == NULL);
+    memcpy(map + 8, &version, 4);
+    munmap(map, 4096);
+    shmring_segment_close(s);
+}
+
+static void test_bad_descriptors(void) {
+    shmring_segment *s = NULL;
+    CHECK_ST(shmring_segment_attach_fd(-1, -1, &s), SHMRING_ERR_INVALID_ARGUMENT);
+    CHECK_ST(shmring_segment_attach_fd(987654, -1, &s), SHMRING_ERR_INVALID_ARGUMENT);
+    CHECK_MSG("not an open file descriptor");
+    /* an unsealed memfd */
+    int fd = memfd_create("unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    CHECK(fd >= 0 && ftruncate(fd, 1 << 20) == 0);
+    CHECK_ST(shmring_segment_attach_fd(fd, -1, &s), SHMRING_ERR_UNSEALED);
+    /* a sealed memfd that is not a ring */
+    fd = memfd_create("not-a-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    CHECK(fd >= 0 && ftruncate(fd, 1 << 20) == 0);
+    CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+    CHECK_ST(shmring_segment_attach_fd(fd, -1, &s), SHMRING_ERR_LAYOUT_MISMATCH);
+    CHECK_MSG("magic");
+    CHECK_ST(shmring_segment_open_named("shmring-ffi-test-does-not-exist", -1, &s),
+             SHMRING_ERR_NOT_FOUND);
+    CHECK_ST(shmring_segment_open_named("bad/name", -1, &s), SHMRING_ERR_CONFIG);
+    shmring_config cfg;
+    shmring_config_init(&cfg);
+    cfg.capacity = 1000;
+    CHECK_ST(shmring_segment_create_memfd("x", &cfg, &s), SHMRING_ERR_CONFIG);
+}
+
+static void test_media_errors(void) {
+    shmring_media_header h;
+    CHECK_ST(shmring_media_video(SHMRING_FORMAT_PCM_S16, 10, 10, 0, 0, &h), SHMRING_ERR_INVALID_ARGUMENT);
+    CHECK_ST(shmring_media_video(SHMRING_FORMAT_RGBA, 100000, 100000, 0, 0, &h),
+             SHMRING_ERR_INVALID_ARGUMENT);
+    CHECK_ST(shmring_media_audio(SHMRING_FORMAT_I420, 48000, 2, 480, 0, 0, &h),
+             SHMRING_ERR_INVALID_ARGUMENT);
+    CHECK_ST(shmring_media_audio(SHMRING_FORMAT_PCM_S16, 48000, 2, 480, 5, 6, &h), SHMRING_OK);
+    size_t len = 0;
+    CHECK_ST(shmring_media_payload_len(&h, &len), SHMRING_OK);
+    CHECK(len == 128 + 480 * 4);
+    uint8_t buf[128 + 480 * 4];
+    CHECK_ST(shmring_media_write(&h, buf, sizeof buf - 1), SHMRING_ERR_MEDIA);
+    CHECK_ST(shmring_media_write(&h, buf, sizeof buf), SHMRING_OK);
+    shmring_media_header g;
+    CHECK_ST(shmring_media_parse(buf, sizeof buf, &g), SHMRING_OK);
+    CHECK(g.channels == 2 && g.samples == 480 && g.pts_ns == 5 && g.sequence == 6);
+    CHECK_ST(shmring_media_parse(buf, 100, &g), SHMRING_ERR_MEDIA);
+    buf[0] = 'X';
+    CHECK_ST(shmring_media_parse(buf, sizeof buf, &g), SHMRING_ERR_MEDIA);
+    CHECK_MSG("magic");
+    h.planes = 9;
+    CHECK_ST(shmring_media_payload_len(&h, &len), SHMRING_ERR_MEDIA);
+    h.planes = 1;
+    h.format = 99;
+    CHECK_ST(shmring_media_write(&h, buf, sizeof buf), SHMRING_ERR_MEDIA);
+    const uint8_t *pl;
+    size_t ps;
+    CHECK_ST(shmring_media_plane(&g, buf, sizeof buf, 1, &pl, &ps), SHMRING_ERR_INVALID_ARGUMENT);
+    CHECK_ST(shmring_media_plane(&g, buf, 200, 0, &pl, &ps), SHMRING_ERR_MEDIA);
+}
+
+static void test_fd_passing(void) {
+    int sv[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    shmring_config cfg;
+    shmring_config_init(&cfg);
+    cfg.capacity = 1u << 20;
+    cfg.eventfd = 1;
+    shmring_segment *s = NULL, *r = NULL;
+    CHECK_ST(shmring_segment_create_memfd("pass", &cfg, &s), SHMRING_OK);
+    int efd = -1;
+    CHECK_ST(shmring_segment_eventfd(s, &efd), SHMRING_OK);
+    CHECK(efd >= 0);
+    shmring_consumer *c = NULL;
+    CHECK_ST(shmring_consumer_attach(s, NULL, &c), SHMRING_OK);
+    CHECK_ST(shmring_segment_send(sv[0], s), SHMRING_OK);
+    CHECK_ST(shmring_segment_recv(sv[1], &r), SHMRING_OK);
+    shmring_producer *p = NULL;
+    CHECK_ST(shmring_producer_attach(r, &p), SHMRING_OK);
+    shmring_meta m = {.stream = 4};
+    uint32_t ready = 9;
+    CHECK_ST(shmring_consumer_arm(c, &ready), SHMRING_OK);
+    CHECK(ready == 0);
+    CHECK_ST(shmring_producer_send(p, (const uint8_t *)"zz", 2, &m), SHMRING_OK);
+    uint64_t n = 0;
+    CHECK(read(efd, &n, 8) == 8 && n >= 1); /* the producer signalled the eventfd */
+    CHECK_ST(shmring_consumer_disarm(c), SHMRING_OK);
+    shmring_frame f;
+    CHECK_ST(shmring_consumer_next(c, 0, &f), SHMRING_OK);
+    CHECK(f.meta.stream == 4 && f.len == 2);
+    CHECK_ST(shmring_consumer_release(c, &f), SHMRING_OK);
+    close(sv[0]);
+    close(sv[1]);
+    shmring_producer_close(p);
+    shmring_segment_close(r);
+    shmring_consumer_close(c);
+    shmring_segment_close(s);
+}
+
+struct busy_arg {
+    shmring_consumer *c;
+    shmring_status st, release_st;
+    size_t len;
+};
+
+static void *blocked_next(void *arg) {
+    struct busy_arg *a = arg;
+    shmring_frame f;
+    a->st = shmring_consumer_next(a->c, 10000000000ll, &f); /* until the main thread sends */
+    if (a->st == SHMRING_OK) {
+        a->len = f.len;
+        a->release_st = shmring_consumer_release(a->c, &f);
+    }
+    return NULL;
+}
+
+static void test_concurrent_use_is_refused(void) {
+    shmring_segment *s = make_ring(1u << 20);
+    struct busy_arg a = {0};
+    CHECK_ST(shmring_consumer_attach(s, NULL, &a.c), SHMRING_OK);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, blocked_next, &a) == 0);
+    /* wait until the other thread is inside shmring_consumer_next */
+    shmring_status st = SHMRING_OK;
+    uint64_t out;
+    for (int i = 0; i < 5000; i++) {
+        st = shmring_consumer_outstanding(a.c, &out);
+        if (st == SHMRING_ERR_BUSY) break;
+        usleep(1000);
+    }
+    CHECK(st == SHMRING_ERR_BUSY);
+    CHECK_ST(shmring_consumer_close(a.c), SHMRING_ERR_BUSY);
+    CHECK_MSG("in use by another thread");
+    shmring_producer *p = NULL;
+    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    shmring_meta m = {0};
+    CHECK_ST(shmring_producer_send(p, (const uint8_t *)"wake", 4, &m), SHMRING_OK);
+    pthread_join(t, NULL);
+    CHECK(a.st == SHMRING_OK && a.len == 4 && a.release_st == SHMRING_OK);
+    CHECK_ST(shmring_producer_close(p), SHMRING_OK);
+    CHECK_ST(shmring_consumer_close(a.c), SHMRING_OK);
+    shmring_segment_close(s);
+}
+
+static void test_named_ring_and_info(void) {
+    char name[64];
+    snprintf(name, sizeof name, "shmring-ffi-test-%d", (int)getpid());
+    shmring_config cfg;
+    shmring_config_init(&cfg);
+    cfg.capacity = 1u << 20;
+    shmring_segment *s = NULL, *o = NULL;
+    CHECK_ST(shmring_segment_create_named(name, &cfg, &s), SHMRING_OK);
+    CHECK_ST(shmring_segment_create_named(name, &cfg, &o), SHMRING_ERR_EXISTS);
+    CHECK_ST(shmring_segment_open_named(name, -1, &o), SHMRING_OK);
+    shmring_geometry g;
+    CHECK_ST(shmring_segment_geometry(o, &g), SHMRING_OK);
+    CHECK(g.capacity == 1u << 20 && g.max_record == (1u << 20) / 4 && g.max_producers == 64);
+    uint64_t size = 0;
+    CHECK_ST(shmring_config_segment_size(&cfg, &size), SHMRING_OK);
+    CHECK(size == g.total_size);
+    const uint8_t *base;
+    size_t len;
+    CHECK_ST(shmring_segment_mapping(o, &base, &len), SHMRING_OK);
+    CHECK(len == g.total_size);
+    CHECK(strstr(shmring_segment_name(o), name) != NULL);
+    CHECK(shmring_segment_name(NULL) == NULL);
+    CHECK(strcmp(shmring_version(), "0.1.0") == 0);
+    shmring_segment_close(o);
+    shmring_segment_close(s);
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    CHECK(access(path, F_OK) != 0); /* removed with its creator */
+}
+
+int main(void) {
+    pattern_init();
+    RUN(test_round_trip_video);
+    RUN(test_send_abort_out_of_order_release);
+    RUN(test_null_and_bad_handles);
+    RUN(test_reservation_state_errors);
+    RUN(test_double_and_foreign_release);
+    RUN(test_wrong_layout_version);
+    RUN(test_bad_descriptors);
+    RUN(test_media_errors);
+    RUN(test_fd_passing);
+    RUN(test_concurrent_use_is_refused);
+    RUN(test_named_ring_and_info);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,133 @@
+//! C producer -> Rust consumer and Rust producer -> C consumer, through one ring,
+//! with the media header and per-frame checksums checked on the far side.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::pattern::{expected, fill, payload_checksum, ramp};
+use common::{c_example, pass_fds, Guard};
+use shmring::media::{kind, Format, MediaHeader};
+use shmring::{Config, Meta, Segment};
+
+#[test]
+fn c_producer_to_rust_consumer_1080p() {
+    let producer = c_example("producer");
+    let seg = Segment::create_memfd("c-to-rust", &Config::with_capacity(32 << 20)).unwrap();
+    let consumer = seg.consumer().unwrap();
+    let mut cmd = Command::new(&producer);
+    cmd.args(["--fd", "3", "--frames", "60", "--stream", "5", "--quiet"]);
+    pass_fds(&mut cmd, &[seg.fd()]);
+    let child = Guard(Some(cmd.stderr(Stdio::piped()).spawn().unwrap()));
+    for i in 0..60u64 {
+        let f = consumer
+            .next_timeout(Some(Duration::from_secs(10)))
+            .unwrap()
+            .unwrap_or_else(|| panic!("frame {i} did not arrive"));
+        assert_eq!((f.stream(), f.kind()), (5, kind::VIDEO));
+        let h = MediaHeader::parse(f.payload()).expect("a valid media header");
+        assert_eq!(
+            (h.format, h.width, h.height, h.sequence),
+            (Format::I420, 1920, 1080, i)
+        );
+        assert_eq!(f.len(), 128 + 3_110_400);
+        assert_eq!(f.timestamp_ns(), h.pts_ns);
+        assert_eq!(payload_checksum(f.payload()), f.meta().flags, "frame {i}");
+        // Spot-check the pattern itself, not just the checksum.
+        for (p, y, x) in [(0, 0, 0), (0, 1079, 1919), (1, 17, 300), (2, 539, 959)] {
+            let at = h.offset[p] as usize + y * h.stride[p] as usize + x;
+            assert_eq!(f.payload()[at], expected(i, p, y, x), "frame {i} plane {p}");
+        }
+    }
+    let out = child.wait();
+    assert!(
+        out.status.success(),
+        "producer failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = seg.stats();
+    assert_eq!((s.records_committed, s.records_consumed), (60, 60));
+}
+
+/// Starts the C consumer on a fresh ring and waits until it is attached.
+fn start_c_consumer(seg: &Segment, frames: u32) -> (Guard, BufReader<std::process::ChildStdout>) {
+    let mut cmd = Command::new(c_example("consumer"));
+    cmd.args([
+        "--fd",
+        "3",
+        "--frames",
+        &frames.to_string(),
+        "--timeout-ms",
+        "10000",
+        "--quiet",
+    ]);
+    pass_fds(&mut cmd, &[seg.fd()]);
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let guard = Guard(Some(child));
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "the C consumer did not attach");
+    (guard, out)
+}
+
+fn send_frames(seg: &std::sync::Arc<Segment>, n: u64, corrupt: Option<u64>) {
+    let mut producer = seg.producer().unwrap();
+    let ramp = ramp();
+    for i in 0..n {
+        let h = MediaHeader::video(Format::I420, 1280, 720, shmring::now_ns(), i);
+        let mut r = producer.reserve(h.payload_len()).unwrap();
+        h.write_to(r.payload()).unwrap();
+        fill(&h, r.payload(), &ramp);
+        let mut sum = payload_checksum(r.payload());
+        if corrupt == Some(i) {
+            sum ^= 1;
+        }
+        r.commit(
+            Meta::new(2, kind::VIDEO)
+                .with_timestamp(h.pts_ns)
+                .with_flags(sum),
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn rust_producer_to_c_consumer() {
+    let seg = Segment::create_memfd("rust-to-c", &Config::with_capacity(16 << 20)).unwrap();
+    let (child, mut out) = start_c_consumer(&seg, 40);
+    send_frames(&seg, 40, None);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let o = child.wait();
+    assert!(
+        o.status.success(),
+        "C consumer failed ({:?}): {rest}{}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(rest.contains("consumed 40 frames"), "{rest}");
+    assert!(rest.contains("0 failed verification"), "{rest}");
+}
+
+#[test]
+fn c_consumer_detects_a_bad_checksum() {
+    let seg = Segment::create_memfd("rust-to-c-bad", &Config::with_capacity(16 << 20)).unwrap();
+    let (child, mut out) = start_c_consumer(&seg, 3);
+    send_frames(&seg, 3, Some(1));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let o = child.wait();
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "expected a verification failure: {rest}"
+    );
+    assert!(rest.contains("1 failed verification"), "{rest}");
+}

@@ -1,0 +1,155 @@
+//! The producer path of the C ABI allocates nothing after attach (and neither does
+//! the consumer's next/release): counted with a global allocator that tallies the
+//! allocations this thread makes while counting is on.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::ptr;
+
+use shmring_ffi::shmring_status::*;
+use shmring_ffi::*;
+
+struct Counting;
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static COUNT: Cell<u64> = const { Cell::new(0) };
+}
+
+fn note() {
+    let _ = COUNTING.try_with(|on| {
+        if on.get() {
+            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
+        }
+    });
+}
+
+// SAFETY: forwards to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        note();
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        note();
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+/// Allocations made by `f` on this thread.
+fn allocations(f: impl FnOnce()) -> u64 {
+    COUNT.with(|c| c.set(0));
+    COUNTING.with(|c| c.set(true));
+    f();
+    COUNTING.with(|c| c.set(false));
+    COUNT.with(|c| c.get())
+}
+
+#[test]
+fn producer_and_consumer_hot_paths_do_not_allocate() {
+    unsafe {
+        let mut cfg = std::mem::zeroed();
+        assert_eq!(shmring_config_init(&mut cfg), SHMRING_OK);
+        cfg.capacity = 4 << 20;
+        let mut seg = ptr::null_mut();
+        assert_eq!(
+            shmring_segment_create_memfd(c"noalloc".as_ptr(), &cfg, &mut seg),
+            SHMRING_OK
+        );
+        let (mut p, mut c) = (ptr::null_mut(), ptr::null_mut());
+        assert_eq!(
+            shmring_consumer_attach(seg, ptr::null(), &mut c),
+            SHMRING_OK
+        );
+        assert_eq!(shmring_producer_attach(seg, &mut p), SHMRING_OK);
+        let mut hdr = std::mem::zeroed();
+        assert_eq!(
+            shmring_media_video(SHMRING_FORMAT_I420, 320, 240, 0, 0, &mut hdr),
+            SHMRING_OK
+        );
+        let mut len = 0usize;
+        assert_eq!(shmring_media_payload_len(&hdr, &mut len), SHMRING_OK);
+        let bytes = vec![7u8; 1000];
+        let mut frames = 0;
+        let n = allocations(|| {
+            for i in 0..2000u64 {
+                let mut r = std::mem::zeroed::<shmring_reservation>();
+                assert_eq!(shmring_producer_reserve(p, len, &mut r), SHMRING_OK);
+                hdr.sequence = i;
+                assert_eq!(shmring_media_write(&hdr, r.data, r.len), SHMRING_OK);
+                let meta = shmring_meta {
+                    stream: 1,
+                    kind: SHMRING_KIND_VIDEO,
+                    timestamp_ns: shmring_now_ns(),
+                    flags: 0,
+                    reserved: 0,
+                };
+                if i % 10 == 0 {
+                    assert_eq!(shmring_producer_abort(p), SHMRING_OK);
+                    assert_eq!(
+                        shmring_producer_send(p, bytes.as_ptr(), bytes.len(), &meta),
+                        SHMRING_OK
+                    );
+                } else {
+                    assert_eq!(shmring_producer_commit(p, &meta), SHMRING_OK);
+                }
+                // A bounded wait (not 0): an aborted claim may precede the record.
+                let mut f = std::mem::zeroed::<shmring_frame>();
+                assert_eq!(shmring_consumer_next(c, 1_000_000_000, &mut f), SHMRING_OK);
+                assert_eq!(shmring_consumer_release(c, &f), SHMRING_OK);
+                frames += 1;
+            }
+        });
+        assert_eq!(frames, 2000);
+        assert_eq!(n, 0, "the hot path allocated {n} times");
+
+        // Failure paths: the C ABI's own messages use a fixed buffer; what the core
+        // allocates for its error values is reported, not asserted (see SANDBOX.md).
+        let mut r = std::mem::zeroed::<shmring_reservation>();
+        let n = allocations(|| {
+            assert_eq!(
+                shmring_producer_reserve(ptr::null_mut(), 8, &mut r),
+                SHMRING_ERR_NULL
+            );
+            assert_eq!(
+                shmring_producer_commit(p, &std::mem::zeroed()),
+                SHMRING_ERR_STATE
+            );
+        });
+        assert_eq!(n, 0, "ABI-level errors allocated {n} times");
+        assert_eq!(
+            shmring_producer_set_policy(p, SHMRING_POLICY_FAIL, 0),
+            SHMRING_OK
+        );
+        let mut held = Vec::with_capacity(64);
+        let full = allocations(|| loop {
+            match shmring_producer_reserve(p, 100_000, &mut r) {
+                SHMRING_OK => {
+                    let meta = std::mem::zeroed();
+                    assert_eq!(shmring_producer_commit(p, &meta), SHMRING_OK);
+                    let mut f = std::mem::zeroed::<shmring_frame>();
+                    assert_eq!(shmring_consumer_next(c, 0, &mut f), SHMRING_OK);
+                    held.push(f);
+                }
+                SHMRING_ERR_FULL => break,
+                s => panic!("unexpected {s:?}"),
+            }
+        });
+        eprintln!("allocations on the ring-full failure path: {full}");
+        for f in &held {
+            assert_eq!(shmring_consumer_release(c, f), SHMRING_OK);
+        }
+        assert_eq!(shmring_producer_close(p), SHMRING_OK);
+        assert_eq!(shmring_consumer_close(c), SHMRING_OK);
+        assert_eq!(shmring_segment_close(seg), SHMRING_OK);
+    }
+}

@@ -1,0 +1,906 @@
+//! `Consumer` and `Frame`.
+
+use std::cell::{Cell, RefCell};
+use std::ffi::{c_int, c_void};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pyo3::exceptions::PyBufferError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+use shmring::media::{kind, MediaHeader};
+use shmring::{Config, Consumer, ConsumerOptions, RawFrame, Segment};
+
+use crate::errors::{BadMediaHeader, Closed, ConfigError, IntoPy, Released};
+use crate::media::{format_name, header_dict, parse_for, plane_layouts, Elem, PlaneLayout};
+use crate::views::{array_of, Plane, ViewGuard};
+
+/// Longest stretch a blocking wait spends without the GIL before checking for
+/// signals (Ctrl-C).
+const SIGNAL_CHECK: Duration = Duration::from_millis(100);
+
+/// Makes a pointer `Send` for `Python::detach`, which runs its closure on the
+/// current thread: nothing is actually shared with another thread.
+struct SameThread<T>(*const T);
+// SAFETY: only used for closures that `detach` runs synchronously on this thread.
+unsafe impl<T> Send for SameThread<T> {}
+impl<T> SameThread<T> {
+    /// # Safety
+    /// The pointee must outlive the returned reference.
+    unsafe fn get<'a>(&self) -> &'a T {
+        // SAFETY: per the caller.
+        unsafe { &*self.0 }
+    }
+}
+
+/// A value returned from a `detach` closure to the same thread.
+struct SameThreadValue<T>(T);
+// SAFETY: `detach` runs the closure on the calling thread and returns to it.
+unsafe impl<T> Send for SameThreadValue<T> {}
+
+pub fn secs(s: f64, what: &str) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(s)
+        .map_err(|_| ConfigError::new_err(format!("{what} must be >= 0 seconds, got {s}")))
+}
+
+/// Takes ownership of a descriptor number given by Python.
+pub fn own_fd(fd: i32, what: &str) -> PyResult<OwnedFd> {
+    if fd < 0 {
+        return Err(ConfigError::new_err(format!(
+            "{what} {fd} is not a descriptor"
+        )));
+    }
+    // SAFETY: the caller hands this descriptor over (documented on the classes).
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The consumer of a ring: creates it or attaches to it, and hands out frames that
+/// point into the ring (zero copy).
+///
+/// Consumer(name=None, *, create=False, capacity=64 MiB, max_record=None,
+///          log_entries=None, max_producers=64, eventfd=False, memfd=False,
+///          persist=False, fd=None, eventfd_fd=None, liveness_interval=0.05, spin=64)
+///
+/// * ``Consumer("cam0")`` attaches to ``/dev/shm/cam0``.
+/// * ``Consumer("cam0", create=True, capacity=1 << 26)`` creates it (mode 0600),
+///   unlinked again when the consumer is closed unless ``persist=True``.
+/// * ``Consumer("cam0", create=True, memfd=True)`` creates an anonymous sealed
+///   memfd; hand ``fileno()`` (and ``eventfd_fileno()``) to producers.
+/// * ``Consumer(fd=N, eventfd_fd=M)`` attaches to a ring received as descriptors;
+///   the consumer takes ownership of them.
+/// * ``eventfd=True`` makes producers wake the consumer through an eventfd, which
+///   ``frames()`` (asyncio) needs.
+///
+/// Frames: ``ring.next(timeout=None)`` returns the next Frame (None on timeout),
+/// ``ring.try_next()`` does not wait, ``for frame in ring:`` waits forever.
+/// A frame is handed back to the ring by ``frame.release()``, at the end of
+/// ``with ring.next() as frame:``, or when the frame and every view of it are gone.
+/// One consumer per ring; it is bound to the thread that created it.
+#[pyclass(unsendable, subclass, module = "shmring._shmring", name = "Consumer")]
+pub struct PyConsumer {
+    inner: RefCell<Option<Consumer>>,
+    closed: Cell<bool>,
+    /// Python frames handed out and not yet released to the ring.
+    live_frames: Cell<u64>,
+}
+
+impl PyConsumer {
+    fn with<R>(&self, f: impl FnOnce(&Consumer) -> PyResult<R>) -> PyResult<R> {
+        let g = self.inner.borrow();
+        match g.as_ref() {
+            Some(c) if !self.closed.get() => f(c),
+            _ => Err(Closed::new_err("the consumer is closed")),
+        }
+    }
+
+    /// The segment, for a producer in this process.
+    pub fn segment(&self) -> PyResult<Arc<Segment>> {
+        self.with(|c| Ok(c.segment().clone()))
+    }
+
+    /// Hands a frame's record back to the ring (called once per frame).
+    fn release_seq(&self, seq: u64) {
+        if let Some(c) = self.inner.borrow().as_ref() {
+            // NotHeld cannot happen for frames we track; nothing to report in a drop.
+            let _ = c.release_raw(seq);
+        }
+        self.live_frames
+            .set(self.live_frames.get().saturating_sub(1));
+        self.maybe_drop_inner();
+    }
+
+    fn maybe_drop_inner(&self) {
+        if self.closed.get() && self.live_frames.get() == 0 {
+            if let Ok(mut g) = self.inner.try_borrow_mut() {
+                g.take();
+            }
+        }
+    }
+
+    fn make_frame<'py>(
+        slf: &Bound<'py, Self>,
+        raw: RawFrame,
+    ) -> PyResult<Option<Bound<'py, PyFrame>>> {
+        let py = slf.py();
+        let (media, media_error) = if raw.meta.kind == kind::VIDEO || raw.meta.kind == kind::AUDIO {
+            // SAFETY: the record is held: ptr/len lie inside the ring until released.
+            let payload = unsafe { std::slice::from_raw_parts(raw.ptr, raw.len) };
+            match parse_for(raw.meta.kind, payload) {
+                Ok(h) => (Some(h), None),
+                Err(e) => (None, Some(e.value(py).to_string())),
+            }
+        } else {
+            (None, None)
+        };
+        let this = slf.borrow();
+        this.live_frames.set(this.live_frames.get() + 1);
+        let frame = PyFrame {
+            ring: slf.clone().unbind(),
+            raw,
+            media,
+            media_error,
+            state: Cell::new(State::Held),
+            views: Cell::new(0),
+            len: raw.len as isize,
+        };
+        match Bound::new(py, frame) {
+            Ok(f) => Ok(Some(f)),
+            Err(e) => Err(e), // the frame's Drop released the record
+        }
+    }
+
+    fn next_impl<'py>(
+        slf: &Bound<'py, Self>,
+        timeout: Option<Duration>,
+    ) -> PyResult<Option<Bound<'py, PyFrame>>> {
+        let py = slf.py();
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let raw = {
+                let this = slf.borrow();
+                this.with(|c| {
+                    let step = match deadline {
+                        None => SIGNAL_CHECK,
+                        Some(d) => d
+                            .saturating_duration_since(Instant::now())
+                            .min(SIGNAL_CHECK),
+                    };
+                    if step.is_zero() {
+                        return c.next_raw(Some(Duration::ZERO)).py_err();
+                    }
+                    let cp = SameThread(c as *const Consumer);
+                    // SAFETY: `c` outlives the call, which runs on this thread while
+                    // the PyRef (and the RefCell borrow) keep the consumer in place.
+                    let out = py.detach(move || {
+                        // SAFETY: see above; the result goes back to this thread.
+                        SameThreadValue(unsafe { cp.get() }.next_raw(Some(step)))
+                    });
+                    out.0.py_err()
+                })?
+            };
+            if let Some(raw) = raw {
+                return Self::make_frame(slf, raw);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
+            }
+            py.check_signals()?;
+        }
+    }
+}
+
+#[pymethods]
+impl PyConsumer {
+    #[new]
+    #[pyo3(signature = (name=None, *, create=false, capacity=67_108_864, max_record=None,
+        log_entries=None, max_producers=64, eventfd=false, memfd=false, persist=false,
+        fd=None, eventfd_fd=None, liveness_interval=0.05, spin=64))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        name: Option<&str>,
+        create: bool,
+        capacity: u64,
+        max_record: Option<u64>,
+        log_entries: Option<u32>,
+        max_producers: u32,
+        eventfd: bool,
+        memfd: bool,
+        persist: bool,
+        fd: Option<i32>,
+        eventfd_fd: Option<i32>,
+        liveness_interval: f64,
+        spin: u32,
+    ) -> PyResult<Self> {
+        let opts = ConsumerOptions {
+            liveness_interval: secs(liveness_interval, "liveness_interval")?,
+            spin,
+        };
+        let seg: Arc<Segment> = if let Some(fd) = fd {
+            if create {
+                return Err(ConfigError::new_err(
+                    "give either fd= or create=True, not both",
+                ));
+            }
+            let efd = eventfd_fd.map(|e| own_fd(e, "eventfd_fd")).transpose()?;
+            Segment::from_fds(own_fd(fd, "fd")?, efd).py_err()?
+        } else if create {
+            let cfg = Config {
+                capacity,
+                max_record,
+                log_entries,
+                max_producers,
+                eventfd,
+            };
+            if memfd {
+                Segment::create_memfd(name.unwrap_or("shmring"), &cfg).py_err()?
+            } else {
+                let name = name.ok_or_else(|| {
+                    ConfigError::new_err("create=True needs a name (or memfd=True)")
+                })?;
+                Segment::create_named(name, &cfg).py_err()?
+            }
+        } else {
+            let name =
+                name.ok_or_else(|| ConfigError::new_err("give a ring name, fd=, or create=True"))?;
+            match eventfd_fd {
+                Some(e) => Segment::open_named_with_eventfd(name, own_fd(e, "eventfd_fd")?),
+                None => Segment::open_named(name),
+            }
+            .py_err()?
+        };
+        if persist {
+            seg.persist();
+        }
+        let c = Consumer::with_options(seg, opts).py_err()?;
+        Ok(PyConsumer {
+            inner: RefCell::new(Some(c)),
+            closed: Cell::new(false),
+            live_frames: Cell::new(0),
+        })
+    }
+
+    /// next(timeout=None) -> Frame | None
+    ///
+    /// The next frame, waiting up to ``timeout`` seconds (None: forever). Returns
+    /// None when the time runs out. The GIL is released while waiting.
+    #[pyo3(signature = (timeout=None))]
+    fn next<'py>(
+        slf: &Bound<'py, Self>,
+        timeout: Option<f64>,
+    ) -> PyResult<Option<Bound<'py, PyFrame>>> {
+        let t = timeout.map(|t| secs(t, "timeout")).transpose()?;
+        Self::next_impl(slf, t)
+    }
+
+    /// try_next() -> Frame | None
+    ///
+    /// The next frame if one is ready, without waiting. Call it at least every
+    /// ``liveness_interval`` while waiting so a dead producer's claim is skipped.
+    fn try_next<'py>(slf: &Bound<'py, Self>) -> PyResult<Option<Bound<'py, PyFrame>>> {
+        Self::next_impl(slf, Some(Duration::ZERO))
+    }
+
+    fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(slf: &Bound<'py, Self>) -> PyResult<Option<Bound<'py, PyFrame>>> {
+        if slf.borrow().closed.get() {
+            return Ok(None); // StopIteration
+        }
+        Self::next_impl(slf, None)
+    }
+
+    /// arm() -> bool
+    ///
+    /// For eventfd rings (asyncio): asks producers to signal the eventfd. Returns
+    /// True if a frame is already there (then call try_next() instead of waiting).
+    /// Pair every False return with disarm() after the wait.
+    fn arm(&self) -> PyResult<bool> {
+        self.with(|c| Ok(c.arm()))
+    }
+
+    /// disarm(): ends a wait started with arm() and drains the eventfd.
+    fn disarm(&self) -> PyResult<()> {
+        self.with(|c| {
+            c.disarm();
+            Ok(())
+        })
+    }
+
+    /// The eventfd that becomes readable when data is ready (rings created with
+    /// eventfd=True), or None. Pass it to producers with the segment's fileno().
+    fn eventfd_fileno(&self) -> PyResult<Option<i32>> {
+        use std::os::fd::AsRawFd;
+        self.with(|c| Ok(c.segment().eventfd().map(|f| f.as_raw_fd())))
+    }
+
+    /// The segment's descriptor (a memfd for memfd rings): pass it to producers.
+    /// Owned by the consumer; do not close it.
+    fn fileno(&self) -> PyResult<i32> {
+        use std::os::fd::AsRawFd;
+        self.with(|c| Ok(c.segment().fd().as_raw_fd()))
+    }
+
+    /// mapping() -> (address, length) of the ring's shared-memory mapping in this
+    /// process. Every frame's payload lies inside it.
+    fn mapping(&self) -> PyResult<(usize, usize)> {
+        self.with(|c| {
+            let (p, l) = c.segment().mapping();
+            Ok((p as usize, l))
+        })
+    }
+
+    /// The segment's name: "/name", "memfd:name" or "fd:N".
+    #[getter]
+    fn name(&self) -> PyResult<String> {
+        self.with(|c| Ok(c.segment().name().to_string()))
+    }
+
+    /// The ring's layout: capacity, max_record, log_entries, max_producers, eventfd.
+    fn geometry<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.with(|c| {
+            let g = c.segment().geometry();
+            let d = PyDict::new(py);
+            d.set_item("capacity", g.capacity)?;
+            d.set_item("max_record", g.max_record)?;
+            d.set_item("log_entries", g.log_entries)?;
+            d.set_item("max_producers", g.max_producers)?;
+            d.set_item("eventfd", c.segment().uses_eventfd())?;
+            d.set_item("segment_size", g.total_size)?;
+            Ok(d)
+        })
+    }
+
+    /// A snapshot of the ring's counters as a dict.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.with(|c| stats_dict(py, &c.segment().stats()))
+    }
+
+    /// Seconds between liveness checks of a pending producer claim.
+    #[getter]
+    fn liveness_interval(&self) -> PyResult<f64> {
+        self.with(|c| Ok(c.options().liveness_interval.as_secs_f64()))
+    }
+
+    /// Frames handed out and not yet handed back to the ring.
+    #[getter]
+    fn frames_alive(&self) -> u64 {
+        self.live_frames.get()
+    }
+
+    /// Records the core counts as held (handed out, or released out of order and
+    /// not yet passed by the read cursor).
+    fn outstanding(&self) -> PyResult<u64> {
+        self.with(|c| Ok(c.outstanding()))
+    }
+
+    /// Frees the producer slots of dead producers that hold nothing.
+    fn reap(&self) -> PyResult<u32> {
+        self.with(|c| Ok(c.reap()))
+    }
+
+    /// Recovers from Corrupt: forgets everything in flight. Raises Error if any
+    /// frame is still alive.
+    fn reset(&self) -> PyResult<()> {
+        if self.live_frames.get() != 0 {
+            return Err(crate::errors::Error::new_err(format!(
+                "reset needs every frame released; {} still alive",
+                self.live_frames.get()
+            )));
+        }
+        if self.closed.get() {
+            return Err(Closed::new_err("the consumer is closed"));
+        }
+        let mut g = self.inner.borrow_mut();
+        match g.as_mut() {
+            Some(c) => {
+                c.reset();
+                Ok(())
+            }
+            None => Err(Closed::new_err("the consumer is closed")),
+        }
+    }
+
+    /// Keep a named ring created here after the consumer is closed.
+    fn persist(&self) -> PyResult<()> {
+        self.with(|c| {
+            c.segment().persist();
+            Ok(())
+        })
+    }
+
+    /// close(): stops consuming. Frames still alive stay valid; the ring is
+    /// detached (and a named ring created here unlinked) once they are released.
+    fn close(&self) {
+        self.closed.set(true);
+        self.maybe_drop_inner();
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.closed.get()
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, _args: &Bound<'_, PyTuple>) {
+        self.close();
+    }
+
+    fn __repr__(&self) -> String {
+        match self.inner.borrow().as_ref() {
+            Some(c) if !self.closed.get() => format!(
+                "<shmring.Consumer {} capacity={} frames_alive={}>",
+                c.segment().name(),
+                c.segment().geometry().capacity,
+                self.live_frames.get()
+            ),
+            _ => "<shmring.Consumer closed>".to_string(),
+        }
+    }
+}
+
+pub fn stats_dict<'py>(py: Python<'py>, s: &shmring::Stats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    macro_rules! put {
+        ($($f:ident),*) => { $( d.set_item(stringify!($f), s.$f)?; )* };
+    }
+    put!(
+        capacity,
+        records_committed,
+        bytes_committed,
+        records_aborted,
+        drops_full,
+        producer_waits,
+        producer_wakes,
+        records_consumed,
+        bytes_consumed,
+        abandoned,
+        skipped_aborted,
+        corruption,
+        consumer_waits,
+        consumer_wakes,
+        peak_occupancy,
+        occupancy,
+        records_in_flight,
+        resets,
+        reaped_slots,
+        producers,
+        consumer_attached
+    );
+    Ok(d)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum State {
+    /// Held; views may be taken.
+    Held,
+    /// release() was called while views existed: handed back when the last goes.
+    Pending,
+    /// Handed back to the ring.
+    Released,
+}
+
+static ONE: isize = 1;
+
+/// A record received from the ring. Its payload stays in shared memory: the
+/// buffer protocol (``memoryview(frame)``, ``numpy.frombuffer(frame, dtype)``),
+/// ``frame.array()``, ``frame.planes()`` (video) and ``frame.samples()`` (audio)
+/// are zero-copy, read-only views into the ring.
+///
+/// Metadata: ``stream``, ``kind``, ``timestamp`` (ns), ``flags``, ``seq`` (ring
+/// record number), ``sequence`` (media header sequence, else ``seq``). For video
+/// and audio records with a valid media header: ``format``, ``width``, ``height``,
+/// ``sample_rate``, ``channels``, ``samples``, ``pts_ns``, ``plane_count``,
+/// ``header()``; otherwise these are None and ``media_error`` says why.
+///
+/// Release: ``frame.release()``, leaving ``with ring.next() as frame:``, or
+/// dropping the frame and every view of it. **Release is deferred while views
+/// exist**: if a memoryview or numpy array of the frame is still alive, release()
+/// marks the frame released at once (new views and payload reads raise
+/// ``Released``) but the record is handed back to the ring only when the last view
+/// is gone, so no view ever points at memory a producer can reuse. Keeping views
+/// therefore keeps ring space; producers see a full ring if you keep too many.
+#[pyclass(unsendable, module = "shmring._shmring", name = "Frame")]
+pub struct PyFrame {
+    ring: Py<PyConsumer>,
+    raw: RawFrame,
+    media: Option<MediaHeader>,
+    media_error: Option<String>,
+    state: Cell<State>,
+    /// Live buffer exports and numpy views.
+    views: Cell<u32>,
+    /// The payload length, pointed to by exported buffers' `shape`.
+    len: isize,
+}
+
+impl PyFrame {
+    fn check_held(&self) -> PyResult<()> {
+        if self.state.get() == State::Held {
+            Ok(())
+        } else {
+            Err(Released::new_err(format!(
+                "frame {} (stream {}) was released; its payload may have been reused",
+                self.raw.seq, self.raw.meta.stream
+            )))
+        }
+    }
+
+    pub fn view_added(&self) -> PyResult<()> {
+        self.check_held()?;
+        self.views.set(self.views.get() + 1);
+        Ok(())
+    }
+
+    pub fn view_dropped(&self, py: Python<'_>) {
+        let v = self.views.get().saturating_sub(1);
+        self.views.set(v);
+        if v == 0 && self.state.get() == State::Pending {
+            self.hand_back(py);
+        }
+    }
+
+    fn hand_back(&self, py: Python<'_>) {
+        if self.state.get() != State::Released {
+            self.state.set(State::Released);
+            if let Ok(r) = self.ring.bind(py).try_borrow() {
+                r.release_seq(self.raw.seq);
+            }
+        }
+    }
+
+    fn media(&self, what: &str) -> PyResult<&MediaHeader> {
+        self.media.as_ref().ok_or_else(|| {
+            BadMediaHeader::new_err(match &self.media_error {
+                Some(e) => format!("frame {}: {what}: {e}", self.raw.seq),
+                None => format!(
+                    "frame {}: {what} needs a media record (kind {} or {}), this one is kind {}",
+                    self.raw.seq,
+                    kind::VIDEO,
+                    kind::AUDIO,
+                    self.raw.meta.kind
+                ),
+            })
+        })
+    }
+
+    fn plane_array<'py>(
+        slf: &Bound<'py, Self>,
+        guard: &Bound<'py, ViewGuard>,
+        p: &PlaneLayout,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let base = slf.borrow().raw.ptr as *mut u8;
+        let plane = Plane {
+            offset: p.offset,
+            shape: &p.shape[..p.ndim],
+            byte_strides: &p.strides[..p.ndim],
+        };
+        let owner = guard.clone().into_any();
+        // SAFETY: the layout comes from a header validated against this payload
+        // (every plane inside it), and the guard keeps the frame, hence the record
+        // and the mapping, alive.
+        unsafe {
+            match p.elem {
+                Elem::U8 => array_of::<u8>(owner, base, &plane, false),
+                Elem::I16 => array_of::<i16>(owner, base, &plane, false),
+                Elem::F32 => array_of::<f32>(owner, base, &plane, false),
+            }
+        }
+    }
+}
+
+impl Drop for PyFrame {
+    fn drop(&mut self) {
+        if self.state.get() != State::Released {
+            Python::attach(|py| self.hand_back(py));
+        }
+    }
+}
+
+#[pymethods]
+impl PyFrame {
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("View is null"));
+        }
+        if (flags & ffi::PyBUF_WRITABLE) == ffi::PyBUF_WRITABLE {
+            return Err(PyBufferError::new_err("a frame is read-only"));
+        }
+        let this = slf.borrow();
+        this.view_added()?;
+        // SAFETY: `view` is a valid Py_buffer to fill (checked non-null). The shape
+        // and stride pointers stay valid while `obj` (the frame) is referenced by
+        // the buffer, and the payload while the frame holds its record, which it
+        // does until the export is released (counted in `views`).
+        unsafe {
+            (*view).obj = slf.clone().into_any().into_ptr();
+            (*view).buf = this.raw.ptr as *mut c_void;
+            (*view).len = this.len;
+            (*view).readonly = 1;
+            (*view).itemsize = 1;
+            (*view).format = if (flags & ffi::PyBUF_FORMAT) == ffi::PyBUF_FORMAT {
+                c"B".as_ptr() as *mut _
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).ndim = 1;
+            (*view).shape = if (flags & ffi::PyBUF_ND) == ffi::PyBUF_ND {
+                &this.len as *const isize as *mut isize
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).strides = if (flags & ffi::PyBUF_STRIDES) == ffi::PyBUF_STRIDES {
+                &ONE as *const isize as *mut isize
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).suboffsets = std::ptr::null_mut();
+            (*view).internal = std::ptr::null_mut();
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(slf: Bound<'_, Self>, _view: *mut ffi::Py_buffer) {
+        slf.borrow().view_dropped(slf.py());
+    }
+
+    /// release(): hands the record back to the ring, now, or when the last view
+    /// of it is gone (deferred release, see the class docs). Idempotent.
+    fn release(&self, py: Python<'_>) {
+        match self.state.get() {
+            State::Held if self.views.get() > 0 => self.state.set(State::Pending),
+            State::Held => self.hand_back(py),
+            _ => {}
+        }
+    }
+
+    /// True once release() was called (even if views still pin the record).
+    #[getter]
+    fn released(&self) -> bool {
+        self.state.get() != State::Held
+    }
+
+    /// Live views (buffer exports and numpy arrays) of this frame.
+    #[getter]
+    fn views(&self) -> u32 {
+        self.views.get()
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) {
+        self.release(py);
+    }
+
+    fn __len__(&self) -> usize {
+        self.raw.len
+    }
+
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.raw.len
+    }
+
+    #[getter]
+    fn stream(&self) -> u32 {
+        self.raw.meta.stream
+    }
+
+    #[getter]
+    fn kind(&self) -> u32 {
+        self.raw.meta.kind
+    }
+
+    /// Capture time in nanoseconds (CLOCK_MONOTONIC unless the producer chose).
+    #[getter]
+    fn timestamp(&self) -> u64 {
+        self.raw.meta.timestamp_ns
+    }
+
+    #[getter]
+    fn timestamp_ns(&self) -> u64 {
+        self.raw.meta.timestamp_ns
+    }
+
+    #[getter]
+    fn flags(&self) -> u32 {
+        self.raw.meta.flags
+    }
+
+    /// The consumer's record number of this frame.
+    #[getter]
+    fn seq(&self) -> u64 {
+        self.raw.seq
+    }
+
+    /// The media header's per-stream sequence number, or ``seq`` without one.
+    #[getter]
+    fn sequence(&self) -> u64 {
+        self.media.map_or(self.raw.seq, |m| m.sequence)
+    }
+
+    /// Payload address in this process (inside ``Consumer.mapping()``).
+    #[getter]
+    fn address(&self) -> usize {
+        self.raw.ptr as usize
+    }
+
+    /// Why the media header was rejected (None if valid or not a media record).
+    #[getter]
+    fn media_error(&self) -> Option<String> {
+        self.media_error.clone()
+    }
+
+    #[getter]
+    fn is_video(&self) -> bool {
+        self.media.is_some_and(|m| m.format.is_video())
+    }
+
+    #[getter]
+    fn is_audio(&self) -> bool {
+        self.media.is_some_and(|m| m.format.is_audio())
+    }
+
+    #[getter]
+    fn format(&self) -> Option<&'static str> {
+        self.media.map(|m| format_name(m.format))
+    }
+
+    #[getter]
+    fn width(&self) -> Option<u32> {
+        self.media.map(|m| m.width)
+    }
+
+    #[getter]
+    fn height(&self) -> Option<u32> {
+        self.media.map(|m| m.height)
+    }
+
+    #[getter]
+    fn sample_rate(&self) -> Option<u32> {
+        self.media.map(|m| m.sample_rate)
+    }
+
+    #[getter]
+    fn channels(&self) -> Option<u32> {
+        self.media.map(|m| m.channels)
+    }
+
+    /// Audio samples per channel (the attribute; ``samples()`` is the array).
+    #[getter(samples_per_channel)]
+    fn samples_per_channel(&self) -> Option<u32> {
+        self.media.map(|m| m.samples)
+    }
+
+    #[getter]
+    fn pts_ns(&self) -> Option<u64> {
+        self.media.map(|m| m.pts_ns)
+    }
+
+    /// Number of planes in the media header.
+    #[getter]
+    fn plane_count(&self) -> Option<u32> {
+        self.media.map(|m| m.planes)
+    }
+
+    /// Row strides of the planes, in bytes.
+    #[getter]
+    fn strides(&self) -> Option<Vec<u32>> {
+        self.media.map(|m| m.stride[..m.planes as usize].to_vec())
+    }
+
+    /// The media header as a dict, or None.
+    fn header<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.media.as_ref().map(|m| header_dict(py, m)).transpose()
+    }
+
+    /// array() -> numpy.ndarray: the whole payload as a read-only uint8 view.
+    fn array<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let guard = ViewGuard::new(py, slf)?;
+        let len = slf.borrow().raw.len;
+        let p = PlaneLayout {
+            offset: 0,
+            ndim: 1,
+            shape: [len, 0, 0],
+            strides: [1, 0, 0],
+            elem: Elem::U8,
+        };
+        Self::plane_array(slf, &guard, &p)
+    }
+
+    /// planes() -> tuple of numpy arrays (video): (Y, U, V) of shapes (h, w),
+    /// (h/2, w/2), (h/2, w/2) for I420; (Y, UV) with UV (h/2, w/2, 2) for NV12;
+    /// ((h, w, 4),) for RGBA. Row strides are the header's. Read-only views into
+    /// the ring.
+    fn planes<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = slf.py();
+        let h = *slf.borrow().media("planes()")?;
+        if !h.format.is_video() {
+            return Err(BadMediaHeader::new_err(format!(
+                "planes() needs a video frame; frame {} is {} audio (use samples())",
+                slf.borrow().raw.seq,
+                format_name(h.format)
+            )));
+        }
+        let guard = ViewGuard::new(py, slf)?;
+        let (layouts, n) = plane_layouts(&h);
+        let arrays = layouts[..n]
+            .iter()
+            .map(|p| Self::plane_array(slf, &guard, p))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyTuple::new(py, arrays)
+    }
+
+    /// samples() -> numpy array (audio) of shape (samples, channels), dtype int16
+    /// (pcm_s16) or float32 (pcm_f32). A read-only view into the ring.
+    fn samples<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let h = *slf.borrow().media("samples()")?;
+        if !h.format.is_audio() {
+            return Err(BadMediaHeader::new_err(format!(
+                "samples() needs an audio frame; frame {} is {} video (use planes())",
+                slf.borrow().raw.seq,
+                format_name(h.format)
+            )));
+        }
+        let guard = ViewGuard::new(py, slf)?;
+        let (layouts, _) = plane_layouts(&h);
+        Self::plane_array(slf, &guard, &layouts[0])
+    }
+
+    /// tobytes() -> bytes: a copy of the payload.
+    fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        self.check_held()?;
+        // SAFETY: held record, ptr/len inside the ring.
+        let s = unsafe { std::slice::from_raw_parts(self.raw.ptr, self.raw.len) };
+        Ok(pyo3::types::PyBytes::new(py, s))
+    }
+
+    fn __repr__(&self) -> String {
+        let state = match self.state.get() {
+            State::Held => "",
+            State::Pending => " released(pending views)",
+            State::Released => " released",
+        };
+        match &self.media {
+            Some(m) if m.format.is_video() => format!(
+                "<shmring.Frame seq={} stream={} {} {}x{} sequence={} {} bytes{state}>",
+                self.raw.seq,
+                self.raw.meta.stream,
+                format_name(m.format),
+                m.width,
+                m.height,
+                m.sequence,
+                self.raw.len
+            ),
+            Some(m) => format!(
+                "<shmring.Frame seq={} stream={} {} {}Hz x{} samples={} {} bytes{state}>",
+                self.raw.seq,
+                self.raw.meta.stream,
+                format_name(m.format),
+                m.sample_rate,
+                m.channels,
+                m.samples,
+                self.raw.len
+            ),
+            None => format!(
+                "<shmring.Frame seq={} stream={} kind={} {} bytes{state}>",
+                self.raw.seq, self.raw.meta.stream, self.raw.meta.kind, self.raw.len
+            ),
+        }
+    }
+}

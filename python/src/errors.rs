@@ -1,0 +1,180 @@
+//! Python exceptions, one per thing that can go wrong, all under `shmring.Error`.
+//! Messages are the core's `Display` strings: they say what failed and where.
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+
+create_exception!(
+    shmring,
+    Error,
+    PyException,
+    "Base class of every shmring error."
+);
+create_exception!(
+    shmring,
+    OSFailure,
+    Error,
+    "A system call failed (mmap, shm_open, ...)."
+);
+create_exception!(
+    shmring,
+    ConfigError,
+    Error,
+    "The ring configuration or an argument is invalid."
+);
+create_exception!(shmring, Exists, Error, "A named ring already exists.");
+create_exception!(shmring, NotFound, Error, "A named ring does not exist.");
+create_exception!(
+    shmring,
+    LayoutMismatch,
+    Error,
+    "The segment is not a shmring ring, or of another layout version or geometry."
+);
+create_exception!(
+    shmring,
+    Unsealed,
+    Error,
+    "A memfd ring is not sealed against resizing."
+);
+create_exception!(
+    shmring,
+    Full,
+    Error,
+    "The ring is full and the producer fails fast."
+);
+create_exception!(shmring, Timeout, Error, "A blocking wait ran out.");
+create_exception!(
+    shmring,
+    TooLarge,
+    Error,
+    "A record exceeds the ring's max_record."
+);
+create_exception!(
+    shmring,
+    NoSlot,
+    Error,
+    "Every producer slot of the ring is taken."
+);
+create_exception!(
+    shmring,
+    ConsumerBusy,
+    Error,
+    "Another live consumer is attached."
+);
+create_exception!(shmring, NoConsumer, Error, "No live consumer is attached.");
+create_exception!(
+    shmring,
+    Corrupt,
+    Error,
+    "Something in shared memory cannot have been written by an honest peer."
+);
+create_exception!(
+    shmring,
+    Abandoned,
+    Error,
+    "A claim was taken from its producer."
+);
+create_exception!(
+    shmring,
+    TooManyHeld,
+    Error,
+    "The consumer holds as many frames as the claim log tracks; release some."
+);
+create_exception!(
+    shmring,
+    NotHeld,
+    Error,
+    "A frame that this consumer does not hold."
+);
+create_exception!(
+    shmring,
+    EventfdRequired,
+    Error,
+    "The ring uses eventfd wake-ups and the eventfd was not given (or is missing)."
+);
+create_exception!(
+    shmring,
+    Released,
+    Error,
+    "The frame or reservation was already released."
+);
+create_exception!(
+    shmring,
+    Closed,
+    Error,
+    "The consumer or producer was closed."
+);
+create_exception!(
+    shmring,
+    BadMediaHeader,
+    Error,
+    "A record's media header is missing or malformed."
+);
+
+/// Converts a core error into the Python exception named after it.
+pub fn to_py(e: shmring::Error) -> PyErr {
+    use shmring::Error as E;
+    let msg = e.to_string();
+    match e {
+        E::Os { .. } => OSFailure::new_err(msg),
+        E::Config(_) => ConfigError::new_err(msg),
+        E::Exists(_) => Exists::new_err(msg),
+        E::NotFound(_) => NotFound::new_err(msg),
+        E::LayoutMismatch { .. } => LayoutMismatch::new_err(msg),
+        E::Unsealed(_) => Unsealed::new_err(msg),
+        E::Full { .. } => Full::new_err(msg),
+        E::Timeout { .. } => Timeout::new_err(msg),
+        E::TooLarge { .. } => TooLarge::new_err(msg),
+        E::NoSlot { .. } => NoSlot::new_err(msg),
+        E::ConsumerBusy(_) => ConsumerBusy::new_err(msg),
+        E::NoConsumer(_) => NoConsumer::new_err(msg),
+        E::Corrupt { .. } => Corrupt::new_err(msg),
+        E::Abandoned { .. } => Abandoned::new_err(msg),
+        E::TooManyHeld { .. } => TooManyHeld::new_err(msg),
+        E::NotHeld { .. } => NotHeld::new_err(msg),
+        E::EventfdRequired(_) => EventfdRequired::new_err(msg),
+    }
+}
+
+/// `?`-friendly conversion.
+pub trait IntoPy<T> {
+    fn py_err(self) -> PyResult<T>;
+}
+
+impl<T> IntoPy<T> for shmring::Result<T> {
+    fn py_err(self) -> PyResult<T> {
+        self.map_err(to_py)
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    macro_rules! add {
+        ($($t:ident),*) => { $( m.add(stringify!($t), py.get_type::<$t>())?; )* };
+    }
+    add!(
+        Error,
+        OSFailure,
+        ConfigError,
+        Exists,
+        NotFound,
+        LayoutMismatch,
+        Unsealed,
+        Full,
+        Timeout,
+        TooLarge,
+        NoSlot,
+        ConsumerBusy,
+        NoConsumer,
+        Corrupt,
+        Abandoned,
+        TooManyHeld,
+        NotHeld,
+        EventfdRequired,
+        Released,
+        Closed,
+        BadMediaHeader
+    );
+    Ok(())
+}

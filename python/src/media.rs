@@ -1,0 +1,198 @@
+//! The shared media header (see `shmring::media`) as seen from Python: format
+//! names, header dictionaries, and the numpy layout of each plane.
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use shmring::media::{kind, Format, MediaHeader, MEDIA_HEADER_SIZE};
+
+use crate::errors::{BadMediaHeader, ConfigError};
+
+/// Python names of the formats.
+pub fn format_name(f: Format) -> &'static str {
+    match f {
+        Format::I420 => "i420",
+        Format::Nv12 => "nv12",
+        Format::Rgba => "rgba",
+        Format::PcmS16 => "pcm_s16",
+        Format::PcmF32 => "pcm_f32",
+    }
+}
+
+pub fn parse_format(name: &str) -> PyResult<Format> {
+    Ok(match name.to_ascii_lowercase().as_str() {
+        "i420" => Format::I420,
+        "nv12" => Format::Nv12,
+        "rgba" => Format::Rgba,
+        "pcm_s16" | "s16" => Format::PcmS16,
+        "pcm_f32" | "f32" => Format::PcmF32,
+        _ => {
+            return Err(ConfigError::new_err(format!(
+                "unknown media format {name:?}: expected i420, nv12, rgba, pcm_s16 or pcm_f32"
+            )))
+        }
+    })
+}
+
+/// The header as a dict (for `Frame.header()` and `parse_media_header`).
+pub fn header_dict<'py>(py: Python<'py>, h: &MediaHeader) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let n = h.planes as usize;
+    d.set_item("format", format_name(h.format))?;
+    d.set_item("width", h.width)?;
+    d.set_item("height", h.height)?;
+    d.set_item("sample_rate", h.sample_rate)?;
+    d.set_item("channels", h.channels)?;
+    d.set_item("samples", h.samples)?;
+    d.set_item("pts_ns", h.pts_ns)?;
+    d.set_item("sequence", h.sequence)?;
+    d.set_item("planes", h.planes)?;
+    d.set_item("stride", h.stride[..n].to_vec())?;
+    d.set_item("offset", h.offset[..n].to_vec())?;
+    d.set_item("size", h.size[..n].to_vec())?;
+    Ok(d)
+}
+
+/// numpy element type of a plane.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Elem {
+    U8,
+    I16,
+    F32,
+}
+
+/// Shape (elements) and strides (bytes) of one plane, up to 3 dimensions.
+#[derive(Clone, Copy, Debug)]
+pub struct PlaneLayout {
+    pub offset: usize,
+    pub ndim: usize,
+    pub shape: [usize; 3],
+    pub strides: [usize; 3],
+    pub elem: Elem,
+}
+
+/// The planes of a parsed header: Y, U, V for I420; Y, UV (h/2, w/2, 2) for NV12;
+/// (h, w, 4) for RGBA; (samples, channels) for audio. Every byte they address lies
+/// inside the planes that [`MediaHeader::parse`] checked against the payload.
+pub fn plane_layouts(h: &MediaHeader) -> ([PlaneLayout; 3], usize) {
+    let (w, ht) = (h.width as usize, h.height as usize);
+    let (cw, ch) = (w.div_ceil(2), ht.div_ceil(2));
+    let st = |i: usize| h.stride[i] as usize;
+    let off = |i: usize| h.offset[i] as usize;
+    let p2 = |i: usize, rows: usize, cols: usize| PlaneLayout {
+        offset: off(i),
+        ndim: 2,
+        shape: [rows, cols, 0],
+        strides: [st(i), 1, 0],
+        elem: Elem::U8,
+    };
+    let empty = p2(0, 0, 0);
+    match h.format {
+        Format::I420 => ([p2(0, ht, w), p2(1, ch, cw), p2(2, ch, cw)], 3),
+        Format::Nv12 => (
+            [
+                p2(0, ht, w),
+                PlaneLayout {
+                    offset: off(1),
+                    ndim: 3,
+                    shape: [ch, cw, 2],
+                    strides: [st(1), 2, 1],
+                    elem: Elem::U8,
+                },
+                empty,
+            ],
+            2,
+        ),
+        Format::Rgba => (
+            [
+                PlaneLayout {
+                    offset: off(0),
+                    ndim: 3,
+                    shape: [ht, w, 4],
+                    strides: [st(0), 4, 1],
+                    elem: Elem::U8,
+                },
+                empty,
+                empty,
+            ],
+            1,
+        ),
+        f @ (Format::PcmS16 | Format::PcmF32) => (
+            [
+                PlaneLayout {
+                    offset: off(0),
+                    ndim: 2,
+                    shape: [h.samples as usize, h.channels as usize, 0],
+                    strides: [st(0), f.sample_bytes() as usize, 0],
+                    elem: if f == Format::PcmS16 {
+                        Elem::I16
+                    } else {
+                        Elem::F32
+                    },
+                },
+                empty,
+                empty,
+            ],
+            1,
+        ),
+    }
+}
+
+/// Parses the media header of a record of `kind` VIDEO or AUDIO.
+pub fn parse_for(kind_: u32, payload: &[u8]) -> PyResult<MediaHeader> {
+    let h = MediaHeader::parse(payload).map_err(|e| BadMediaHeader::new_err(e.to_string()))?;
+    let ok = match kind_ {
+        kind::VIDEO => h.format.is_video(),
+        kind::AUDIO => h.format.is_audio(),
+        _ => true,
+    };
+    if !ok {
+        return Err(BadMediaHeader::new_err(format!(
+            "record of kind {kind_} carries a {} header",
+            format_name(h.format)
+        )));
+    }
+    Ok(h)
+}
+
+/// Parses and validates the media header of a media record's payload (header and
+/// planes: every plane must lie inside it) and returns it as a dict. Raises
+/// BadMediaHeader if it is malformed.
+#[pyfunction]
+fn parse_media_header<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let buf = crate::producer::BufferGuard::get(data)?;
+    let (p, n) = buf.bytes();
+    let bytes = if n == 0 || p.is_null() {
+        &[][..]
+    } else {
+        // SAFETY: the exported buffer is `n` readable bytes while `buf` lives.
+        unsafe { std::slice::from_raw_parts(p, n) }
+    };
+    let h = MediaHeader::parse(bytes).map_err(|e| BadMediaHeader::new_err(e.to_string()))?;
+    header_dict(py, &h)
+}
+
+/// Payload bytes of a video frame (header plus planes) of this size and format.
+#[pyfunction]
+#[pyo3(signature = (width, height, format = "i420"))]
+fn video_payload_len(width: u32, height: u32, format: &str) -> PyResult<usize> {
+    let f = parse_format(format)?;
+    if !f.is_video() {
+        return Err(ConfigError::new_err(format!(
+            "{format} is not a video format"
+        )));
+    }
+    Ok(MediaHeader::video(f, width, height, 0, 0).payload_len())
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("KIND_RAW", kind::RAW)?;
+    m.add("KIND_VIDEO", kind::VIDEO)?;
+    m.add("KIND_AUDIO", kind::AUDIO)?;
+    m.add("MEDIA_HEADER_SIZE", MEDIA_HEADER_SIZE)?;
+    m.add_function(wrap_pyfunction!(parse_media_header, m)?)?;
+    m.add_function(wrap_pyfunction!(video_payload_len, m)?)?;
+    Ok(())
+}

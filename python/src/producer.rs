@@ -1,0 +1,761 @@
+//! `Producer` and `Reservation`.
+
+use std::cell::{Cell, RefCell};
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+use pyo3::exceptions::PyBufferError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyMemoryView, PyTuple, PyWeakrefMethods, PyWeakrefReference};
+use shmring::media::{kind, MediaHeader};
+use shmring::{FullPolicy, Meta, Producer, Reservation, Segment};
+
+use crate::consumer::{own_fd, secs, stats_dict, PyConsumer};
+use crate::errors::{Closed, ConfigError, Error, IntoPy, Released};
+use crate::media::{parse_format, plane_layouts, Elem};
+use crate::views::{array_of, make_readonly, Plane};
+
+/// A producer attached to a ring: writes records in place (zero copy).
+///
+/// Producer(name=None, *, fd=None, eventfd_fd=None, ring=None, on_full="block",
+///          timeout=1.0)
+///
+/// * ``Producer("cam0")`` attaches to ``/dev/shm/cam0`` (an eventfd ring also
+///   needs ``eventfd_fd=``).
+/// * ``Producer(fd=N, eventfd_fd=M)`` attaches to descriptors received from the
+///   consumer (inherited or passed); the producer takes ownership of them. Do not
+///   close other descriptors of the same segment in this process while it is
+///   attached: that drops the liveness lock the consumer checks.
+/// * ``Producer(ring=consumer)`` attaches to a consumer's ring in this process.
+///
+/// Full ring: ``on_full="block"`` waits up to ``timeout`` seconds for space and
+/// then raises Timeout (NoConsumer if no consumer is alive); ``on_full="fail"``
+/// raises Full at once. The drop is counted in the ring's stats either way.
+///
+/// Writing: ``with producer.reserve(n, stream=1, kind=0) as buf:`` gives a writable
+/// memoryview of ``n`` bytes inside the ring, committed when the block ends and
+/// aborted if it raises. ``reserve_video()`` / ``reserve_audio()`` write the shared
+/// media header and give numpy arrays of the planes / samples to fill.
+/// ``send(data)`` copies a bytes-like object in as one record.
+#[pyclass(unsendable, module = "shmring._shmring", name = "Producer")]
+pub struct PyProducer {
+    /// Owned (from `Box::into_raw`); null once closed. A reservation borrows it
+    /// while `busy`.
+    inner: Cell<*mut Producer>,
+    busy: Cell<bool>,
+}
+
+impl Drop for PyProducer {
+    fn drop(&mut self) {
+        let p = self.inner.replace(std::ptr::null_mut());
+        if !p.is_null() {
+            // SAFETY: from Box::into_raw, dropped once; no reservation is alive (a
+            // reservation holds a strong reference to this object).
+            drop(unsafe { Box::from_raw(p) });
+        }
+    }
+}
+
+fn policy_from(on_full: &str, timeout: f64) -> PyResult<FullPolicy> {
+    match on_full {
+        "block" => Ok(FullPolicy::Block(secs(timeout, "timeout")?)),
+        "fail" => Ok(FullPolicy::Fail),
+        _ => Err(ConfigError::new_err(format!(
+            "on_full must be \"block\" or \"fail\", got {on_full:?}"
+        ))),
+    }
+}
+
+impl PyProducer {
+    fn producer(&self) -> PyResult<&Producer> {
+        let p = self.inner.get();
+        if p.is_null() {
+            return Err(Closed::new_err("the producer is closed"));
+        }
+        // SAFETY: owned by self, alive until close/drop; shared use only while no
+        // reservation is active (checked by callers that need exclusivity).
+        Ok(unsafe { &*p })
+    }
+
+    /// Exclusive access for a new reservation.
+    fn take(&self, what: &str) -> PyResult<&'static mut Producer> {
+        let p = self.inner.get();
+        if p.is_null() {
+            return Err(Closed::new_err("the producer is closed"));
+        }
+        if self.busy.get() {
+            return Err(Error::new_err(format!(
+                "{what}: this producer has an open reservation; commit or abort it first"
+            )));
+        }
+        // SAFETY: the Box lives until this object is dropped, and a reservation made
+        // from this reference holds a strong reference to this object; `busy`
+        // ensures only one such reference exists at a time.
+        Ok(unsafe { &mut *p })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn reserve_impl<'py>(
+        slf: &Bound<'py, Self>,
+        len: usize,
+        meta: Meta,
+        stamp: bool,
+        timeout: Option<f64>,
+        media: Option<MediaHeader>,
+        what: &str,
+    ) -> PyResult<Bound<'py, PyReservation>> {
+        let py = slf.py();
+        let this = slf.borrow();
+        let p = this.take(what)?;
+        let policy = match timeout {
+            None => p.policy(),
+            Some(t) if t <= 0.0 => FullPolicy::Fail,
+            Some(t) => FullPolicy::Block(secs(t, "timeout")?),
+        };
+        this.busy.set(true);
+        let r = py.detach(move || p.reserve_with(len, policy));
+        let mut r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                this.busy.set(false);
+                return Err(crate::errors::to_py(e));
+            }
+        };
+        let ptr = r.as_mut_ptr();
+        if let Some(h) = &media {
+            // The record is at least payload_len() bytes; write the header in place.
+            if let Err(e) = h.write_to(r.payload()) {
+                this.busy.set(false);
+                return Err(ConfigError::new_err(e.to_string()));
+            }
+        }
+        let res = PyReservation {
+            res: RefCell::new(Some(r)),
+            meta: Cell::new(meta),
+            stamp,
+            media,
+            ptr,
+            len: len as isize,
+            exports: Cell::new(0),
+            arrays: RefCell::new(Vec::new()),
+            entered: RefCell::new(None),
+            producer: slf.clone().unbind(),
+        };
+        Bound::new(py, res)
+    }
+}
+
+fn meta_of(stream: u32, kind_: u32, timestamp: Option<u64>, flags: u32) -> (Meta, bool) {
+    let m = Meta {
+        stream,
+        kind: kind_,
+        timestamp_ns: timestamp.unwrap_or(0),
+        flags,
+    };
+    (m, timestamp.is_none())
+}
+
+/// A contiguous buffer of any bytes-like object, released on drop.
+pub struct BufferGuard(ffi::Py_buffer);
+
+impl BufferGuard {
+    pub fn get(obj: &Bound<'_, PyAny>) -> PyResult<BufferGuard> {
+        let mut view = std::mem::MaybeUninit::<ffi::Py_buffer>::zeroed();
+        // SAFETY: `view` is writable storage for a Py_buffer; on success it is
+        // released in Drop. PyBUF_SIMPLE asks for contiguous bytes.
+        let rc =
+            unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), view.as_mut_ptr(), ffi::PyBUF_SIMPLE) };
+        if rc != 0 {
+            return Err(PyErr::fetch(obj.py()));
+        }
+        // SAFETY: filled by a successful PyObject_GetBuffer.
+        Ok(BufferGuard(unsafe { view.assume_init() }))
+    }
+
+    pub fn bytes(&self) -> (*const u8, usize) {
+        (self.0.buf as *const u8, self.0.len.max(0) as usize)
+    }
+}
+
+impl Drop for BufferGuard {
+    fn drop(&mut self) {
+        // SAFETY: acquired by PyObject_GetBuffer; we hold the GIL wherever this drops.
+        unsafe { ffi::PyBuffer_Release(&mut self.0) }
+    }
+}
+
+#[pymethods]
+impl PyProducer {
+    #[new]
+    #[pyo3(signature = (name=None, *, fd=None, eventfd_fd=None, ring=None, on_full="block", timeout=1.0))]
+    fn new(
+        name: Option<&str>,
+        fd: Option<i32>,
+        eventfd_fd: Option<i32>,
+        ring: Option<PyRef<'_, PyConsumer>>,
+        on_full: &str,
+        timeout: f64,
+    ) -> PyResult<Self> {
+        let policy = policy_from(on_full, timeout)?;
+        let seg: Arc<Segment> = match (name, fd, ring) {
+            (_, _, Some(r)) => r.segment()?,
+            (_, Some(fd), None) => {
+                let efd = eventfd_fd.map(|e| own_fd(e, "eventfd_fd")).transpose()?;
+                Segment::from_fds(own_fd(fd, "fd")?, efd).py_err()?
+            }
+            (Some(name), None, None) => match eventfd_fd {
+                Some(e) => Segment::open_named_with_eventfd(name, own_fd(e, "eventfd_fd")?),
+                None => Segment::open_named(name),
+            }
+            .py_err()?,
+            (None, None, None) => {
+                return Err(ConfigError::new_err("give a ring name, fd=, or ring="))
+            }
+        };
+        let mut p = Producer::new(seg).py_err()?;
+        p.set_policy(policy);
+        Ok(PyProducer {
+            inner: Cell::new(Box::into_raw(Box::new(p))),
+            busy: Cell::new(false),
+        })
+    }
+
+    /// reserve(n, *, stream=0, kind=0, timestamp=None, flags=0, timeout=None)
+    ///
+    /// Claims ``n`` bytes in the ring. Use as ``with producer.reserve(n) as buf:``
+    /// (a writable memoryview; committed at the end of the block, aborted on an
+    /// exception), or call ``commit()`` / ``abort()``. ``timeout``: None follows
+    /// the producer's full-ring policy, 0 fails fast, > 0 blocks that long.
+    /// ``timestamp`` (ns) defaults to the commit time.
+    #[pyo3(signature = (n, *, stream=0, kind=0, timestamp=None, flags=0, timeout=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn reserve<'py>(
+        slf: &Bound<'py, Self>,
+        n: usize,
+        stream: u32,
+        kind: u32,
+        timestamp: Option<u64>,
+        flags: u32,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyReservation>> {
+        let (meta, stamp) = meta_of(stream, kind, timestamp, flags);
+        Self::reserve_impl(slf, n, meta, stamp, timeout, None, "reserve")
+    }
+
+    /// reserve_video(width, height, *, format="i420", stream=0, pts_ns=None,
+    ///               sequence=0, timestamp=None, flags=0, timeout=None)
+    ///
+    /// Claims a video record and writes its media header. ``with`` yields the
+    /// writable plane arrays: (Y, U, V) for i420, (Y, UV) for nv12, (RGBA,) for rgba.
+    #[pyo3(signature = (width, height, *, format="i420", stream=0, pts_ns=None, sequence=0,
+        timestamp=None, flags=0, timeout=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn reserve_video<'py>(
+        slf: &Bound<'py, Self>,
+        width: u32,
+        height: u32,
+        format: &str,
+        stream: u32,
+        pts_ns: Option<u64>,
+        sequence: u64,
+        timestamp: Option<u64>,
+        flags: u32,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyReservation>> {
+        let f = parse_format(format)?;
+        if !f.is_video() || width == 0 || height == 0 || width > 1 << 15 || height > 1 << 15 {
+            return Err(ConfigError::new_err(format!(
+                "reserve_video: {format} {width}x{height} is not a video format and size"
+            )));
+        }
+        let ts = timestamp.unwrap_or_else(shmring::now_ns);
+        let h = MediaHeader::video(f, width, height, pts_ns.unwrap_or(ts), sequence);
+        let (meta, _) = meta_of(stream, kind::VIDEO, Some(ts), flags);
+        let stamp = timestamp.is_none();
+        Self::reserve_impl(
+            slf,
+            h.payload_len(),
+            meta,
+            stamp,
+            timeout,
+            Some(h),
+            "reserve_video",
+        )
+    }
+
+    /// reserve_audio(samples, *, channels=2, sample_rate=48000, format="pcm_s16",
+    ///               stream=0, pts_ns=None, sequence=0, timestamp=None, flags=0,
+    ///               timeout=None)
+    ///
+    /// Claims an audio record and writes its media header. ``with`` yields the
+    /// writable (samples, channels) array (int16 or float32).
+    #[pyo3(signature = (samples, *, channels=2, sample_rate=48000, format="pcm_s16", stream=0,
+        pts_ns=None, sequence=0, timestamp=None, flags=0, timeout=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn reserve_audio<'py>(
+        slf: &Bound<'py, Self>,
+        samples: u32,
+        channels: u32,
+        sample_rate: u32,
+        format: &str,
+        stream: u32,
+        pts_ns: Option<u64>,
+        sequence: u64,
+        timestamp: Option<u64>,
+        flags: u32,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyReservation>> {
+        let f = parse_format(format)?;
+        if !f.is_audio() || channels == 0 || channels > 64 || samples > 1 << 24 {
+            return Err(ConfigError::new_err(format!(
+                "reserve_audio: {format} with {channels} channels x {samples} samples is not valid"
+            )));
+        }
+        let ts = timestamp.unwrap_or_else(shmring::now_ns);
+        let h = MediaHeader::audio(
+            f,
+            sample_rate,
+            channels,
+            samples,
+            pts_ns.unwrap_or(ts),
+            sequence,
+        );
+        let (meta, _) = meta_of(stream, kind::AUDIO, Some(ts), flags);
+        let stamp = timestamp.is_none();
+        Self::reserve_impl(
+            slf,
+            h.payload_len(),
+            meta,
+            stamp,
+            timeout,
+            Some(h),
+            "reserve_audio",
+        )
+    }
+
+    /// send(data, *, stream=0, kind=0, timestamp=None, flags=0, timeout=None)
+    ///
+    /// Copies a bytes-like object (bytes, bytearray, memoryview, contiguous numpy
+    /// array) into the ring as one record. The GIL is released while waiting for
+    /// space and while copying.
+    #[pyo3(signature = (data, *, stream=0, kind=0, timestamp=None, flags=0, timeout=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        stream: u32,
+        kind: u32,
+        timestamp: Option<u64>,
+        flags: u32,
+        timeout: Option<f64>,
+    ) -> PyResult<()> {
+        let buf = BufferGuard::get(data)?;
+        let (src, len) = buf.bytes();
+        let p = self.take("send")?;
+        let policy = match timeout {
+            None => p.policy(),
+            Some(t) if t <= 0.0 => FullPolicy::Fail,
+            Some(t) => FullPolicy::Block(secs(t, "timeout")?),
+        };
+        let src = src as usize;
+        self.busy.set(true);
+        let r = py.detach(move || -> shmring::Result<()> {
+            let mut r = p.reserve_with(len, policy)?;
+            // SAFETY: `src` is the exported buffer (held by `buf` until after this
+            // call), `len` bytes; the reservation is `len` bytes of ring.
+            unsafe { std::ptr::copy_nonoverlapping(src as *const u8, r.as_mut_ptr(), len) };
+            let ts = timestamp.unwrap_or_else(shmring::now_ns);
+            r.commit(Meta {
+                stream,
+                kind,
+                timestamp_ns: ts,
+                flags,
+            })
+        });
+        self.busy.set(false);
+        drop(buf);
+        r.py_err()
+    }
+
+    /// The full-ring policy: "block" or "fail".
+    #[getter]
+    fn on_full(&self) -> PyResult<&'static str> {
+        Ok(match self.producer()?.policy() {
+            FullPolicy::Fail => "fail",
+            FullPolicy::Block(_) => "block",
+        })
+    }
+
+    /// Seconds a blocking reserve waits for space (policy "block").
+    #[getter]
+    fn timeout(&self) -> PyResult<Option<f64>> {
+        Ok(match self.producer()?.policy() {
+            FullPolicy::Fail => None,
+            FullPolicy::Block(d) => Some(d.as_secs_f64()),
+        })
+    }
+
+    /// set_policy(on_full, timeout=1.0): "block" (wait up to timeout seconds) or
+    /// "fail" (raise Full at once).
+    #[pyo3(signature = (on_full, timeout=1.0))]
+    fn set_policy(&self, on_full: &str, timeout: f64) -> PyResult<()> {
+        let policy = policy_from(on_full, timeout)?;
+        self.take("set_policy")?.set_policy(policy);
+        Ok(())
+    }
+
+    /// The producer slot this producer occupies in the ring.
+    #[getter]
+    fn slot(&self) -> PyResult<u32> {
+        Ok(self.producer()?.slot())
+    }
+
+    #[getter]
+    fn name(&self) -> PyResult<String> {
+        Ok(self.producer()?.segment().name().to_string())
+    }
+
+    /// mapping() -> (address, length) of the ring's mapping in this process.
+    fn mapping(&self) -> PyResult<(usize, usize)> {
+        let (p, l) = self.producer()?.segment().mapping();
+        Ok((p as usize, l))
+    }
+
+    /// A snapshot of the ring's counters as a dict.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        stats_dict(py, &self.producer()?.segment().stats())
+    }
+
+    /// The largest payload the ring accepts.
+    #[getter]
+    fn max_record(&self) -> PyResult<u64> {
+        Ok(self.producer()?.segment().geometry().max_record)
+    }
+
+    /// close(): detaches from the ring (frees the producer slot).
+    fn close(&self) -> PyResult<()> {
+        if self.busy.get() {
+            return Err(Error::new_err(
+                "close: this producer has an open reservation; commit or abort it first",
+            ));
+        }
+        let p = self.inner.replace(std::ptr::null_mut());
+        if !p.is_null() {
+            // SAFETY: from Box::into_raw, not borrowed (not busy), dropped once.
+            drop(unsafe { Box::from_raw(p) });
+        }
+        Ok(())
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.get().is_null()
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, _args: &Bound<'_, PyTuple>) -> PyResult<()> {
+        self.close()
+    }
+
+    fn __repr__(&self) -> String {
+        match self.producer() {
+            Ok(p) => format!(
+                "<shmring.Producer {} slot={}>",
+                p.segment().name(),
+                p.slot()
+            ),
+            Err(_) => "<shmring.Producer closed>".to_string(),
+        }
+    }
+}
+
+/// Space claimed in the ring by ``Producer.reserve*()``: fill it in place, then
+/// ``commit()`` (or leave the ``with`` block); ``abort()`` or an exception in the
+/// block gives the space back unpublished.
+///
+/// Views: the buffer protocol (``memoryview(res)``), ``array()``, ``planes()``
+/// (video) and ``samples()`` (audio) are writable views into the ring. Arrays from
+/// ``array()``/``planes()``/``samples()`` and the memoryview given by ``with``
+/// become read-only / released when the reservation is committed or aborted.
+/// Other buffer exports (``memoryview(res)``, ``numpy.frombuffer(res)``) must be
+/// gone by then: commit/abort raise BufferError otherwise and the space stays
+/// claimed until the reservation object itself is gone (then it is aborted), so a
+/// view never writes into space that was handed on.
+#[pyclass(unsendable, module = "shmring._shmring", name = "Reservation")]
+pub struct PyReservation {
+    // Declared first: dropped (aborting an open claim) before `producer`.
+    res: RefCell<Option<Reservation<'static>>>,
+    meta: Cell<Meta>,
+    /// Stamp the timestamp at commit.
+    stamp: bool,
+    media: Option<MediaHeader>,
+    ptr: *mut u8,
+    len: isize,
+    exports: Cell<u32>,
+    arrays: RefCell<Vec<Py<PyWeakrefReference>>>,
+    /// The memoryview handed out by `__enter__`.
+    entered: RefCell<Option<Py<PyAny>>>,
+    producer: Py<PyProducer>,
+}
+
+impl Drop for PyReservation {
+    fn drop(&mut self) {
+        let open = self.res.get_mut().take();
+        if let Some(r) = open {
+            r.abort();
+            Python::attach(|py| {
+                if let Ok(p) = self.producer.bind(py).try_borrow() {
+                    p.busy.set(false);
+                }
+            });
+        }
+    }
+}
+
+impl PyReservation {
+    fn check_open(&self) -> PyResult<()> {
+        if self.res.borrow().is_some() {
+            Ok(())
+        } else {
+            Err(Released::new_err(
+                "the reservation was already committed or aborted",
+            ))
+        }
+    }
+
+    fn track(&self, arr: &Bound<'_, PyAny>) -> PyResult<()> {
+        let w = PyWeakrefReference::new(arr)?;
+        self.arrays.borrow_mut().push(w.unbind());
+        Ok(())
+    }
+
+    fn finish(&self, py: Python<'_>, commit: bool) -> PyResult<()> {
+        self.check_open()?;
+        let entered = self.entered.borrow_mut().take();
+        if let Some(mv) = entered {
+            if let Err(e) = mv.bind(py).call_method0("release") {
+                *self.entered.borrow_mut() = Some(mv);
+                return Err(PyBufferError::new_err(format!(
+                    "the reservation's memoryview is still exported ({}); delete the \
+                     arrays made from it before the reservation ends",
+                    e.value(py)
+                )));
+            }
+        }
+        if self.exports.get() > 0 {
+            return Err(PyBufferError::new_err(format!(
+                "{} buffer view(s) of the reservation still exist; delete them before the \
+                 reservation ends (it stays claimed until they and it are gone)",
+                self.exports.get()
+            )));
+        }
+        for w in self.arrays.borrow_mut().drain(..) {
+            if let Some(a) = w.bind(py).upgrade() {
+                make_readonly(&a);
+            }
+        }
+        let r = self.res.borrow_mut().take().expect("checked open");
+        self.producer.bind(py).borrow().busy.set(false);
+        if commit {
+            let mut meta = self.meta.get();
+            if self.stamp {
+                meta.timestamp_ns = shmring::now_ns();
+            }
+            r.commit(meta).py_err()
+        } else {
+            r.abort();
+            Ok(())
+        }
+    }
+
+    fn plane_arrays<'py>(slf: &Bound<'py, Self>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let this = slf.borrow();
+        this.check_open()?;
+        let Some(h) = this.media else {
+            return Err(Error::new_err(
+                "planes()/samples() need a reservation from reserve_video() or reserve_audio()",
+            ));
+        };
+        let (layouts, n) = plane_layouts(&h);
+        let mut out = Vec::with_capacity(n);
+        for p in &layouts[..n] {
+            let plane = Plane {
+                offset: p.offset,
+                shape: &p.shape[..p.ndim],
+                byte_strides: &p.strides[..p.ndim],
+            };
+            let owner = slf.clone().into_any();
+            // SAFETY: the header was built for this reservation's length (payload_len),
+            // so every plane lies inside it; the array keeps the reservation, hence the
+            // producer and the mapping, alive.
+            let a = unsafe {
+                match p.elem {
+                    Elem::U8 => array_of::<u8>(owner, this.ptr, &plane, true),
+                    Elem::I16 => array_of::<i16>(owner, this.ptr, &plane, true),
+                    Elem::F32 => array_of::<f32>(owner, this.ptr, &plane, true),
+                }
+            }?;
+            this.track(&a)?;
+            out.push(a);
+        }
+        Ok(out)
+    }
+}
+
+#[pymethods]
+impl PyReservation {
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("View is null"));
+        }
+        let this = slf.borrow();
+        this.check_open()?;
+        this.exports.set(this.exports.get() + 1);
+        static ONE: isize = 1;
+        // SAFETY: `view` is a valid Py_buffer to fill. The claim is ours until commit
+        // or abort, which refuse to run while exports exist; shape/strides point at
+        // fields of this object, which the buffer references.
+        unsafe {
+            (*view).obj = slf.clone().into_any().into_ptr();
+            (*view).buf = this.ptr as *mut c_void;
+            (*view).len = this.len;
+            (*view).readonly = 0;
+            (*view).itemsize = 1;
+            (*view).format = if (flags & ffi::PyBUF_FORMAT) == ffi::PyBUF_FORMAT {
+                c"B".as_ptr() as *mut _
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).ndim = 1;
+            (*view).shape = if (flags & ffi::PyBUF_ND) == ffi::PyBUF_ND {
+                &this.len as *const isize as *mut isize
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).strides = if (flags & ffi::PyBUF_STRIDES) == ffi::PyBUF_STRIDES {
+                &ONE as *const isize as *mut isize
+            } else {
+                std::ptr::null_mut()
+            };
+            (*view).suboffsets = std::ptr::null_mut();
+            (*view).internal = std::ptr::null_mut();
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(slf: Bound<'_, Self>, _view: *mut ffi::Py_buffer) {
+        let this = slf.borrow();
+        this.exports.set(this.exports.get().saturating_sub(1));
+    }
+
+    /// commit(): publishes the record. Raises Abandoned if the claim was taken
+    /// (the ring was reset, or this producer was judged dead).
+    fn commit(&self, py: Python<'_>) -> PyResult<()> {
+        self.finish(py, true)
+    }
+
+    /// abort(): gives the space back without publishing.
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        self.finish(py, false)
+    }
+
+    /// True while the reservation can still be written and committed.
+    #[getter]
+    fn open(&self) -> bool {
+        self.res.borrow().is_some()
+    }
+
+    fn __len__(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Payload address in this process (inside ``Producer.mapping()``).
+    #[getter]
+    fn address(&self) -> usize {
+        self.ptr as usize
+    }
+
+    /// array() -> writable uint8 numpy view of the whole payload.
+    fn array<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let this = slf.borrow();
+        this.check_open()?;
+        let n = this.len as usize;
+        let plane = Plane {
+            offset: 0,
+            shape: &[n],
+            byte_strides: &[1],
+        };
+        // SAFETY: the whole reservation; the array keeps it alive.
+        let a = unsafe { array_of::<u8>(slf.clone().into_any(), this.ptr, &plane, true) }?;
+        this.track(&a)?;
+        Ok(a)
+    }
+
+    /// planes() -> tuple of writable plane arrays (reserve_video).
+    fn planes<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(slf.py(), Self::plane_arrays(slf)?)
+    }
+
+    /// samples() -> writable (samples, channels) array (reserve_audio).
+    fn samples<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let is_audio = slf.borrow().media.is_some_and(|m| m.format.is_audio());
+        if !is_audio {
+            return Err(Error::new_err(
+                "samples() needs a reservation from reserve_audio()",
+            ));
+        }
+        Ok(Self::plane_arrays(slf)?.remove(0))
+    }
+
+    /// ``with`` yields: the plane arrays (reserve_video), the samples array
+    /// (reserve_audio), or a writable memoryview (reserve).
+    fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let media = slf.borrow().media;
+        match media {
+            Some(h) if h.format.is_video() => Ok(Self::planes(slf)?.into_any()),
+            Some(_) => Self::samples(slf),
+            None => {
+                let mv = PyMemoryView::from(slf.as_any())?.into_any();
+                *slf.borrow().entered.borrow_mut() = Some(mv.clone().unbind());
+                Ok(mv)
+            }
+        }
+    }
+
+    /// Commits on a normal exit, aborts on an exception.
+    #[pyo3(signature = (exc_type, _exc=None, _tb=None))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        if !self.open() {
+            return Ok(false);
+        }
+        let ok = exc_type.is_none_or(|t| t.is_none());
+        self.finish(py, ok)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<shmring.Reservation {} bytes stream={} kind={}{}>",
+            self.len,
+            self.meta.get().stream,
+            self.meta.get().kind,
+            if self.open() { "" } else { " closed" }
+        )
+    }
+}

@@ -1,0 +1,72 @@
+"""A producer process for the tests.
+
+Records carry a checksum: payload = 8-byte header (index u32, crc32 u32 of the
+rest) + bytes from a seeded generator, so the consumer can verify every byte.
+
+    _producer.py (--name NAME | --fd N [--efd M]) --count C [--min L] [--max L]
+                 [--seed S] [--stream S] [--video WxH] [--hold] [--interval SEC]
+
+--hold: reserve one record, print "held" and sleep (to be killed mid-write).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import struct
+import sys
+import time
+import zlib
+
+import shmring
+
+
+def payload(i: int, n: int, seed: int) -> bytes:
+    rng = random.Random(seed * 1_000_003 + i)
+    body = rng.randbytes(max(0, n - 8))
+    return struct.pack("<II", i, zlib.crc32(body)) + body
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--name")
+    ap.add_argument("--fd", type=int)
+    ap.add_argument("--efd", type=int)
+    ap.add_argument("--count", type=int, default=100)
+    ap.add_argument("--min", type=int, default=8)
+    ap.add_argument("--max", type=int, default=65536)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--stream", type=int, default=0)
+    ap.add_argument("--video")
+    ap.add_argument("--hold", action="store_true")
+    ap.add_argument("--interval", type=float, default=0.0)
+    a = ap.parse_args()
+    if a.fd is not None:
+        p = shmring.Producer(fd=a.fd, eventfd_fd=a.efd, timeout=10.0)
+    else:
+        p = shmring.Producer(a.name, eventfd_fd=a.efd, timeout=10.0)
+    if a.hold:
+        r = p.reserve(4096, stream=a.stream)
+        print("held", flush=True)
+        time.sleep(600)
+        r.abort()
+        return 0
+    rng = random.Random(a.seed)
+    for i in range(a.count):
+        if a.video:
+            w, h = (int(x) for x in a.video.split("x"))
+            with p.reserve_video(w, h, stream=a.stream, sequence=i) as (y, u, v):
+                y[:] = i % 251
+                u[:] = (i * 3) % 251
+                v[:] = (i * 7) % 251
+        else:
+            n = rng.randint(a.min, a.max)
+            p.send(payload(i, n, a.seed), stream=a.stream, kind=shmring.KIND_RAW)
+        if a.interval:
+            time.sleep(a.interval)
+    print("done", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

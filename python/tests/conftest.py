@@ -1,0 +1,92 @@
+"""Shared fixtures: unique ring names with /dev/shm clean-up, child processes that
+are always killed, and the test producer script."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+PRODUCER = HERE / "_producer.py"
+
+
+@pytest.fixture
+def ring_name() -> Iterator[str]:
+    """A fresh ring name; its /dev/shm file is removed after the test."""
+    name = f"shmring-pytest-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    yield name
+    path = Path("/dev/shm") / name
+    if path.exists():
+        path.unlink()
+
+
+class Children:
+    """Child processes killed and reaped at teardown, even when a test fails."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def spawn(self, args: list[str], **kw: object) -> subprocess.Popen[bytes]:
+        p = subprocess.Popen(args, **kw)  # type: ignore[call-overload]
+        self.procs.append(p)
+        return p
+
+    def producer(self, *args: str, **kw: object) -> subprocess.Popen[bytes]:
+        return self.spawn([sys.executable, str(PRODUCER), *args], **kw)
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+@pytest.fixture
+def children() -> Iterator[Children]:
+    c = Children()
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def find_cli() -> str | None:
+    """The `shmring` command: $SHMRING_BIN, the workspace's target dirs, PATH, or
+    built with cargo as a last resort."""
+    env = os.environ.get("SHMRING_BIN")
+    if env:
+        return env
+    targets = [Path(os.environ["CARGO_TARGET_DIR"])] if "CARGO_TARGET_DIR" in os.environ else []
+    targets.append(REPO / "target")
+    candidates = [t / profile / "shmring" for t in targets for profile in ("release", "debug")]
+    on_path = shutil.which("shmring")
+    if on_path:
+        candidates.append(Path(on_path))
+    for exe in candidates:
+        if exe.is_file() and os.access(exe, os.X_OK) and _has_produce(exe):
+            return str(exe)
+    cargo = shutil.which("cargo")
+    if cargo and (REPO / "crates" / "shmring-cli").is_dir():
+        r = subprocess.run(
+            [cargo, "build", "--release", "-p", "shmring-cli"], cwd=REPO, capture_output=True
+        )
+        if r.returncode == 0:
+            for t in targets:
+                exe = t / "release" / "shmring"
+                if exe.is_file() and _has_produce(exe):
+                    return str(exe)
+    return None
+
+
+def _has_produce(exe: Path) -> bool:
+    """A build recent enough to have `shmring produce`."""
+    r = subprocess.run([str(exe), "produce", "--help"], capture_output=True, timeout=30)
+    return r.returncode == 0 and b"--video" in r.stdout

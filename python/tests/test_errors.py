@@ -1,0 +1,154 @@
+"""Bad input gives the exception named after what happened, with a message that
+says what and where."""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+import shmring
+
+
+def shm_path(name: str) -> Path:
+    return Path("/dev/shm") / name
+
+
+def test_missing_ring(ring_name: str) -> None:
+    with pytest.raises(shmring.NotFound, match=ring_name):
+        shmring.Consumer(ring_name)
+    with pytest.raises(shmring.NotFound, match=ring_name):
+        shmring.Producer(ring_name)
+    assert issubclass(shmring.NotFound, shmring.Error)
+
+
+def test_existing_ring(ring_name: str) -> None:
+    ring = shmring.Consumer(ring_name, create=True, capacity=1 << 16)
+    with pytest.raises(shmring.Exists, match=ring_name):
+        shmring.Consumer(ring_name, create=True, capacity=1 << 16)
+    ring.close()
+    assert not shm_path(ring_name).exists()  # unlinked with its creator
+
+
+def test_bad_config_and_arguments(ring_name: str) -> None:
+    with pytest.raises(shmring.ConfigError, match="capacity"):
+        shmring.Consumer(ring_name, create=True, capacity=1000)
+    with pytest.raises(shmring.ConfigError):
+        shmring.Consumer(ring_name, create=True, capacity=1 << 16, liveness_interval=-1)
+    with pytest.raises(shmring.ConfigError, match="name"):
+        shmring.Consumer()
+    ring = shmring.Consumer(ring_name, create=True, capacity=1 << 16)
+    with pytest.raises(shmring.ConfigError, match="on_full"):
+        shmring.Producer(ring=ring, on_full="sometimes")
+    p = shmring.Producer(ring=ring)
+    with pytest.raises(shmring.ConfigError, match="format"):
+        p.reserve_video(64, 64, format="yuv9")
+    with pytest.raises(shmring.ConfigError):
+        p.reserve_audio(100, format="i420")
+
+
+def _persisted_ring(name: str) -> None:
+    ring = shmring.Consumer(name, create=True, capacity=1 << 16, persist=True)
+    ring.close()
+
+
+def test_corrupt_magic_is_a_layout_mismatch(ring_name: str) -> None:
+    _persisted_ring(ring_name)
+    with open(shm_path(ring_name), "r+b") as f:
+        f.write(b"NOTARING")
+    with pytest.raises(shmring.LayoutMismatch, match=r"magic.*expected"):
+        shmring.Consumer(ring_name)
+    with pytest.raises(shmring.LayoutMismatch, match=ring_name):
+        shmring.Producer(ring_name)
+
+
+def test_wrong_layout_version(ring_name: str) -> None:
+    _persisted_ring(ring_name)
+    with open(shm_path(ring_name), "r+b") as f:
+        f.seek(8)
+        f.write(struct.pack("<I", 99))
+    with pytest.raises(shmring.LayoutMismatch, match=r"layout version.*expected 1, found 99"):
+        shmring.Consumer(ring_name)
+
+
+def test_scribbled_geometry_and_truncated_file(ring_name: str) -> None:
+    _persisted_ring(ring_name)
+    with open(shm_path(ring_name), "r+b") as f:
+        f.seek(16)
+        f.write(struct.pack("<Q", 12345))  # capacity: not a power of two
+    with pytest.raises(shmring.LayoutMismatch, match="geometry"):
+        shmring.Consumer(ring_name)
+    os.truncate(shm_path(ring_name), 100)
+    with pytest.raises(shmring.LayoutMismatch, match="file size"):
+        shmring.Consumer(ring_name)
+
+
+def test_corrupt_record_header(ring_name: str) -> None:
+    ring = shmring.Consumer(ring_name, create=True, capacity=1 << 16)
+    p = shmring.Producer(ring_name)
+    base, _ = p.mapping()  # the producer's own mapping of the file
+    res = p.reserve(256, stream=1)
+    header_offset = res.address - 64 - base  # the record header precedes the payload
+    res.commit()
+    p.send(b"next", stream=2)
+    # A hostile peer rewrites the committed record's length.
+    fd = os.open(shm_path(ring_name), os.O_RDWR)
+    try:
+        os.pwrite(fd, struct.pack("<Q", 1 << 40), header_offset)
+    finally:
+        os.close(fd)
+    with pytest.raises(shmring.Corrupt, match=r"corruption detected at claim 0: record length"):
+        ring.next(timeout=1.0)
+    assert ring.stats()["corruption"] == 1
+    # The bad record was skipped; the ring goes on.
+    f = ring.next(timeout=1.0)
+    assert f is not None and f.tobytes() == b"next"
+    f.release()
+
+
+def test_bad_media_header(ring_name: str) -> None:
+    ring = shmring.Consumer(ring_name, create=True, capacity=1 << 16)
+    p = shmring.Producer(ring=ring)
+    p.send(b"\x00" * 300, kind=shmring.KIND_VIDEO)
+    f = ring.next(timeout=1.0)
+    assert f is not None
+    assert f.format is None and f.media_error is not None and "magic" in f.media_error
+    with pytest.raises(shmring.BadMediaHeader, match="magic"):
+        f.planes()
+    assert f.tobytes() == b"\x00" * 300  # the payload is still there
+    f.release()
+    # A header whose planes point outside the payload is rejected too.
+    with p.reserve_video(64, 32) as (y, _u, _v):
+        y[:] = 1
+    good = ring.next(timeout=1.0)
+    assert good is not None
+    data = bytearray(good.tobytes())
+    good.release()
+    data[72:76] = struct.pack("<I", 1 << 30)  # plane 0 offset
+    p.send(data, kind=shmring.KIND_VIDEO)
+    f = ring.next(timeout=1.0)
+    assert f is not None
+    with pytest.raises(shmring.BadMediaHeader, match="outside"):
+        f.planes()
+    f.release()
+
+
+def test_second_consumer_and_no_consumer(ring_name: str) -> None:
+    ring = shmring.Consumer(ring_name, create=True, capacity=1 << 16, persist=True)
+    with pytest.raises(shmring.ConsumerBusy, match="another consumer"):
+        shmring.Consumer(ring_name)
+    ring.close()
+    p = shmring.Producer(ring_name, timeout=0.05)
+    with pytest.raises(shmring.NoConsumer, match="no live consumer"):
+        while True:
+            p.send(bytes(4000))
+
+
+def test_eventfd_ring_needs_its_eventfd(ring_name: str) -> None:
+    ring = shmring.Consumer(ring_name, create=True, capacity=1 << 16, eventfd=True)
+    assert ring.eventfd_fileno() is not None and ring.geometry()["eventfd"]
+    with pytest.raises(shmring.EventfdRequired, match="eventfd"):
+        shmring.Producer(ring_name)
+    ring.close()
