@@ -3,6 +3,7 @@
 //! arbitrary writes anywhere in the segment. The properties checked are the
 //! consumer's: no panic, no access outside the segment, every call returns.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use shmring::{Config, ConsumerOptions, FullPolicy, Meta, RawFrame, Segment};
@@ -34,16 +35,37 @@ impl Input<'_> {
     }
 }
 
+thread_local! {
+    /// One ring per thread and a copy of its pristine bytes: every input starts
+    /// from exactly the same segment contents, without creating a new one.
+    static RING: (Arc<Segment>, Vec<u8>) = {
+        let cfg = Config {
+            capacity: 64 * 1024,
+            max_record: Some(16 * 1024),
+            log_entries: Some(16),
+            max_producers: 4,
+            eventfd: false,
+        };
+        let seg = Segment::create_memfd("fuzz", &cfg).expect("create");
+        let (base, len) = seg.mapping();
+        // SAFETY: the mapping is ours, `len` bytes long, and nobody writes it now.
+        let pristine = unsafe { std::slice::from_raw_parts(base, len) }.to_vec();
+        (seg, pristine)
+    };
+}
+
 /// Runs one program. `with_producer`: also interleave honest producer operations.
 pub fn run(data: &[u8], with_producer: bool) {
-    let cfg = Config {
-        capacity: 64 * 1024,
-        max_record: Some(16 * 1024),
-        log_entries: Some(16),
-        max_producers: 4,
-        eventfd: false,
-    };
-    let seg = Segment::create_memfd("fuzz", &cfg).expect("create");
+    RING.with(|(seg, pristine)| {
+        let (base, len) = seg.mapping();
+        // SAFETY: no consumer or producer is attached between runs; restoring the
+        // whole mapping from its pristine copy makes each run independent.
+        unsafe { std::ptr::copy_nonoverlapping(pristine.as_ptr(), base as *mut u8, len) };
+        run_on(seg, data, with_producer);
+    });
+}
+
+fn run_on(seg: &Arc<Segment>, data: &[u8], with_producer: bool) {
     let mut consumer = shmring::Consumer::with_options(
         seg.clone(),
         ConsumerOptions {

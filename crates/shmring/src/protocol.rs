@@ -78,7 +78,7 @@ pub enum ClaimError {
 /// How many consecutive inconsistent observations of the same cursor value a
 /// producer tolerates before reporting the ring broken (a consumer reset in
 /// progress is the only honest cause, and it takes microseconds).
-const STALE_LIMIT: u32 = 1 << 16;
+const STALE_LIMIT: u32 = 1 << 12;
 
 impl<'a> Shared<'a> {
     #[inline]

@@ -1,5 +1,5 @@
 //! Replays the fuzzing harness (fuzz/src/lib.rs) on stable Rust: every input kept in
-//! fuzz/regressions/ (crashes once found, now fixed) and fuzz/corpus/*/seed-*, plus
+//! fuzz/regressions/ (crashes once found, now fixed) and fuzz/seeds, plus
 //! a few thousand pseudo-random programs from fixed seeds. The properties are the
 //! fuzzer's: the consumer never panics, never hands out memory outside the segment,
 //! and every call returns.
@@ -31,8 +31,8 @@ fn kept_inputs_replay_cleanly() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
     let mut n = replay_dir(&root.join("regressions"), true);
     n += replay_dir(&root.join("regressions"), false);
-    n += replay_dir(&root.join("corpus/consumer_vs_segment"), false);
-    n += replay_dir(&root.join("corpus/producers_and_scribbles"), true);
+    n += replay_dir(&root.join("seeds/consumer_vs_segment"), false);
+    n += replay_dir(&root.join("seeds/producers_and_scribbles"), true);
     eprintln!("replayed {n} kept inputs");
 }
 
