@@ -73,8 +73,9 @@ pub struct BenchArgs {
     /// Draw CPU per GiB, latency, and CPU/RSS over time of the shmring run (SVG).
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<std::path::PathBuf>,
-    /// Ring capacity of the shmring transports, in MiB.
-    #[arg(long, default_value_t = 64)]
+    /// Ring capacity of the shmring transports, in MiB (the library's default; a
+    /// ring larger than the last-level cache costs cache misses on every lap).
+    #[arg(long, default_value_t = 16)]
     pub ring_mib: u64,
     /// (testing) The producer damages every Nth frame; the consumer must notice.
     #[arg(long, hide = true)]
@@ -117,7 +118,7 @@ pub struct WorkerArgs {
     /// iceoryx2 service name.
     #[arg(long)]
     pub service: Option<String>,
-    /// Frames per ring or buffer pool (floor: buffers cycled through).
+    /// Ring size in MiB (floor: the bytes of buffers it cycles through).
     #[arg(long, default_value_t = 64)]
     pub ring_mib: u64,
     #[arg(long)]

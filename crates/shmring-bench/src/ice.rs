@@ -33,6 +33,9 @@ fn open(a: &WorkerArgs) -> Res<Ports> {
     let node = NodeBuilder::new()
         .create::<ipc::Service>()
         .map_err(|x| e("node")(&x))?;
+    // Workers killed after a failure cannot clean up after themselves: remove what
+    // dead nodes left behind.
+    let _ = node.try_cleanup_dead_nodes();
     // Queue depth: as many frames as the shmring ring holds, within reason.
     let depth = ((a.ring_mib << 20) as usize / a.size.max(1)).clamp(2, 256);
     let sname: ServiceName = name.try_into().map_err(|x| e("service name")(&x))?;
@@ -134,14 +137,12 @@ pub fn consumer(a: &WorkerArgs) -> Res<WorkerReport> {
                 .map_err(|x| e("receive")(&x))?
                 .is_some();
             return Err(format!(
-                "{}",
+                "{}no sample for {} s after {} samples",
                 if late {
                     "(a sample was there without a wake-up) "
                 } else {
                     ""
-                }
-            ) + &format!(
-                "no sample for {} s after {} samples",
+                },
                 STALL.as_secs(),
                 ck.frames()
             ));

@@ -1,5 +1,6 @@
 //! `shmring bench`: shmring against the transports people use today (Unix and TCP
-//! sockets, pipes, a browser-style WebSocket, optionally iceoryx2), with the same
+//! sockets, pipes, a browser-style WebSocket, optionally iceoryx2, and the Python
+//! receiver of the story: `py-websocket` against `py-shmring`), with the same
 //! decoder-like writer and encoder-like reader on every transport.
 //!
 //! The `shmring` binary calls [`run`] for `shmring bench ...` and [`worker`] for the
@@ -15,6 +16,7 @@ mod args;
 mod ice;
 mod orchestrate;
 mod plot;
+mod python;
 pub mod report;
 mod sys;
 mod transports;

@@ -108,10 +108,15 @@ pub fn run(args: &[String]) -> i32 {
     };
     let mut transports = Vec::new();
     for t in wanted {
-        if !ALL_TRANSPORTS.contains(&t.as_str()) {
+        if crate::python::is_py(&t) {
+            if !transports.contains(&t) {
+                transports.push(t);
+            }
+        } else if !ALL_TRANSPORTS.contains(&t.as_str()) {
             eprintln!(
-                "shmring bench: unknown transport {t:?} (known: {})",
-                ALL_TRANSPORTS.join(", ")
+                "shmring bench: unknown transport {t:?} (known: {}, {})",
+                ALL_TRANSPORTS.join(", "),
+                crate::python::PY_TRANSPORTS.join(", ")
             );
             failed = true;
         } else if !transport_built(&t) {
@@ -157,9 +162,18 @@ pub fn run(args: &[String]) -> i32 {
     for &w in workloads {
         for &mode in modes {
             for t in &transports {
+                if crate::python::is_py(t) && w != Workload::Video {
+                    continue; // the Python rows are the video story only
+                }
                 bar.set_message(format!("{t} {} {mode}", w.name()));
                 let base = done * per_run_ms;
-                let (row, tl) = run_one(t, w, mode, &plan, &bar, base, per_run_ms);
+                let (row, tl) = if crate::python::is_py(t) {
+                    let row = bar
+                        .suspend(|| crate::python::run_py(t, w.name(), mode, plan.seconds, a.rate));
+                    (row, Timeline::default())
+                } else {
+                    run_one(t, w, mode, &plan, &bar, base, per_run_ms)
+                };
                 done += 1;
                 bar.set_position(done * per_run_ms);
                 if let Some(e) = &row.error {
@@ -377,34 +391,7 @@ fn run_one(
     per_run_ms: u64,
 ) -> (Row, Timeline) {
     let rated = mode == "rated";
-    let mut row = Row {
-        transport: t.to_string(),
-        workload: w.name().to_string(),
-        mode: mode.to_string(),
-        frame_bytes: w.size() as u64,
-        frames: 0,
-        bytes: 0,
-        seconds: 0.0,
-        gbps: 0.0,
-        frames_per_s: 0.0,
-        cpu_s_producer: 0.0,
-        cpu_s_consumer: 0.0,
-        cpu_s_per_gib: 0.0,
-        cpu_pct_at_rate: 0.0,
-        lat_p50_us: None,
-        lat_p99_us: None,
-        lat_p999_us: None,
-        allocs_per_frame_producer: None,
-        allocs_per_frame_consumer: None,
-        rss_producer_kib: None,
-        rss_consumer_kib: None,
-        cpu_vs_shmring: None,
-        cpu_vs_floor: None,
-        ring_producer_waits: None,
-        ring_consumer_waits: None,
-        ring_peak_occupancy: None,
-        error: None,
-    };
+    let mut row = Row::empty(t, w.name(), mode, w.size() as u64);
     let mut tl = Timeline {
         label: format!("{t} {} {mode}", w.name()),
         ..Default::default()
@@ -626,15 +613,15 @@ fn fill_row(row: &mut Row, p: &WorkerReport, c: Option<&WorkerReport>, rated: bo
         row.frames_per_s = row.frames as f64 / row.seconds;
     }
     // CPU of the measured loops (falls back to the whole process if missing).
-    let cpu = |r: &WorkerReport| {
+    fn loop_cpu(r: &WorkerReport) -> f64 {
         if r.loop_cpu_s > 0.0 {
             r.loop_cpu_s
         } else {
             r.utime_s + r.stime_s
         }
-    };
-    row.cpu_s_producer = cpu(p);
-    row.cpu_s_consumer = c.map_or(0.0, cpu);
+    }
+    row.cpu_s_producer = loop_cpu(p);
+    row.cpu_s_consumer = c.map_or(0.0, loop_cpu);
     let cpu = row.cpu_s_producer + row.cpu_s_consumer;
     if row.bytes > 0 {
         row.cpu_s_per_gib = cpu / (row.bytes as f64 / GIB);
@@ -681,6 +668,12 @@ fn add_ratios(rows: &mut [Row]) {
     let snapshot = rows.to_vec();
     for r in rows.iter_mut() {
         if r.cpu_s_per_gib <= 0.0 {
+            continue;
+        }
+        if crate::python::is_py(&r.transport) {
+            // Receiver-only figures: compared with shmring's own Python row.
+            r.cpu_vs_shmring =
+                find(&snapshot, "py-shmring", &r.workload, &r.mode).map(|s| r.cpu_s_per_gib / s);
             continue;
         }
         r.cpu_vs_shmring =
@@ -750,6 +743,14 @@ fn print_table(rows: &[Row], rate: f64) {
                 if r.error.is_some() { "  FAILED" } else { "" }
             );
         }
+        if rows
+            .iter()
+            .any(|r| r.workload == w && r.mode == m && crate::python::is_py(&r.transport))
+        {
+            println!(
+                "  py-*: CPU of the receiving Python process only; xshmring is against py-shmring"
+            );
+        }
         for r in rows.iter().filter(|r| r.workload == w && r.mode == m) {
             if let (Some(pw), Some(cw), Some(peak)) = (
                 r.ring_producer_waits,
@@ -784,10 +785,21 @@ fn print_goals(rows: &[Row]) {
             for (t, goal) in [("uds", 10.0), ("websocket", 50.0)] {
                 if let Some(o) = get(t, "video", m) {
                     let x = o.cpu_s_per_gib / s.cpu_s_per_gib;
-                    lines.push(format!(
+                    let mut l = format!(
                         "video {m}: {t} CPU/GiB = {x:.1}x shmring (goal >= {goal}x): {}",
                         met(x >= goal)
-                    ));
+                    );
+                    // The same ratio without the work every transport shares (floor).
+                    if let Some(f) = get("floor", "video", m) {
+                        let ot = o.cpu_s_per_gib - f.cpu_s_per_gib;
+                        let os = s.cpu_s_per_gib - f.cpu_s_per_gib;
+                        if os > 0.0 {
+                            l += &format!("; transport cost alone (minus floor): {:.1}x", ot / os);
+                        } else {
+                            l += "; shmring costs nothing measurable above floor";
+                        }
+                    }
+                    lines.push(l);
                 }
             }
             if let (Some(p), Some(c)) = (s.allocs_per_frame_producer, s.allocs_per_frame_consumer) {

@@ -69,6 +69,40 @@ pub struct Row {
     pub error: Option<String>,
 }
 
+impl Row {
+    /// A row with no figures yet.
+    pub fn empty(transport: &str, workload: &str, mode: &str, frame_bytes: u64) -> Row {
+        Row {
+            transport: transport.to_string(),
+            workload: workload.to_string(),
+            mode: mode.to_string(),
+            frame_bytes,
+            frames: 0,
+            bytes: 0,
+            seconds: 0.0,
+            gbps: 0.0,
+            frames_per_s: 0.0,
+            cpu_s_producer: 0.0,
+            cpu_s_consumer: 0.0,
+            cpu_s_per_gib: 0.0,
+            cpu_pct_at_rate: 0.0,
+            lat_p50_us: None,
+            lat_p99_us: None,
+            lat_p999_us: None,
+            allocs_per_frame_producer: None,
+            allocs_per_frame_consumer: None,
+            rss_producer_kib: None,
+            rss_consumer_kib: None,
+            cpu_vs_shmring: None,
+            cpu_vs_floor: None,
+            ring_producer_waits: None,
+            ring_consumer_waits: None,
+            ring_peak_occupancy: None,
+            error: None,
+        }
+    }
+}
+
 /// The fields every `--json` object has (more may follow).
 pub const JSON_FIELDS: &[&str] = &[
     "transport",

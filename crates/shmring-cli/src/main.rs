@@ -5,6 +5,11 @@ use std::process::ExitCode;
 use clap::Parser;
 use shmring_cli::cli::{Cli, Cmd};
 
+/// Counts heap allocations (one relaxed atomic add per allocation), so that
+/// `shmring bench` can report allocations per frame of each side.
+#[global_allocator]
+static ALLOC: shmring_bench::CountingAlloc = shmring_bench::CountingAlloc;
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     // `bench` and its hidden worker live in the shmring-bench crate and parse their

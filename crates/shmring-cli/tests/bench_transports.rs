@@ -182,8 +182,7 @@ fn a_corrupted_frame_is_detected_on_every_transport() {
             o.stderr
         );
         assert!(
-            o.stderr.contains(t)
-                && o.stderr.contains("2 of 6 frames failed their checksum"),
+            o.stderr.contains(t) && o.stderr.contains("2 of 6 frames failed their checksum"),
             "{t}: unexpected message:\n{}",
             o.stderr
         );

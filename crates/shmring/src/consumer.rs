@@ -180,7 +180,8 @@ impl Consumer {
 
     /// Like [`Consumer::next_timeout`] but the frame is not tied to a borrow.
     pub fn next_raw(&self, timeout: Option<Duration>) -> Result<Option<RawFrame>> {
-        let start = Instant::now();
+        // The clock is read only when a wait is due (spinning must stay cheap).
+        let mut start: Option<Instant> = None;
         let mut spins = 0u32;
         let mut skips = 0u32;
         loop {
@@ -197,19 +198,26 @@ impl Consumer {
                     continue;
                 }
             }
+            if timeout == Some(Duration::ZERO) {
+                return Ok(None);
+            }
+            if let Step::Wait = step {
+                if spins < self.opts.spin {
+                    spins += 1;
+                    std::hint::spin_loop();
+                    continue;
+                }
+            }
+            let now = Instant::now();
+            let start = *start.get_or_insert(now);
             let left = match timeout {
-                Some(t) => match t.checked_sub(start.elapsed()) {
+                Some(t) => match t.checked_sub(now.duration_since(start)) {
                     Some(l) if !l.is_zero() => l,
                     _ => return Ok(None),
                 },
                 None => Duration::from_secs(3600),
             };
             if let Step::Again = step {
-                continue;
-            }
-            if spins < self.opts.spin {
-                spins += 1;
-                std::hint::spin_loop();
                 continue;
             }
             self.sleep(left.min(self.opts.liveness_interval));
@@ -395,9 +403,35 @@ impl Consumer {
                 slots::reap(&self.seg, self.token);
             }
         }
+        if f.waiting.load(Ordering::Relaxed) != 0 && !self.enough_room(f) {
+            // Hysteresis: let the ring drain a while before waking producers, rather
+            // than waking them for every released record. Producers re-check on
+            // their own at least every 50 ms, so nobody waits forever.
+            return;
+        }
         if wake::notify(f, true, None) {
+            f.need.store(0, Ordering::Relaxed);
             bump(&self.seg.control().counters.0.wakes_sent, 1);
         }
+    }
+
+    /// Is there room for what the waiting producers need: their largest record,
+    /// at least 1/16 of the ring, and 1/16 of the claim log? (Or is the ring empty?)
+    fn enough_room(&self, f: &crate::layout::Futex) -> bool {
+        let cur = self.cur.borrow();
+        let sh = self.seg.shared();
+        let w = sh.write.load(Ordering::Relaxed);
+        let used = pos_diff(cursor_pos(w), cur.read_pos);
+        if used == 0 {
+            return true;
+        }
+        let cap = sh.cap_units;
+        let n = self.seg.geometry().log_entries as u64;
+        let records = crate::layout::seq_diff(crate::layout::cursor_seq(w), cur.read_seq);
+        let want = (f.need.load(Ordering::Relaxed) as u64)
+            .max(cap / 16)
+            .min(cap);
+        used <= cap - want.min(cap) && records + (n / 16).max(1) <= n
     }
 
     /// Is `seq` a frame this consumer handed out and has not released?

@@ -9,7 +9,7 @@
 //!  |  line 2  read cursor    u64 = seq:28 | pos:36      (consumer, store)         |
 //!  |          peek cursor    u64 = seq:28 | pos:36      (consumer, store; stats)  |
 //!  |  line 3  data futex u32, consumer-waiting u32      (producers wake consumer) |
-//!  |  line 4  space futex u32, producers-waiting u32    (consumer wakes producers)|
+//!  |  line 4  space futex u32, producers-waiting u32, need u32 (wakes producers)|
 //!  |  line 5  consumer role: state u32, token u64, epoch u64                       |
 //!  |  line 6-7 consumer counters                                                   |
 //!  +-------------------------------------------------------------------------------+
@@ -229,6 +229,10 @@ pub struct Futex {
     pub seq: AtomicU32,
     /// Non-zero while someone is (about to be) asleep on `seq`.
     pub waiting: AtomicU32,
+    /// Space futex only: the most units a waiting producer needs (a hint; the
+    /// consumer wakes producers once that much, and at least 1/16 of the ring, is
+    /// free, so a full ring does not wake them for every released record).
+    pub need: AtomicU32,
 }
 
 #[repr(C)]

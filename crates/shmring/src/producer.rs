@@ -220,6 +220,7 @@ impl Producer {
                     after: wait,
                 });
             }
+            space.need.fetch_max(units as u32, Ordering::Relaxed);
             let seen = wake::arm(space);
             // Mark the slot after counting ourselves in: if we die asleep, the reaper
             // of our slot takes the count back.

@@ -19,7 +19,9 @@ use crate::sync::{AtomicU64, Ordering};
 /// How a ring is sized. Worst-case shared memory is [`Config::segment_size`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// Data ring bytes: a power of two, 64 KiB to 2 GiB.
+    /// Data ring bytes: a power of two, 64 KiB to 2 GiB. The default, 16 MiB, holds
+    /// five 1080p I420 frames and stays within a server's last-level cache; size it
+    /// up for consumers that stall (a recorder writing to disk uses 64 MiB).
     pub capacity: u64,
     /// Largest payload; `None`: a quarter of the capacity. At most capacity/2 − 64.
     pub max_record: Option<u64>,
@@ -36,7 +38,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            capacity: 64 << 20,
+            capacity: 16 << 20,
             max_record: None,
             log_entries: None,
             max_producers: 64,
