@@ -164,7 +164,17 @@ fn run_on(seg: &Arc<Segment>, data: &[u8], with_producer: bool) {
                         }
                     }
                 } else {
-                    let _ = consumer.release_raw(input.u64().unwrap_or(0));
+                    // Any number: refused unless it names a frame we hold, which it
+                    // then releases (so forget it).
+                    let seq = input.u64().unwrap_or(0);
+                    let was_held = held.iter().position(|f| f.seq == seq);
+                    match (consumer.release_raw(seq), was_held) {
+                        (Ok(()), Some(i)) => {
+                            held.swap_remove(i);
+                        }
+                        (Err(_), None) => {}
+                        (r, h) => panic!("release_raw({seq}) = {r:?} but held = {h:?}"),
+                    }
                 }
             }
         }

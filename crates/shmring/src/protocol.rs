@@ -197,7 +197,7 @@ impl<'a> Shared<'a> {
 
 #[inline]
 fn backoff(step: u32) {
-    if step % 64 == 0 {
+    if step % 512 == 0 {
         #[cfg(not(loom))]
         std::thread::yield_now();
     }
