@@ -152,17 +152,33 @@ fn run_on(seg: &Arc<Segment>, data: &[u8], with_producer: bool) {
             5 => {
                 held.clear();
                 consumer.reset();
+                if with_producer && producer.is_none() {
+                    producer = seg.producer().ok().map(|mut p| {
+                        p.set_policy(FullPolicy::Fail);
+                        p
+                    });
+                }
             }
             _ => {
                 if let Some(p) = producer.as_mut() {
                     let n = input.u16().unwrap_or(0) as usize % (20 * 1024);
                     let commit = input.byte().unwrap_or(0) & 1 == 0;
-                    if let Ok(mut r) = p.try_reserve(n) {
-                        r.payload().fill(0xa5);
-                        if commit {
-                            let _ = r.commit(Meta::new(1, 2));
+                    let corrupt = match p.try_reserve(n) {
+                        Ok(mut r) => {
+                            r.payload().fill(0xa5);
+                            if commit {
+                                let _ = r.commit(Meta::new(1, 2));
+                            }
+                            false
                         }
+                        Err(e) => matches!(e, shmring::Error::Corrupt { .. }),
+                    };
+                    if corrupt {
+                        // A producer that finds the ring corrupt stops (until a reset).
+                        producer = None;
                     }
+                } else if with_producer {
+                    let _ = input.u16();
                 } else {
                     // Any number: refused unless it names a frame we hold, which it
                     // then releases (so forget it).
