@@ -1,6 +1,102 @@
-//! `shmring-verify`: the reliability suite (see README, "Reliability").
+//! `shmring-verify`: the reliability suite. Each subcommand runs one experiment
+//! against real processes, prints a report (`--json`: plus one JSON summary line)
+//! and exits non-zero if any property fails.
+//!
+//! * `killstorm`: SIGKILL random producer processes at random moments.
+//! * `scribble`: a live process writes random bytes over the ring.
+//! * `consumer-crash`: SIGKILL the consumer process while producers run.
+//! * `soak`: media-rate traffic for a long time; memory must stay flat.
+//! * `sigbus`: seals of memfd segments; truncation of named segments.
+//! * `perms`: named segments are private to their user.
+
+mod child;
+mod common;
+mod crash;
+mod killstorm;
+mod perms;
+mod scribble;
+mod sigbus;
+mod soak;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "shmring-verify", about = "Reliability suite for shmring rings")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// SIGKILL random producer processes at random moments (many mid-reservation).
+    Killstorm(killstorm::Args),
+    /// A process scribbles random bytes over a live ring; the consumer must survive.
+    Scribble(scribble::Args),
+    /// SIGKILL the consumer process while producers run; a new one takes over.
+    ConsumerCrash(crash::Args),
+    /// Media-rate traffic for a long time: memory flat, every record accounted for.
+    Soak(soak::Args),
+    /// Memfd seals against resizing; truncation of a named segment (SIGBUS).
+    Sigbus(sigbus::Args),
+    /// A named segment is mode 0600 and closed to other users.
+    Perms(perms::Args),
+    #[command(hide = true)]
+    ChildProducer(child::ProducerArgs),
+    #[command(hide = true)]
+    ChildConsumer {
+        #[arg(long)]
+        fd: i32,
+        #[arg(long, default_value_t = 8)]
+        hold: usize,
+    },
+    #[command(hide = true)]
+    ChildScribbler {
+        #[arg(long)]
+        fd: i32,
+        #[arg(long, default_value_t = 2000)]
+        writes_per_sec: u64,
+        #[arg(long)]
+        hit_identity: bool,
+    },
+    #[command(hide = true)]
+    ChildResize {
+        #[arg(long)]
+        fd: i32,
+    },
+    #[command(hide = true)]
+    ChildNamedConsumer {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        guard: bool,
+    },
+    #[command(hide = true)]
+    ChildOpenNamed {
+        #[arg(long)]
+        name: String,
+    },
+}
 
 fn main() {
-    eprintln!("usage: shmring-verify <killstorm|scribble|consumer-crash|soak> ...");
-    std::process::exit(2);
+    let cli = Cli::parse();
+    let code = match cli.cmd {
+        Cmd::Killstorm(a) => killstorm::run(a),
+        Cmd::Scribble(a) => scribble::run(a),
+        Cmd::ConsumerCrash(a) => crash::run(a),
+        Cmd::Soak(a) => soak::run(a),
+        Cmd::Sigbus(a) => sigbus::run(a),
+        Cmd::Perms(a) => perms::run(a),
+        Cmd::ChildProducer(a) => child::producer(a),
+        Cmd::ChildConsumer { fd, hold } => child::consumer(fd, hold),
+        Cmd::ChildScribbler {
+            fd,
+            writes_per_sec,
+            hit_identity,
+        } => child::scribbler(fd, writes_per_sec, !hit_identity),
+        Cmd::ChildResize { fd } => sigbus::child_resize(fd),
+        Cmd::ChildNamedConsumer { name, guard } => sigbus::child_named_consumer(&name, guard),
+        Cmd::ChildOpenNamed { name } => perms::child_open_named(&name),
+    };
+    std::process::exit(code);
 }

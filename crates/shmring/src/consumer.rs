@@ -220,7 +220,19 @@ impl Consumer {
             if let Step::Again = step {
                 continue;
             }
-            self.sleep(left.min(self.opts.liveness_interval));
+            self.sleep(left.min(self.until_liveness_check(now)));
+        }
+    }
+
+    /// How long until the pending claim's owner is due for a liveness check (a full
+    /// interval when nothing is pending), so a crash stalls us one interval at most.
+    fn until_liveness_check(&self, now: Instant) -> Duration {
+        let iv = self.opts.liveness_interval;
+        match self.pending_check.get() {
+            Some((seq, at)) if seq == self.cur.borrow().peek_seq => iv
+                .saturating_sub(now.duration_since(at))
+                .max(Duration::from_micros(100)),
+            _ => iv,
         }
     }
 
@@ -451,6 +463,13 @@ impl Consumer {
     /// A producer still holding an old claim gets [`Error::Abandoned`] at commit.
     pub fn reset(&mut self) {
         let sh = self.seg.shared();
+        self.seg.write_identity();
+        self.seg
+            .control()
+            .identity
+            .0
+            .magic
+            .store(crate::layout::MAGIC, Ordering::Release);
         self.cur.get_mut().reset(&sh);
         let c = self.seg.control();
         c.consumer.0.epoch.fetch_add(1, Ordering::AcqRel);

@@ -280,11 +280,24 @@ impl ConsumerCursor {
         }
         let k = self.peek_seq;
         // Acquire: pairs with the producer's committing CAS (Release).
-        let v = sh.entry(k).load(Ordering::Acquire);
-        let e = LogEntry::unpack(v);
-        if e.stamp != k & SEQ_MASK {
-            return Poll::Empty;
+        let mut v = sh.entry(k).load(Ordering::Acquire);
+        if LogEntry::unpack(v).stamp != k & SEQ_MASK {
+            // Not claimed yet, unless the write cursor is already past claim k: a
+            // claim's entry is stamped before anyone moves the cursor past it (the
+            // mover read the stamp with Acquire and published with its CAS), so with
+            // the cursor loaded first, a missing stamp on a second look means the
+            // entry was overwritten.
+            let w = sh.write.load(Ordering::Acquire);
+            v = sh.entry(k).load(Ordering::Acquire);
+            if LogEntry::unpack(v).stamp != k & SEQ_MASK {
+                let ahead = seq_diff(cursor_seq(w), k);
+                if ahead != 0 && ahead <= self.state.len() as u64 {
+                    return Poll::Corrupt("claim log entry overwritten behind the write cursor");
+                }
+                return Poll::Empty;
+            }
         }
+        let e = LogEntry::unpack(v);
         if e.units == 0 || self.held_units() + e.units > sh.cap_units {
             return Poll::Corrupt("claim length exceeds the free space it was claimed from");
         }

@@ -409,11 +409,27 @@ impl Segment {
     /// Writes a fresh control block, slots and claim log. Only the creator calls
     /// this, before the segment is visible to anyone else; the magic goes last.
     fn init(&self) {
-        let c = self.control();
+        self.write_identity();
+        let n = self.geo.log_entries as u64;
+        for (i, e) in self.log().iter().enumerate() {
+            e.store(LogEntry::initial(i as u64, n), Ordering::Relaxed);
+        }
+        // Release: everything above is visible to whoever sees the magic.
+        self.control()
+            .identity
+            .0
+            .magic
+            .store(MAGIC, Ordering::Release);
+    }
+
+    /// Rewrites the identity line (line 0) from our validated geometry: at creation,
+    /// and when the consumer resets a ring a peer scribbled on.
+    pub(crate) fn write_identity(&self) {
         let g = &self.geo;
-        let id = &c.identity.0;
-        // SAFETY: we created the mapping and nobody else can have validated it yet
-        // (the magic is still zero), so these plain writes race with no reader.
+        let id = &self.control().identity.0;
+        // SAFETY: plain, aligned fields of our own mapping. At creation nobody can
+        // have validated the segment yet; at a reset, peers read these fields only
+        // while attaching (each once, volatile) and get either value.
         unsafe {
             let p = id as *const _ as *mut crate::layout::Identity;
             (*p).version = LAYOUT_VERSION;
@@ -426,12 +442,6 @@ impl Segment {
             (*p).data_offset = g.data_offset;
             (*p).total_size = g.total_size;
         }
-        let n = g.log_entries as u64;
-        for (i, e) in self.log().iter().enumerate() {
-            e.store(LogEntry::initial(i as u64, n), Ordering::Relaxed);
-        }
-        // Release: everything above is visible to whoever sees the magic.
-        id.magic.store(MAGIC, Ordering::Release);
     }
 
     /// Keep a named segment after this `Segment` is dropped.

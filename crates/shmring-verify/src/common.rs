@@ -1,0 +1,605 @@
+//! Shared pieces: the verifiable record format, the flag table that producer
+//! processes publish their progress in, child processes that die with us, process
+//! memory figures, and the report every subcommand prints.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+// ---- random numbers ------------------------------------------------------------------
+
+/// splitmix64.
+#[derive(Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn seeded() -> Rng {
+        Rng(shmring::now_ns() ^ ((std::process::id() as u64) << 32))
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        mix(self.0)
+    }
+    /// Uniform in `0..n` (0 if `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi.saturating_sub(lo) + 1)
+    }
+}
+
+pub fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+// ---- records -------------------------------------------------------------------------
+
+/// Every record starts with: checksum u64 (of bytes 8..), magic u32, producer
+/// instance u32, sequence u64, payload length u64. The rest is a pattern derived
+/// from (instance, sequence).
+pub const REC_HDR: usize = 32;
+pub const REC_MAGIC: u32 = 0x5652_4659;
+
+/// Why a received record is not one a producer wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadRecord {
+    Short,
+    Magic,
+    Length,
+    Checksum,
+}
+
+impl std::fmt::Display for BadRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BadRecord::Short => "shorter than the record header",
+            BadRecord::Magic => "bad magic",
+            BadRecord::Length => "length field differs from the payload length",
+            BadRecord::Checksum => "checksum mismatch",
+        })
+    }
+}
+
+/// 64-bit multiply-rotate hash of `b`.
+pub fn checksum(b: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ b.len() as u64;
+    let mut words = b.chunks_exact(8);
+    for w in &mut words {
+        let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        h = (h ^ w).wrapping_mul(0x0100_0000_01b3).rotate_left(23);
+    }
+    for &x in words.remainder() {
+        h = (h ^ x as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Fills `buf[REC_HDR..]` with the pattern of record (instance, seq), in chunks of
+/// `chunk` bytes, calling `between` after each chunk (to write slowly).
+pub fn fill_body(buf: &mut [u8], instance: u32, seq: u64, chunk: usize, mut between: impl FnMut()) {
+    let mut x = mix(((instance as u64) << 40) ^ seq ^ 0x5eed_0000);
+    let start = REC_HDR.min(buf.len());
+    let body = &mut buf[start..];
+    for part in body.chunks_mut(chunk.max(8)) {
+        let mut words = part.chunks_exact_mut(8);
+        for w in &mut words {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            w.copy_from_slice(&(x ^ (x >> 29)).to_le_bytes());
+        }
+        for b in words.into_remainder() {
+            *b = x as u8;
+        }
+        between();
+    }
+}
+
+/// Writes the header (and checksum) of record (instance, seq); `buf.len() >= REC_HDR`.
+pub fn seal_record(buf: &mut [u8], instance: u32, seq: u64) {
+    let len = buf.len() as u64;
+    buf[8..12].copy_from_slice(&REC_MAGIC.to_le_bytes());
+    buf[12..16].copy_from_slice(&instance.to_le_bytes());
+    buf[16..24].copy_from_slice(&seq.to_le_bytes());
+    buf[24..32].copy_from_slice(&len.to_le_bytes());
+    let c = checksum(&buf[8..]);
+    buf[..8].copy_from_slice(&c.to_le_bytes());
+}
+
+/// Checks a received payload; returns (instance, seq).
+pub fn verify_record(p: &[u8]) -> Result<(u32, u64), BadRecord> {
+    if p.len() < REC_HDR {
+        return Err(BadRecord::Short);
+    }
+    let u32_at = |i: usize| u32::from_le_bytes(p[i..i + 4].try_into().expect("4 bytes"));
+    let u64_at = |i: usize| u64::from_le_bytes(p[i..i + 8].try_into().expect("8 bytes"));
+    // Read every field once into locals: the bytes are untrusted and may change.
+    let (sum, magic, inst, seq, len) = (u64_at(0), u32_at(8), u32_at(12), u64_at(16), u64_at(24));
+    if magic != REC_MAGIC {
+        return Err(BadRecord::Magic);
+    }
+    if len != p.len() as u64 {
+        return Err(BadRecord::Length);
+    }
+    if checksum(&p[8..]) != sum {
+        return Err(BadRecord::Checksum);
+    }
+    Ok((inst, seq))
+}
+
+/// Claim sequence numbers are compared modulo 2^28 (the ring's wrap).
+pub const SEQ_MASK: u64 = (1 << 28) - 1;
+
+/// Is claim `a` after claim `b` (modulo 2^28)?
+pub fn seq_after(a: u64, b: u64) -> bool {
+    let d = a.wrapping_sub(b) & SEQ_MASK;
+    d != 0 && d < (1 << 27)
+}
+
+// ---- the flag table --------------------------------------------------------------------
+
+/// Producer states published in the flag table.
+pub mod state {
+    /// Started, not attached yet.
+    pub const INIT: u32 = 0;
+    /// Attached, no reservation (between records).
+    pub const OUT: u32 = 1;
+    /// Inside `reserve` (the claim may or may not exist yet).
+    pub const RESERVING: u32 = 2;
+    /// `reserve` returned: the claim exists and is not committed.
+    pub const IN: u32 = 3;
+    /// Inside `commit` (the claim may or may not be committed yet).
+    pub const COMMITTING: u32 = 4;
+    /// Stopped on request; every count is final.
+    pub const DONE: u32 = 5;
+    /// Gave up on an error.
+    pub const FAILED: u32 = 6;
+}
+
+/// One producer process's line (64 bytes) in the flag table.
+#[repr(C, align(64))]
+pub struct Line {
+    pub state: AtomicU32,
+    /// Set by the orchestrator: finish the current record and exit.
+    pub stop: AtomicU32,
+    /// Records committed: sequences `0..committed` (retry mode) or the count.
+    pub committed: AtomicU64,
+    /// Claim sequence of the current reservation (valid in state IN).
+    pub claim_seq: AtomicU64,
+    pub no_consumer: AtomicU64,
+    /// `Timeout` and `Full` errors (dropped records in drop mode).
+    pub timeouts: AtomicU64,
+    /// Any other error (`Corrupt`, `Abandoned`, ...).
+    pub other_errors: AtomicU64,
+    /// Longest time one `reserve` call took, in nanoseconds.
+    pub max_block_ns: AtomicU64,
+    /// Records attempted (committed + dropped).
+    pub attempts: AtomicU64,
+}
+
+const _: () = assert!(std::mem::size_of::<Line>() == 64);
+
+/// A small shared mapping (its own memfd) with one [`Line`] per producer instance.
+pub struct Flags {
+    fd: OwnedFd,
+    ptr: *mut Line,
+    lines: usize,
+}
+
+// SAFETY: the mapping holds atomics only and lives as long as the struct.
+unsafe impl Send for Flags {}
+// SAFETY: as above.
+unsafe impl Sync for Flags {}
+
+impl Flags {
+    pub fn create(lines: usize) -> std::io::Result<Flags> {
+        // SAFETY: plain system calls on a name we own; results are checked.
+        let fd = unsafe { libc::memfd_create(c"shmring-verify-flags".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor we just created and own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let size = (lines.max(1) * 64) as libc::off_t;
+        // SAFETY: valid descriptor.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Self::map(fd)
+    }
+
+    /// Maps a flag table received as descriptor `fd` (taking ownership).
+    pub fn from_raw_fd(fd: RawFd) -> std::io::Result<Flags> {
+        // SAFETY: the orchestrator left this descriptor open for us; nobody else in
+        // this process owns it.
+        Self::map(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    fn map(fd: OwnedFd) -> std::io::Result<Flags> {
+        // SAFETY: fstat into a zeroed struct we own.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let len = st.st_size as usize;
+        if len < 64 {
+            return Err(std::io::Error::other("flag table smaller than one line"));
+        }
+        // SAFETY: a fresh shared mapping of the whole file; checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Flags {
+            fd,
+            ptr: p as *mut Line,
+            lines: len / 64,
+        })
+    }
+
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    pub fn line(&self, i: usize) -> &Line {
+        assert!(i < self.lines, "flag line {i} of {}", self.lines);
+        // SAFETY: inside the mapping; Line is made of atomics (zero is valid).
+        unsafe { &*self.ptr.add(i) }
+    }
+}
+
+impl Drop for Flags {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.lines * 64) };
+    }
+}
+
+// ---- child processes -------------------------------------------------------------------
+
+/// A child process (this executable with a hidden subcommand): SIGKILLed and reaped
+/// on drop, and killed by the kernel if the thread that spawned it goes away.
+pub struct Kid {
+    pub child: std::process::Child,
+    pub pid: i32,
+    reaped: bool,
+}
+
+/// Spawns this executable with `args`, keeping `inherit` open across exec.
+pub fn spawn_self(args: &[String], inherit: &[RawFd], piped_stdout: bool) -> std::io::Result<Kid> {
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args(args).stdin(Stdio::null());
+    if piped_stdout {
+        cmd.stdout(Stdio::piped());
+    }
+    spawn_cmd(cmd, inherit)
+}
+
+pub fn spawn_cmd(mut cmd: Command, inherit: &[RawFd]) -> std::io::Result<Kid> {
+    let fds = inherit.to_vec();
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: runs in the forked child before exec and makes only async-signal-safe
+    // system calls (prctl, getppid, fcntl) on the child's own state.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other("parent exited during spawn"));
+            }
+            for &fd in &fds {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn()?;
+    let pid = child.id() as i32;
+    Ok(Kid {
+        child,
+        pid,
+        reaped: false,
+    })
+}
+
+impl Kid {
+    pub fn signal(&self, sig: i32) {
+        if !self.reaped {
+            // SAFETY: our own, not yet reaped child.
+            unsafe { libc::kill(self.pid, sig) };
+        }
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if !self.reaped {
+            self.signal(libc::SIGKILL);
+            let _ = self.child.wait();
+            self.reaped = true;
+        }
+    }
+
+    /// Stops the child (SIGSTOP) and waits until it is stopped. False if it exited.
+    pub fn stop(&mut self) -> bool {
+        if self.reaped {
+            return false;
+        }
+        self.signal(libc::SIGSTOP);
+        loop {
+            let mut st = 0;
+            // SAFETY: waits for our own child; WUNTRACED reports the stop without
+            // reaping.
+            let r = unsafe { libc::waitpid(self.pid, &mut st, libc::WUNTRACED) };
+            if r == self.pid {
+                if libc::WIFSTOPPED(st) {
+                    return true;
+                }
+                // It exited (and is reaped now).
+                self.reaped = true;
+                return false;
+            }
+            if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return false;
+            }
+        }
+    }
+
+    pub fn cont(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    /// Waits up to `guard` for the child to exit; returns its status, or None (then
+    /// it is killed).
+    pub fn wait_exit(&mut self, guard: Duration) -> Option<std::process::ExitStatus> {
+        let t = Instant::now();
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(st)) => {
+                    self.reaped = true;
+                    return Some(st);
+                }
+                Ok(None) => {}
+                Err(_) => {
+                    self.reaped = true;
+                    return None;
+                }
+            }
+            if t.elapsed() > guard {
+                self.kill();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Has it exited (reaping it if so)?
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        if self.reaped {
+            return None;
+        }
+        match self.child.try_wait() {
+            Ok(Some(st)) => {
+                self.reaped = true;
+                Some(st)
+            }
+            _ => None,
+        }
+    }
+
+    pub fn is_reaped(&self) -> bool {
+        self.reaped
+    }
+}
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A `/dev/shm` name unique to this process, unlinked on drop.
+pub struct ShmName(pub String);
+
+impl ShmName {
+    pub fn new(tag: &str) -> ShmName {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        ShmName(format!("shmring-verify-{}-{tag}-{n}", std::process::id()))
+    }
+    pub fn path(&self) -> std::path::PathBuf {
+        std::path::Path::new("/dev/shm").join(&self.0)
+    }
+}
+
+impl Drop for ShmName {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.path());
+    }
+}
+
+// ---- process memory --------------------------------------------------------------------
+
+/// Resident memory of a process from /proc/PID/status, in bytes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Rss {
+    pub vm_rss: u64,
+    /// RssAnon + RssFile (everything but shared memory).
+    pub private: u64,
+}
+
+pub fn read_rss(pid: i32) -> Option<Rss> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let mut r = Rss::default();
+    let mut found = 0;
+    for line in s.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(k), Some(v)) = (it.next(), it.next()) else {
+            continue;
+        };
+        let kb: u64 = v.parse().unwrap_or(0);
+        match k {
+            "VmRSS:" => {
+                r.vm_rss = kb * 1024;
+                found += 1;
+            }
+            "RssAnon:" | "RssFile:" => {
+                r.private += kb * 1024;
+                found += 1;
+            }
+            _ => {}
+        }
+    }
+    (found == 3).then_some(r)
+}
+
+// ---- statistics ------------------------------------------------------------------------
+
+/// The `q` quantile (0..=1) of sorted values.
+pub fn quantile(sorted: &[u64], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+pub fn ms(ns: u64) -> f64 {
+    (ns as f64 / 1e6 * 1000.0).round() / 1000.0
+}
+
+// ---- the report ----------------------------------------------------------------------
+
+/// What a subcommand measured and which properties held.
+pub struct Report {
+    command: &'static str,
+    figures: serde_json::Map<String, serde_json::Value>,
+    checks: Vec<(String, bool, String)>,
+    notes: Vec<String>,
+}
+
+impl Report {
+    pub fn new(command: &'static str) -> Report {
+        Report {
+            command,
+            figures: serde_json::Map::new(),
+            checks: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    pub fn fig(&mut self, key: &str, v: impl Into<serde_json::Value>) {
+        self.figures.insert(key.to_string(), v.into());
+    }
+
+    /// Records a property: `ok` and what was observed.
+    pub fn check(&mut self, name: &str, ok: bool, detail: impl Into<String>) -> bool {
+        self.checks.push((name.to_string(), ok, detail.into()));
+        ok
+    }
+
+    pub fn note(&mut self, n: impl Into<String>) {
+        self.notes.push(n.into());
+    }
+
+    pub fn ok(&self) -> bool {
+        self.checks.iter().all(|c| c.1)
+    }
+
+    /// Prints the report (and the JSON line); returns the exit code.
+    pub fn finish(self, json: bool) -> i32 {
+        let ok = self.ok();
+        println!("== shmring-verify {} ==", self.command);
+        for (k, v) in &self.figures {
+            println!("  {k:<28} {v}");
+        }
+        for n in &self.notes {
+            println!("  note: {n}");
+        }
+        for (name, pass, detail) in &self.checks {
+            println!(
+                "  [{}] {name}: {detail}",
+                if *pass { "PASS" } else { "FAIL" }
+            );
+        }
+        println!("result: {}", if ok { "PASS" } else { "FAIL" });
+        if json {
+            let failed: Vec<&str> = self
+                .checks
+                .iter()
+                .filter(|c| !c.1)
+                .map(|c| c.0.as_str())
+                .collect();
+            let v = serde_json::json!({
+                "command": self.command,
+                "ok": ok,
+                "failed": failed,
+                "checks": self.checks.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
+                "figures": self.figures,
+            });
+            println!("{v}");
+        }
+        if ok {
+            0
+        } else {
+            1
+        }
+    }
+}
+
+/// Exits the process with a message if a call runs far past its deadline (the
+/// consumer must never hang): arm before each call, disarm after.
+pub struct Watchdog {
+    started_ns: std::sync::Arc<AtomicU64>,
+}
+
+impl Watchdog {
+    pub fn new(what: &'static str, limit: Duration) -> Watchdog {
+        let started_ns = std::sync::Arc::new(AtomicU64::new(0));
+        let s = started_ns.clone();
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(50));
+            let t = s.load(Ordering::Relaxed);
+            if t != 0 && shmring::now_ns().saturating_sub(t) > limit.as_nanos() as u64 {
+                eprintln!("shmring-verify: FAIL: {what} did not return within {limit:?} (hang)");
+                println!("result: FAIL ({what} hung)");
+                std::process::exit(1);
+            }
+        });
+        Watchdog { started_ns }
+    }
+    pub fn arm(&self) {
+        self.started_ns.store(shmring::now_ns(), Ordering::Relaxed);
+    }
+    pub fn disarm(&self) {
+        self.started_ns.store(0, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,203 @@
+//! Short runs of every reliability experiment (the binary, as a user runs it). Each
+//! asserts on the JSON summary: properties held, and the counts that prove them.
+//! Durations here are failure guards only.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_shmring-verify");
+
+/// The running experiment; killed if the test fails or the guard runs out (its own
+/// children die with it: they are spawned with PR_SET_PDEATHSIG).
+struct Run(std::process::Child);
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `shmring-verify ARGS --json`; returns the summary and the whole output.
+fn verify(args: &[&str], guard: Duration) -> (Value, String) {
+    let child = Command::new(BIN)
+        .args(args)
+        .arg("--json")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start shmring-verify");
+    let pid = child.id();
+    let mut run = Run(child);
+    let mut out = run.0.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = run.0.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(
+            t.elapsed() < guard,
+            "shmring-verify {args:?} did not finish within {guard:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let text = reader.join().expect("reader");
+    let leftovers: Vec<_> = std::fs::read_dir("/dev/shm")
+        .expect("/dev/shm")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&format!("shmring-verify-{pid}-")))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "segments left in /dev/shm: {leftovers:?}"
+    );
+    let summary: Value = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON summary in:\n{text}"));
+    assert!(
+        status.success() && summary["ok"] == true,
+        "shmring-verify {args:?} failed ({status}):\n{text}"
+    );
+    (summary, text)
+}
+
+fn fig(v: &Value, k: &str) -> u64 {
+    v["figures"][k]
+        .as_u64()
+        .unwrap_or_else(|| panic!("figure {k} missing in {v}"))
+}
+
+#[test]
+fn killstorm_short() {
+    let (v, _) = verify(
+        &[
+            "killstorm",
+            "--cycles",
+            "30",
+            "--producers",
+            "4",
+            "--resume-budget-ms",
+            "20000",
+        ],
+        Duration::from_secs(300),
+    );
+    assert_eq!(fig(&v, "kills"), 30);
+    let mid = fig(&v, "kills_mid_reservation");
+    assert!(mid > 0, "no kill landed mid-reservation: {v}");
+    // Kills land at an exact moment (the victim is stopped and its state read) unless
+    // a victim stayed at an ambiguous moment for 500 tries; then a range is allowed.
+    let ambiguous = fig(&v, "kills_at_ambiguous_moment");
+    let abandoned = fig(&v, "stats_abandoned");
+    assert!(
+        (mid..=mid + ambiguous).contains(&abandoned),
+        "abandoned {abandoned} vs {mid} kills mid-reservation (+{ambiguous} ambiguous)"
+    );
+    assert_eq!(fig(&v, "records_lost"), 0);
+    assert_eq!(fig(&v, "records_uncommitted_delivered"), 0);
+    assert_eq!(fig(&v, "records_committed"), fig(&v, "records_received"));
+    assert!(fig(&v, "records_received") > 0);
+}
+
+#[test]
+fn scribble_short() {
+    let (v, _) = verify(
+        &["scribble", "--seconds", "3", "--recovery-records", "500"],
+        Duration::from_secs(300),
+    );
+    assert!(fig(&v, "resets") >= 1);
+    assert_eq!(fig(&v, "recovery_frames_verified"), 3 * 500);
+}
+
+#[test]
+fn consumer_crash_short() {
+    let (v, _) = verify(
+        &[
+            "consumer-crash",
+            "--cycles",
+            "3",
+            "--block-slack-ms",
+            "20000",
+        ],
+        Duration::from_secs(300),
+    );
+    assert_eq!(fig(&v, "consumer_kills"), 3);
+    assert_eq!(fig(&v, "records_lost"), 0);
+    assert!(fig(&v, "no_consumer_errors") > 0);
+    assert!(fig(&v, "redelivered") <= 3 * fig(&v, "hold_limit"));
+    assert_eq!(
+        fig(&v, "deliveries"),
+        fig(&v, "records_committed") + fig(&v, "redelivered")
+    );
+}
+
+#[test]
+fn soak_short() {
+    let (v, _) = verify(
+        &[
+            "soak",
+            "--seconds",
+            "8",
+            "--rate",
+            "40",
+            "--warmup",
+            "4",
+            "--capacity",
+            "8388608",
+        ],
+        Duration::from_secs(300),
+    );
+    assert_eq!(
+        fig(&v, "records_sent"),
+        fig(&v, "records_received") + fig(&v, "records_dropped_full")
+    );
+    assert!(fig(&v, "records_received") > 0);
+    assert!(fig(&v, "rss_worst_drift_kib") <= 1024);
+}
+
+#[test]
+fn sigbus_seals_and_truncation() {
+    let (v, _) = verify(&["sigbus"], Duration::from_secs(120));
+    assert_eq!(
+        v["figures"]["named_truncated_unguarded"],
+        "consumer killed by SIGBUS"
+    );
+    assert!(v["figures"]["named_truncated_guarded"]
+        .as_str()
+        .unwrap()
+        .starts_with("TRUNCATED"));
+}
+
+#[test]
+fn permissions() {
+    let (v, text) = verify(&["perms"], Duration::from_secs(120));
+    assert_eq!(v["figures"]["mode"], "0600");
+    let other = v["figures"]["other_user_check"].as_str().unwrap();
+    if other.starts_with("skipped") {
+        eprintln!("other-user check skipped: {text}");
+    } else {
+        assert!(other.ends_with("EACCES"), "{other}");
+    }
+}
+
+#[test]
+fn bad_arguments_fail_cleanly() {
+    let out = Command::new(BIN)
+        .args(["killstorm", "--cycles", "many"])
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--cycles"));
+}
