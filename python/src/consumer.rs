@@ -487,8 +487,6 @@ enum State {
     Released,
 }
 
-static ONE: isize = 1;
-
 /// A record received from the ring. Its payload stays in shared memory: the
 /// buffer protocol (``memoryview(frame)``, ``numpy.frombuffer(frame, dtype)``),
 /// ``frame.array()``, ``frame.planes()`` (video) and ``frame.samples()`` (audio)
@@ -623,30 +621,15 @@ impl PyFrame {
         // the buffer, and the payload while the frame holds its record, which it
         // does until the export is released (counted in `views`).
         unsafe {
-            (*view).obj = slf.clone().into_any().into_ptr();
-            (*view).buf = this.raw.ptr as *mut c_void;
-            (*view).len = this.len;
-            (*view).readonly = 1;
-            (*view).itemsize = 1;
-            (*view).format = if (flags & ffi::PyBUF_FORMAT) == ffi::PyBUF_FORMAT {
-                c"B".as_ptr() as *mut _
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).ndim = 1;
-            (*view).shape = if (flags & ffi::PyBUF_ND) == ffi::PyBUF_ND {
-                &this.len as *const isize as *mut isize
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).strides = if (flags & ffi::PyBUF_STRIDES) == ffi::PyBUF_STRIDES {
-                &ONE as *const isize as *mut isize
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).suboffsets = std::ptr::null_mut();
-            (*view).internal = std::ptr::null_mut();
-        }
+            crate::views::fill_byte_view(
+                view,
+                slf.clone().into_any().into_ptr(),
+                this.raw.ptr as *mut c_void,
+                &this.len,
+                true,
+                flags,
+            )
+        };
         Ok(())
     }
 

@@ -621,35 +621,19 @@ impl PyReservation {
         let this = slf.borrow();
         this.check_open()?;
         this.exports.set(this.exports.get() + 1);
-        static ONE: isize = 1;
         // SAFETY: `view` is a valid Py_buffer to fill. The claim is ours until commit
         // or abort, which refuse to run while exports exist; shape/strides point at
         // fields of this object, which the buffer references.
         unsafe {
-            (*view).obj = slf.clone().into_any().into_ptr();
-            (*view).buf = this.ptr as *mut c_void;
-            (*view).len = this.len;
-            (*view).readonly = 0;
-            (*view).itemsize = 1;
-            (*view).format = if (flags & ffi::PyBUF_FORMAT) == ffi::PyBUF_FORMAT {
-                c"B".as_ptr() as *mut _
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).ndim = 1;
-            (*view).shape = if (flags & ffi::PyBUF_ND) == ffi::PyBUF_ND {
-                &this.len as *const isize as *mut isize
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).strides = if (flags & ffi::PyBUF_STRIDES) == ffi::PyBUF_STRIDES {
-                &ONE as *const isize as *mut isize
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).suboffsets = std::ptr::null_mut();
-            (*view).internal = std::ptr::null_mut();
-        }
+            crate::views::fill_byte_view(
+                view,
+                slf.clone().into_any().into_ptr(),
+                this.ptr as *mut c_void,
+                &this.len,
+                false,
+                flags,
+            )
+        };
         Ok(())
     }
 

@@ -104,3 +104,50 @@ pub fn make_readonly(arr: &Bound<'_, PyAny>) {
         }
     }
 }
+
+/// Fills `view` as a one-dimensional buffer of `*len` unsigned bytes at `buf`,
+/// exported by `obj` (a new strong reference the buffer keeps).
+///
+/// # Safety
+/// `view` must point to a `Py_buffer` to fill; `buf` must stay valid for `*len`
+/// bytes, and `len` (a field of the exporting object) must stay at its address,
+/// until the buffer is released — both hold while `obj` is referenced and refuses
+/// to release its memory while exports exist.
+pub(crate) unsafe fn fill_byte_view(
+    view: *mut pyo3::ffi::Py_buffer,
+    obj: *mut pyo3::ffi::PyObject,
+    buf: *mut std::ffi::c_void,
+    len: &isize,
+    readonly: bool,
+    flags: std::ffi::c_int,
+) {
+    use pyo3::ffi;
+    static ONE: isize = 1;
+    let want = |f: std::ffi::c_int| (flags & f) == f;
+    // SAFETY: the caller guarantees `view` is valid to write.
+    unsafe {
+        (*view).obj = obj;
+        (*view).buf = buf;
+        (*view).len = *len;
+        (*view).readonly = readonly as std::ffi::c_int;
+        (*view).itemsize = 1;
+        (*view).format = if want(ffi::PyBUF_FORMAT) {
+            c"B".as_ptr() as *mut _
+        } else {
+            std::ptr::null_mut()
+        };
+        (*view).ndim = 1;
+        (*view).shape = if want(ffi::PyBUF_ND) {
+            len as *const isize as *mut isize
+        } else {
+            std::ptr::null_mut()
+        };
+        (*view).strides = if want(ffi::PyBUF_STRIDES) {
+            &ONE as *const isize as *mut isize
+        } else {
+            std::ptr::null_mut()
+        };
+        (*view).suboffsets = std::ptr::null_mut();
+        (*view).internal = std::ptr::null_mut();
+    }
+}
