@@ -65,3 +65,8 @@ pub use stats::Stats;
 pub use sys::fdpass::{recv_fds, send_fds};
 #[cfg(not(loom))]
 pub use sys::now_ns;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
