@@ -116,11 +116,11 @@ fn bars(
                 );
             }
         }
+        // Slanted, so long transport names do not run into each other.
+        let (lx, ly) = (x0 + slot * 0.45, p.y + p.h + 10.0);
         let _ = writeln!(
             out,
-            r#"<text x="{:.1}" y="{}" font-size="10" text-anchor="middle">{}</text>"#,
-            x0 + slot * 0.4,
-            p.y + p.h + 14.0,
+            r#"<text x="{lx:.1}" y="{ly}" font-size="10" text-anchor="end" transform="rotate(-35 {lx:.1} {ly})">{}</text>"#,
             esc(c)
         );
     }
