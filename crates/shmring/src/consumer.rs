@@ -14,7 +14,6 @@ use crate::producer::{bump, Meta};
 use crate::protocol::{ConsumerCursor, Poll};
 use crate::segment::Segment;
 use crate::sync::Ordering;
-use crate::sys::futex::Woken;
 use crate::sys::process_token;
 use crate::{slots, wake};
 
@@ -246,7 +245,8 @@ impl Consumer {
             return;
         }
         bump(&self.seg.control().counters.0.waits, 1);
-        let _woken: Woken = match self.seg.eventfd() {
+        // Woken or timed out, the caller looks again.
+        match self.seg.eventfd() {
             Some(fd) => wake::sleep_eventfd(fd, max),
             None => wake::sleep(f, seen, max),
         };

@@ -8,7 +8,6 @@ use crate::layout::{record_units, ClaimState, RecordHeader, Slot, UNIT};
 use crate::protocol::{Claim, ClaimError};
 use crate::segment::Segment;
 use crate::sync::{AtomicU64, Ordering};
-use crate::sys::futex::Woken;
 use crate::sys::{now_ns, process_token};
 use crate::{slots, wake};
 
@@ -174,11 +173,8 @@ impl Producer {
                     let left = deadline.map_or(Duration::ZERO, |d| {
                         d.saturating_duration_since(Instant::now())
                     });
-                    if wake::sleep(space, seen, left.min(Duration::from_millis(50)))
-                        == Woken::TimedOut
-                    {
-                        std::hint::spin_loop();
-                    }
+                    // Woken or timed out, the next attempt decides.
+                    wake::sleep(space, seen, left.min(Duration::from_millis(50)));
                 }
                 // Clear our mark before the shared count, so a reaper never takes
                 // back a count we already gave back.
