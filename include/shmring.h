@@ -145,7 +145,8 @@ typedef enum shmring_status {
   SHMRING_ERR_CONSUMER_BUSY = -15,
   // A producer waited for space and no live consumer is attached.
   SHMRING_ERR_NO_CONSUMER = -16,
-  // Shared memory holds something no honest peer writes; reset the ring.
+  // Shared memory holds something no honest peer writes; reset the ring. Also: a
+  // peer truncated a named segment, whose mapping now reads zeros (create a new one).
   SHMRING_ERR_CORRUPT = -17,
   // The producer's claim was taken from it (judged dead, or the ring was reset).
   SHMRING_ERR_ABANDONED = -18,

@@ -129,7 +129,7 @@ pub fn to_py(e: shmring::Error) -> PyErr {
         E::NoSlot { .. } => NoSlot::new_err(msg),
         E::ConsumerBusy(_) => ConsumerBusy::new_err(msg),
         E::NoConsumer(_) => NoConsumer::new_err(msg),
-        E::Corrupt { .. } => Corrupt::new_err(msg),
+        E::Corrupt { .. } | E::Truncated(_) => Corrupt::new_err(msg),
         E::Abandoned { .. } => Abandoned::new_err(msg),
         E::TooManyHeld { .. } => TooManyHeld::new_err(msg),
         E::NotHeld { .. } => NotHeld::new_err(msg),

@@ -81,7 +81,8 @@ pub enum shmring_status {
     SHMRING_ERR_CONSUMER_BUSY = -15,
     /// A producer waited for space and no live consumer is attached.
     SHMRING_ERR_NO_CONSUMER = -16,
-    /// Shared memory holds something no honest peer writes; reset the ring.
+    /// Shared memory holds something no honest peer writes; reset the ring. Also: a
+    /// peer truncated a named segment, whose mapping now reads zeros (create a new one).
     SHMRING_ERR_CORRUPT = -17,
     /// The producer's claim was taken from it (judged dead, or the ring was reset).
     SHMRING_ERR_ABANDONED = -18,
@@ -113,7 +114,7 @@ fn status_of(e: &Error) -> shmring_status {
         Error::NoSlot { .. } => SHMRING_ERR_NO_SLOT,
         Error::ConsumerBusy(_) => SHMRING_ERR_CONSUMER_BUSY,
         Error::NoConsumer(_) => SHMRING_ERR_NO_CONSUMER,
-        Error::Corrupt { .. } => SHMRING_ERR_CORRUPT,
+        Error::Corrupt { .. } | Error::Truncated(_) => SHMRING_ERR_CORRUPT,
         Error::Abandoned { .. } => SHMRING_ERR_ABANDONED,
         Error::TooManyHeld { .. } => SHMRING_ERR_TOO_MANY_HELD,
         Error::NotHeld { .. } => SHMRING_ERR_NOT_HELD,

@@ -69,7 +69,7 @@ enum Cmd {
         #[arg(long)]
         name: String,
         #[arg(long)]
-        guard: bool,
+        foreign: bool,
     },
     #[command(hide = true)]
     ChildOpenNamed {
@@ -95,7 +95,7 @@ fn main() {
             hit_identity,
         } => child::scribbler(fd, writes_per_sec, !hit_identity),
         Cmd::ChildResize { fd } => sigbus::child_resize(fd),
-        Cmd::ChildNamedConsumer { name, guard } => sigbus::child_named_consumer(&name, guard),
+        Cmd::ChildNamedConsumer { name, foreign } => sigbus::child_named_consumer(&name, foreign),
         Cmd::ChildOpenNamed { name } => perms::child_open_named(&name),
     };
     std::process::exit(code);

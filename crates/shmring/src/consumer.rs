@@ -184,7 +184,11 @@ impl Consumer {
         let mut spins = 0u32;
         let mut skips = 0u32;
         loop {
-            let step = self.poll_once()?;
+            let step = self.poll_once();
+            if self.seg.truncated() {
+                return Err(self.seg.truncated_error());
+            }
+            let step = step?;
             if let Step::Frame(f) = step {
                 return Ok(Some(f));
             }

@@ -67,6 +67,12 @@ pub enum Error {
         seq: u64,
         what: &'static str,
     },
+    /// A peer truncated this named segment: the mapping now reads zeros and is no
+    /// longer shared (see `shmring::sys::sigbus`). A reset cannot help.
+    #[error(
+        "segment {0} was truncated by a peer; its mapping now reads zeros: create a new segment"
+    )]
+    Truncated(Name),
     /// A claim was taken from its producer (judged dead, or the ring was reset).
     #[error("ring {segment}: claim {seq} was abandoned (the ring was reset or this producer was judged dead)")]
     Abandoned { segment: Name, seq: u64 },

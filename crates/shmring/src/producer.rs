@@ -165,6 +165,9 @@ impl Producer {
         let mut armed: Option<u32> = None;
         loop {
             let attempt = self.seg.shared().try_claim(units, self.slot);
+            if self.seg.truncated() {
+                return Err(self.seg.truncated_error());
+            }
             if let Some(seen) = armed.take() {
                 // We announced ourselves before this attempt: if it failed, any space
                 // freed since will bump `seen`, so sleeping on it cannot miss it.
@@ -327,7 +330,11 @@ impl Reservation<'_> {
         self.done = true;
         let claim = self.claim;
         let p = &mut *self.producer;
-        if p.finish(&claim, ClaimState::Committed) {
+        let ok = p.finish(&claim, ClaimState::Committed);
+        if p.seg.truncated() {
+            return Err(p.seg.truncated_error());
+        }
+        if ok {
             let c = &p.my_slot().counters;
             bump(&c.records_committed, 1);
             bump(&c.bytes_committed, self.len as u64);

@@ -153,6 +153,8 @@ pub struct Segment {
     backing: Backing,
     persist: std::sync::atomic::AtomicBool,
     eventfd: Option<OwnedFd>,
+    /// Named segments only: absorbs SIGBUS from a peer's truncation.
+    guard: Option<crate::sys::sigbus::Guard>,
 }
 
 // SAFETY: the mapping is shared memory that every peer accesses through atomics or
@@ -302,9 +304,19 @@ impl Segment {
         // Map the control block alone first: every size comes from untrusted memory.
         let geo = {
             let probe = Mapping::new(fd, CONTROL_SIZE as usize, &name)?;
-            // SAFETY: the mapping is CONTROL_SIZE bytes, page aligned, and Control fits.
+            let guard = probe.guard(&backing, &name)?; // dropped before `probe`
+                                                       // SAFETY: the mapping is CONTROL_SIZE bytes, page aligned, and Control fits.
             let c = unsafe { &*(probe.ptr.as_ptr() as *const Control) };
-            Self::validate(c, size, &name)?
+            let geo = Self::validate(c, size, &name);
+            if guard.as_ref().is_some_and(|g| g.tripped()) {
+                return Err(Error::LayoutMismatch {
+                    segment: name.into(),
+                    field: "file size",
+                    expected: format!(">= {CONTROL_SIZE}"),
+                    found: "truncated while attaching".into(),
+                });
+            }
+            geo?
         };
         Self::map_file(file, geo, name, backing)
     }
@@ -391,6 +403,7 @@ impl Segment {
     ) -> Result<Segment> {
         let len = geo.total_size as usize;
         let m = Mapping::new(file.fd.as_fd(), len, &name)?;
+        let guard = m.guard(&backing, &name)?;
         let base = m.ptr;
         std::mem::forget(m); // ownership moves to the Segment, unmapped in its Drop
         Ok(Segment {
@@ -403,6 +416,7 @@ impl Segment {
             backing,
             persist: std::sync::atomic::AtomicBool::new(false),
             eventfd: None,
+            guard,
         })
     }
 
@@ -475,6 +489,18 @@ impl Segment {
         (self.base.as_ptr(), self.len)
     }
 
+    /// Was this (named) segment truncated by a peer under us? Its mapping then reads
+    /// zeros and is no longer shared: every consumer and producer call fails with
+    /// [`Error::Truncated`]; create a new segment. Always `false` for a sealed memfd.
+    pub fn truncated(&self) -> bool {
+        self.guard.as_ref().is_some_and(|g| g.tripped())
+    }
+
+    /// The error for a truncated segment (see [`Segment::truncated`]).
+    pub(crate) fn truncated_error(&self) -> Error {
+        Error::Truncated(self.label())
+    }
+
     /// A snapshot of the counters in the segment.
     pub fn stats(&self) -> Stats {
         Stats::read(self)
@@ -532,6 +558,9 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
+        // Unregister before unmapping, so the SIGBUS handler never remaps an address
+        // range that is no longer ours.
+        drop(self.guard.take());
         // SAFETY: base/len describe the mapping we created and nobody can use it
         // after drop (every user holds an Arc to us).
         unsafe {
@@ -579,6 +608,28 @@ impl Mapping {
             ptr: NonNull::new(p.cast()).expect("mmap returned null"),
             len,
         })
+    }
+}
+
+impl Mapping {
+    /// A named segment can be truncated by any process that opens it (it cannot be
+    /// sealed): its mappings are guarded against SIGBUS before anyone touches them.
+    fn guard(&self, backing: &Backing, name: &str) -> Result<Option<crate::sys::sigbus::Guard>> {
+        if *backing == Backing::Memfd {
+            return Ok(None);
+        }
+        crate::sys::sigbus::register(self.ptr.as_ptr(), self.len)
+            .map(Some)
+            .map_err(|e| match e {
+                Some(errno) => os(
+                    "install SIGBUS guard",
+                    name,
+                    std::io::Error::from_raw_os_error(errno),
+                ),
+                None => Error::Config(format!(
+                    "segment {name}: too many named segments mapped in this process"
+                )),
+            })
     }
 }
 

@@ -3,6 +3,7 @@
 pub mod fdpass;
 pub mod futex;
 pub mod lock;
+pub mod sigbus;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
