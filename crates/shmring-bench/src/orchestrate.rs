@@ -14,7 +14,7 @@ use shmring::{Config, Segment};
 
 use crate::args::{parse, transport_built, BenchArgs, ModeArg, WorkloadArg, ALL_TRANSPORTS};
 use crate::report::{Row, WorkerReport};
-use crate::sys::{clock_ticks_per_s, grow_pipe, pipe, sample_proc, Inheritable};
+use crate::sys::{grow_pipe, pipe, sample_proc, Inheritable};
 use crate::work::{AUDIO_RECORD, FRAME_1080P_I420};
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -521,7 +521,6 @@ fn drive(
     // Wait, sampling CPU and RSS every 100 ms.
     let start = Instant::now();
     let limit = Duration::from_secs_f64(plan.seconds * 3.0 + 30.0);
-    let hz = clock_ticks_per_s();
     let mut last: Vec<Option<(f64, u64)>> = vec![None; workers.len()];
     let mut first_fail: Option<Instant> = None;
     loop {
@@ -537,14 +536,15 @@ fn drive(
             if w.status.is_some() {
                 continue;
             }
-            if let Some((ticks, rss)) = sample_proc(w.pid()) {
+            if let Some((cpu_ns, rss)) = sample_proc(w.pid()) {
                 let t_s = now.as_secs_f64();
-                let cpu = ticks as f64 / hz;
                 let pct = match last[i] {
-                    Some((t0, c0)) if t_s > t0 => (cpu - c0 as f64 / hz) / (t_s - t0) * 100.0,
+                    Some((t0, c0)) if t_s > t0 => {
+                        cpu_ns.saturating_sub(c0) as f64 / 1e9 / (t_s - t0) * 100.0
+                    }
                     _ => 0.0,
                 };
-                last[i] = Some((t_s, ticks));
+                last[i] = Some((t_s, cpu_ns));
                 let s = Sample {
                     t_s,
                     cpu_pct: pct.max(0.0),
