@@ -304,8 +304,9 @@ impl Segment {
         // Map the control block alone first: every size comes from untrusted memory.
         let geo = {
             let probe = Mapping::new(fd, CONTROL_SIZE as usize, &name)?;
-            let guard = probe.guard(&backing, &name)?; // dropped before `probe`
-                                                       // SAFETY: the mapping is CONTROL_SIZE bytes, page aligned, and Control fits.
+            // Declared after `probe`, so dropped (unregistered) before it is unmapped.
+            let guard = probe.guard(&backing, &name)?;
+            // SAFETY: the mapping is CONTROL_SIZE bytes, page aligned, and Control fits.
             let c = unsafe { &*(probe.ptr.as_ptr() as *const Control) };
             let geo = Self::validate(c, size, &name);
             if guard.as_ref().is_some_and(|g| g.tripped()) {
@@ -609,9 +610,7 @@ impl Mapping {
             len,
         })
     }
-}
 
-impl Mapping {
     /// A named segment can be truncated by any process that opens it (it cannot be
     /// sealed): its mappings are guarded against SIGBUS before anyone touches them.
     fn guard(&self, backing: &Backing, name: &str) -> Result<Option<crate::sys::sigbus::Guard>> {
