@@ -85,6 +85,18 @@ def test_scribbled_geometry_and_truncated_file(ring_name: str) -> None:
         shmring.Consumer(ring_name)
 
 
+def test_ring_truncated_under_the_consumer(ring_name: str) -> None:
+    # A peer shrinks the file under a live consumer: no SIGBUS, an exception.
+    ring = shmring.Consumer(ring_name, create=True, capacity=1 << 16)
+    p = shmring.Producer(ring_name)
+    p.send(b"lost", stream=1)
+    os.truncate(shm_path(ring_name), 4096)
+    with pytest.raises(shmring.Corrupt, match="truncated by a peer"):
+        ring.next(timeout=0.1)
+    with pytest.raises(shmring.Corrupt, match="truncated by a peer"):
+        p.send(b"more", stream=1)
+
+
 def test_corrupt_record_header(ring_name: str) -> None:
     ring = shmring.Consumer(ring_name, create=True, capacity=1 << 16)
     p = shmring.Producer(ring_name)
