@@ -83,23 +83,9 @@ pub fn grow_pipe(fd: &impl AsRawFd, bytes: i32) {
     unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, bytes) };
 }
 
-/// CPU time in nanoseconds and RSS (KiB) of a process, from /proc. The CPU time is
-/// the sum of its threads' `schedstat` run times (exact), falling back to the
-/// utime + stime of `stat`, which counts whole clock ticks (10 ms): too coarse for
-/// 100 ms samples of a process using a few percent of a core.
+/// CPU time in nanoseconds and RSS (KiB) of a process, from /proc.
 pub fn sample_proc(pid: u32) -> Option<(u64, u64)> {
-    let cpu_ns = match schedstat_ns(pid) {
-        Some(ns) => ns,
-        None => {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // Fields after the ")" closing the command name: state is field 3.
-            let rest = &stat[stat.rfind(')')? + 2..];
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let utime: u64 = f.get(11)?.parse().ok()?;
-            let stime: u64 = f.get(12)?.parse().ok()?;
-            ((utime + stime) as f64 * 1e9 / clock_ticks_per_s()) as u64
-        }
-    };
+    let cpu = cpu_ns(pid)?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let rss = status
         .lines()
@@ -107,7 +93,24 @@ pub fn sample_proc(pid: u32) -> Option<(u64, u64)> {
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    Some((cpu_ns, rss))
+    Some((cpu, rss))
+}
+
+/// CPU time of a process so far, in nanoseconds: the sum of its threads'
+/// `schedstat` run times (exact), falling back to the utime + stime of `stat`,
+/// which counts whole clock ticks (10 ms): too coarse for 100 ms samples of a
+/// process using a few percent of a core.
+pub fn cpu_ns(pid: u32) -> Option<u64> {
+    if let Some(ns) = schedstat_ns(pid) {
+        return Some(ns);
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the ")" closing the command name: state is field 3.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some(((utime + stime) as f64 * 1e9 / clock_ticks_per_s()) as u64)
 }
 
 /// Sum over `/proc/PID/task/*/schedstat` of the first field (ns on a CPU).

@@ -54,26 +54,9 @@ fn parse_status(s: &str) -> Option<Memory> {
     seen.then_some(m)
 }
 
-fn clock_ticks() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as f64
-    } else {
-        100.0
-    }
-}
-
-/// User + system CPU seconds of `pid` so far (`/proc/PID/stat`).
+/// CPU seconds of `pid` so far (exact where the kernel keeps schedstat).
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may contain spaces: fields resume after the last ')'.
-    let rest = &s[s.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // rest starts at field 3 (state); utime is field 14, stime 15.
-    let utime: f64 = f.get(11)?.parse().ok()?;
-    let stime: f64 = f.get(12)?.parse().ok()?;
-    Some((utime + stime) / clock_ticks())
+    shmring_bench::cpu_ns(pid).map(|ns| ns as f64 / 1e9)
 }
 
 /// This process's user + system CPU seconds and peak RSS (KiB) from `getrusage`.
