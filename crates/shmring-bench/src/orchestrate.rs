@@ -343,14 +343,15 @@ enum Wiring {
     Service(String),
 }
 
-fn wire(t: &str, plan: &Plan) -> Result<Wiring, String> {
+/// Connects the two sides of transport `t` for records of `size` bytes.
+fn wire(t: &str, size: usize, plan: &Plan) -> Result<Wiring, String> {
     let io = |e: std::io::Error| format!("setup: {e}");
     Ok(match t {
         "shmring" | "shmring-copy" => {
-            let cfg = Config::with_capacity(plan.ring_mib << 20);
-            Wiring::Ring(
-                Segment::create_memfd("shmring-bench", &cfg).map_err(|e| format!("setup: {e}"))?,
-            )
+            let cfg = Config::for_records(plan.ring_mib << 20, size as u64);
+            Wiring::Ring(Segment::create_memfd("shmring-bench", &cfg).map_err(|e| {
+                format!("setup: {e} (a {size}-byte record needs --ring-mib of at least twice that)")
+            })?)
         }
         "uds" => {
             let (p, c) = UnixStream::pair().map_err(io)?;
@@ -415,7 +416,7 @@ fn run_one(
     }
     let mut stats = None;
     let res = drive(
-        t,
+        (t, w.size()),
         &common,
         plan,
         (bar, base_ms, per_run_ms),
@@ -443,10 +444,10 @@ fn run_one(
 type Reports = (WorkerReport, Option<WorkerReport>);
 type Failure = Box<(String, Option<WorkerReport>, Option<WorkerReport>)>;
 
-/// Runs a transport's workers to the end. Ok((producer, consumer)); floor has only
-/// the first.
+/// Runs the workers of transport `t` with records of `size` bytes to the end.
+/// Ok((producer, consumer)); floor has only the first.
 fn drive(
-    t: &str,
+    (t, size): (&str, usize),
     common: &[String],
     plan: &Plan,
     (bar, base_ms, per_run_ms): (&ProgressBar, u64, u64),
@@ -454,7 +455,7 @@ fn drive(
     ring_stats: &mut Option<shmring::Stats>,
 ) -> Result<Reports, Failure> {
     let fail = |e: String| -> Failure { Box::new((e, None, None)) };
-    let wiring = wire(t, plan).map_err(fail)?;
+    let wiring = wire(t, size, plan).map_err(fail)?;
     let args = |role: &str, extra: Vec<String>| {
         let mut v = common.to_vec();
         v.extend(["--role".into(), role.into()]);

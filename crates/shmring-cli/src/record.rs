@@ -26,12 +26,8 @@ fn emit(v: serde_json::Value) {
 /// The ring the recorder creates: `capacity_mib` MiB, records up to a quarter of it
 /// and never less than one 1080p I420 frame with its media header.
 pub fn ring_config(capacity_mib: u64) -> Config {
-    let capacity = capacity_mib << 20;
     let frame = MediaHeader::video(Format::I420, 1920, 1080, 0, 0).payload_len() as u64;
-    Config {
-        max_record: Some((capacity / 4).max(frame).min(capacity / 2 - 64)),
-        ..Config::with_capacity(capacity)
-    }
+    Config::for_records(capacity_mib << 20, frame)
 }
 
 pub fn run(a: RecordArgs) -> Result<(), CmdError> {
@@ -53,11 +49,12 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     })
     .map_err(|m| fail(1, m))?;
     let cfg = ring_config(a.capacity_mib);
-    if (cfg.capacity / 2).saturating_sub(64) < cfg.max_record.unwrap_or(0) {
+    if let Err(e) = cfg.geometry() {
         return Err(fail(
             2,
             format!(
-                "--capacity-mib {}: the ring must hold two 1080p frames (at least 8 MiB)",
+                "--capacity-mib {}: {e} (the ring must hold two 1080p frames: a power of two, \
+                 at least 8 MiB)",
                 a.capacity_mib
             ),
         ));

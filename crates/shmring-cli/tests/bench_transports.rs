@@ -266,6 +266,46 @@ fn unknown_transport_is_named_and_the_others_still_run() {
 }
 
 #[test]
+fn a_ring_of_two_frames_carries_video_and_a_smaller_one_is_refused_by_name() {
+    // 8 MiB holds two 1080p frames: the ring's max_record is raised to one frame.
+    let dir = Scratch::new("ring8");
+    let json = dir.path("out.json");
+    let args = |mib: &'static str| {
+        [
+            "--transports",
+            "shmring,pipe",
+            "--workload",
+            "video",
+            "--mode",
+            "unthrottled",
+            "--frames",
+            "6",
+            "--ring-mib",
+            mib,
+            "--json",
+        ]
+    };
+    let mut a = args("8").to_vec();
+    a.push(json.to_str().unwrap());
+    let o = bench(&dir, &a);
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+    assert_eq!(row(&rows(&json), "shmring", "video")["frames"], 6);
+    // 4 MiB cannot: shmring fails with a message naming it, pipe still runs.
+    let mut a = args("4").to_vec();
+    a.push(json.to_str().unwrap());
+    let o = bench(&dir, &a);
+    assert_ne!(o.code, Some(0));
+    assert!(
+        o.stderr.contains("shmring") && o.stderr.contains("max_record"),
+        "{}",
+        o.stderr
+    );
+    let rows = rows(&json);
+    assert!(row(&rows, "shmring", "video")["error"].is_string());
+    assert_eq!(row(&rows, "pipe", "video")["frames"], 6);
+}
+
+#[test]
 fn a_rate_the_machine_cannot_sustain_is_reported() {
     let dir = Scratch::new("rate");
     // 10 TB/s: no transport moves that.

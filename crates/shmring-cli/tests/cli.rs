@@ -524,6 +524,26 @@ fn existing_ring_name_is_refused() {
 }
 
 #[test]
+fn a_ring_too_small_for_a_1080p_frame_is_refused() {
+    for mib in ["4", "12"] {
+        let ring = Ring::new("small");
+        let dir = tempfile::tempdir().unwrap();
+        let o = run(&[
+            "record",
+            "--capacity-mib",
+            mib,
+            "--create",
+            &ring.0,
+            "--out",
+            dir.path().to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(2));
+        assert_fails(&o, &[&format!("--capacity-mib {mib}:"), "two 1080p frames"]);
+        assert!(!ring.path().exists());
+    }
+}
+
+#[test]
 fn encode_without_ffmpeg_says_so() {
     let ring = Ring::new("noffmpeg");
     let dir = tempfile::tempdir().unwrap();

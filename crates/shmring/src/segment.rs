@@ -56,6 +56,25 @@ impl Config {
         }
     }
 
+    /// A default configuration with `capacity` bytes of ring whose records may be as
+    /// large as `largest` bytes: max_record is the default (a quarter of the capacity)
+    /// or `largest`, whichever is more. A ring too small for `largest` (more than
+    /// capacity/2 − 64) is reported by [`Config::geometry`] and by segment creation.
+    ///
+    /// ```
+    /// use shmring::Config;
+    /// let frame = 1920 * 1080 * 3 / 2;
+    /// assert_eq!(Config::for_records(8 << 20, frame).max_record, Some(frame));
+    /// assert_eq!(Config::for_records(64 << 20, frame).max_record, Some(16 << 20));
+    /// assert!(Config::for_records(4 << 20, frame).geometry().is_err());
+    /// ```
+    pub fn for_records(capacity: u64, largest: u64) -> Self {
+        Config {
+            max_record: Some((capacity / 4).max(largest)),
+            ..Config::with_capacity(capacity)
+        }
+    }
+
     /// The layout this configuration produces, or why it is invalid.
     pub fn geometry(&self) -> Result<Geometry> {
         let max_record = self.max_record.unwrap_or(self.capacity / 4);
