@@ -74,7 +74,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<std::path::PathBuf>,
     /// Ring capacity of the shmring transports, in MiB (the library's default; a
-    /// ring larger than the last-level cache costs cache misses on every lap).
+    /// ring larger than the last-level cache costs cache misses on every lap). It must
+    /// hold two records of the workload: at least 8 for 1080p video.
     #[arg(long, default_value_t = 16)]
     pub ring_mib: u64,
     /// (testing) The producer damages every Nth frame; the consumer must notice.
