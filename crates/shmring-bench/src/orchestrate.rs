@@ -416,7 +416,8 @@ fn run_one(
     }
     let mut stats = None;
     let res = drive(
-        (t, w.size()),
+        t,
+        w.size(),
         &common,
         plan,
         (bar, base_ms, per_run_ms),
@@ -447,7 +448,8 @@ type Failure = Box<(String, Option<WorkerReport>, Option<WorkerReport>)>;
 /// Runs the workers of transport `t` with records of `size` bytes to the end.
 /// Ok((producer, consumer)); floor has only the first.
 fn drive(
-    (t, size): (&str, usize),
+    t: &str,
+    size: usize,
     common: &[String],
     plan: &Plan,
     (bar, base_ms, per_run_ms): (&ProgressBar, u64, u64),

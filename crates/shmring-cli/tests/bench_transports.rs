@@ -270,8 +270,8 @@ fn a_ring_of_two_frames_carries_video_and_a_smaller_one_is_refused_by_name() {
     // 8 MiB holds two 1080p frames: the ring's max_record is raised to one frame.
     let dir = Scratch::new("ring8");
     let json = dir.path("out.json");
-    let args = |mib: &'static str| {
-        [
+    let run = |mib: &str| {
+        let args = [
             "--transports",
             "shmring,pipe",
             "--workload",
@@ -283,17 +283,15 @@ fn a_ring_of_two_frames_carries_video_and_a_smaller_one_is_refused_by_name() {
             "--ring-mib",
             mib,
             "--json",
-        ]
+            json.to_str().unwrap(),
+        ];
+        bench(&dir, &args)
     };
-    let mut a = args("8").to_vec();
-    a.push(json.to_str().unwrap());
-    let o = bench(&dir, &a);
+    let o = run("8");
     assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
     assert_eq!(row(&rows(&json), "shmring", "video")["frames"], 6);
     // 4 MiB cannot: shmring fails with a message naming it, pipe still runs.
-    let mut a = args("4").to_vec();
-    a.push(json.to_str().unwrap());
-    let o = bench(&dir, &a);
+    let o = run("4");
     assert_ne!(o.code, Some(0));
     assert!(
         o.stderr.contains("shmring") && o.stderr.contains("max_record"),
