@@ -84,6 +84,12 @@ pub enum Error {
     /// A frame handle that is not held by this consumer.
     #[error("ring {segment}: record {seq} is not held (released twice, or not from this ring)")]
     NotHeld { segment: Name, seq: u64 },
+    /// `reserve_raw` while the producer already holds an open reservation.
+    #[error("ring {0}: this producer already holds an open reservation; commit or abort it first")]
+    ReservationOpen(Name),
+    /// `commit_raw` with no open reservation.
+    #[error("ring {0}: this producer holds no open reservation")]
+    NoReservation(Name),
     /// The ring requires producers to signal through its eventfd.
     #[error(
         "ring {0} was created with eventfd wake-ups: attach the producer with the ring's eventfd"

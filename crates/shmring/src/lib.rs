@@ -56,7 +56,7 @@ pub use consumer::{Consumer, ConsumerOptions, Frame, RawFrame};
 #[cfg(not(loom))]
 pub use error::{Error, Name, Result};
 #[cfg(not(loom))]
-pub use producer::{FullPolicy, Meta, Producer, Reservation};
+pub use producer::{FullPolicy, Meta, Producer, RawReservation, Reservation};
 #[cfg(not(loom))]
 pub use segment::{Config, Segment};
 #[cfg(not(loom))]

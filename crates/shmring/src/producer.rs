@@ -142,6 +142,73 @@ impl Producer {
         })
     }
 
+    /// Claims space like [`Producer::reserve_with`] but without a borrow: the
+    /// reservation stays open in the producer until [`Producer::commit_raw`] or
+    /// [`Producer::abort_raw`] (or the producer is dropped, which aborts it). For
+    /// bindings and elements that manage lifetimes themselves. A producer holds at
+    /// most one open reservation: [`Error::ReservationOpen`] otherwise.
+    ///
+    /// ```
+    /// # use shmring::{Config, Segment, Meta, FullPolicy};
+    /// let seg = Segment::create_memfd("doc-raw", &Config::with_capacity(1 << 20)).unwrap();
+    /// let consumer = seg.consumer().unwrap();
+    /// let mut producer = seg.producer().unwrap();
+    /// let r = producer.reserve_raw(3, FullPolicy::Fail).unwrap();
+    /// // SAFETY: r.ptr points at r.len writable bytes until commit or abort.
+    /// unsafe { std::ptr::copy_nonoverlapping(b"abc".as_ptr(), r.ptr, r.len) };
+    /// producer.commit_raw(r.len, Meta::new(0, 1)).unwrap();
+    /// assert_eq!(consumer.try_next().unwrap().unwrap().payload(), b"abc");
+    /// ```
+    pub fn reserve_raw(&mut self, len: usize, policy: FullPolicy) -> Result<RawReservation> {
+        if self.active.is_some() {
+            return Err(Error::ReservationOpen(self.seg.label()));
+        }
+        let claim = self.claim(len as u64, policy)?;
+        self.active = Some(claim);
+        Ok(RawReservation {
+            // SAFETY: see `Reservation::payload`: the payload follows the header
+            // inside the record.
+            ptr: unsafe { self.record_ptr(&claim).add(UNIT as usize) },
+            len,
+            seq: claim.seq,
+        })
+    }
+
+    /// Commits the reservation opened by [`Producer::reserve_raw`] with a payload of
+    /// `len` bytes (at most the reserved length; a sink may learn the real size only
+    /// after filling). [`Error::NoReservation`] if none is open.
+    pub fn commit_raw(&mut self, len: usize, meta: Meta) -> Result<()> {
+        let Some(claim) = self.active else {
+            return Err(Error::NoReservation(self.seg.label()));
+        };
+        let room = ((claim.rec_units - 1) * UNIT) as usize;
+        if len > room {
+            return Err(Error::TooLarge {
+                segment: self.seg.label(),
+                len: len as u64,
+                max: room as u64,
+            });
+        }
+        self.commit_claim(claim, len, meta)
+    }
+
+    /// Aborts the reservation opened by [`Producer::reserve_raw`]; the consumer skips
+    /// it. Returns whether one was open.
+    pub fn abort_raw(&mut self) -> bool {
+        match self.active {
+            Some(claim) => {
+                self.abort_claim(claim);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Is a reservation open (from [`Producer::reserve_raw`])?
+    pub fn has_reservation(&self) -> bool {
+        self.active.is_some()
+    }
+
     /// Copies `bytes` into the ring as one record.
     pub fn send(&mut self, bytes: &[u8], meta: Meta) -> Result<()> {
         let mut r = self.reserve(bytes.len())?;
@@ -150,7 +217,11 @@ impl Producer {
     }
 
     fn claim(&mut self, len: u64, policy: FullPolicy) -> Result<Claim> {
-        assert!(self.active.is_none(), "one reservation at a time");
+        // A `Reservation` borrows the producer mutably, so only a raw reservation can
+        // still be open here; `reserve_raw` checks, and `reserve` aborts a leaked one.
+        if let Some(open) = self.active.take() {
+            self.abort_claim(open);
+        }
         let max = self.seg.geometry().max_record;
         if len > max {
             return Err(Error::TooLarge {
@@ -228,6 +299,43 @@ impl Producer {
         }
     }
 
+    /// Writes the record header and publishes the claim.
+    fn commit_claim(&mut self, claim: Claim, len: usize, meta: Meta) -> Result<()> {
+        let h = RecordHeader {
+            len: len as u64,
+            timestamp_ns: meta.timestamp_ns,
+            stream: meta.stream,
+            kind: meta.kind,
+            flags: meta.flags,
+            _pad: 0,
+            seq: claim.seq,
+            _reserved: [0; 3],
+        };
+        // SAFETY: the header is the first unit of our record (see `record_ptr`),
+        // 64-byte aligned; the commit below publishes it with Release ordering.
+        unsafe { std::ptr::write_volatile(self.record_ptr(&claim) as *mut RecordHeader, h) };
+        let ok = self.finish(&claim, ClaimState::Committed);
+        if self.seg.truncated() {
+            return Err(self.seg.truncated_error());
+        }
+        if ok {
+            let c = &self.my_slot().counters;
+            bump(&c.records_committed, 1);
+            bump(&c.bytes_committed, len as u64);
+            Ok(())
+        } else {
+            Err(Error::Abandoned {
+                segment: self.seg.label(),
+                seq: claim.seq,
+            })
+        }
+    }
+
+    fn abort_claim(&mut self, claim: Claim) {
+        self.finish(&claim, ClaimState::Aborted);
+        bump(&self.my_slot().counters.aborted, 1);
+    }
+
     fn finish(&mut self, claim: &Claim, state: ClaimState) -> bool {
         self.active = None;
         let ok = self.seg.shared().finish(claim, state);
@@ -247,8 +355,8 @@ impl Producer {
 
 impl Drop for Producer {
     fn drop(&mut self) {
-        if let Some(c) = self.active.take() {
-            let _ = self.seg.shared().finish(&c, ClaimState::Aborted);
+        if let Some(c) = self.active {
+            self.abort_claim(c);
         }
         slots::release(&self.seg, self.slot);
     }
@@ -261,6 +369,18 @@ impl std::fmt::Debug for Producer {
             .field("slot", &self.slot)
             .finish()
     }
+}
+
+/// A reservation opened by [`Producer::reserve_raw`]: the payload's address and
+/// length inside the ring. Valid until the producer commits or aborts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawReservation {
+    /// First payload byte (64-byte aligned), writable until commit or abort.
+    pub ptr: *mut u8,
+    /// Bytes reserved.
+    pub len: usize,
+    /// The claim's sequence number (low 28 bits).
+    pub seq: u64,
 }
 
 /// Space claimed in the ring: write the payload in place, then [`commit`]. Dropped
@@ -309,42 +429,9 @@ impl Reservation<'_> {
 
     /// Publishes the record. [`Error::Abandoned`] if the claim was taken from us.
     pub fn commit(mut self, meta: Meta) -> Result<()> {
-        let h = RecordHeader {
-            len: self.len as u64,
-            timestamp_ns: meta.timestamp_ns,
-            stream: meta.stream,
-            kind: meta.kind,
-            flags: meta.flags,
-            _pad: 0,
-            seq: self.claim.seq,
-            _reserved: [0; 3],
-        };
-        // SAFETY: the header is the first unit of our record (see `payload`), 64-byte
-        // aligned; the commit below publishes it with Release ordering.
-        unsafe {
-            std::ptr::write_volatile(
-                self.producer.record_ptr(&self.claim) as *mut RecordHeader,
-                h,
-            )
-        };
         self.done = true;
-        let claim = self.claim;
-        let p = &mut *self.producer;
-        let ok = p.finish(&claim, ClaimState::Committed);
-        if p.seg.truncated() {
-            return Err(p.seg.truncated_error());
-        }
-        if ok {
-            let c = &p.my_slot().counters;
-            bump(&c.records_committed, 1);
-            bump(&c.bytes_committed, self.len as u64);
-            Ok(())
-        } else {
-            Err(Error::Abandoned {
-                segment: p.seg.label(),
-                seq: claim.seq,
-            })
-        }
+        let (claim, len) = (self.claim, self.len);
+        self.producer.commit_claim(claim, len, meta)
     }
 
     /// Gives the space back without publishing anything.
@@ -356,9 +443,7 @@ impl Reservation<'_> {
         if !self.done {
             self.done = true;
             let claim = self.claim;
-            let p = &mut *self.producer;
-            p.finish(&claim, ClaimState::Aborted);
-            bump(&p.my_slot().counters.aborted, 1);
+            self.producer.abort_claim(claim);
         }
     }
 }

@@ -307,3 +307,41 @@ fn eventfd_ring_producer_without_the_eventfd_is_refused() {
         .unwrap();
     assert_eq!(consumer.try_next().unwrap().unwrap().payload(), b"ok");
 }
+
+#[test]
+fn raw_reservations_are_one_at_a_time_and_commit_at_most_their_length() {
+    use shmring::FullPolicy;
+    let seg = Segment::create_memfd("misuse-raw-res", &small()).unwrap();
+    let consumer = seg.consumer().unwrap();
+    let mut prod = seg.producer().unwrap();
+    assert!(matches!(
+        prod.commit_raw(0, Meta::new(0, 0)),
+        Err(Error::NoReservation(_))
+    ));
+    assert!(!prod.abort_raw());
+    let r = prod.reserve_raw(100, FullPolicy::Fail).unwrap();
+    assert!(prod.has_reservation());
+    assert!(matches!(
+        prod.reserve_raw(10, FullPolicy::Fail),
+        Err(Error::ReservationOpen(_))
+    ));
+    // Longer than the record's room: refused, and the reservation stays open.
+    assert!(matches!(
+        prod.commit_raw(100_000, Meta::new(0, 0)),
+        Err(Error::TooLarge { .. })
+    ));
+    // SAFETY: r.ptr points at r.len writable bytes until commit or abort.
+    unsafe { std::ptr::write_bytes(r.ptr, 9, r.len) };
+    prod.commit_raw(60, Meta::new(3, 0)).unwrap();
+    assert!(!prod.has_reservation());
+    // An aborted raw reservation is skipped; a dropped producer aborts its open one.
+    prod.reserve_raw(10, FullPolicy::Fail).unwrap();
+    assert!(prod.abort_raw());
+    prod.reserve_raw(10, FullPolicy::Fail).unwrap();
+    drop(prod);
+    let f = consumer.try_next().unwrap().unwrap();
+    assert_eq!((f.stream(), f.payload()), (3, &[9u8; 60][..]));
+    drop(f);
+    assert!(consumer.try_next().unwrap().is_none());
+    assert_eq!(seg.stats().records_aborted, 2, "{:?}", seg.stats());
+}
