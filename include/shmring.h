@@ -145,8 +145,10 @@ typedef enum shmring_status {
   SHMRING_ERR_CONSUMER_BUSY = -15,
   // A producer waited for space and no live consumer is attached.
   SHMRING_ERR_NO_CONSUMER = -16,
-  // Shared memory holds something no honest peer writes; reset the ring. Also: a
-  // peer truncated a named segment, whose mapping now reads zeros (create a new one).
+  // Shared memory holds something no honest peer writes. The consumer resets the
+  // ring by itself (unless `manual_reset` is set) and only reports this when it
+  // cannot: frames held from before an earlier reset are still out. Also: a peer
+  // truncated a named segment, whose mapping now reads zeros (create a new one).
   SHMRING_ERR_CORRUPT = -17,
   // The producer's claim was taken from it (judged dead, or the ring was reset).
   SHMRING_ERR_ABANDONED = -18,
@@ -256,7 +258,12 @@ typedef struct shmring_consumer_options {
   uint64_t liveness_interval_ns;
   // Polls to spin before sleeping in a blocking wait (default 64).
   uint32_t spin;
-  uint32_t reserved;
+  // Non-zero: report SHMRING_ERR_CORRUPT and wait for shmring_consumer_reset()
+  // instead of resetting the ring by itself (default 0).
+  uint32_t manual_reset;
+  // Deliver committed records behind a claim pending this long (0, the default:
+  // always in claim order). Each producer's records stay in its commit order.
+  uint64_t overtake_after_ns;
 } shmring_consumer_options;
 
 // A frame handed out by a consumer.
@@ -450,9 +457,17 @@ enum shmring_status shmring_consumer_release(struct shmring_consumer *c, const s
 // Frames handed out and not yet released.
 enum shmring_status shmring_consumer_outstanding(struct shmring_consumer *c, uint64_t *out);
 
-// Recovers from SHMRING_ERR_CORRUPT: forgets everything in flight. Every frame
-// handed out before becomes invalid (do not release it).
+// Resets the ring by hand (a consumer does this by itself on corruption unless
+// `manual_reset` is set): forgets every claim in flight. Frames still held stay
+// valid; release them as usual. SHMRING_ERR_CORRUPT while frames held from before
+// an earlier reset are still out.
 enum shmring_status shmring_consumer_reset(struct shmring_consumer *c);
+
+// `*resets` receives how many times this consumer reset the ring (by itself or
+// through shmring_consumer_reset()); a change means corruption was found and
+// recovered from. If `cause` is not NULL, why the last reset was made is copied
+// into it as a NUL-terminated string, truncated to `cause_len` bytes ("" if none).
+enum shmring_status shmring_consumer_resets(const struct shmring_consumer *c, uint64_t *resets, char *cause, size_t cause_len);
 
 // Frees the slots of dead producers that hold nothing; `*freed` (may be NULL)
 // receives how many.

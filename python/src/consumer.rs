@@ -84,6 +84,8 @@ pub struct PyConsumer {
     closed: Cell<bool>,
     /// Python frames handed out and not yet released to the ring.
     live_frames: Cell<u64>,
+    /// Resets already reported through the logger.
+    resets_logged: Cell<u64>,
 }
 
 impl PyConsumer {
@@ -151,6 +153,32 @@ impl PyConsumer {
         }
     }
 
+    /// Says through the ``shmring`` logger when the consumer reset the ring by
+    /// itself since we last looked (a warning: corruption was found and recovered).
+    fn log_new_resets(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let this = slf.borrow();
+        let health = this.with(|c| Ok(c.health()))?;
+        if health.resets == this.resets_logged.get() {
+            return Ok(());
+        }
+        this.resets_logged.set(health.resets);
+        let name = this.with(|c| Ok(c.segment().name().to_owned()))?;
+        let py = slf.py();
+        let logger = py
+            .import("logging")?
+            .call_method1("getLogger", ("shmring",))?;
+        logger.call_method1(
+            "warning",
+            (
+                "ring %s: corruption found (%s); the ring was reset and consumption goes on (%d resets)",
+                name,
+                health.last_corruption.unwrap_or("unknown"),
+                health.resets,
+            ),
+        )?;
+        Ok(())
+    }
+
     fn next_impl<'py>(
         slf: &Bound<'py, Self>,
         timeout: Option<Duration>,
@@ -180,6 +208,7 @@ impl PyConsumer {
                     out.0.py_err()
                 })?
             };
+            Self::log_new_resets(slf)?;
             if let Some(raw) = raw {
                 return Self::make_frame(slf, raw);
             }
@@ -196,7 +225,8 @@ impl PyConsumer {
     #[new]
     #[pyo3(signature = (name=None, *, create=false, capacity=67_108_864, max_record=None,
         log_entries=None, max_producers=64, eventfd=false, memfd=false, persist=false,
-        fd=None, eventfd_fd=None, liveness_interval=0.05, spin=64))]
+        fd=None, eventfd_fd=None, liveness_interval=0.05, spin=64, overtake_after=None,
+        manual_reset=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: Option<&str>,
@@ -212,10 +242,16 @@ impl PyConsumer {
         eventfd_fd: Option<i32>,
         liveness_interval: f64,
         spin: u32,
+        overtake_after: Option<f64>,
+        manual_reset: bool,
     ) -> PyResult<Self> {
         let opts = ConsumerOptions {
             liveness_interval: secs(liveness_interval, "liveness_interval")?,
             spin,
+            overtake_after: overtake_after
+                .map(|t| secs(t, "overtake_after"))
+                .transpose()?,
+            auto_reset: !manual_reset,
         };
         let seg: Arc<Segment> = if let Some(fd) = fd {
             if create {
@@ -258,6 +294,7 @@ impl PyConsumer {
             inner: RefCell::new(Some(c)),
             closed: Cell::new(false),
             live_frames: Cell::new(0),
+            resets_logged: Cell::new(0),
         })
     }
 
@@ -382,26 +419,32 @@ impl PyConsumer {
         self.with(|c| Ok(c.reap()))
     }
 
-    /// Recovers from Corrupt: forgets everything in flight. Raises Error if any
-    /// frame is still alive.
+    /// Resets the ring by hand (the consumer does this by itself on corruption
+    /// unless ``manual_reset=True``): forgets every claim in flight. Frames still
+    /// alive stay valid. Raises Corrupt while frames from before an earlier reset
+    /// are still alive.
     fn reset(&self) -> PyResult<()> {
-        if self.live_frames.get() != 0 {
-            return Err(crate::errors::Error::new_err(format!(
-                "reset needs every frame released; {} still alive",
-                self.live_frames.get()
-            )));
-        }
         if self.closed.get() {
             return Err(Closed::new_err("the consumer is closed"));
         }
         let mut g = self.inner.borrow_mut();
         match g.as_mut() {
-            Some(c) => {
-                c.reset();
-                Ok(())
-            }
+            Some(c) => c.reset().py_err(),
             None => Err(Closed::new_err("the consumer is closed")),
         }
+    }
+
+    /// How many times this consumer reset the ring (by itself or through reset()).
+    /// Each automatic reset is also logged as a warning on the ``shmring`` logger.
+    #[getter]
+    fn resets(&self) -> PyResult<u64> {
+        self.with(|c| Ok(c.resets()))
+    }
+
+    /// Why the last reset was made (None: no reset yet).
+    #[getter]
+    fn last_reset_cause(&self) -> PyResult<Option<&'static str>> {
+        self.with(|c| Ok(c.health().last_corruption))
     }
 
     /// Keep a named ring created here after the consumer is closed.

@@ -134,6 +134,7 @@ pub fn to_py(e: shmring::Error) -> PyErr {
         E::TooManyHeld { .. } => TooManyHeld::new_err(msg),
         E::NotHeld { .. } => NotHeld::new_err(msg),
         E::EventfdRequired(_) => EventfdRequired::new_err(msg),
+        E::ReservationOpen(_) | E::NoReservation(_) => Error::new_err(msg),
     }
 }
 

@@ -56,6 +56,11 @@ pub struct RecordArgs {
     /// Frame rate written into the Y4M headers.
     #[arg(long, default_value_t = 30)]
     pub fps: u32,
+    /// Deliver records behind a producer's reservation that stays open this long
+    /// (ms), so one stuck capture thread does not stop the other streams; 0 keeps
+    /// strict claim order.
+    #[arg(long, value_name = "MS", default_value_t = 200)]
+    pub overtake_after_ms: u64,
     /// Encode video to H.264 MP4 with ffmpeg instead of writing Y4M.
     #[arg(long)]
     pub encode: bool,

@@ -30,6 +30,39 @@ pub fn ring_config(capacity_mib: u64) -> Config {
     Config::for_records(capacity_mib << 20, frame)
 }
 
+/// Says on stderr what changed in the ring's health since `seen`: resets (a peer
+/// wrote something no honest producer writes; the consumer reset the ring and
+/// recording went on) and claims held open past the overtake limit.
+fn report_health(seg: &Segment, consumer: &shmring::Consumer, seen: &mut shmring::Health) {
+    let h = consumer.health();
+    if h.resets != seen.resets {
+        eprintln!(
+            "shmring record: ring {}: corruption detected ({}); the ring was reset and recording goes on ({} resets)",
+            seg.name(),
+            h.last_corruption.unwrap_or("unknown"),
+            h.resets
+        );
+    }
+    if h.stalled_claims != seen.stalled_claims {
+        let holder = match seg.stats().oldest_pending {
+            Some(p) if p.pid != 0 => format!(" (pid {})", p.pid),
+            _ => String::new(),
+        };
+        match h.oldest_pending {
+            Some((slot, age)) => eprintln!(
+                "shmring record: ring {}: a reservation of producer slot {slot}{holder} has been open for {} ms; records behind it are recorded meanwhile",
+                seg.name(),
+                age.as_millis()
+            ),
+            None => eprintln!(
+                "shmring record: ring {}: a reservation stayed open past the limit and was overtaken",
+                seg.name()
+            ),
+        }
+    }
+    *seen = h;
+}
+
 pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     let stop = stop_flag()?;
     if a.fps == 0 {
@@ -61,8 +94,12 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     }
     let seg = Segment::create_named(&a.create, &cfg)
         .map_err(|e| fail(1, format!("cannot create ring {:?}: {e}", a.create)))?;
-    let mut consumer = seg
-        .consumer()
+    let opts = shmring::ConsumerOptions {
+        overtake_after: (a.overtake_after_ms > 0)
+            .then(|| Duration::from_millis(a.overtake_after_ms)),
+        ..Default::default()
+    };
+    let consumer = shmring::Consumer::with_options(seg.clone(), opts)
         .map_err(|e| fail(1, format!("ring {}: {e}", seg.name())))?;
     let geo = *seg.geometry();
     emit(json!({"ready": {"ring": a.create, "capacity": geo.capacity,
@@ -87,7 +124,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     let tick = Duration::from_millis(500);
     let mut next_tick = start + tick;
     let mut peak_private_kb = procinfo::own_memory().map_or(0, |m| m.private_kb());
-    let mut resets = 0u64;
+    let mut seen = shmring::Health::default();
     let mut write_error: Option<WriteError> = None;
     let mut ring_error: Option<String> = None;
     let wait = Some(Duration::from_millis(100));
@@ -95,7 +132,6 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
         if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
-        let mut corrupt = false;
         match consumer.next_timeout(wait) {
             Ok(Some(f)) => {
                 // The frame is read in place and released when it goes out of scope.
@@ -105,24 +141,18 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
                 }
             }
             Ok(None) => {}
-            Err(shmring::Error::Corrupt { .. }) => corrupt = true,
+            // Reported only when the consumer cannot reset by itself; it does once
+            // the frames it waits for are released, which ours always are.
+            Err(e @ shmring::Error::Corrupt { .. }) => eprintln!("shmring record: {e}"),
             Err(e) => {
                 ring_error = Some(e.to_string());
                 break 'run;
             }
         }
-        if corrupt {
-            // A producer wrote something no honest producer writes: start over.
-            resets += 1;
-            eprintln!(
-                "shmring record: ring {}: corruption detected; the ring was reset and recording goes on",
-                seg.name()
-            );
-            consumer.reset();
-        }
         let now = Instant::now();
         if now >= next_tick {
             next_tick = now + tick;
+            report_health(&seg, &consumer, &mut seen);
             if let Some(m) = procinfo::own_memory() {
                 peak_private_kb = peak_private_kb.max(m.private_kb());
             }
@@ -162,6 +192,8 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     }
     let elapsed = start.elapsed().as_secs_f64();
     let summary = rec.finish(write_error.as_ref());
+    report_health(&seg, &consumer, &mut seen);
+    let consumer_resets = consumer.resets();
     let st = seg.stats();
     drop(consumer);
     let (cpu_s, max_rss_kb) = procinfo::own_usage();
@@ -171,7 +203,8 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
         "name": a.create, "records_consumed": st.records_consumed,
         "bytes_consumed": st.bytes_consumed, "records_committed": st.records_committed,
         "drops_full": st.drops_full, "abandoned": st.abandoned, "corruption": st.corruption,
-        "resets": resets, "peak_occupancy": st.peak_occupancy,
+        "resets": consumer_resets, "stalled_claims": st.stalled_claims,
+        "peak_occupancy": st.peak_occupancy,
     });
     j["elapsed_s"] = json!(elapsed);
     j["cpu_s"] = json!(cpu_s);

@@ -81,8 +81,10 @@ pub enum shmring_status {
     SHMRING_ERR_CONSUMER_BUSY = -15,
     /// A producer waited for space and no live consumer is attached.
     SHMRING_ERR_NO_CONSUMER = -16,
-    /// Shared memory holds something no honest peer writes; reset the ring. Also: a
-    /// peer truncated a named segment, whose mapping now reads zeros (create a new one).
+    /// Shared memory holds something no honest peer writes. The consumer resets the
+    /// ring by itself (unless `manual_reset` is set) and only reports this when it
+    /// cannot: frames held from before an earlier reset are still out. Also: a peer
+    /// truncated a named segment, whose mapping now reads zeros (create a new one).
     SHMRING_ERR_CORRUPT = -17,
     /// The producer's claim was taken from it (judged dead, or the ring was reset).
     SHMRING_ERR_ABANDONED = -18,
@@ -119,6 +121,7 @@ fn status_of(e: &Error) -> shmring_status {
         Error::TooManyHeld { .. } => SHMRING_ERR_TOO_MANY_HELD,
         Error::NotHeld { .. } => SHMRING_ERR_NOT_HELD,
         Error::EventfdRequired(_) => SHMRING_ERR_EVENTFD_REQUIRED,
+        Error::ReservationOpen(_) | Error::NoReservation(_) => SHMRING_ERR_STATE,
     }
 }
 
@@ -584,7 +587,12 @@ pub struct shmring_consumer_options {
     pub liveness_interval_ns: u64,
     /// Polls to spin before sleeping in a blocking wait (default 64).
     pub spin: u32,
-    pub reserved: u32,
+    /// Non-zero: report SHMRING_ERR_CORRUPT and wait for shmring_consumer_reset()
+    /// instead of resetting the ring by itself (default 0).
+    pub manual_reset: u32,
+    /// Deliver committed records behind a claim pending this long (0, the default:
+    /// always in claim order). Each producer's records stay in its commit order.
+    pub overtake_after_ns: u64,
 }
 
 /// What a producer does when the ring is full.
@@ -1392,7 +1400,8 @@ pub unsafe extern "C" fn shmring_consumer_options_init(
         *out_ptr(opts, "opts")? = shmring_consumer_options {
             liveness_interval_ns: d.liveness_interval.as_nanos() as u64,
             spin: d.spin,
-            reserved: 0,
+            manual_reset: u32::from(!d.auto_reset),
+            overtake_after_ns: d.overtake_after.map_or(0, |t| t.as_nanos() as u64),
         };
         ok()
     })
@@ -1418,6 +1427,9 @@ pub unsafe extern "C" fn shmring_consumer_attach(
             ConsumerOptions {
                 liveness_interval: Duration::from_nanos(o.liveness_interval_ns),
                 spin: o.spin,
+                auto_reset: o.manual_reset == 0,
+                overtake_after: (o.overtake_after_ns != 0)
+                    .then(|| Duration::from_nanos(o.overtake_after_ns)),
             }
         };
         let c = Consumer::with_options(h.seg.clone(), o).map_err(core_err)?;
@@ -1511,14 +1523,47 @@ pub unsafe extern "C" fn shmring_consumer_outstanding(
     })
 }
 
-/// Recovers from SHMRING_ERR_CORRUPT: forgets everything in flight. Every frame
-/// handed out before becomes invalid (do not release it).
+/// Resets the ring by hand (a consumer does this by itself on corruption unless
+/// `manual_reset` is set): forgets every claim in flight. Frames still held stay
+/// valid; release them as usual. SHMRING_ERR_CORRUPT while frames held from before
+/// an earlier reset are still out.
 #[no_mangle]
 pub unsafe extern "C" fn shmring_consumer_reset(c: *mut shmring_consumer) -> shmring_status {
     entry("shmring_consumer_reset", || {
         let (h, _l) = lease(c as *const shmring_consumer)?;
         // SAFETY: exclusive lease.
-        unsafe { h.get() }.reset();
+        unsafe { h.get() }.reset().map_err(core_err)?;
+        ok()
+    })
+}
+
+/// `*resets` receives how many times this consumer reset the ring (by itself or
+/// through shmring_consumer_reset()); a change means corruption was found and
+/// recovered from. If `cause` is not NULL, why the last reset was made is copied
+/// into it as a NUL-terminated string, truncated to `cause_len` bytes ("" if none).
+#[no_mangle]
+pub unsafe extern "C" fn shmring_consumer_resets(
+    c: *const shmring_consumer,
+    resets: *mut u64,
+    cause: *mut c_char,
+    cause_len: usize,
+) -> shmring_status {
+    entry("shmring_consumer_resets", || {
+        let out = out_ptr(resets, "resets")?;
+        let (h, _l) = lease(c)?;
+        // SAFETY: lease held; `health` reads only.
+        let health = unsafe { h.get() }.health();
+        *out = health.resets;
+        if !cause.is_null() && cause_len > 0 {
+            let text = health.last_corruption.unwrap_or("").as_bytes();
+            let n = text.len().min(cause_len - 1);
+            // SAFETY: the caller promises `cause_len` writable bytes at `cause`; we
+            // write n + 1 <= cause_len of them.
+            unsafe {
+                std::ptr::copy_nonoverlapping(text.as_ptr(), cause.cast::<u8>(), n);
+                *cause.add(n) = 0;
+            }
+        }
         ok()
     })
 }

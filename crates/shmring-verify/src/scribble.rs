@@ -162,7 +162,7 @@ pub fn run(a: Args) -> i32 {
             reset
         };
         if reset {
-            consumer.reset();
+            let _ = consumer.reset();
             resets += 1;
             last_frame = Instant::now();
         }
@@ -194,7 +194,7 @@ pub fn run(a: Args) -> i32 {
     }
     let stormed = started.elapsed();
     let storm_stats = seg.stats();
-    consumer.reset();
+    let _ = consumer.reset();
     resets += 1;
 
     // Recovery: new honest producers, every record verified, exactly once.

@@ -4,13 +4,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use shmring::{Config, Error, Meta, Segment};
+use shmring::{Config, ConsumerOptions, Error, Meta, Segment};
 
 /// Commits two records, then damages the stamp of the first one's claim-log entry
 /// (as a hostile producer may). Returns the segment and consumer state after.
-fn scribbled_stamp() -> (std::sync::Arc<Segment>, shmring::Consumer) {
+fn scribbled_stamp(opts: ConsumerOptions) -> (std::sync::Arc<Segment>, shmring::Consumer) {
     let seg = Segment::create_memfd("finding-stamp", &Config::with_capacity(1 << 20)).unwrap();
-    let consumer = seg.consumer().unwrap();
+    let consumer = shmring::Consumer::with_options(seg.clone(), opts).unwrap();
     let mut prod = seg.producer().unwrap();
     let mut r = prod.reserve(100).unwrap();
     let first = r.seq();
@@ -30,13 +30,32 @@ fn scribbled_stamp() -> (std::sync::Arc<Segment>, shmring::Consumer) {
 /// A log entry at the peek cursor that is not stamped for it while the write
 /// cursor is already past it cannot be the work of an honest producer (the entry
 /// CAS precedes the cursor CAS, and helpers move the cursor only after seeing the
-/// stamp), so the consumer reports `Error::Corrupt` and let the application
-/// reset, instead of waiting forever.
+/// stamp), so the consumer reports `Error::Corrupt` to an application that
+/// resets by hand, instead of waiting forever.
 #[test]
 fn scribbled_stamp_is_reported_as_corruption() {
-    let (_seg, consumer) = scribbled_stamp();
+    let manual = ConsumerOptions {
+        auto_reset: false,
+        ..Default::default()
+    };
+    let (_seg, consumer) = scribbled_stamp(manual);
     let r = consumer.next_timeout(Some(Duration::from_millis(200)));
     assert!(matches!(r, Err(Error::Corrupt { .. })), "got {r:?}");
+}
+
+/// By default the consumer resets by itself, counts it, and records flow again.
+#[test]
+fn scribbled_stamp_is_recovered_from() {
+    let (seg, consumer) = scribbled_stamp(ConsumerOptions::default());
+    let r = consumer.next_timeout(Some(Duration::from_millis(200)));
+    assert!(matches!(r, Ok(None)), "got {r:?}");
+    assert_eq!(consumer.resets(), 1);
+    let st = seg.stats();
+    assert!(st.corruption >= 1 && st.resets == 1, "{st:?}");
+    let mut prod = seg.producer().unwrap();
+    prod.send(b"after", Meta::new(0, 0)).unwrap();
+    let f = consumer.next_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert_eq!(f.expect("a record after the reset").payload(), b"after");
 }
 
 /// Overwrites the segment's magic (line 0 of the control block, which only the
@@ -49,7 +68,7 @@ fn scribbled_identity_then_reset() -> std::sync::Arc<Segment> {
     // writing it is what the threat model allows.
     let magic = unsafe { &*(base as *const AtomicU64) };
     magic.fetch_xor(0xff, Ordering::SeqCst);
-    consumer.reset();
+    consumer.reset().unwrap();
     // The consumer itself carries on (it validated the layout when it attached).
     assert!(consumer.try_next().unwrap().is_none());
     seg

@@ -10,11 +10,12 @@
 //!  |          peek cursor    u64 = seq:28 | pos:36      (consumer, store; stats)  |
 //!  |  line 3  data futex u32, consumer-waiting u32      (producers wake consumer) |
 //!  |  line 4  space futex u32, producers-waiting u32, need u32 (wakes producers)|
-//!  |  line 5  consumer role: state u32, token u64, epoch u64                       |
+//!  |  line 5  consumer role: state u32                                             |
 //!  |  line 6-7 consumer counters                                                   |
+//!  |  line 8  claim health: stalled claims, oldest pending claim (since, slot, pid)|
 //!  +-------------------------------------------------------------------------------+
 //!  | SLOT TABLE  max_producers x SLOT_SIZE (128 bytes): one per attached producer  |
-//!  |  state u32 | generation u32 | owner token u64 | space-waiting u32 | counters  |
+//!  |  state u32 | generation u32 | open claim u64 | space-waiting u32 | counters   |
 //!  +-------------------------------------------------------------------------------+
 //!  | CLAIM LOG   log_entries x u64 (power of two): entry for claim seq k at k % N  |
 //!  |  bit 63..36 stamp (k mod 2^28) | 35..34 state | 33..26 slot | 25..0 units    |
@@ -40,7 +41,7 @@ use crate::sync::{AtomicU32, AtomicU64};
 /// `b"SHMRING1"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING1");
 /// Bumped on any change to this file's layout or to the protocol.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// Record alignment, record header size and the unit of all positions.
 pub const UNIT: u64 = 64;
 /// Size of the control block at offset 0.
@@ -198,20 +199,22 @@ pub const fn claim_total(pos: u64, units: u64, cap_units: u64) -> u64 {
 
 // ---- structures in shared memory --------------------------------------------------
 
-/// Line 0 of the control block. Written once by the creator, `magic` last (Release).
+/// Line 0 of the control block. Written by the creator, `magic` last (Release), and
+/// rewritten by the consumer when it finds it changed. Peers read each field once
+/// (Relaxed after the Acquire load of `magic`) and check the local copy.
 #[repr(C)]
 pub struct Identity {
     pub magic: AtomicU64,
-    pub version: u32,
-    pub control_size: u32,
-    pub capacity: u64,
-    pub max_record: u64,
-    pub log_entries: u32,
-    pub max_producers: u32,
-    pub flags: u32,
+    pub version: AtomicU32,
+    pub control_size: AtomicU32,
+    pub capacity: AtomicU64,
+    pub max_record: AtomicU64,
+    pub log_entries: AtomicU32,
+    pub max_producers: AtomicU32,
+    pub flags: AtomicU32,
     pub _pad: u32,
-    pub data_offset: u64,
-    pub total_size: u64,
+    pub data_offset: AtomicU64,
+    pub total_size: AtomicU64,
 }
 
 #[repr(C, align(64))]
@@ -235,14 +238,13 @@ pub struct Futex {
     pub need: AtomicU32,
 }
 
+/// Whether a consumer is attached. Only informative: liveness is the consumer's
+/// record lock, and which process is the consumer is known to that process alone
+/// (nothing here can make anyone treat a slot or a claim as the consumer's own).
 #[repr(C)]
 pub struct ConsumerRole {
-    /// 0 = none ever attached, 1 = attached (alive while its lock is held).
+    /// 0 = none attached, 1 = attached.
     pub state: AtomicU32,
-    pub _pad: u32,
-    pub token: AtomicU64,
-    /// Bumped by every reset.
-    pub epoch: AtomicU64,
 }
 
 /// Counters written by the consumer only.
@@ -261,6 +263,28 @@ pub struct ConsumerCounters {
     pub reaped_slots: AtomicU64,
 }
 
+/// Claims that stay pending, as the consumer sees them (written by the consumer
+/// only, Relaxed: statistics for `shmring stat`, never relied on).
+#[repr(C)]
+#[derive(Default)]
+pub struct ClaimHealth {
+    /// Claims the consumer overtook because they stayed pending past its limit.
+    pub stalled_claims: AtomicU64,
+    /// Claims found forged (naming a live producer that does not hold them).
+    pub forged_claims: AtomicU64,
+    /// Shared state the consumer repaired without a reset (identity line, its own
+    /// published cursors, the consumer role).
+    pub repairs: AtomicU64,
+    /// `CLOCK_MONOTONIC` nanoseconds when the oldest claim still pending was first
+    /// seen pending; 0 when none is.
+    pub oldest_pending_since_ns: AtomicU64,
+    /// That claim's producer slot.
+    pub oldest_pending_slot: AtomicU32,
+    /// The pid holding that slot's lock, as the kernel reports it to the consumer
+    /// (0: unknown, e.g. in another pid namespace).
+    pub oldest_pending_pid: AtomicU32,
+}
+
 #[repr(C)]
 pub struct Control {
     pub identity: Line<Identity>,
@@ -270,6 +294,7 @@ pub struct Control {
     pub space: Line<Futex>,
     pub consumer: Line<ConsumerRole>,
     pub counters: Line<ConsumerCounters>,
+    pub health: Line<ClaimHealth>,
 }
 
 /// Slot states. Any other value is treated like ACTIVE (and reaped once its lock
@@ -295,7 +320,10 @@ pub struct ProducerCounters {
 pub struct Slot {
     pub state: AtomicU32,
     pub generation: AtomicU32,
-    pub owner_token: AtomicU64,
+    /// The log entry value of the owner's open claim (0: none), stored (Release)
+    /// before the claim's CAS and cleared (Release) after its commit or abort. A
+    /// claim naming this slot that is not this value was not made by the owner.
+    pub open_claim: AtomicU64,
     /// 1 while the owner is counted in the space futex's waiting count, so a
     /// reaper can take a dead sleeper's count back.
     pub space_waiting: AtomicU32,

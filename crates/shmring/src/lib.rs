@@ -52,7 +52,7 @@ pub mod sys;
 mod wake;
 
 #[cfg(not(loom))]
-pub use consumer::{Consumer, ConsumerOptions, Frame, RawFrame};
+pub use consumer::{Consumer, ConsumerOptions, Frame, Health, RawFrame};
 #[cfg(not(loom))]
 pub use error::{Error, Name, Result};
 #[cfg(not(loom))]
@@ -60,7 +60,7 @@ pub use producer::{FullPolicy, Meta, Producer, RawReservation, Reservation};
 #[cfg(not(loom))]
 pub use segment::{Config, Segment};
 #[cfg(not(loom))]
-pub use stats::Stats;
+pub use stats::{PendingClaim, Stats};
 #[cfg(not(loom))]
 pub use sys::fdpass::{recv_fds, send_fds};
 #[cfg(not(loom))]

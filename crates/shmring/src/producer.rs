@@ -8,7 +8,7 @@ use crate::layout::{record_units, ClaimState, RecordHeader, Slot, UNIT};
 use crate::protocol::{Claim, ClaimError};
 use crate::segment::Segment;
 use crate::sync::{AtomicU64, Ordering};
-use crate::sys::{now_ns, process_token};
+use crate::sys::now_ns;
 use crate::{slots, wake};
 
 /// What a producer does when the ring is full.
@@ -70,7 +70,6 @@ impl Meta {
 pub struct Producer {
     seg: Arc<Segment>,
     slot: u32,
-    token: u64,
     policy: FullPolicy,
     /// A claim not yet committed or aborted, aborted on drop (covers a leaked
     /// [`Reservation`]).
@@ -83,15 +82,13 @@ impl Producer {
         if seg.uses_eventfd() && seg.eventfd().is_none() {
             return Err(Error::EventfdRequired(seg.label()));
         }
-        let token = process_token();
         // Read the clock once now: the first read may locate the vDSO with a system
         // call (prctl or /proc), which a sandbox entered after attach would forbid.
         let _ = now_ns();
-        let slot = slots::acquire(&seg, token)?;
+        let slot = slots::acquire(&seg)?;
         Ok(Producer {
             seg,
             slot,
-            token,
             policy: FullPolicy::Block(Duration::from_secs(1)),
             active: None,
         })
@@ -235,14 +232,17 @@ impl Producer {
         let space = &self.seg.control().space.0;
         let mut armed: Option<u32> = None;
         loop {
-            let attempt = self.seg.shared().try_claim(units, self.slot);
+            let attempt = self
+                .seg
+                .shared()
+                .try_claim(units, self.slot, &self.my_slot().open_claim);
             if self.seg.truncated() {
                 return Err(self.seg.truncated_error());
             }
             if let Some(seen) = armed.take() {
                 // We announced ourselves before this attempt: if it failed, any space
                 // freed since will bump `seen`, so sleeping on it cannot miss it.
-                if let Err(ClaimError::FullBytes | ClaimError::FullRecords) = attempt {
+                if attempt.is_err() {
                     bump(&self.my_slot().counters.waits, 1);
                     let left = deadline.map_or(Duration::ZERO, |d| {
                         d.saturating_duration_since(Instant::now())
@@ -255,18 +255,24 @@ impl Producer {
                 self.my_slot().space_waiting.store(0, Ordering::Relaxed);
                 wake::disarm(space);
             }
-            let why = match attempt {
+            let (why, broken) = match attempt {
                 Ok(c) => return Ok(c),
+                // The consumer finds this too, and resets the ring: a blocking
+                // producer waits for that as it waits for space, then carries on.
                 Err(ClaimError::Broken) => {
-                    return Err(Error::Corrupt {
-                        segment: self.seg.label(),
-                        seq: 0,
-                        what: "write and read cursors contradict the claim log",
-                    })
+                    ("write and read cursors contradict the claim log", true)
                 }
-                Err(ClaimError::FullBytes) => "no free bytes",
-                Err(ClaimError::FullRecords) => "too many records in flight",
+                Err(ClaimError::FullBytes) => ("no free bytes", false),
+                Err(ClaimError::FullRecords) => ("too many records in flight", false),
             };
+            let corrupt = || Error::Corrupt {
+                segment: self.seg.label(),
+                seq: 0,
+                what: why,
+            };
+            if broken && policy == FullPolicy::Fail {
+                return Err(corrupt());
+            }
             let wait = match policy {
                 FullPolicy::Fail => {
                     bump(&self.my_slot().counters.drops_full, 1);
@@ -280,8 +286,11 @@ impl Producer {
             let now = Instant::now();
             let deadline = *deadline.get_or_insert(now + wait);
             if now >= deadline {
+                if broken {
+                    return Err(corrupt());
+                }
                 bump(&self.my_slot().counters.drops_full, 1);
-                if !slots::consumer_alive(&self.seg, self.token) {
+                if !slots::consumer_alive(&self.seg) {
                     return Err(Error::NoConsumer(self.seg.label()));
                 }
                 return Err(Error::Timeout {
@@ -314,14 +323,22 @@ impl Producer {
         // SAFETY: the header is the first unit of our record (see `record_ptr`),
         // 64-byte aligned; the commit below publishes it with Release ordering.
         unsafe { std::ptr::write_volatile(self.record_ptr(&claim) as *mut RecordHeader, h) };
+        // Counted before the commit, and taken back if it fails: a producer killed
+        // right after its commit has counted it, so the consumer never shows more
+        // records consumed than producers committed.
+        let c = &self.seg.slot(self.slot).counters;
+        bump(&c.records_committed, 1);
+        bump(&c.bytes_committed, len as u64);
         let ok = self.finish(&claim, ClaimState::Committed);
+        if !ok {
+            let c = &self.my_slot().counters;
+            bump(&c.records_committed, u64::MAX);
+            bump(&c.bytes_committed, (len as u64).wrapping_neg());
+        }
         if self.seg.truncated() {
             return Err(self.seg.truncated_error());
         }
         if ok {
-            let c = &self.my_slot().counters;
-            bump(&c.records_committed, 1);
-            bump(&c.bytes_committed, len as u64);
             Ok(())
         } else {
             Err(Error::Abandoned {
@@ -338,7 +355,10 @@ impl Producer {
 
     fn finish(&mut self, claim: &Claim, state: ClaimState) -> bool {
         self.active = None;
-        let ok = self.seg.shared().finish(claim, state);
+        let ok = self
+            .seg
+            .shared()
+            .finish(claim, state, &self.my_slot().open_claim);
         let f = &self.seg.control().data.0;
         if wake::notify(f, false, self.seg.eventfd()) {
             bump(&self.my_slot().counters.wakes_sent, 1);

@@ -14,7 +14,8 @@
 //! 3. Check space against the read cursor (Acquire, pairs with the consumer's
 //!    Release store after it is done with the bytes): at most `N` claims and
 //!    `capacity` units in flight.
-//! 4. CAS the entry from the value seen in 2 to `(k, Claimed, slot, units)` (AcqRel).
+//! 4. Store that value in the slot's `open_claim` word (Release), then CAS the entry
+//!    from the value seen in 2 to `(k, Claimed, slot, units)` (AcqRel).
 //!    Success means claim `k` is ours: its owner and extent are recorded in one
 //!    atomic write, so a producer killed at any later instruction leaves a claim the
 //!    consumer can attribute and skip. Nobody can have stamped `k` before us, so the
@@ -23,8 +24,15 @@
 //!
 //! # Commit / abort
 //! CAS the entry from our `Claimed` value to `Committed` or `Aborted` (AcqRel: the
-//! Release half publishes the record header and payload written before it). A failed
-//! CAS means the claim was taken from us: the consumer judged us dead, or reset.
+//! Release half publishes the record header and payload written before it), then
+//! clear `open_claim` (Release). A failed CAS means the claim was taken from us: the
+//! consumer judged us dead, found the claim forged, or reset.
+//!
+//! So while a claim by slot `s` is `Claimed`, slot `s`'s `open_claim` holds exactly
+//! its entry value: it is stored before the entry CAS and cleared only after the
+//! finishing CAS. A consumer that reads the entry (Acquire), then `open_claim`
+//! (Acquire), and finds another value, then reads the entry again unchanged, knows
+//! the claim was not made by the slot's owner (see [`is_forged`]).
 //!
 //! # Poll / release (one consumer)
 //! The consumer keeps its cursors locally and trusts nothing it reads back: it loads
@@ -91,8 +99,9 @@ impl<'a> Shared<'a> {
         &self.log[(seq & (self.n() - 1)) as usize]
     }
 
-    /// Claims `units` units (header included) for producer slot `slot`.
-    pub fn try_claim(&self, units: u64, slot: u32) -> Result<Claim, ClaimError> {
+    /// Claims `units` units (header included) for producer slot `slot`, whose
+    /// `open_claim` word is `open`.
+    pub fn try_claim(&self, units: u64, slot: u32, open: &AtomicU64) -> Result<Claim, ClaimError> {
         let n = self.n();
         let cap = self.cap_units;
         let mut stale = 0u32;
@@ -158,12 +167,17 @@ impl<'a> Shared<'a> {
                 units: total,
             }
             .pack();
-            // AcqRel: Release publishes nothing yet but keeps the claim ordered after
-            // our space check; Acquire orders our payload writes after the claim.
+            // Release: whoever sees our entry (Acquire) sees this value or a later one.
+            open.store(claimed, Ordering::Release);
+            // AcqRel: Release publishes `open` and keeps the claim ordered after our
+            // space check; Acquire orders our payload writes after the claim.
             if slot_ref
                 .compare_exchange(e, claimed, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
+                .is_err()
             {
+                // Not ours after all: take the announcement back before looking again.
+                open.store(0, Ordering::Relaxed);
+            } else {
                 let _ = self.write.compare_exchange(
                     c,
                     pack_cursor(k + 1, p + total),
@@ -184,15 +198,37 @@ impl<'a> Shared<'a> {
         }
     }
 
-    /// Moves our claim to `Committed` or `Aborted`. `false`: it was taken from us.
-    pub fn finish(&self, claim: &Claim, state: ClaimState) -> bool {
+    /// Moves our claim to `Committed` or `Aborted`, then clears our `open_claim`
+    /// word. `false`: it was taken from us.
+    pub fn finish(&self, claim: &Claim, state: ClaimState, open: &AtomicU64) -> bool {
         let le = LogEntry::unpack(claim.claimed);
         let new = LogEntry { state, ..le }.pack();
         // AcqRel: the Release half publishes the record written before the commit.
-        self.entry(claim.seq)
+        let ok = self
+            .entry(claim.seq)
             .compare_exchange(claim.claimed, new, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
+            .is_ok();
+        // Release: a consumer that sees the cleared word (Acquire) sees the entry
+        // resolved, so it never takes our finished claim for a forged one.
+        open.store(0, Ordering::Release);
+        ok
     }
+}
+
+/// Was the pending claim `value` at `seq` made by someone other than the owner of
+/// the slot it names? `open` is that slot's `open_claim` word. Only a positive
+/// answer is certain: the entry still read `value` after the owner's word was seen
+/// holding something else, which the owner never does while its claim is pending.
+/// (A peer that also forges the owner's word is believed until the owner's next
+/// claim or commit overwrites it.)
+pub fn is_forged(sh: &Shared<'_>, seq: u64, value: u64, open: &AtomicU64) -> bool {
+    // Acquire: pairs with the owner's Release stores of `open` (see `try_claim` and
+    // `finish`), so a cleared word means the entry we load next is resolved.
+    if open.load(Ordering::Acquire) == value {
+        return false;
+    }
+    // Acquire: see the owner's finishing CAS if that is why the word changed.
+    sh.entry(seq).load(Ordering::Acquire) == value
 }
 
 #[inline]
@@ -225,10 +261,12 @@ pub enum Poll {
     Corrupt(&'static str),
 }
 
-/// Per log index: not handed out / handed out and held / released, read not past yet.
+/// Per log index: not handed out / handed out and held / released, read not past yet
+/// / pending claim the peek cursor stepped over (see [`ConsumerCursor::park`]).
 const FREE: u8 = 0;
 const HELD: u8 = 1;
 const DONE: u8 = 2;
+const PARKED: u8 = 3;
 
 /// Releasing a record that is not held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -243,6 +281,21 @@ pub struct ConsumerCursor {
     pub read_pos: u64,
     state: Box<[u8]>,
     units: Box<[u32]>,
+    /// Records handed out and not released (state HELD).
+    held: u64,
+    /// After a reset with records still held: where the old generation ends and
+    /// the new one begins (see [`ConsumerCursor::reset`]).
+    gap: Option<Gap>,
+}
+
+/// The jump between generations after a reset that kept held records.
+#[derive(Debug, Clone, Copy)]
+struct Gap {
+    /// The old generation's end: the read cursor jumps when it gets here.
+    old_seq: u64,
+    /// The new generation's first claim and position.
+    new_seq: u64,
+    new_pos: u64,
 }
 
 impl ConsumerCursor {
@@ -255,7 +308,37 @@ impl ConsumerCursor {
             read_pos: pos,
             state: vec![FREE; log_entries].into_boxed_slice(),
             units: vec![0; log_entries].into_boxed_slice(),
+            held: 0,
+            gap: None,
         }
+    }
+
+    /// Is `seq` between the read and peek cursors (skipping a reset's gap)?
+    fn in_window(&self, seq: u64) -> bool {
+        match self.gap {
+            Some(g) => {
+                (seq >= self.read_seq && seq < g.old_seq)
+                    || (seq >= g.new_seq && seq < self.peek_seq)
+            }
+            None => seq >= self.read_seq && seq < self.peek_seq,
+        }
+    }
+
+    /// The read cursor's claim number as producers must see it: the new
+    /// generation's first claim while a reset's gap is open.
+    pub fn published_read_seq(&self) -> u64 {
+        self.gap.map_or(self.read_seq, |g| g.new_seq)
+    }
+
+    /// Can [`ConsumerCursor::reset`] run now? Not while records held from before an
+    /// earlier reset are still out (one gap between generations at a time).
+    pub fn can_reset(&self) -> bool {
+        self.gap.is_none()
+    }
+
+    /// Records handed out and not yet released.
+    pub fn held(&self) -> u64 {
+        self.held
     }
 
     #[inline]
@@ -265,7 +348,10 @@ impl ConsumerCursor {
 
     /// Records handed out and not yet passed by the read cursor.
     pub fn outstanding(&self) -> u64 {
-        self.peek_seq - self.read_seq
+        match self.gap {
+            Some(g) => (g.old_seq - self.read_seq) + (self.peek_seq - g.new_seq),
+            None => self.peek_seq - self.read_seq,
+        }
     }
 
     /// Units between the read and peek cursors.
@@ -275,12 +361,25 @@ impl ConsumerCursor {
 
     /// Looks at the next claim, once.
     pub fn poll(&mut self, sh: &Shared<'_>) -> Poll {
+        let v = self.load_peek(sh);
+        self.poll_value(sh, v)
+    }
+
+    /// Loads the entry at the peek cursor (Acquire: pairs with the producer's
+    /// committing CAS, Release). For [`ConsumerCursor::poll_value`].
+    pub fn load_peek(&self, sh: &Shared<'_>) -> u64 {
+        sh.entry(self.peek_seq).load(Ordering::Acquire)
+    }
+
+    /// Acts on the entry value `v` loaded at the peek cursor by
+    /// [`ConsumerCursor::load_peek`]. Nothing it hands out was loaded after `v`: a
+    /// caller that looks at parked claims between the two keeps each producer's
+    /// records in commit order.
+    pub fn poll_value(&mut self, sh: &Shared<'_>, v: u64) -> Poll {
         if self.outstanding() >= self.state.len() as u64 {
             return Poll::Saturated;
         }
         let k = self.peek_seq;
-        // Acquire: pairs with the producer's committing CAS (Release).
-        let mut v = sh.entry(k).load(Ordering::Acquire);
         if LogEntry::unpack(v).stamp != k & SEQ_MASK {
             // Not claimed yet, unless the write cursor is already past claim k: a
             // claim's entry is stamped before anyone moves the cursor past it (the
@@ -288,14 +387,16 @@ impl ConsumerCursor {
             // the cursor loaded first, a missing stamp on a second look means the
             // entry was overwritten.
             let w = sh.write.load(Ordering::Acquire);
-            v = sh.entry(k).load(Ordering::Acquire);
-            if LogEntry::unpack(v).stamp != k & SEQ_MASK {
+            let v2 = sh.entry(k).load(Ordering::Acquire);
+            if LogEntry::unpack(v2).stamp != k & SEQ_MASK {
                 let ahead = seq_diff(cursor_seq(w), k);
                 if ahead != 0 && ahead <= self.state.len() as u64 {
                     return Poll::Corrupt("claim log entry overwritten behind the write cursor");
                 }
-                return Poll::Empty;
             }
+            // Claimed just now (or missing): look again on the next poll, so nothing
+            // is handed out that was loaded after the caller's other checks.
+            return Poll::Empty;
         }
         let e = LogEntry::unpack(v);
         if e.units == 0 || self.held_units() + e.units > sh.cap_units {
@@ -333,11 +434,65 @@ impl ConsumerCursor {
         self.units[i] = units as u32;
         self.peek_seq += 1;
         self.peek_pos += units;
+        if state == HELD {
+            self.held += 1;
+        }
+    }
+
+    /// Steps the peek cursor over the pending claim it stands on (of `units` units,
+    /// as validated by [`ConsumerCursor::poll`]), so later records can be handed
+    /// out while it stays pending. Its space stays claimed: the read cursor cannot
+    /// pass it until [`ConsumerCursor::poll_parked`] resolves it. Returns its
+    /// sequence number and position.
+    pub fn park(&mut self, units: u64) -> (u64, u64) {
+        let at = (self.peek_seq, self.peek_pos);
+        self.step(units, PARKED);
+        at
+    }
+
+    /// Looks once at a claim parked at (`seq`, `pos`): a committed record is handed
+    /// out (`Record`), an aborted or abandoned one stepped over (`Skipped`), a
+    /// pending one reported (`Pending`). An entry that no longer matches what was
+    /// parked is `Corrupt`.
+    pub fn poll_parked(&mut self, sh: &Shared<'_>, seq: u64, pos: u64) -> Poll {
+        let i = self.idx(seq);
+        if self.state[i] != PARKED || !self.in_window(seq) {
+            return Poll::Corrupt("parked claim lost");
+        }
+        // Acquire: pairs with the producer's committing CAS (Release).
+        let v = sh.entry(seq).load(Ordering::Acquire);
+        let e = LogEntry::unpack(v);
+        if e.stamp != seq & SEQ_MASK || e.units != self.units[i] as u64 {
+            return Poll::Corrupt("claim log entry of a pending claim overwritten");
+        }
+        match e.state {
+            ClaimState::Claimed => Poll::Pending {
+                slot: e.slot,
+                value: v,
+            },
+            ClaimState::Committed => {
+                let Some((rec_off, rec_units)) = claim_geometry(pos, e.units, sh.cap_units) else {
+                    return Poll::Corrupt("claim geometry");
+                };
+                self.state[i] = HELD;
+                self.held += 1;
+                Poll::Record {
+                    seq,
+                    rec_off,
+                    rec_units,
+                }
+            }
+            state @ (ClaimState::Aborted | ClaimState::Abandoned) => {
+                self.state[i] = DONE;
+                self.advance_read();
+                Poll::Skipped { state }
+            }
+        }
     }
 
     /// Marks `seq` released (any order). Returns whether the read cursor moved.
     pub fn release(&mut self, seq: u64) -> Result<bool, NotHeld> {
-        if seq < self.read_seq || seq >= self.peek_seq {
+        if !self.in_window(seq) {
             return Err(NotHeld);
         }
         let i = self.idx(seq);
@@ -345,17 +500,31 @@ impl ConsumerCursor {
             return Err(NotHeld);
         }
         self.state[i] = DONE;
+        self.held -= 1;
         Ok(self.advance_read())
     }
 
     /// Is `seq` handed out and not released?
     pub fn is_held(&self, seq: u64) -> bool {
-        seq >= self.read_seq && seq < self.peek_seq && self.state[self.idx(seq)] == HELD
+        self.in_window(seq) && self.state[self.idx(seq)] == HELD
     }
 
     fn advance_read(&mut self) -> bool {
         let mut moved = false;
-        while self.read_seq < self.peek_seq {
+        loop {
+            if let Some(g) = self.gap {
+                if self.read_seq == g.old_seq {
+                    // Every record of the old generation is released: join the new.
+                    self.read_seq = g.new_seq;
+                    self.read_pos = g.new_pos;
+                    self.gap = None;
+                    moved = true;
+                }
+            }
+            let end = self.gap.map_or(self.peek_seq, |g| g.old_seq);
+            if self.read_seq >= end {
+                break;
+            }
             let i = self.idx(self.read_seq);
             if self.state[i] != DONE {
                 break;
@@ -371,45 +540,124 @@ impl ConsumerCursor {
     /// Publishes the read cursor (Release: everything we did with the released bytes
     /// happens before a producer can claim them again).
     pub fn publish(&self, sh: &Shared<'_>) {
-        sh.read
-            .store(pack_cursor(self.read_seq, self.read_pos), Ordering::Release);
+        sh.read.store(
+            pack_cursor(self.published_read_seq(), self.read_pos),
+            Ordering::Release,
+        );
     }
 
-    /// Marks a pending claim abandoned. `false`: it changed meanwhile (look again).
+    /// Marks the pending claim at the peek cursor abandoned. `false`: it changed
+    /// meanwhile (look again).
     pub fn abandon(&self, sh: &Shared<'_>, value: u64) -> bool {
+        Self::abandon_at(sh, self.peek_seq, value)
+    }
+
+    /// Marks the pending claim `seq` (entry `value`) abandoned (AcqRel: the owner's
+    /// commit CAS and ours cannot both succeed). `false`: it changed meanwhile.
+    pub fn abandon_at(sh: &Shared<'_>, seq: u64, value: u64) -> bool {
         let e = LogEntry::unpack(value);
         let new = LogEntry {
             state: ClaimState::Abandoned,
             ..e
         }
         .pack();
-        sh.entry(self.peek_seq)
+        sh.entry(seq)
             .compare_exchange(value, new, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     }
 
-    /// Forgets every record (none may be held) and starts a new generation of
-    /// sequence numbers past anything a producer could still hold, so no stale
-    /// claim can be mistaken for a new one. Rewrites the claim log, then the read
-    /// cursor, then the write cursor (producers that see a half-done reset retry).
-    /// Returns the new base cursor.
+    /// Checks the shared write cursor against the claim log and our own cursors:
+    /// every claim between the peek and write cursors must be stamped, and the write
+    /// position must be exactly the peek position plus their lengths; the entry at
+    /// the write cursor must be free or being claimed. `Err` names the first
+    /// contradiction. Reads only; O(claims in flight).
+    pub fn audit_write_cursor(&self, sh: &Shared<'_>) -> Result<(), &'static str> {
+        let n = self.state.len() as u64;
+        // Acquire: the entries of every claim the cursor passed are visible.
+        let w = sh.write.load(Ordering::Acquire);
+        let (k, p) = (cursor_seq(w), cursor_pos(w));
+        if seq_diff(k, self.published_read_seq()) > n || seq_diff(k, self.peek_seq) > n {
+            return Err("write cursor's claim number is outside the claim log");
+        }
+        if pos_diff(p, self.read_pos) > sh.cap_units {
+            return Err("write cursor's position is outside the ring");
+        }
+        let mut pos = self.peek_pos;
+        for d in 0..seq_diff(k, self.peek_seq) {
+            let j = self.peek_seq + d;
+            // Acquire: as in `poll`.
+            let e = LogEntry::unpack(sh.entry(j).load(Ordering::Acquire));
+            if e.stamp != j & SEQ_MASK || e.units == 0 || e.units > sh.cap_units {
+                return Err("claim log entry behind the write cursor is not a claim");
+            }
+            pos += e.units;
+        }
+        if pos_diff(p, pos) != 0 {
+            return Err("write cursor's position contradicts the claim log");
+        }
+        let e = LogEntry::unpack(sh.entry(k).load(Ordering::Acquire));
+        let stamped = e.stamp == k & SEQ_MASK;
+        if !stamped && e.stamp != k.wrapping_sub(n) & SEQ_MASK {
+            return Err("claim log entry at the write cursor is neither free nor claimed");
+        }
+        if stamped && (e.units == 0 || e.units > sh.cap_units) {
+            return Err("claim at the write cursor has an impossible length");
+        }
+        Ok(())
+    }
+
+    /// Starts a new generation of sequence numbers past anything a producer could
+    /// still hold, so no stale claim can be mistaken for a new one: rewrites the
+    /// claim log, then the read cursor, then the write cursor (producers that see a
+    /// half-done reset retry). Records still held stay valid: their space stays
+    /// behind the published read cursor until they are released, and the read
+    /// cursor then jumps to the new generation. Pending and parked claims are
+    /// forgotten (their producers' commits fail). Returns the new base cursor.
     pub fn reset(&mut self, sh: &Shared<'_>) -> u64 {
         let n = self.state.len() as u64;
         let base_seq = self.peek_seq + 2 * n;
-        // Start after whatever producers had claimed, if the write cursor is sane, so
-        // a writer still finishing an old claim does not scribble on new records soon.
+        // Start after whatever producers had claimed, if the write cursor is sane and
+        // the ring can afford it, so a writer still finishing an old claim does not
+        // scribble on new records soon.
         let w = sh.write.load(Ordering::Acquire);
         let ahead = pos_diff(cursor_pos(w), self.peek_pos);
-        let base_pos = self.peek_pos + if ahead <= sh.cap_units { ahead } else { 0 };
+        let base_pos = self.peek_pos
+            + if self.held_units() + ahead <= sh.cap_units {
+                ahead
+            } else {
+                0
+            };
         for k in base_seq..base_seq + n {
             sh.entry(k)
                 .store(LogEntry::initial(k, n), Ordering::Release);
         }
-        self.state.fill(FREE);
+        debug_assert!(self.can_reset(), "reset while a reset's gap is open");
+        // What is not held any more (released out of order, parked, skipped) is done.
+        for seq in self.read_seq..self.peek_seq {
+            let i = self.idx(seq);
+            if self.state[i] != HELD {
+                self.state[i] = DONE;
+            }
+        }
+        if self.held == 0 {
+            self.state.fill(FREE);
+            self.read_seq = base_seq;
+            self.read_pos = base_pos;
+            self.gap = None;
+        } else {
+            // The old generation ends at the peek cursor (an earlier gap, if any,
+            // is still closed by `advance_read` on the way there).
+            let old_seq = self.peek_seq;
+            let gap = Gap {
+                old_seq,
+                new_seq: base_seq,
+                new_pos: base_pos,
+            };
+            self.gap = Some(gap);
+            self.advance_read();
+        }
         self.peek_seq = base_seq;
-        self.read_seq = base_seq;
         self.peek_pos = base_pos;
-        self.read_pos = base_pos;
         self.publish(sh);
         let base = pack_cursor(base_seq, base_pos);
         sh.write.store(base, Ordering::Release);

@@ -107,6 +107,64 @@ struct FileHandle {
     fd: OwnedFd,
     key: (u64, u64),
     extra: Mutex<Vec<OwnedFd>>,
+    local: LocalRoles,
+}
+
+/// Which roles of a segment this process holds: the producer slots of its own
+/// producers and the consumer role. Record locks cannot tell a process its own
+/// locks, so the process remembers them here, in its private memory, where no peer
+/// can forge them. After `fork` the child holds none of its parent's locks: the
+/// record carries the fork generation it belongs to (see [`crate::sys::forks`],
+/// no system call, so sandboxed producers may detach) and reads as empty after one.
+#[derive(Default)]
+pub(crate) struct LocalRoles {
+    /// 1 + the fork generation this record belongs to (0: never used).
+    generation: std::sync::atomic::AtomicU32,
+    slots: [std::sync::atomic::AtomicU64; 4],
+    consumer: std::sync::atomic::AtomicBool,
+}
+
+impl LocalRoles {
+    fn current(&self) -> bool {
+        use std::sync::atomic::Ordering::*;
+        let me = crate::sys::forks().wrapping_add(1);
+        if self.generation.load(Acquire) == me {
+            return true;
+        }
+        // A fresh record, or one inherited through fork: start empty.
+        for w in &self.slots {
+            w.store(0, Relaxed);
+        }
+        self.consumer.store(false, Relaxed);
+        self.generation.store(me, Release);
+        false
+    }
+    /// Does a producer of this process hold `slot`?
+    pub(crate) fn has_slot(&self, slot: u32) -> bool {
+        self.current()
+            && self.slots[(slot / 64) as usize].load(std::sync::atomic::Ordering::Acquire)
+                & (1 << (slot % 64))
+                != 0
+    }
+    pub(crate) fn set_slot(&self, slot: u32, held: bool) {
+        self.current();
+        let w = &self.slots[(slot / 64) as usize];
+        let bit = 1u64 << (slot % 64);
+        if held {
+            w.fetch_or(bit, std::sync::atomic::Ordering::AcqRel);
+        } else {
+            w.fetch_and(!bit, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
+    /// Is this process the segment's consumer?
+    pub(crate) fn is_consumer(&self) -> bool {
+        self.current() && self.consumer.load(std::sync::atomic::Ordering::Acquire)
+    }
+    pub(crate) fn set_consumer(&self, held: bool) {
+        self.current();
+        self.consumer
+            .store(held, std::sync::atomic::Ordering::Release);
+    }
 }
 
 type FileKey = (u64, u64);
@@ -129,6 +187,7 @@ fn file_handle(fd: OwnedFd, name: &str) -> Result<Arc<FileHandle>> {
         fd,
         key,
         extra: Mutex::new(Vec::new()),
+        local: LocalRoles::default(),
     });
     files.push((key, Arc::downgrade(&h)));
     Ok(h)
@@ -358,9 +417,9 @@ impl Segment {
                 format!("{magic:#x}"),
             ));
         }
-        // SAFETY (all reads below): plain fields of a mapped, aligned struct; a peer
-        // may change them, but we read each once and check the local copy.
-        let version = unsafe { std::ptr::read_volatile(&id.version) };
+        // Each field is read once (Relaxed: the Acquire load of the magic above
+        // orders them after the creator's writes) and only the local copy is checked.
+        let version = id.version.load(Ordering::Relaxed);
         if version != LAYOUT_VERSION {
             return Err(mismatch(
                 "layout version",
@@ -368,7 +427,7 @@ impl Segment {
                 version.to_string(),
             ));
         }
-        let control_size = unsafe { std::ptr::read_volatile(&id.control_size) };
+        let control_size = id.control_size.load(Ordering::Relaxed);
         if control_size as u64 != CONTROL_SIZE {
             return Err(mismatch(
                 "control block size",
@@ -377,11 +436,11 @@ impl Segment {
             ));
         }
         let geo = Geometry::new(
-            unsafe { std::ptr::read_volatile(&id.capacity) },
-            unsafe { std::ptr::read_volatile(&id.max_record) },
-            unsafe { std::ptr::read_volatile(&id.log_entries) },
-            unsafe { std::ptr::read_volatile(&id.max_producers) },
-            unsafe { std::ptr::read_volatile(&id.flags) },
+            id.capacity.load(Ordering::Relaxed),
+            id.max_record.load(Ordering::Relaxed),
+            id.log_entries.load(Ordering::Relaxed),
+            id.max_producers.load(Ordering::Relaxed),
+            id.flags.load(Ordering::Relaxed),
         )
         .map_err(|e| mismatch("geometry", "a valid configuration".into(), e))?;
         if geo.flags & !FLAG_EVENTFD != 0 {
@@ -391,7 +450,7 @@ impl Segment {
                 format!("{:#x}", geo.flags),
             ));
         }
-        let data_offset = unsafe { std::ptr::read_volatile(&id.data_offset) };
+        let data_offset = id.data_offset.load(Ordering::Relaxed);
         if data_offset != geo.data_offset {
             return Err(mismatch(
                 "data offset",
@@ -399,7 +458,7 @@ impl Segment {
                 data_offset.to_string(),
             ));
         }
-        let total = unsafe { std::ptr::read_volatile(&id.total_size) };
+        let total = id.total_size.load(Ordering::Relaxed);
         if total != geo.total_size || file_size != geo.total_size {
             return Err(mismatch(
                 "segment size",
@@ -443,39 +502,57 @@ impl Segment {
     /// Writes a fresh control block, slots and claim log. Only the creator calls
     /// this, before the segment is visible to anyone else; the magic goes last.
     fn init(&self) {
-        self.write_identity();
         let n = self.geo.log_entries as u64;
         for (i, e) in self.log().iter().enumerate() {
             e.store(LogEntry::initial(i as u64, n), Ordering::Relaxed);
         }
-        // Release: everything above is visible to whoever sees the magic.
+        // The magic goes last (Release): everything above is visible to whoever sees it.
+        self.restore_identity();
+    }
+
+    /// Rewrites the identity line (line 0) from our validated geometry: at creation,
+    /// and when the consumer finds a peer changed it. Relaxed stores: the creator
+    /// publishes them with its Release store of the magic; at a repair, a peer that
+    /// attaches concurrently reads each field once and gets either value.
+    pub(crate) fn write_identity(&self) {
+        let g = &self.geo;
+        let id = &self.control().identity.0;
+        id.version.store(LAYOUT_VERSION, Ordering::Relaxed);
+        id.control_size
+            .store(CONTROL_SIZE as u32, Ordering::Relaxed);
+        id.capacity.store(g.capacity, Ordering::Relaxed);
+        id.max_record.store(g.max_record, Ordering::Relaxed);
+        id.log_entries.store(g.log_entries, Ordering::Relaxed);
+        id.max_producers.store(g.max_producers, Ordering::Relaxed);
+        id.flags.store(g.flags, Ordering::Relaxed);
+        id.data_offset.store(g.data_offset, Ordering::Relaxed);
+        id.total_size.store(g.total_size, Ordering::Relaxed);
+    }
+
+    /// Does the identity line still describe our geometry? (Each field loaded once.)
+    pub(crate) fn identity_intact(&self) -> bool {
+        let g = &self.geo;
+        let id = &self.control().identity.0;
+        id.magic.load(Ordering::Relaxed) == MAGIC
+            && id.version.load(Ordering::Relaxed) == LAYOUT_VERSION
+            && id.control_size.load(Ordering::Relaxed) as u64 == CONTROL_SIZE
+            && id.capacity.load(Ordering::Relaxed) == g.capacity
+            && id.max_record.load(Ordering::Relaxed) == g.max_record
+            && id.log_entries.load(Ordering::Relaxed) == g.log_entries
+            && id.max_producers.load(Ordering::Relaxed) == g.max_producers
+            && id.flags.load(Ordering::Relaxed) == g.flags
+            && id.data_offset.load(Ordering::Relaxed) == g.data_offset
+            && id.total_size.load(Ordering::Relaxed) == g.total_size
+    }
+
+    /// Rewrites the identity line, magic last (Release, as at creation).
+    pub(crate) fn restore_identity(&self) {
+        self.write_identity();
         self.control()
             .identity
             .0
             .magic
             .store(MAGIC, Ordering::Release);
-    }
-
-    /// Rewrites the identity line (line 0) from our validated geometry: at creation,
-    /// and when the consumer resets a ring a peer scribbled on.
-    pub(crate) fn write_identity(&self) {
-        let g = &self.geo;
-        let id = &self.control().identity.0;
-        // SAFETY: plain, aligned fields of our own mapping. At creation nobody can
-        // have validated the segment yet; at a reset, peers read these fields only
-        // while attaching (each once, volatile) and get either value.
-        unsafe {
-            let p = id as *const _ as *mut crate::layout::Identity;
-            (*p).version = LAYOUT_VERSION;
-            (*p).control_size = CONTROL_SIZE as u32;
-            (*p).capacity = g.capacity;
-            (*p).max_record = g.max_record;
-            (*p).log_entries = g.log_entries;
-            (*p).max_producers = g.max_producers;
-            (*p).flags = g.flags;
-            (*p).data_offset = g.data_offset;
-            (*p).total_size = g.total_size;
-        }
     }
 
     /// Keep a named segment after this `Segment` is dropped.
@@ -573,6 +650,11 @@ impl Segment {
 
     pub(crate) fn lock_fd(&self) -> BorrowedFd<'_> {
         self.file.fd.as_fd()
+    }
+
+    /// The roles this process holds in this segment (see [`LocalRoles`]).
+    pub(crate) fn local(&self) -> &LocalRoles {
+        &self.file.local
     }
 }
 

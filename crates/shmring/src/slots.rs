@@ -7,7 +7,9 @@
 //! (or was scribbled), and [`reap`] frees it once no claim of that slot is
 //! outstanding, so a dead producer's claim is always attributed to a dead owner.
 //! Record locks cannot arbitrate between producers of one process; a process-wide
-//! mutex does that.
+//! mutex does that, and the process remembers the roles it holds in private memory
+//! ([`crate::segment::LocalRoles`]), never in the segment, where a peer could
+//! forge them.
 
 use std::sync::Mutex;
 
@@ -29,7 +31,7 @@ fn attach_guard() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Takes a free slot for a producer of this process.
-pub(crate) fn acquire(seg: &Segment, token: u64) -> Result<u32> {
+pub(crate) fn acquire(seg: &Segment) -> Result<u32> {
     let _g = attach_guard();
     for pass in 0..2 {
         for i in 0..seg.geometry().max_producers {
@@ -51,7 +53,8 @@ pub(crate) fn acquire(seg: &Segment, token: u64) -> Result<u32> {
                 lock::unlock(seg.lock_fd(), slot_byte(i));
                 continue;
             }
-            s.owner_token.store(token, Ordering::Relaxed);
+            seg.local().set_slot(i, true);
+            s.open_claim.store(0, Ordering::Relaxed);
             s.space_waiting.store(0, Ordering::Relaxed);
             s.generation.fetch_add(1, Ordering::Relaxed);
             s.counters.attaches.fetch_add(1, Ordering::Relaxed);
@@ -59,7 +62,7 @@ pub(crate) fn acquire(seg: &Segment, token: u64) -> Result<u32> {
             s.state.store(SLOT_ACTIVE, Ordering::Release);
             return Ok(i);
         }
-        if pass == 0 && reap_locked(seg, token) == 0 {
+        if pass == 0 && reap_locked(seg) == 0 {
             break;
         }
     }
@@ -73,7 +76,8 @@ pub(crate) fn acquire(seg: &Segment, token: u64) -> Result<u32> {
 pub(crate) fn release(seg: &Segment, slot: u32) {
     let _g = attach_guard();
     let s = seg.slot(slot);
-    s.owner_token.store(0, Ordering::Relaxed);
+    s.open_claim.store(0, Ordering::Relaxed);
+    seg.local().set_slot(slot, false);
     // Release: our counters are visible to the next owner. FREE before unlock, so
     // nobody can see this slot non-FREE and unlocked while we are alive.
     s.state.store(SLOT_FREE, Ordering::Release);
@@ -81,22 +85,27 @@ pub(crate) fn release(seg: &Segment, slot: u32) {
 }
 
 /// Is the producer that owns `slot` alive? Used for a slot that owns a pending claim.
-pub(crate) fn is_alive(seg: &Segment, slot: u32, my_token: u64) -> bool {
-    let s = seg.slot(slot);
-    if s.owner_token.load(Ordering::Acquire) == my_token {
-        return true; // a producer of this very process
+/// A kernel-held fact: our own process's record (private memory) or the slot's lock.
+pub(crate) fn is_alive(seg: &Segment, slot: u32) -> bool {
+    seg.local().has_slot(slot) || lock::held_by_other(seg.lock_fd(), slot_byte(slot))
+}
+
+/// The pid holding `slot`'s lock, as the kernel reports it (0: unknown or none).
+pub(crate) fn holder_pid(seg: &Segment, slot: u32) -> u32 {
+    if seg.local().has_slot(slot) {
+        return rustix::process::getpid().as_raw_nonzero().get() as u32;
     }
-    lock::held_by_other(seg.lock_fd(), slot_byte(slot))
+    lock::holder_pid(seg.lock_fd(), slot_byte(slot)).unwrap_or(0)
 }
 
 /// Frees the slots of dead producers that have no outstanding claim, and takes
 /// back their share of the space futex's waiting count. Returns how many.
-pub(crate) fn reap(seg: &Segment, my_token: u64) -> u32 {
+pub(crate) fn reap(seg: &Segment) -> u32 {
     let _g = attach_guard();
-    reap_locked(seg, my_token)
+    reap_locked(seg)
 }
 
-fn reap_locked(seg: &Segment, my_token: u64) -> u32 {
+fn reap_locked(seg: &Segment) -> u32 {
     let sh = seg.shared();
     let n = seg.geometry().log_entries as u64;
     let read = cursor_seq(sh.read.load(Ordering::Acquire));
@@ -106,7 +115,7 @@ fn reap_locked(seg: &Segment, my_token: u64) -> u32 {
     for i in 0..seg.geometry().max_producers {
         let s = seg.slot(i);
         let state = s.state.load(Ordering::Acquire);
-        if state == SLOT_FREE || is_alive(seg, i, my_token) {
+        if state == SLOT_FREE || is_alive(seg, i) {
             continue;
         }
         let outstanding = (0..=span).any(|d| {
@@ -141,12 +150,10 @@ pub(crate) const CONSUMER_NONE: u32 = 0;
 pub(crate) const CONSUMER_ATTACHED: u32 = 1;
 
 /// Becomes the ring's consumer, taking over from a dead one.
-pub(crate) fn take_consumer(seg: &Segment, token: u64) -> Result<()> {
+pub(crate) fn take_consumer(seg: &Segment) -> Result<()> {
     let _g = attach_guard();
     let role = &seg.control().consumer.0;
-    if role.state.load(Ordering::Acquire) == CONSUMER_ATTACHED
-        && role.token.load(Ordering::Acquire) == token
-    {
+    if seg.local().is_consumer() {
         return Err(Error::ConsumerBusy(seg.label()));
     }
     match lock::try_lock(seg.lock_fd(), LOCK_BASE) {
@@ -157,7 +164,7 @@ pub(crate) fn take_consumer(seg: &Segment, token: u64) -> Result<()> {
     // predecessor killed while asleep left its mark, which would make producers
     // send a wake-up with every commit from now on.
     seg.control().data.0.waiting.store(0, Ordering::Relaxed);
-    role.token.store(token, Ordering::Release);
+    seg.local().set_consumer(true);
     role.state.store(CONSUMER_ATTACHED, Ordering::Release);
     Ok(())
 }
@@ -166,17 +173,14 @@ pub(crate) fn drop_consumer(seg: &Segment) {
     let _g = attach_guard();
     let role = &seg.control().consumer.0;
     role.state.store(CONSUMER_NONE, Ordering::Release);
-    role.token.store(0, Ordering::Release);
+    seg.local().set_consumer(false);
     lock::unlock(seg.lock_fd(), LOCK_BASE);
 }
 
-/// Is a consumer attached and alive?
-pub(crate) fn consumer_alive(seg: &Segment, my_token: u64) -> bool {
-    let role = &seg.control().consumer.0;
-    if role.state.load(Ordering::Acquire) != CONSUMER_ATTACHED {
-        return false;
-    }
-    role.token.load(Ordering::Acquire) == my_token || lock::held_by_other(seg.lock_fd(), LOCK_BASE)
+/// Is a consumer attached and alive? Its lock (or our own record) says; the role
+/// word in the segment is not consulted, since a peer could write it.
+pub(crate) fn consumer_alive(seg: &Segment) -> bool {
+    seg.local().is_consumer() || lock::held_by_other(seg.lock_fd(), LOCK_BASE)
 }
 
 /// Number of slots in use (including dead ones not reaped yet).

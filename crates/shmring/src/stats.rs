@@ -46,12 +46,36 @@ pub struct Stats {
     pub producers: u32,
     /// A consumer is attached and alive (its lock is held).
     pub consumer_attached: bool,
+    /// Claims the consumer overtook because they stayed pending past its limit.
+    pub stalled_claims: u64,
+    /// Claims the consumer found forged (naming a live producer that did not make
+    /// them) and skipped; also counted in `corruption`.
+    pub forged_claims: u64,
+    /// Shared fields a peer changed that the consumer rewrote without a reset
+    /// (identity line, its published cursors, its role); also counted in
+    /// `corruption`.
+    pub repairs: u64,
+    /// The oldest claim still pending, as the consumer last saw it.
+    pub oldest_pending: Option<PendingClaim>,
+}
+
+/// A claim that is still pending (its producer has not committed or aborted it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PendingClaim {
+    /// How long it has been pending, in nanoseconds.
+    pub age_ns: u64,
+    /// The producer slot it names.
+    pub slot: u32,
+    /// The pid holding that slot, as the kernel told the consumer (0: unknown,
+    /// e.g. a producer in another pid namespace).
+    pub pid: u32,
 }
 
 impl Stats {
     pub(crate) fn read(seg: &Segment) -> Stats {
         let c = seg.control();
         let cc = &c.counters.0;
+        let h = &c.health.0;
         let mut s = Stats {
             capacity: seg.geometry().capacity,
             records_consumed: cc.records_consumed.load(Ordering::Relaxed),
@@ -65,7 +89,18 @@ impl Stats {
             resets: cc.resets.load(Ordering::Relaxed),
             reaped_slots: cc.reaped_slots.load(Ordering::Relaxed),
             producers: slots::active_count(seg),
-            consumer_attached: slots::consumer_alive(seg, crate::sys::process_token()),
+            consumer_attached: slots::consumer_alive(seg),
+            stalled_claims: h.stalled_claims.load(Ordering::Relaxed),
+            forged_claims: h.forged_claims.load(Ordering::Relaxed),
+            repairs: h.repairs.load(Ordering::Relaxed),
+            oldest_pending: match h.oldest_pending_since_ns.load(Ordering::Relaxed) {
+                0 => None,
+                since => Some(PendingClaim {
+                    age_ns: crate::sys::now_ns().saturating_sub(since),
+                    slot: h.oldest_pending_slot.load(Ordering::Relaxed),
+                    pid: h.oldest_pending_pid.load(Ordering::Relaxed),
+                }),
+            },
             ..Default::default()
         };
         for i in 0..seg.geometry().max_producers {

@@ -173,10 +173,14 @@ fn config() -> Config {
     }
 }
 
+/// The application resets by hand here (these tests watch every corruption
+/// report); `tests/recovery.rs` covers the consumer that resets by itself.
 fn options() -> ConsumerOptions {
     ConsumerOptions {
         liveness_interval: Duration::from_millis(1),
         spin: 0,
+        auto_reset: false,
+        ..Default::default()
     }
 }
 
@@ -279,7 +283,7 @@ fn upfront_scribbles_never_break_the_consumer() {
         let _ = p.send(&[9; 64], Meta::new(1, 1));
         drop((p, other));
         drain(&consumer, &peer, 200, &mut seen);
-        consumer.reset();
+        consumer.reset().unwrap();
     }
     honest_flow(&seg, &consumer, 1000);
     // The vandalism was noticed, and did not only produce errors.
@@ -345,7 +349,7 @@ fn concurrent_scribbles_never_break_the_consumer() {
         if (seen.corrupt, seen.saturated) != before
             || last_reset.elapsed() > Duration::from_millis(20)
         {
-            consumer.reset();
+            consumer.reset().unwrap();
             resets += 1;
             last_reset = Instant::now();
         }
@@ -353,7 +357,7 @@ fn concurrent_scribbles_never_break_the_consumer() {
     vandal.join().unwrap();
     let (sent, errors) = honest.join().unwrap();
     eprintln!("sent {sent}, producer errors {errors}, consumer {seen:?}, resets {resets}");
-    consumer.reset();
+    consumer.reset().unwrap();
     honest_flow(&seg, &consumer, 7);
     assert!(
         sent > 0 && seen.frames > 0 && seen.corrupt > 0 && resets > 0,
@@ -372,7 +376,12 @@ fn identity_scribbles_fail_attach_naming_the_field() {
     let cases: &[(u64, u32, u64, &str)] = &[
         (0, 8, u64::from_le_bytes(*b"SHMRING0"), "magic"),
         (0, 8, 0, "magic"),
-        (8, 4, 2, "layout version"),
+        (
+            8,
+            4,
+            shmring::layout::LAYOUT_VERSION as u64 + 1,
+            "layout version",
+        ),
         (12, 4, 8192, "control block size"),
         (16, 8, g.capacity + 64, "geometry"),
         (16, 8, 1 << 40, "geometry"),
@@ -464,7 +473,13 @@ fn stats_survive_hostile_counters() {
 fn next_timeout_returns_during_a_flood_of_aborted_claims() {
     let seg = Segment::create_memfd("hostile-flood", &config()).unwrap();
     let peer = Peer::new(&seg);
-    let consumer = Consumer::with_options(seg.clone(), options()).unwrap();
+    // Entries stamped ahead of a write cursor that never moves are corruption too:
+    // the consumer resets by itself, the flood goes on, and the call still returns.
+    let opts = ConsumerOptions {
+        auto_reset: true,
+        ..options()
+    };
+    let consumer = Consumer::with_options(seg.clone(), opts).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let flood = {
         let stop = stop.clone();
@@ -514,6 +529,6 @@ fn reset_recovers_a_scribbled_slot_table() {
         // Every slot ATTACHING (1): what producers killed mid-attach leave behind.
         peer.put_u64(peer.geo.slots_offset + i * 128, 1);
     }
-    consumer.reset();
+    consumer.reset().unwrap();
     honest_flow(&seg, &consumer, 0);
 }

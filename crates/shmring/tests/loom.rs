@@ -12,13 +12,15 @@ mod model {
 
     use loom::sync::Arc;
     use shmring::layout::{ClaimState, LogEntry};
-    use shmring::protocol::{ClaimError, ConsumerCursor, Poll, Shared};
+    use shmring::protocol::{is_forged, ClaimError, ConsumerCursor, Poll, Shared};
     use shmring::sync::AtomicU64;
 
     struct Ring {
         write: AtomicU64,
         read: AtomicU64,
         log: Vec<AtomicU64>,
+        /// Each slot's `open_claim` word.
+        open: Vec<AtomicU64>,
         cap_units: u64,
     }
 
@@ -30,6 +32,7 @@ mod model {
                 log: (0..n)
                     .map(|i| AtomicU64::new(LogEntry::initial(i, n)))
                     .collect(),
+                open: (0..4).map(|_| AtomicU64::new(0)).collect(),
                 cap_units,
             }
         }
@@ -74,13 +77,17 @@ mod model {
                     let sh = ring.shared();
                     let mut got = Vec::new();
                     for _ in 0..if slot == 0 { 1 } else { 2 } {
-                        match sh.try_claim(2, slot) {
+                        match sh.try_claim(2, slot, &ring.open[slot as usize]) {
                             Ok(c) => {
                                 assert_eq!(c.total, 2);
                                 if c.seq >= 2 {
                                     REUSED.fetch_add(1, Relaxed);
                                 }
-                                assert!(sh.finish(&c, ClaimState::Committed));
+                                assert!(sh.finish(
+                                    &c,
+                                    ClaimState::Committed,
+                                    &ring.open[slot as usize]
+                                ));
                                 got.push((c.seq, c.pos));
                             }
                             Err(ClaimError::Broken) => panic!("broken"),
@@ -165,21 +172,26 @@ mod model {
             let ring = Arc::new(Ring::new(4, 8));
             let sh = ring.shared();
             // Claim 0 by slot 2, which the consumer is about to judge dead.
-            let c0 = sh.try_claim(2, 2).expect("empty ring");
+            let c0 = sh.try_claim(2, 2, &ring.open[2]).expect("empty ring");
             let mut cur = ConsumerCursor::new(4, 0);
             let Poll::Pending { slot: 2, value } = cur.poll(&sh) else {
                 panic!("claim 0 should be pending")
             };
             let owner = {
                 let ring = ring.clone();
-                loom::thread::spawn(move || ring.shared().finish(&c0, ClaimState::Committed))
+                loom::thread::spawn(move || {
+                    ring.shared()
+                        .finish(&c0, ClaimState::Committed, &ring.open[2])
+                })
             };
             let aborter = {
                 let ring = ring.clone();
                 loom::thread::spawn(move || {
                     let sh = ring.shared();
-                    let c = sh.try_claim(2, 0).expect("room for three claims");
-                    assert!(sh.finish(&c, ClaimState::Aborted));
+                    let c = sh
+                        .try_claim(2, 0, &ring.open[0])
+                        .expect("room for three claims");
+                    assert!(sh.finish(&c, ClaimState::Aborted, &ring.open[0]));
                     c.seq
                 })
             };
@@ -187,8 +199,10 @@ mod model {
                 let ring = ring.clone();
                 loom::thread::spawn(move || {
                     let sh = ring.shared();
-                    let c = sh.try_claim(2, 1).expect("room for three claims");
-                    assert!(sh.finish(&c, ClaimState::Committed));
+                    let c = sh
+                        .try_claim(2, 1, &ring.open[1])
+                        .expect("room for three claims");
+                    assert!(sh.finish(&c, ClaimState::Committed, &ring.open[1]));
                     c.seq
                 })
             };
@@ -245,5 +259,72 @@ mod model {
         });
         assert!(OWNER_WON.load(Relaxed) > 0, "the owner never won");
         assert!(CONSUMER_WON.load(Relaxed) > 0, "the consumer never won");
+    }
+
+    /// A producer claims, then commits or aborts, twice, while the consumer keeps
+    /// checking the claim at its peek cursor for forgery, as it does for a pending
+    /// claim of a live producer. In no interleaving is an honest claim judged
+    /// forged: the owner's `open_claim` word holds the entry value from before the
+    /// claim's CAS until after its finishing CAS.
+    #[test]
+    fn an_honest_claim_is_never_judged_forged() {
+        static CHECKED: AtomicUsize = AtomicUsize::new(0);
+        builder().check(|| {
+            let ring = Arc::new(Ring::new(2, 8));
+            let producer = {
+                let ring = ring.clone();
+                loom::thread::spawn(move || {
+                    let sh = ring.shared();
+                    for (i, state) in [ClaimState::Committed, ClaimState::Aborted]
+                        .into_iter()
+                        .enumerate()
+                    {
+                        let c = sh.try_claim(2, 1, &ring.open[1]).expect("room");
+                        assert_eq!(c.seq, i as u64);
+                        assert!(sh.finish(&c, state, &ring.open[1]));
+                    }
+                })
+            };
+            let sh = ring.shared();
+            let mut cur = ConsumerCursor::new(2, 0);
+            let mut done = 0;
+            for _ in 0..4 {
+                match cur.poll(&sh) {
+                    Poll::Pending { slot, value } => {
+                        assert_eq!(slot, 1);
+                        let seq = cur.peek_seq;
+                        assert!(
+                            !is_forged(&sh, seq, value, &ring.open[1]),
+                            "honest claim {seq} judged forged"
+                        );
+                        CHECKED.fetch_add(1, Relaxed);
+                    }
+                    Poll::Record { seq, .. } => {
+                        cur.release(seq).unwrap();
+                        cur.publish(&sh);
+                        done += 1;
+                    }
+                    Poll::Skipped { .. } => done += 1,
+                    Poll::Empty => {}
+                    other => panic!("{other:?}"),
+                }
+                loom::thread::yield_now();
+            }
+            producer.join().unwrap();
+            while done < 2 {
+                match cur.poll(&sh) {
+                    Poll::Record { seq, .. } => {
+                        cur.release(seq).unwrap();
+                        done += 1;
+                    }
+                    Poll::Skipped { .. } => done += 1,
+                    other => panic!("{other:?}"),
+                }
+            }
+        });
+        assert!(
+            CHECKED.load(Relaxed) > 0,
+            "no pending claim was ever checked"
+        );
     }
 }

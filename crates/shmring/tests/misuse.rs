@@ -178,9 +178,13 @@ fn segment_of_another_layout_is_a_layout_mismatch() {
     assert!(e.to_string().contains("layout version"), "{e}");
     assert_eq!(
         mismatch_field(e),
-        ("layout version", "1".into(), "99".into())
+        (
+            "layout version",
+            shmring::layout::LAYOUT_VERSION.to_string(),
+            "99".into()
+        )
     );
-    scribble(&name, 8, &1u32.to_le_bytes());
+    scribble(&name, 8, &shmring::layout::LAYOUT_VERSION.to_le_bytes());
 
     scribble(&name, 0, b"SHMRING0");
     let (field, _, found) = mismatch_field(open());

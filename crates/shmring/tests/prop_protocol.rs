@@ -110,6 +110,8 @@ struct Ring {
     write: AtomicU64,
     read: AtomicU64,
     log: Vec<AtomicU64>,
+    /// Each slot's `open_claim` word.
+    open: Vec<AtomicU64>,
     /// Each unit of the data ring holds the tag of the record written there.
     data: Vec<u64>,
 }
@@ -147,6 +149,7 @@ impl Ring {
             write: AtomicU64::new(c),
             read: AtomicU64::new(c),
             log,
+            open: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
             data: vec![0; CAP as usize],
         }
     }
@@ -302,7 +305,7 @@ fn publish(m: &mut Model, ring: &Ring, cur: &ConsumerCursor) {
 
 fn claim(m: &mut Model, ring: &Ring, s: usize, units: u64) {
     let sh = ring.shared();
-    let got = sh.try_claim(units, s as u32);
+    let got = sh.try_claim(units, s as u32, &ring.open[s]);
     // What the model expects, from the published read cursor only.
     let in_flight = m.claims.len() - m.published;
     let used = m.wpos - m.published_pos;
@@ -363,7 +366,7 @@ fn finish(m: &mut Model, ring: &mut Ring, s: usize, state: ClaimState) {
             ring.data[u as usize] = i as u64 + 1;
         }
     }
-    let ok = ring.shared().finish(&c, state);
+    let ok = ring.shared().finish(&c, state, &ring.open[s]);
     if m.claims[i].dead {
         // A zombie finishing a claim: it wins unless the consumer abandoned it.
         assert_eq!(ok, !abandoned, "zombie finish of claim {i}");

@@ -55,3 +55,15 @@ pub fn held_by_other(fd: BorrowedFd<'_>, byte: i64) -> bool {
     let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETLK, &mut fl) };
     r != 0 || fl.l_type != libc::F_UNLCK as libc::c_short
 }
+
+/// The pid of the process holding the lock on `byte`, as the kernel reports it to
+/// us: `None` when nobody holds it, and 0 for a holder in another pid namespace.
+pub fn holder_pid(fd: BorrowedFd<'_>, byte: i64) -> Option<u32> {
+    let mut fl = flock(libc::F_WRLCK as libc::c_short, byte);
+    // SAFETY: as in `held_by_other`.
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETLK, &mut fl) };
+    if r != 0 || fl.l_type == libc::F_UNLCK as libc::c_short {
+        return None;
+    }
+    Some(fl.l_pid.max(0) as u32)
+}

@@ -5,34 +5,28 @@ pub mod futex;
 pub mod lock;
 pub mod sigbus;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 /// Nanoseconds of `CLOCK_MONOTONIC`: the clock record timestamps use by default.
 pub fn now_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
-static TOKEN: AtomicU64 = AtomicU64::new(0);
-static TOKEN_PID: AtomicU64 = AtomicU64::new(0);
+static FORKS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-/// A random number naming this process in slot and consumer records, renewed after
-/// `fork`. Record locks are per process, so a process cannot see its own locks with
-/// `F_GETLK`; it recognises its own slots by this token instead.
-pub fn process_token() -> u64 {
-    let pid = rustix::process::getpid().as_raw_nonzero().get() as u64;
-    if TOKEN_PID.load(Ordering::Acquire) == pid {
-        let t = TOKEN.load(Ordering::Acquire);
-        if t != 0 {
-            return t;
-        }
-    }
-    let mut buf = [0u8; 8];
-    let t = match rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty()) {
-        Ok(8) => u64::from_le_bytes(buf) | 1,
-        _ => (pid << 32) ^ now_ns() | 1,
-    };
-    TOKEN.store(t, Ordering::Release);
-    TOKEN_PID.store(pid, Ordering::Release);
-    t
+extern "C" fn after_fork_in_child() {
+    FORKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// How many times this process's ancestry forked into it: 0 in the process that
+/// first called this, bumped in a child by a `pthread_atfork` handler. Lets a
+/// process tell its own records from ones inherited through `fork` without a
+/// system call (after the first call, which registers the handler).
+pub fn forks() -> u32 {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a handler that only does an atomic add, which is
+        // async-signal-safe, as a handler run in a forked child must be.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    });
+    FORKS.load(std::sync::atomic::Ordering::Relaxed)
 }
