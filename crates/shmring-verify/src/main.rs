@@ -4,6 +4,7 @@
 //!
 //! * `killstorm`: SIGKILL random producer processes at random moments.
 //! * `scribble`: a live process writes random bytes over the ring.
+//! * `forgeries`: one forgery per class of shared state; records must flow again.
 //! * `consumer-crash`: SIGKILL the consumer process while producers run.
 //! * `soak`: media-rate traffic for a long time; memory must stay flat.
 //! * `sigbus`: seals of memfd segments; truncation of named segments.
@@ -12,6 +13,7 @@
 mod child;
 mod common;
 mod crash;
+mod forgery;
 mod killstorm;
 mod perms;
 mod scribble;
@@ -33,6 +35,8 @@ enum Cmd {
     Killstorm(killstorm::Args),
     /// A process scribbles random bytes over a live ring; the consumer must survive.
     Scribble(scribble::Args),
+    /// One forgery per class of shared state; honest records must flow again.
+    Forgeries(forgery::Args),
     /// SIGKILL the consumer process while producers run; a new one takes over.
     ConsumerCrash(crash::Args),
     /// Media-rate traffic for a long time: memory flat, every record accounted for.
@@ -83,6 +87,7 @@ fn main() {
     let code = match cli.cmd {
         Cmd::Killstorm(a) => killstorm::run(a),
         Cmd::Scribble(a) => scribble::run(a),
+        Cmd::Forgeries(a) => forgery::run(a),
         Cmd::ConsumerCrash(a) => crash::run(a),
         Cmd::Soak(a) => soak::run(a),
         Cmd::Sigbus(a) => sigbus::run(a),

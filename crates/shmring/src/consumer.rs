@@ -410,8 +410,6 @@ impl Consumer {
                 };
                 let room = (rec_units - 1) * UNIT;
                 if h.len > room || h.seq != seq & SEQ_MASK {
-                    // One bad record, in a ring whose claims still add up: skip it
-                    // (counted), no reset, so the records after it are not lost.
                     let _ = cur.release(seq);
                     cur.publish(&sh);
                     let what = if h.len > room {
@@ -419,6 +417,14 @@ impl Consumer {
                     } else {
                         "record header does not belong to its claim"
                     };
+                    // A header where no honest producer put it: either the record
+                    // was scribbled, or producers write where we do not read (a
+                    // shifted write cursor). The audit tells; the latter resets.
+                    if let Err(ring) = cur.audit_write_cursor(&sh) {
+                        return self.corrupt(cur, seq, ring);
+                    }
+                    // One bad record in a ring whose claims still add up: skip it
+                    // (counted), no reset, so the records after it are not lost.
                     bump(&counters.corruption, 1);
                     let mut health = self.health.get();
                     health.last_corruption = Some(what);
