@@ -53,7 +53,7 @@ const CONTROL: usize = 0;
 
 impl Peer {
     fn word(&self, off: usize) -> &AtomicU64 {
-        assert!(off % 8 == 0 && off + 8 <= self.geo.total_size as usize);
+        assert!(off.is_multiple_of(8) && off + 8 <= self.geo.total_size as usize);
         // SAFETY: aligned and inside the mapping, which outlives every use here;
         // writing shared memory like any peer may is the point.
         unsafe { &*((self.base + off) as *const AtomicU64) }
