@@ -97,3 +97,223 @@ impl Stats {
         s
     }
 }
+
+/// What a [`Field`] measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldKind {
+    /// Only ever grows (while the ring lives); rates are differences of two snapshots.
+    Counter,
+    /// A level that goes up and down (occupancy, producers attached).
+    Gauge,
+    /// A yes/no state, as 0 or 1.
+    Flag,
+}
+
+/// One counter or gauge of a [`Stats`] snapshot, with its name and meaning: the one
+/// list every report (JSON, Prometheus, `shmring top`) is derived from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Field {
+    /// The field's name in [`Stats`], e.g. `records_committed`.
+    pub name: &'static str,
+    /// Counter, gauge or flag.
+    pub kind: FieldKind,
+    /// One line saying what it counts.
+    pub help: &'static str,
+    /// Its value in the snapshot (a flag is 0 or 1).
+    pub value: u64,
+}
+
+impl Stats {
+    /// Every field of the snapshot, in a fixed order, with its kind and meaning.
+    ///
+    /// ```
+    /// use shmring::{Config, FieldKind, Segment};
+    /// let seg = Segment::create_memfd("fields", &Config::with_capacity(1 << 20)).unwrap();
+    /// let s = seg.stats();
+    /// let cap = s.fields().find(|f| f.name == "capacity").unwrap();
+    /// assert_eq!((cap.kind, cap.value), (FieldKind::Gauge, 1 << 20));
+    /// ```
+    pub fn fields(&self) -> impl Iterator<Item = Field> {
+        use FieldKind::{Counter, Flag, Gauge};
+        let f = |name, kind, help, value| Field {
+            name,
+            kind,
+            help,
+            value,
+        };
+        [
+            f("capacity", Gauge, "Data ring size in bytes.", self.capacity),
+            f(
+                "records_committed",
+                Counter,
+                "Records producers committed.",
+                self.records_committed,
+            ),
+            f(
+                "bytes_committed",
+                Counter,
+                "Payload bytes producers committed.",
+                self.bytes_committed,
+            ),
+            f(
+                "records_aborted",
+                Counter,
+                "Reservations dropped without commit.",
+                self.records_aborted,
+            ),
+            f(
+                "drops_full",
+                Counter,
+                "Records producers could not write because the ring was full.",
+                self.drops_full,
+            ),
+            f(
+                "producer_waits",
+                Counter,
+                "Times producers slept waiting for space.",
+                self.producer_waits,
+            ),
+            f(
+                "producer_wakes",
+                Counter,
+                "Wake-ups producers sent to the consumer.",
+                self.producer_wakes,
+            ),
+            f(
+                "records_consumed",
+                Counter,
+                "Records handed out to the consumer.",
+                self.records_consumed,
+            ),
+            f(
+                "bytes_consumed",
+                Counter,
+                "Payload bytes handed out to the consumer.",
+                self.bytes_consumed,
+            ),
+            f(
+                "abandoned",
+                Counter,
+                "Claims of dead producers the consumer skipped.",
+                self.abandoned,
+            ),
+            f(
+                "skipped_aborted",
+                Counter,
+                "Aborted claims the consumer skipped.",
+                self.skipped_aborted,
+            ),
+            f(
+                "corruption",
+                Counter,
+                "Corruption events the consumer detected.",
+                self.corruption,
+            ),
+            f(
+                "consumer_waits",
+                Counter,
+                "Times the consumer slept waiting for data.",
+                self.consumer_waits,
+            ),
+            f(
+                "consumer_wakes",
+                Counter,
+                "Wake-ups the consumer sent to producers.",
+                self.consumer_wakes,
+            ),
+            f(
+                "peak_occupancy",
+                Gauge,
+                "Highest occupancy the consumer observed, in bytes.",
+                self.peak_occupancy,
+            ),
+            f(
+                "occupancy",
+                Gauge,
+                "Bytes between the read and write cursors now.",
+                self.occupancy,
+            ),
+            f(
+                "records_in_flight",
+                Gauge,
+                "Records between the read and write cursors now.",
+                self.records_in_flight,
+            ),
+            f(
+                "resets",
+                Counter,
+                "Times the consumer reset the ring after corruption.",
+                self.resets,
+            ),
+            f(
+                "reaped_slots",
+                Counter,
+                "Producer slots of dead producers freed.",
+                self.reaped_slots,
+            ),
+            f(
+                "producers",
+                Gauge,
+                "Producer slots in use (including dead ones not reaped yet).",
+                self.producers as u64,
+            ),
+            f(
+                "consumer_attached",
+                Flag,
+                "A consumer is attached and alive (its lock is held).",
+                self.consumer_attached as u64,
+            ),
+        ]
+        .into_iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_name_every_counter_once_with_its_value() {
+        let s = Stats {
+            capacity: 21,
+            records_committed: 2,
+            bytes_committed: 3,
+            records_aborted: 4,
+            drops_full: 5,
+            producer_waits: 6,
+            producer_wakes: 7,
+            records_consumed: 8,
+            bytes_consumed: 9,
+            abandoned: 10,
+            skipped_aborted: 11,
+            corruption: 12,
+            consumer_waits: 13,
+            consumer_wakes: 14,
+            peak_occupancy: 15,
+            occupancy: 16,
+            records_in_flight: 17,
+            resets: 18,
+            reaped_slots: 19,
+            producers: 20,
+            consumer_attached: true,
+        };
+        let got: Vec<(&str, u64)> = s.fields().map(|f| (f.name, f.value)).collect();
+        // Every field of the struct appears, each with its own value (1..=21 above),
+        // so a field added to Stats but not to fields() fails here.
+        let mut values: Vec<u64> = got.iter().map(|g| g.1).collect();
+        values.sort_unstable();
+        assert_eq!(values, (1..=21).collect::<Vec<_>>());
+        assert_eq!(
+            format!("{s:?}").matches(": ").count(),
+            got.len(),
+            "Stats has fields that fields() does not list"
+        );
+        let mut names: Vec<&str> = got.iter().map(|g| g.0).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), got.len());
+        for (name, _) in &got {
+            assert!(format!("{s:?}").contains(&format!("{name}: ")), "{name}");
+        }
+    }
+}
