@@ -466,10 +466,10 @@ fn unknown_ring_is_named() {
 fn ring_of_another_layout_is_refused() {
     let ring = Ring::new("foreign");
     std::fs::write(ring.path(), vec![0x5au8; 1 << 20]).unwrap();
-    assert_fails(&run(&["stat", &ring.0]), &[&ring.0, "mismatch"]);
+    assert_fails(&run(&["stat", &ring.0]), &[&ring.0, "not a shmring ring (bad magic"]);
     assert_fails(
         &run(&["produce", "--ring", &ring.0, "--seconds", "1"]),
-        &[&ring.0, "mismatch"],
+        &[&ring.0, "not a shmring ring"],
     );
     // A real ring whose layout version is not ours.
     let other = Ring::new("version");

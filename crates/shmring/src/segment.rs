@@ -316,7 +316,7 @@ impl Segment {
             return Err(Error::LayoutMismatch {
                 segment: name.into(),
                 field: "file size",
-                expected: format!(">= {CONTROL_SIZE}"),
+                expected: CONTROL_SIZE.to_string(),
                 found: size.to_string(),
             });
         }
@@ -332,8 +332,8 @@ impl Segment {
                 return Err(Error::LayoutMismatch {
                     segment: name.into(),
                     field: "file size",
-                    expected: format!(">= {CONTROL_SIZE}"),
-                    found: "truncated while attaching".into(),
+                    expected: CONTROL_SIZE.to_string(),
+                    found: "the file was truncated while attaching".into(),
                 });
             }
             geo?
@@ -400,11 +400,26 @@ impl Segment {
             ));
         }
         let total = unsafe { std::ptr::read_volatile(&id.total_size) };
-        if total != geo.total_size || file_size != geo.total_size {
+        if total != geo.total_size {
             return Err(mismatch(
                 "segment size",
                 geo.total_size.to_string(),
-                format!("{total} in header, {file_size} on file"),
+                format!(
+                    "the header is inconsistent: its geometry makes a segment of {} bytes, \
+                     its size field says {total}",
+                    geo.total_size
+                ),
+            ));
+        }
+        if file_size != geo.total_size {
+            return Err(mismatch(
+                "segment size",
+                geo.total_size.to_string(),
+                format!(
+                    "the file is {file_size} bytes but its header describes a ring of {} bytes \
+                     (truncated or resized by another program, or not a finished ring)",
+                    geo.total_size
+                ),
             ));
         }
         Ok(geo)
