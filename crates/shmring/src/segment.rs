@@ -238,6 +238,18 @@ impl Segment {
         Ok(Arc::new(seg))
     }
 
+    /// Removes the named segment `/dev/shm/NAME` (the name is checked as by
+    /// [`Segment::open_named`]). Processes that have it mapped keep their mapping;
+    /// nobody can open it by name any more. Whether the ring is still in use is the
+    /// caller's question (see [`Segment::consumer_alive`]).
+    pub fn unlink_named(name: &str) -> Result<()> {
+        let path = shm_name(name)?;
+        rustix::shm::unlink(path.as_str()).map_err(|e| match e {
+            rustix::io::Errno::NOENT => Error::NotFound(path.as_str().into()),
+            e => os("shm_unlink", &path, e),
+        })
+    }
+
     /// Opens an existing named segment.
     pub fn open_named(name: &str) -> Result<Arc<Segment>> {
         let path = shm_name(name)?;
@@ -534,6 +546,13 @@ impl Segment {
     /// The error for a truncated segment (see [`Segment::truncated`]).
     pub(crate) fn truncated_error(&self) -> Error {
         Error::Truncated(self.label())
+    }
+
+    /// Is a consumer attached and alive (in any process)? One `fcntl` call; a
+    /// producer asks before counting a record as delivered, and `shmring rm` before
+    /// removing a ring. A ring whose creator died has no live consumer.
+    pub fn consumer_alive(&self) -> bool {
+        crate::slots::consumer_alive(self, crate::sys::process_token())
     }
 
     /// A snapshot of the counters in the segment.

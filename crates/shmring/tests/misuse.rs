@@ -376,3 +376,27 @@ fn raw_reservations_are_one_at_a_time_and_commit_at_most_their_length() {
     assert!(consumer.try_next().unwrap().is_none());
     assert_eq!(seg.stats().records_aborted, 2, "{:?}", seg.stats());
 }
+
+#[test]
+fn consumer_alive_and_unlink_named() {
+    let name = ShmName::new("unlink");
+    let seg = Segment::create_named(&name.0, &small()).unwrap();
+    seg.persist();
+    assert!(!seg.consumer_alive(), "no consumer yet");
+    let c = seg.consumer().unwrap();
+    let other = Segment::open_named(&name.0).unwrap();
+    assert!(other.consumer_alive());
+    drop(c);
+    assert!(!other.consumer_alive(), "the consumer detached");
+    Segment::unlink_named(&name.0).unwrap();
+    assert!(!name.exists());
+    assert!(matches!(
+        Segment::unlink_named(&name.0),
+        Err(Error::NotFound(_))
+    ));
+    assert!(matches!(
+        Segment::unlink_named("../etc/passwd"),
+        Err(Error::Config(_))
+    ));
+    drop((seg, other));
+}
