@@ -119,6 +119,7 @@ fn status_of(e: &Error) -> shmring_status {
         Error::TooManyHeld { .. } => SHMRING_ERR_TOO_MANY_HELD,
         Error::NotHeld { .. } => SHMRING_ERR_NOT_HELD,
         Error::EventfdRequired(_) => SHMRING_ERR_EVENTFD_REQUIRED,
+        Error::ReservationOpen(_) | Error::NoReservation(_) => SHMRING_ERR_STATE,
     }
 }
 
