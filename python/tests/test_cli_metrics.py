@@ -4,6 +4,7 @@ this test sent through the ring."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import urllib.error
 import urllib.request
@@ -115,5 +116,19 @@ def test_exporter_serves_metrics(cli: str, ring_name: str, children: Children) -
         assert e.value.code == 404
     finally:
         Path("/dev/shm", bad).unlink(missing_ok=True)
+    del p
+    ring.close()
+
+
+def test_the_sample_alerts_use_metrics_the_exporter_serves(cli: str, ring_name: str) -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "OPERATIONS.md").read_text()
+    block = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+    used = set(re.findall(r"\bshmring_\w+", block))
+    assert {"shmring_drops_full_total", "shmring_consumer_attached"} <= used
+    ring, p = fill(ring_name)
+    r = subprocess.run([cli, "stat", "--prometheus", ring_name], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    served = {name for name, _ in samples(r.stdout)}
+    assert used <= served, used - served
     del p
     ring.close()

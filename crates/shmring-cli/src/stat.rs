@@ -85,7 +85,15 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
             s.producer_waits,
             s.consumer_waits,
             s.producers,
-            if s.consumer_attached { "" } else { "  (no consumer)" }
+            if s.consumer_attached {
+                String::new()
+            } else {
+                format!(
+                    "  (no live consumer: a ring left by a killed recorder is removed with \
+                     `shmring rm {}`)",
+                    a.name
+                )
+            }
         );
         let mut o = std::io::stdout().lock();
         if tty {
