@@ -636,3 +636,12 @@ fn demo_says_where_it_writes_and_what_it_replaces() {
         "{text}"
     );
 }
+
+#[test]
+fn exporter_that_cannot_listen_says_where() {
+    assert_fails(
+        &run(&["exporter", "--listen", "127.0.0.1:99999"]),
+        1,
+        &["cannot listen on 127.0.0.1:99999"],
+    );
+}
