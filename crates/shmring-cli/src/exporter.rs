@@ -12,6 +12,7 @@ use crate::metrics::{encode_readings, CONTENT_TYPE};
 use crate::rings::{NamedRings, RingSource};
 use crate::{fail, stop_flag, CmdError};
 
+/// `shmring exporter`: serves until SIGINT/SIGTERM.
 pub fn run(a: ExporterArgs) -> Result<(), CmdError> {
     let stop = stop_flag()?;
     let source = NamedRings {

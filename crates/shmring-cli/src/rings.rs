@@ -18,8 +18,11 @@ pub const SHM_DIR: &str = "/dev/shm";
 /// What one ring looked like when it was read.
 #[derive(Debug, Clone)]
 pub struct RingInfo {
+    /// Its counters.
     pub stats: Stats,
+    /// Largest record it takes, in bytes.
     pub max_record: u64,
+    /// Producer slots.
     pub max_producers: u32,
 }
 
@@ -31,6 +34,7 @@ pub struct Reading {
     pub ring: String,
     /// Which source found it (`shm`).
     pub source: &'static str,
+    /// What was read, or why nothing could be.
     pub result: Result<RingInfo, String>,
 }
 
@@ -47,6 +51,7 @@ pub trait RingSource {
 /// and are skipped; any other file is shown, and one that is not a ring says so.
 #[derive(Debug, Clone, Default)]
 pub struct NamedRings {
+    /// Only names starting with this.
     pub prefix: Option<String>,
     /// Read only these rings (by name), whether or not they exist.
     pub only: Vec<String>,

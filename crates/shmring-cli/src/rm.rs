@@ -7,6 +7,7 @@ use shmring::Segment;
 use crate::cli::RmArgs;
 use crate::{fail, CmdError};
 
+/// `shmring rm NAME`.
 pub fn run(a: RmArgs) -> Result<(), CmdError> {
     let name = &a.name;
     let seg = Segment::open_named(name).map_err(|e| match e {

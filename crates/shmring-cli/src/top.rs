@@ -25,8 +25,11 @@ use crate::{fail, stop_flag, CmdError};
 /// One ring in one refresh: what was read, and rates since the previous refresh.
 #[derive(Debug, Clone)]
 pub struct TopRow {
+    /// The ring and its counters (or error).
     pub reading: Reading,
+    /// Records committed per second since the previous scan.
     pub records_per_s: f64,
+    /// MB (10^6 bytes) committed per second since the previous scan.
     pub mb_per_s: f64,
 }
 
@@ -37,6 +40,7 @@ pub struct Sampler {
 }
 
 impl Sampler {
+    /// A sampler over `sources`.
     pub fn new(sources: Vec<Box<dyn RingSource>>) -> Sampler {
         Sampler {
             sources,
@@ -197,6 +201,7 @@ fn sources(a: &TopArgs) -> Vec<Box<dyn RingSource>> {
     })]
 }
 
+/// `shmring top`.
 pub fn run(a: TopArgs) -> Result<(), CmdError> {
     if !(a.interval.is_finite() && (0.05..=3600.0).contains(&a.interval)) {
         return Err(fail(

@@ -368,7 +368,7 @@ fn stat_on_random_bytes_says_not_a_ring() {
 fn a_stale_ring_is_named_removed_by_rm_or_replaced() {
     let ring = stale_ring("stale");
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out");
+    let out = dir.path().join("new").join("out");
     let out_s = out.to_str().unwrap();
     assert_fails(
         &run(&["record", "--create", &ring.0, "--out", out_s]),
@@ -380,7 +380,10 @@ fn a_stale_ring_is_named_removed_by_rm_or_replaced() {
             "--replace-stale",
         ],
     );
-    assert!(!out.exists(), "a failed record leaves no empty directory");
+    assert!(
+        !dir.path().join("new").exists(),
+        "a failed record leaves no empty directories"
+    );
 
     // --replace-stale takes the name over.
     let mut rec = Proc::spawn(&[
