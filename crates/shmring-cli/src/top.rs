@@ -358,3 +358,76 @@ fn draw(
         f.render_widget(p, bottom);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::rings::RingInfo;
+
+    /// A source that serves two rings: one whose counters grow by 100 records and
+    /// 1 MB per scan, one that cannot be read.
+    struct Fake(Cell<u64>);
+
+    impl RingSource for Fake {
+        fn kind(&self) -> &'static str {
+            "fake"
+        }
+        fn scan(&self) -> Vec<Reading> {
+            let n = self.0.get() + 1;
+            self.0.set(n);
+            let stats = Stats {
+                records_committed: 100 * n,
+                bytes_committed: 1_000_000 * n,
+                drops_full: n,
+                consumer_attached: true,
+                ..Default::default()
+            };
+            vec![
+                Reading {
+                    ring: "a-ok".into(),
+                    source: "fake",
+                    result: Ok(RingInfo {
+                        stats,
+                        max_record: 1,
+                        max_producers: 1,
+                    }),
+                },
+                Reading {
+                    ring: "b-bad".into(),
+                    source: "fake",
+                    result: Err("not a shmring ring".into()),
+                },
+            ]
+        }
+    }
+
+    #[test]
+    fn rates_come_from_two_scans_and_errors_stay_on_their_row() {
+        let mut s = Sampler::new(vec![Box::new(Fake(Cell::new(0)))]);
+        let first = s.sample();
+        assert_eq!(first[0].records_per_s, 0.0, "no rate from one scan");
+        std::thread::sleep(Duration::from_millis(20));
+        let mut rows = s.sample();
+        assert!(rows[0].records_per_s > 0.0 && rows[0].mb_per_s > 0.0);
+        // The ratio of the two rates is the ratio of the increments (100 : 1 MB).
+        let ratio = rows[0].records_per_s / rows[0].mb_per_s;
+        assert!((ratio - 100.0).abs() < 1e-6, "{ratio}");
+        sort_rows(&mut rows, SortKey::Drops, false);
+        assert_eq!(rows[0].reading.ring, "a-ok");
+        sort_rows(&mut rows, SortKey::Name, true);
+        assert_eq!(rows[0].reading.ring, "b-bad");
+        let table = plain_table(&rows);
+        assert!(
+            table.contains("b-bad  error: not a shmring ring"),
+            "{table}"
+        );
+        assert!(table
+            .lines()
+            .any(|l| l.starts_with("a-ok") && l.ends_with("alive")));
+        let j = json_rows(&rows);
+        assert_eq!(j[0]["error"], "not a shmring ring");
+        assert_eq!(j[1]["stats"]["records_committed"], 200);
+    }
+}
