@@ -7,9 +7,12 @@ PY      = $(VENV)/bin/python
 
 .PHONY: demo build test lint test-rust test-loom test-c test-python venv bench clean
 
+## Where `make demo` writes its recording (about 0.93 GB): `make demo DEMO_OUT=/tmp/demo`.
+DEMO_OUT ?=
+
 ## Build everything and run the main job: a producer and a recorder process on a fresh ring.
 demo: build
-	./target/release/shmring demo
+	./target/release/shmring demo $(if $(DEMO_OUT),--out $(DEMO_OUT))
 
 build:
 	$(CARGO) build --release
@@ -35,7 +38,7 @@ venv: $(VENV)/.ok
 $(VENV)/.ok: python/pyproject.toml python/Cargo.toml python/src/*.rs
 	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q maturin pytest numpy websockets ruff
+	$(PY) -m pip install -q maturin pytest numpy websockets ruff prometheus_client
 	$(PY) -m pip install -q ./python
 	touch $@
 

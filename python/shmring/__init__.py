@@ -33,7 +33,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from . import _shmring
+try:
+    from . import _shmring
+except ImportError as _e:  # pragma: no cover - depends on how Python was started
+    import os as _os
+
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    if any(n.startswith("_shmring") and n.endswith(".so") for n in _os.listdir(_here)):
+        raise
+    raise ImportError(
+        f"shmring: {_here} is the package's source directory, which has no native module "
+        "(_shmring): Python found it before the installed package because it runs from "
+        f"{_os.path.dirname(_here)}. Run from another directory (the checkout's top one), "
+        "after `pip install ./python`."
+    ) from _e
 from ._shmring import (
     KIND_AUDIO,
     KIND_RAW,

@@ -491,32 +491,15 @@ impl PyConsumer {
 
 pub fn stats_dict<'py>(py: Python<'py>, s: &shmring::Stats) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    macro_rules! put {
-        ($($f:ident),*) => { $( d.set_item(stringify!($f), s.$f)?; )* };
+    // The names are the core's (Stats::fields); flags become booleans.
+    for f in s.fields() {
+        match f.kind {
+            shmring::FieldKind::Flag => d.set_item(f.name, f.value != 0)?,
+            shmring::FieldKind::Counter | shmring::FieldKind::Gauge => {
+                d.set_item(f.name, f.value)?
+            }
+        }
     }
-    put!(
-        capacity,
-        records_committed,
-        bytes_committed,
-        records_aborted,
-        drops_full,
-        producer_waits,
-        producer_wakes,
-        records_consumed,
-        bytes_consumed,
-        abandoned,
-        skipped_aborted,
-        corruption,
-        consumer_waits,
-        consumer_wakes,
-        peak_occupancy,
-        occupancy,
-        records_in_flight,
-        resets,
-        reaped_slots,
-        producers,
-        consumer_attached
-    );
     Ok(d)
 }
 

@@ -134,6 +134,8 @@ pub fn to_py(e: shmring::Error) -> PyErr {
         E::TooManyHeld { .. } => TooManyHeld::new_err(msg),
         E::NotHeld { .. } => NotHeld::new_err(msg),
         E::EventfdRequired(_) => EventfdRequired::new_err(msg),
+        // The package's reservations pair every reserve with one commit or abort;
+        // these come only from misuse of the raw producer API.
         E::ReservationOpen(_) | E::NoReservation(_) => Error::new_err(msg),
     }
 }

@@ -14,6 +14,33 @@ pub const ALL_TRANSPORTS: &[&str] = &[
     "floor",
 ];
 
+/// The long help of `--transports`, from the lists themselves.
+fn transports_help() -> String {
+    let built: Vec<&str> = ALL_TRANSPORTS
+        .iter()
+        .copied()
+        .filter(|t| transport_built(t))
+        .collect();
+    let missing: Vec<&str> = ALL_TRANSPORTS
+        .iter()
+        .copied()
+        .filter(|t| !transport_built(t))
+        .collect();
+    let mut h = format!(
+        "Transports to run, comma separated. Default: {}.\nAlso, only when named: {} (a \
+         Python receiver; needs python3 with the shmring package and websockets).",
+        built.join(", "),
+        crate::python::PY_TRANSPORTS.join(", ")
+    );
+    if !missing.is_empty() {
+        for t in missing {
+            h +=
+                &format!("\nNot in this build: {t} (cargo build --release -p shmring-cli -F {t}).");
+        }
+    }
+    h
+}
+
 /// Is this transport compiled into this binary?
 pub fn transport_built(name: &str) -> bool {
     name != "iceoryx2" || cfg!(feature = "iceoryx2")
@@ -45,9 +72,8 @@ pub enum ModeArg {
 #[derive(Debug, Parser)]
 #[command(name = "shmring bench")]
 pub struct BenchArgs {
-    /// Transports to run, comma separated: shmring, shmring-copy, iceoryx2 (when
-    /// built with the `iceoryx2` feature), uds, tcp, pipe, websocket, floor.
-    #[arg(long, value_delimiter = ',')]
+    /// Transports to run, comma separated (see the list below).
+    #[arg(long, value_delimiter = ',', long_help = transports_help(), value_name = "LIST")]
     pub transports: Option<Vec<String>>,
     /// Which workload.
     #[arg(long, value_enum, default_value = "all")]

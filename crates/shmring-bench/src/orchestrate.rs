@@ -129,17 +129,43 @@ pub fn run(args: &[String]) -> i32 {
             transports.push(t);
         }
     }
+    let workloads: &[Workload] = match a.workload {
+        WorkloadArg::Video => &[Workload::Video],
+        WorkloadArg::Audio => &[Workload::Audio],
+        WorkloadArg::All => &[Workload::Video, Workload::Audio],
+    };
+    // The ring size is checked once, against the core's rules, before any run.
+    if transports
+        .iter()
+        .any(|t| t == "shmring" || t == "shmring-copy")
+    {
+        for &w in workloads {
+            let fits = |mib: u64| {
+                Config::for_records(mib << 20, w.size() as u64)
+                    .geometry()
+                    .is_ok()
+            };
+            if !fits(a.ring_mib) {
+                let least = (0..12).map(|k| 1u64 << k).find(|&m| fits(m));
+                eprintln!(
+                    "shmring bench: --ring-mib {}: a ring of {} MiB cannot hold two {} records \
+                     of {} bytes{}; nothing was run",
+                    a.ring_mib,
+                    a.ring_mib,
+                    w.name(),
+                    w.size(),
+                    least.map_or(String::new(), |m| format!(" (use --ring-mib {m} or more)"))
+                );
+                return 2;
+            }
+        }
+    }
     let plan = Plan {
         seconds: a.seconds.unwrap_or(if a.quick { 1.0 } else { 5.0 }),
         frames: a.frames,
         rate_bps: a.rate * 1e6,
         ring_mib: a.ring_mib,
         corrupt_every: a.corrupt_every,
-    };
-    let workloads: &[Workload] = match a.workload {
-        WorkloadArg::Video => &[Workload::Video],
-        WorkloadArg::Audio => &[Workload::Audio],
-        WorkloadArg::All => &[Workload::Video, Workload::Audio],
     };
     let modes: &[&str] = match a.mode {
         ModeArg::Rated => &["rated"],
@@ -193,16 +219,22 @@ pub fn run(args: &[String]) -> i32 {
     print_goals(&rows);
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&rows).unwrap_or_else(|_| "[]".into());
-        if let Err(e) = std::fs::write(path, text + "\n") {
-            eprintln!("shmring bench: cannot write {}: {e}", path.display());
-            failed = true;
+        match std::fs::write(path, text + "\n") {
+            Ok(()) => println!("shmring bench: results (JSON) written to {}", shown(path)),
+            Err(e) => {
+                eprintln!("shmring bench: cannot write {}: {e}", path.display());
+                failed = true;
+            }
         }
     }
     if let Some(path) = &a.plot {
         let svg = crate::plot::svg(&rows, &timelines);
-        if let Err(e) = std::fs::write(path, svg) {
-            eprintln!("shmring bench: cannot write {}: {e}", path.display());
-            failed = true;
+        match std::fs::write(path, svg) {
+            Ok(()) => println!("shmring bench: plot (SVG) written to {}", shown(path)),
+            Err(e) => {
+                eprintln!("shmring bench: cannot write {}: {e}", path.display());
+                failed = true;
+            }
         }
     }
     if failed {
@@ -210,6 +242,14 @@ pub fn run(args: &[String]) -> i32 {
     } else {
         0
     }
+}
+
+/// A path as the user can find it: absolute.
+fn shown(p: &std::path::Path) -> String {
+    std::path::absolute(p)
+        .unwrap_or_else(|_| p.to_path_buf())
+        .display()
+        .to_string()
 }
 
 /// A worker process, killed if still running when dropped.

@@ -168,15 +168,16 @@ fn lines(
         );
         return;
     }
-    let tmax = pts.iter().map(|q| q.0).fold(0.0, f64::max).max(0.1);
-    let ymax = pts.iter().map(|q| q.1).fold(0.0, f64::max).max(1.0) * 1.1;
+    let (tticks, tdec) = ticks(pts.iter().map(|q| q.0).fold(0.0, f64::max).max(0.1), 4);
+    let (yticks, _) = ticks(pts.iter().map(|q| q.1).fold(0.0, f64::max).max(1.0), 4);
+    let tmax = *tticks.last().expect("at least two ticks");
+    let ymax = *yticks.last().expect("at least two ticks");
     let _ = writeln!(
         out,
         r##"<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#999"/>"##,
         p.x, p.y, p.w, p.h
     );
-    for k in 0..=4 {
-        let v = ymax * k as f64 / 4.0;
+    for &v in &yticks {
         let yy = p.y + p.h - v / ymax * p.h;
         let _ = writeln!(
             out,
@@ -187,11 +188,12 @@ fn lines(
             yy + 3.0,
             fmt_num(v)
         );
-        let t = tmax * k as f64 / 4.0;
+    }
+    for &t in &tticks {
         let xx = p.x + t / tmax * p.w;
         let _ = writeln!(
             out,
-            r#"<text x="{xx}" y="{}" font-size="10" text-anchor="middle">{t:.1} s</text>"#,
+            r#"<text x="{xx}" y="{}" font-size="10" text-anchor="middle">{t:.tdec$} s</text>"#,
             p.y + p.h + 14.0
         );
     }
@@ -223,6 +225,26 @@ fn lines(
         );
     }
     legend(out, p, series.iter().map(|s| s.0.as_str()));
+}
+
+/// Round ticks from 0 to at least `max` (about `n` steps of 1, 2, 2.5 or 5 times a
+/// power of ten), and the decimals that show each exactly.
+fn ticks(max: f64, n: u32) -> (Vec<f64>, usize) {
+    let raw = max / n as f64;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= raw * (1.0 - 1e-9))
+        .unwrap_or(10.0 * mag);
+    let decimals = (0..9)
+        .find(|&d| {
+            let x = step * 10f64.powi(d as i32);
+            (x - x.round()).abs() < 1e-6 * x.max(1.0)
+        })
+        .unwrap_or(9);
+    let count = (max / step - 1e-9).ceil().max(1.0) as u32;
+    ((0..=count).map(|k| k as f64 * step).collect(), decimals)
 }
 
 fn fmt_num(v: f64) -> String {
@@ -370,4 +392,23 @@ pub fn svg(rows: &[Row], timelines: &[Timeline]) -> String {
     );
     out.push_str("</svg>\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ticks;
+
+    #[test]
+    fn ticks_are_round_and_shown_exactly() {
+        let show = |max: f64| {
+            let (t, d) = ticks(max, 4);
+            t.iter().map(|v| format!("{v:.d$}")).collect::<Vec<_>>()
+        };
+        assert_eq!(show(1.0), ["0.00", "0.25", "0.50", "0.75", "1.00"]);
+        assert_eq!(show(0.93), ["0.00", "0.25", "0.50", "0.75", "1.00"]);
+        assert_eq!(show(8.0), ["0", "2", "4", "6", "8"]);
+        assert_eq!(show(7.3), ["0", "2", "4", "6", "8"]);
+        assert_eq!(show(30.0), ["0", "10", "20", "30"]);
+        assert_eq!(show(0.1), ["0.000", "0.025", "0.050", "0.075", "0.100"]);
+    }
 }

@@ -23,6 +23,12 @@ pub enum Cmd {
     Produce(ProduceArgs),
     /// Show a ring's counters.
     Stat(StatArgs),
+    /// Every ring on this host, live: rates, occupancy, drops, producers, consumer.
+    Top(TopArgs),
+    /// Serve every ring's counters to Prometheus at http://ADDR/metrics.
+    Exporter(ExporterArgs),
+    /// Remove a named ring whose owner is gone (refuses a ring in use).
+    Rm(RmArgs),
     /// Compare shmring with other transports (`shmring bench --help`).
     #[command(disable_help_flag = true)]
     Bench {
@@ -45,8 +51,12 @@ pub struct RecordArgs {
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
     /// Stop after this many seconds (default: at SIGINT/SIGTERM).
-    #[arg(long, value_name = "S")]
+    #[arg(long, value_name = "S", allow_negative_numbers = true)]
     pub seconds: Option<f64>,
+    /// If a ring of this name exists but its owner is gone (no live consumer, e.g.
+    /// after the recorder was killed), remove it and create a new one.
+    #[arg(long)]
+    pub replace_stale: bool,
     /// Write the ring's name to this file once the ring exists (atomically).
     #[arg(long, value_name = "PATH")]
     pub ready_file: Option<PathBuf>,
@@ -91,8 +101,9 @@ pub struct ProduceArgs {
     /// Video streams (one thread each; streams 0..N).
     #[arg(long, default_value_t = 1)]
     pub streams: u32,
-    /// How long to produce.
-    #[arg(long, default_value_t = 10.0)]
+    /// How long to produce, in wall-clock seconds (frames the producer cannot draw
+    /// in time are not made up for afterwards).
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true)]
     pub seconds: f64,
     /// What to do when the ring is full.
     #[arg(long, value_enum, default_value_t = Policy::Block)]
@@ -105,7 +116,7 @@ pub struct ProduceArgs {
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
     /// How long to run.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true)]
     pub seconds: f64,
     /// Where the recorder writes its files.
     #[arg(long, default_value = "shmring-demo-out")]
@@ -131,10 +142,95 @@ pub struct StatArgs {
     /// Print one JSON object and exit.
     #[arg(long)]
     pub json: bool,
+    /// Print one Prometheus / OpenMetrics scrape and exit.
+    #[arg(long, conflicts_with = "json")]
+    pub prometheus: bool,
     /// Seconds between updates.
     #[arg(long, default_value_t = 1.0)]
     pub interval: f64,
     /// Stop after this many updates (default: until Ctrl-C).
     #[arg(long)]
     pub count: Option<u64>,
+}
+
+/// Column `shmring top` sorts by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SortKey {
+    /// Ring name.
+    Name,
+    /// Records per second, highest first.
+    Rate,
+    /// MB per second, highest first.
+    Mbps,
+    /// Occupancy now, highest first.
+    Occupancy,
+    /// Drops when full, most first.
+    Drops,
+}
+
+impl SortKey {
+    /// The next key (the `s` key in the live view).
+    pub fn next(self) -> SortKey {
+        match self {
+            SortKey::Name => SortKey::Rate,
+            SortKey::Rate => SortKey::Mbps,
+            SortKey::Mbps => SortKey::Occupancy,
+            SortKey::Occupancy => SortKey::Drops,
+            SortKey::Drops => SortKey::Name,
+        }
+    }
+    /// Its name on the command line.
+    pub fn label(self) -> &'static str {
+        match self {
+            SortKey::Name => "name",
+            SortKey::Rate => "rate",
+            SortKey::Mbps => "mbps",
+            SortKey::Occupancy => "occupancy",
+            SortKey::Drops => "drops",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TopArgs {
+    /// Print one plain table (rates over --interval) and exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Print one JSON array (rates over --interval) and exit.
+    #[arg(long, conflicts_with = "once")]
+    pub json: bool,
+    /// Seconds between refreshes.
+    #[arg(long, default_value_t = 1.0)]
+    pub interval: f64,
+    /// Sort by this column (the `s` key cycles through them, `r` reverses).
+    #[arg(long, value_enum, default_value_t = SortKey::Name)]
+    pub sort: SortKey,
+    /// Reverse the order.
+    #[arg(long)]
+    pub reverse: bool,
+    /// Only rings whose name starts with this.
+    #[arg(long, value_name = "PREFIX")]
+    pub prefix: Option<String>,
+    /// Only this ring (repeat for more; default: every ring in /dev/shm of this user).
+    #[arg(long, value_name = "NAME", conflicts_with = "prefix")]
+    pub ring: Vec<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ExporterArgs {
+    /// Address to serve on (port 0: any free port, printed at start).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9464")]
+    pub listen: String,
+    /// Only this ring (repeat for more; default: every ring in /dev/shm of this user).
+    #[arg(long, value_name = "NAME")]
+    pub ring: Vec<String>,
+    /// Only rings whose name starts with this.
+    #[arg(long, value_name = "PREFIX", conflicts_with = "ring")]
+    pub prefix: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RmArgs {
+    /// Ring name (/dev/shm/NAME).
+    pub name: String,
 }

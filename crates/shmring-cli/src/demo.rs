@@ -158,8 +158,8 @@ fn f(v: &Value, path: &[&str]) -> f64 {
 
 pub fn run(a: DemoArgs) -> Result<(), CmdError> {
     let stop = stop_flag()?;
-    parse_video(&a.video).map_err(|m| fail(2, m))?;
-    parse_audio(&a.audio).map_err(|m| fail(2, m))?;
+    let video = parse_video(&a.video).map_err(|m| fail(2, m))?;
+    let audio = parse_audio(&a.audio).map_err(|m| fail(2, m))?;
     if !(a.seconds > 0.0 && a.seconds <= 86400.0) {
         return Err(fail(
             2,
@@ -169,6 +169,7 @@ pub fn run(a: DemoArgs) -> Result<(), CmdError> {
             ),
         ));
     }
+    announce_output(&a, video, audio);
     check_output_dir(&a.out).map_err(|m| fail(1, m))?;
     let out_dir: PathBuf = std::fs::canonicalize(&a.out).unwrap_or(a.out.clone());
     let exe = std::env::current_exe()
@@ -392,6 +393,51 @@ pub fn run(a: DemoArgs) -> Result<(), CmdError> {
         ));
     }
     Ok(())
+}
+
+/// Says, before anything is written, where the files go, about how much, how to
+/// send them elsewhere, and which files of a previous run will be replaced.
+fn announce_output(a: &DemoArgs, video: Option<(u32, u32, u32)>, audio: Option<(u32, u32)>) {
+    let secs = a.seconds;
+    let y4m_frame = |w: u64, h: u64| w * h + 2 * w.div_ceil(2) * h.div_ceil(2) + 6;
+    let video_bytes = video.map_or(0.0, |(w, h, fps)| {
+        a.streams as f64 * secs * fps as f64 * y4m_frame(w as u64, h as u64) as f64
+    });
+    let audio_bytes = audio.map_or(0.0, |(rate, ch)| secs * rate as f64 * ch as f64 * 2.0);
+    let amount = |b: f64| {
+        if b >= 1e8 {
+            format!("about {:.2} GB", b / 1e9)
+        } else {
+            format!("about {:.1} MB", b / 1e6)
+        }
+    };
+    let size = if a.encode {
+        format!("{} of audio and an H.264 MP4", amount(audio_bytes))
+    } else {
+        amount(video_bytes + audio_bytes)
+    };
+    let shown = std::path::absolute(&a.out).unwrap_or_else(|_| a.out.clone());
+    println!(
+        "shmring demo: writing {size} into {} (elsewhere: `shmring demo --out DIR`, or `make demo DEMO_OUT=DIR`)",
+        shown.display()
+    );
+    let old: Vec<String> = std::fs::read_dir(&a.out)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| {
+            (n.starts_with("video-") || n.starts_with("audio-"))
+                && [".y4m", ".wav", ".mp4"].iter().any(|x| n.ends_with(x))
+        })
+        .collect();
+    if !old.is_empty() {
+        let mut old = old;
+        old.sort();
+        println!(
+            "shmring demo: replacing the previous run's {} there",
+            old.join(", ")
+        );
+    }
 }
 
 fn summary(

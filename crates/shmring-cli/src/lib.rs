@@ -1,17 +1,22 @@
 //! The `shmring` command's library: argument definitions and the `record`,
-//! `produce`, `demo` and `stat` commands. The recorder's per-record path
+//! `produce`, `demo`, `stat`, `top`, `exporter` and `rm` commands. The recorder's per-record path
 //! ([`recorder::Recorder::process`]) is public so it can be driven and measured
 //! in-process.
 
 pub mod cli;
 pub mod demo;
+pub mod exporter;
+pub mod metrics;
 pub mod output;
 pub mod pattern;
 pub mod procinfo;
 pub mod produce;
 pub mod record;
 pub mod recorder;
+pub mod rings;
+pub mod rm;
 pub mod stat;
+pub mod top;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;

@@ -18,23 +18,40 @@ use crate::cli::{Policy, ProduceArgs};
 use crate::pattern::{Pattern, Tone};
 use crate::{fail, procinfo, stop_flag, CmdError};
 
-/// `WIDTHxHEIGHT@FPS`.
+/// Largest width and height of the test pattern.
+const MAX_SIDE: u32 = 16384;
+/// Frame rates `produce` paces.
+const FPS: std::ops::RangeInclusive<u32> = 1..=1000;
+
+/// `WIDTHxHEIGHT@FPS`; a bad value says which part is wrong.
 pub fn parse_video(s: &str) -> Result<Option<(u32, u32, u32)>, String> {
     if s == "none" {
         return Ok(None);
     }
-    let bad = || format!("--video {s:?}: expected WIDTHxHEIGHT@FPS like 1920x1080@30, or none");
-    let (size, fps) = s.split_once('@').ok_or_else(bad)?;
-    let (w, h) = size.split_once('x').ok_or_else(bad)?;
-    let (w, h, fps): (u32, u32, u32) = (
-        w.parse().map_err(|_| bad())?,
-        h.parse().map_err(|_| bad())?,
-        fps.parse().map_err(|_| bad())?,
-    );
-    if !(1..=1000).contains(&fps) || w > 16384 || h > 16384 {
-        return Err(bad());
-    }
-    Pattern::new(w, h)?;
+    let bad = |why: String| format!("--video {s:?}: {why}");
+    let form = || bad("expected WIDTHxHEIGHT@FPS like 1920x1080@30, or none".into());
+    let (size, fps) = s.split_once('@').ok_or_else(form)?;
+    let (w, h) = size.split_once('x').ok_or_else(form)?;
+    let side = |what: &str, v: &str| -> Result<u32, String> {
+        match v.parse::<u32>() {
+            Ok(n) if (1..=MAX_SIDE).contains(&n) => Ok(n),
+            _ => Err(bad(format!(
+                "{what} {v:?} is not a whole number from 1 to {MAX_SIDE}"
+            ))),
+        }
+    };
+    let (w, h) = (side("width", w)?, side("height", h)?);
+    let fps: u32 = match fps.parse::<u32>() {
+        Ok(n) if FPS.contains(&n) => n,
+        _ => {
+            return Err(bad(format!(
+                "frame rate {fps:?} is not a whole number from {} to {}",
+                FPS.start(),
+                FPS.end()
+            )))
+        }
+    };
+    Pattern::new(w, h).map_err(bad)?;
     Ok(Some((w, h, fps)))
 }
 
@@ -65,6 +82,9 @@ pub struct StreamResult {
     pub dropped: u64,
     /// Audio: sample frames in the packets sent.
     pub samples_sent: u64,
+    /// Records not made because --seconds (wall time) ran out first: the producer
+    /// could not keep up with the rate.
+    pub missed: u64,
     pub error: Option<String>,
 }
 
@@ -96,6 +116,19 @@ fn is_drop(e: &shmring::Error) -> bool {
     )
 }
 
+/// Records committed while no consumer is alive would be counted as sent and
+/// never read: the producer stops instead (one `fcntl` per record).
+fn consumer_gone(seg: &Segment, what: &str, stream: u32, res: &StreamResult) -> Option<String> {
+    (!seg.consumer_alive()).then(|| {
+        format!(
+            "{what} stream {stream}: ring {} has no live consumer any more (the recorder is \
+             gone); stopped after {} sent",
+            seg.name(),
+            res.sent
+        )
+    })
+}
+
 fn video_thread(
     seg: Arc<Segment>,
     stream: u32,
@@ -103,6 +136,7 @@ fn video_thread(
     frames: u64,
     policy: FullPolicy,
     stop: Arc<AtomicBool>,
+    (start, end): (Instant, Instant),
 ) -> StreamResult {
     let mut res = StreamResult {
         stream,
@@ -119,14 +153,22 @@ fn video_thread(
     let pattern = Pattern::new(w, h).expect("size checked by parse_video");
     let len = MediaHeader::video(Format::I420, w, h, 0, 0).payload_len();
     let pace = Pace {
-        start: Instant::now(),
+        start,
         period: Duration::from_secs(1) / fps,
     };
     for i in 0..frames {
         if stop.load(Ordering::Relaxed) {
             break;
         }
+        if pace.due(i) >= end || Instant::now() >= end {
+            res.missed = frames - i;
+            break;
+        }
         sleep_until(pace.due(i));
+        if let Some(e) = consumer_gone(&seg, "video", stream, &res) {
+            res.error = Some(e);
+            break;
+        }
         res.attempted += 1;
         let pts = shmring::now_ns();
         let mut r = match prod.reserve(len) {
@@ -166,6 +208,7 @@ fn audio_thread(
     packets: u64,
     policy: FullPolicy,
     stop: Arc<AtomicBool>,
+    (start, end): (Instant, Instant),
 ) -> StreamResult {
     let mut res = StreamResult {
         stream,
@@ -183,14 +226,22 @@ fn audio_thread(
     let len = MediaHeader::audio(Format::PcmS16, rate, channels, samples, 0, 0).payload_len();
     let mut tone = Tone::new(440.0, rate);
     let pace = Pace {
-        start: Instant::now(),
+        start,
         period: Duration::from_millis(10),
     };
     for i in 0..packets {
         if stop.load(Ordering::Relaxed) {
             break;
         }
+        if pace.due(i) >= end || Instant::now() >= end {
+            res.missed = packets - i;
+            break;
+        }
         sleep_until(pace.due(i));
+        if let Some(e) = consumer_gone(&seg, "audio", stream, &res) {
+            res.error = Some(e);
+            break;
+        }
         res.attempted += 1;
         let pts = shmring::now_ns();
         let mut r = match prod.reserve(len) {
@@ -227,19 +278,31 @@ fn audio_thread(
     res
 }
 
+fn missed_note(missed: u64) -> String {
+    if missed == 0 {
+        String::new()
+    } else {
+        format!(", {missed} not made in time (the producer fell behind the rate)")
+    }
+}
+
 fn result_json(r: &StreamResult) -> serde_json::Value {
     json!({"stream": r.stream, "attempted": r.attempted, "sent": r.sent,
-           "dropped": r.dropped, "samples_sent": r.samples_sent, "error": r.error})
+           "dropped": r.dropped, "samples_sent": r.samples_sent, "missed": r.missed,
+           "error": r.error})
 }
 
 pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
     let stop = stop_flag()?;
     let video = parse_video(&a.video).map_err(|m| fail(2, m))?;
     let audio = parse_audio(&a.audio).map_err(|m| fail(2, m))?;
-    if !(a.seconds >= 0.0 && a.seconds <= 1e6) {
+    if !(a.seconds > 0.0 && a.seconds <= 1e6) {
         return Err(fail(
             2,
-            format!("--seconds {}: expected 0 to 1000000", a.seconds),
+            format!(
+                "--seconds {}: expected more than 0, at most 1000000",
+                a.seconds
+            ),
         ));
     }
     if a.streams == 0 || a.streams > 32 {
@@ -256,29 +319,49 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
         if len > max {
             return Err(fail(
                 1,
-                format!("ring {}: a {w}x{h} frame needs {len} bytes, the ring takes records of at most {max}", seg.name()),
+                format!(
+                    "ring {}: a {w}x{h} frame needs {:.1} MiB ({len} bytes); this ring takes \
+                     records of at most {:.1} MiB ({max} bytes)",
+                    seg.name(),
+                    len as f64 / (1 << 20) as f64,
+                    max as f64 / (1 << 20) as f64
+                ),
             ));
         }
+    }
+    if !seg.consumer_alive() {
+        return Err(fail(
+            1,
+            format!(
+                "ring {}: no live consumer is attached (start `shmring record --create {}` first; \
+                 a ring left by a killed recorder is removed with `shmring rm {}`)",
+                seg.name(),
+                a.ring,
+                a.ring
+            ),
+        ));
     }
     let policy = match a.policy {
         Policy::Block => FullPolicy::Block(Duration::from_millis(a.block_ms)),
         Policy::Drop => FullPolicy::Fail,
     };
     let start = Instant::now();
+    // --seconds is wall time: every thread stops at `end`, caught up or not.
+    let end = start + Duration::from_secs_f64(a.seconds);
     let mut vids = Vec::new();
     if let Some(v) = video {
         let frames = (a.seconds * v.2 as f64).round() as u64;
         for s in 0..a.streams {
             let (seg, stop) = (seg.clone(), stop.clone());
             vids.push(std::thread::spawn(move || {
-                video_thread(seg, s, v, frames, policy, stop)
+                video_thread(seg, s, v, frames, policy, stop, (start, end))
             }));
         }
     }
     let aud = audio.map(|au| {
         let packets = (a.seconds * 100.0).round() as u64;
         let (seg, stop) = (seg.clone(), stop.clone());
-        std::thread::spawn(move || audio_thread(seg, 0, au, packets, policy, stop))
+        std::thread::spawn(move || audio_thread(seg, 0, au, packets, policy, stop, (start, end)))
     });
     let vres: Vec<StreamResult> = vids
         .into_iter()
@@ -304,15 +387,22 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
     for r in &vres {
         let _ = writeln!(
             e,
-            "shmring produce: video stream {}: {} frames sent, {} dropped",
-            r.stream, r.sent, r.dropped
+            "shmring produce: video stream {}: {} frames sent, {} dropped{}",
+            r.stream,
+            r.sent,
+            r.dropped,
+            missed_note(r.missed)
         );
     }
     if let Some(r) = &ares {
         let _ = writeln!(
             e,
-            "shmring produce: audio stream {}: {} packets ({} samples) sent, {} dropped",
-            r.stream, r.sent, r.samples_sent, r.dropped
+            "shmring produce: audio stream {}: {} packets ({} samples) sent, {} dropped{}",
+            r.stream,
+            r.sent,
+            r.samples_sent,
+            r.dropped,
+            missed_note(r.missed)
         );
     }
     let _ = writeln!(

@@ -5,6 +5,7 @@
 //! at the end. The human summary goes to stderr.
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -44,9 +45,9 @@ fn report_health(seg: &Segment, consumer: &shmring::Consumer, seen: &mut shmring
         );
     }
     if h.stalled_claims != seen.stalled_claims {
-        let holder = match seg.stats().oldest_pending {
-            Some(p) if p.pid != 0 => format!(" (pid {})", p.pid),
-            _ => String::new(),
+        let holder = match seg.stats().oldest_pending_pid {
+            0 => String::new(),
+            pid => format!(" (pid {pid})"),
         };
         match h.oldest_pending {
             Some((slot, age)) => eprintln!(
@@ -63,10 +64,61 @@ fn report_health(seg: &Segment, consumer: &shmring::Consumer, seen: &mut shmring
     *seen = h;
 }
 
+/// Directories a run creates for its output, removed again (each only if empty)
+/// when the run fails, so a failed run leaves no empty directories behind.
+struct NewDirs(Vec<PathBuf>);
+
+impl NewDirs {
+    /// The ancestors of `dir` (and `dir`) that do not exist yet, deepest first.
+    fn missing(dir: &Path) -> NewDirs {
+        NewDirs(
+            dir.ancestors()
+                .filter(|d| !d.as_os_str().is_empty())
+                .take_while(|d| !d.exists())
+                .map(Path::to_path_buf)
+                .collect(),
+        )
+    }
+    /// The run succeeded: keep them.
+    fn keep(&mut self) {
+        self.0.clear();
+    }
+}
+
+impl Drop for NewDirs {
+    fn drop(&mut self) {
+        for d in &self.0 {
+            // Fails, and keeps the directory, unless it is empty.
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+/// Ring sizes in MiB the recorder accepts, from the core's rules: every power of
+/// two whose ring holds two 1080p frames.
+fn usable_mib() -> (u64, u64) {
+    let ok: Vec<u64> = (0..16)
+        .map(|k| 1u64 << k)
+        .filter(|&m| ring_config(m).geometry().is_ok())
+        .collect();
+    (
+        ok.first().copied().unwrap_or(0),
+        ok.last().copied().unwrap_or(0),
+    )
+}
+
 pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     let stop = stop_flag()?;
     if a.fps == 0 {
         return Err(fail(2, "--fps must be at least 1"));
+    }
+    if let Some(s) = a.seconds {
+        if !(s > 0.0 && s <= 1e6) {
+            return Err(fail(
+                2,
+                format!("--seconds {s}: expected more than 0, at most 1000000"),
+            ));
+        }
     }
     if a.encode && !ffmpeg_available() {
         return Err(fail(
@@ -74,6 +126,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
             "--encode needs ffmpeg, which was not found on PATH: install ffmpeg, or record Y4M without --encode",
         ));
     }
+    let mut new_dirs = NewDirs::missing(&a.out);
     let mut rec = Recorder::new(RecorderOptions {
         dir: a.out.clone(),
         fps: (a.fps, 1),
@@ -82,18 +135,36 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     })
     .map_err(|m| fail(1, m))?;
     let cfg = ring_config(a.capacity_mib);
-    if let Err(e) = cfg.geometry() {
+    if cfg.geometry().is_err() {
+        let (lo, hi) = usable_mib();
         return Err(fail(
             2,
             format!(
-                "--capacity-mib {}: {e} (the ring must hold two 1080p frames: a power of two, \
-                 at least 8 MiB)",
+                "--capacity-mib {}: not a usable ring size; the ring must hold two 1080p \
+                 frames: a power of two from {lo} to {hi} MiB",
                 a.capacity_mib
             ),
         ));
     }
-    let seg = Segment::create_named(&a.create, &cfg)
-        .map_err(|e| fail(1, format!("cannot create ring {:?}: {e}", a.create)))?;
+    let create = || Segment::create_named(&a.create, &cfg);
+    let seg = match create() {
+        Err(shmring::Error::Exists(_)) => {
+            let (why, stale) = crate::rings::why_exists(&a.create);
+            if !(stale && a.replace_stale) {
+                return Err(fail(1, format!("cannot create ring: {why}")));
+            }
+            eprintln!(
+                "shmring record: ring {:?} was left by a process that is gone; replacing it",
+                a.create
+            );
+            // Another recorder may replace it at the same moment: one of us gets
+            // "already exists" (and a live consumer) below.
+            let _ = Segment::unlink_named(&a.create);
+            create()
+        }
+        r => r,
+    }
+    .map_err(|e| fail(1, format!("cannot create ring {:?}: {e}", a.create)))?;
     let opts = shmring::ConsumerOptions {
         overtake_after: (a.overtake_after_ms > 0)
             .then(|| Duration::from_millis(a.overtake_after_ms)),
@@ -302,5 +373,6 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     if let Some(r) = ring_error {
         return Err(fail(1, format!("reading the ring failed: {r}")));
     }
+    new_dirs.keep();
     Ok(())
 }

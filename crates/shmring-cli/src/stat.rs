@@ -5,37 +5,23 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use shmring::{Segment, Stats};
+use shmring::{FieldKind, Segment, Stats};
 
 use crate::cli::StatArgs;
 use crate::{fail, mb, stop_flag, CmdError};
 
-/// Every counter of `s`, as JSON.
+/// Every counter of `s`, as JSON (names from [`Stats::fields`]; flags as booleans).
 pub fn stats_json(name: &str, s: &Stats) -> serde_json::Value {
-    json!({
-        "ring": name,
-        "capacity": s.capacity,
-        "records_committed": s.records_committed,
-        "bytes_committed": s.bytes_committed,
-        "records_aborted": s.records_aborted,
-        "drops_full": s.drops_full,
-        "producer_waits": s.producer_waits,
-        "producer_wakes": s.producer_wakes,
-        "records_consumed": s.records_consumed,
-        "bytes_consumed": s.bytes_consumed,
-        "abandoned": s.abandoned,
-        "skipped_aborted": s.skipped_aborted,
-        "corruption": s.corruption,
-        "consumer_waits": s.consumer_waits,
-        "consumer_wakes": s.consumer_wakes,
-        "peak_occupancy": s.peak_occupancy,
-        "occupancy": s.occupancy,
-        "records_in_flight": s.records_in_flight,
-        "resets": s.resets,
-        "reaped_slots": s.reaped_slots,
-        "producers": s.producers,
-        "consumer_attached": s.consumer_attached,
-    })
+    let mut m = serde_json::Map::new();
+    m.insert("ring".into(), json!(name));
+    for f in s.fields() {
+        let v = match f.kind {
+            FieldKind::Flag => json!(f.value != 0),
+            FieldKind::Counter | FieldKind::Gauge => json!(f.value),
+        };
+        m.insert(f.name.into(), v);
+    }
+    serde_json::Value::Object(m)
 }
 
 pub fn run(a: StatArgs) -> Result<(), CmdError> {
@@ -43,6 +29,18 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
         Segment::open_named(&a.name).map_err(|e| fail(1, format!("ring {:?}: {e}", a.name)))?;
     if a.json {
         println!("{}", stats_json(&a.name, &seg.stats()));
+        return Ok(());
+    }
+    if a.prometheus {
+        let reading = crate::rings::Reading {
+            ring: a.name.clone(),
+            source: "shm",
+            result: crate::rings::read_named(&a.name),
+        };
+        if let Err(e) = &reading.result {
+            return Err(fail(1, format!("ring {:?}: {e}", a.name)));
+        }
+        print!("{}", crate::metrics::encode_readings(&[reading]));
         return Ok(());
     }
     if !(a.interval >= 0.05 && a.interval <= 3600.0) {
@@ -87,7 +85,15 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
             s.producer_waits,
             s.consumer_waits,
             s.producers,
-            if s.consumer_attached { "" } else { "  (no consumer)" }
+            if s.consumer_attached {
+                String::new()
+            } else {
+                format!(
+                    "  (no live consumer: a ring left by a killed recorder is removed with \
+                     `shmring rm {}`)",
+                    a.name
+                )
+            }
         );
         let mut o = std::io::stdout().lock();
         if tty {

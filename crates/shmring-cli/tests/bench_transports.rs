@@ -290,17 +290,67 @@ fn a_ring_of_two_frames_carries_video_and_a_smaller_one_is_refused_by_name() {
     let o = run("8");
     assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
     assert_eq!(row(&rows(&json), "shmring", "video")["frames"], 6);
-    // 4 MiB cannot: shmring fails with a message naming it, pipe still runs.
+    // 4 MiB cannot: one message before anything runs, naming the smallest that can.
+    std::fs::remove_file(&json).unwrap();
     let o = run("4");
-    assert_ne!(o.code, Some(0));
+    assert_eq!(o.code, Some(2), "{}", o.stderr);
+    assert_eq!(o.stderr.trim().lines().count(), 1, "{}", o.stderr);
     assert!(
-        o.stderr.contains("shmring") && o.stderr.contains("max_record"),
+        o.stderr
+            .contains("--ring-mib 4: a ring of 4 MiB cannot hold two video records")
+            && o.stderr.contains("use --ring-mib 8 or more")
+            && o.stderr.contains("nothing was run"),
         "{}",
         o.stderr
     );
-    let rows = rows(&json);
-    assert!(row(&rows, "shmring", "video")["error"].is_string());
-    assert_eq!(row(&rows, "pipe", "video")["frames"], 6);
+    assert!(!json.exists(), "no run, no results");
+}
+
+#[test]
+fn bench_says_where_its_files_went_and_lists_every_transport() {
+    let dir = Scratch::new("paths");
+    let (json, svg) = (dir.path("r.json"), dir.path("r.svg"));
+    let o = bench(
+        &dir,
+        &[
+            "--transports",
+            "pipe",
+            "--workload",
+            "audio",
+            "--mode",
+            "unthrottled",
+            "--frames",
+            "10",
+            "--json",
+            json.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    assert!(
+        o.stdout
+            .contains(&format!("results (JSON) written to {}", json.display())),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout
+            .contains(&format!("plot (SVG) written to {}", svg.display())),
+        "{}",
+        o.stdout
+    );
+    let o = bench(&dir, &["--help"]);
+    assert_eq!(o.code, Some(0));
+    for t in [
+        "shmring-copy",
+        "websocket",
+        "floor",
+        "py-websocket",
+        "py-shmring",
+    ] {
+        assert!(o.stdout.contains(t), "{t} not in --help:\n{}", o.stdout);
+    }
 }
 
 #[test]

@@ -466,10 +466,13 @@ fn unknown_ring_is_named() {
 fn ring_of_another_layout_is_refused() {
     let ring = Ring::new("foreign");
     std::fs::write(ring.path(), vec![0x5au8; 1 << 20]).unwrap();
-    assert_fails(&run(&["stat", &ring.0]), &[&ring.0, "mismatch"]);
+    assert_fails(
+        &run(&["stat", &ring.0]),
+        &[&ring.0, "not a shmring ring (bad magic"],
+    );
     assert_fails(
         &run(&["produce", "--ring", &ring.0, "--seconds", "1"]),
-        &[&ring.0, "mismatch"],
+        &[&ring.0, "not a shmring ring"],
     );
     // A real ring whose layout version is not ours.
     let other = Ring::new("version");
@@ -722,7 +725,13 @@ fn interrupted_demo_stops_its_children_and_removes_its_ring() {
         child: demo,
         lines: mpsc::channel().1,
     };
-    let first = lines.recv_timeout(PATIENCE).unwrap();
+    // The first line says where the files go; the next names the children.
+    let first = loop {
+        let l = lines.recv_timeout(PATIENCE).unwrap();
+        if l.contains("recorder pid") {
+            break l;
+        }
+    };
     let pid_after = |w: &str| -> u32 {
         let at = first.find(w).unwrap() + w.len();
         first[at..].split(' ').next().unwrap().parse().unwrap()

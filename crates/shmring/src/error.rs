@@ -27,8 +27,9 @@ pub enum Error {
     /// A named segment does not exist.
     #[error("segment {0} does not exist")]
     NotFound(Name),
-    /// The segment is not one of ours, or of another layout.
-    #[error("segment {segment}: {field} mismatch: expected {expected}, found {found}")]
+    /// The segment is not one of ours, or of another layout. `field` names what
+    /// did not match (`magic`, `file size`, `layout version`, `segment size`, ...).
+    #[error("segment {segment}: {}", layout_words(.field, .expected, .found))]
     LayoutMismatch {
         segment: Name,
         field: &'static str,
@@ -95,6 +96,19 @@ pub enum Error {
         "ring {0} was created with eventfd wake-ups: attach the producer with the ring's eventfd"
     )]
     EventfdRequired(Name),
+}
+
+/// A layout mismatch in words: a file that is no ring at all says so first.
+fn layout_words(field: &str, expected: &str, found: &str) -> String {
+    match field {
+        "magic" => format!("not a shmring ring (bad magic: found {found}, expected {expected})"),
+        "file size" if found.parse::<u64>().is_ok() => format!(
+            "not a shmring ring (the file is {found} bytes, smaller than the \
+             {expected}-byte control block every ring starts with)"
+        ),
+        "segment size" => found.to_string(),
+        _ => format!("{field} mismatch: expected {expected}, found {found}"),
+    }
 }
 
 /// `Result` with [`Error`].

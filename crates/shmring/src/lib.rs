@@ -60,7 +60,7 @@ pub use producer::{FullPolicy, Meta, Producer, RawReservation, Reservation};
 #[cfg(not(loom))]
 pub use segment::{Config, Segment};
 #[cfg(not(loom))]
-pub use stats::{PendingClaim, Stats};
+pub use stats::{Field, FieldKind, Stats};
 #[cfg(not(loom))]
 pub use sys::fdpass::{recv_fds, send_fds};
 #[cfg(not(loom))]

@@ -297,6 +297,18 @@ impl Segment {
         Ok(Arc::new(seg))
     }
 
+    /// Removes the named segment `/dev/shm/NAME` (the name is checked as by
+    /// [`Segment::open_named`]). Processes that have it mapped keep their mapping;
+    /// nobody can open it by name any more. Whether the ring is still in use is the
+    /// caller's question (see [`Segment::consumer_alive`]).
+    pub fn unlink_named(name: &str) -> Result<()> {
+        let path = shm_name(name)?;
+        rustix::shm::unlink(path.as_str()).map_err(|e| match e {
+            rustix::io::Errno::NOENT => Error::NotFound(path.as_str().into()),
+            e => os("shm_unlink", &path, e),
+        })
+    }
+
     /// Opens an existing named segment.
     pub fn open_named(name: &str) -> Result<Arc<Segment>> {
         let path = shm_name(name)?;
@@ -375,7 +387,7 @@ impl Segment {
             return Err(Error::LayoutMismatch {
                 segment: name.into(),
                 field: "file size",
-                expected: format!(">= {CONTROL_SIZE}"),
+                expected: CONTROL_SIZE.to_string(),
                 found: size.to_string(),
             });
         }
@@ -391,8 +403,8 @@ impl Segment {
                 return Err(Error::LayoutMismatch {
                     segment: name.into(),
                     field: "file size",
-                    expected: format!(">= {CONTROL_SIZE}"),
-                    found: "truncated while attaching".into(),
+                    expected: CONTROL_SIZE.to_string(),
+                    found: "the file was truncated while attaching".into(),
                 });
             }
             geo?
@@ -459,11 +471,26 @@ impl Segment {
             ));
         }
         let total = id.total_size.load(Ordering::Relaxed);
-        if total != geo.total_size || file_size != geo.total_size {
+        if total != geo.total_size {
             return Err(mismatch(
                 "segment size",
                 geo.total_size.to_string(),
-                format!("{total} in header, {file_size} on file"),
+                format!(
+                    "the header is inconsistent: its geometry makes a segment of {} bytes, \
+                     its size field says {total}",
+                    geo.total_size
+                ),
+            ));
+        }
+        if file_size != geo.total_size {
+            return Err(mismatch(
+                "segment size",
+                geo.total_size.to_string(),
+                format!(
+                    "the file is {file_size} bytes but its header describes a ring of {} bytes \
+                     (truncated or resized by another program, or not a finished ring)",
+                    geo.total_size
+                ),
             ));
         }
         Ok(geo)
@@ -596,6 +623,13 @@ impl Segment {
     /// The error for a truncated segment (see [`Segment::truncated`]).
     pub(crate) fn truncated_error(&self) -> Error {
         Error::Truncated(self.label())
+    }
+
+    /// Is a consumer attached and alive (in any process)? One `fcntl` call; a
+    /// producer asks before counting a record as delivered, and `shmring rm` before
+    /// removing a ring. A ring whose creator died has no live consumer.
+    pub fn consumer_alive(&self) -> bool {
+        crate::slots::consumer_alive(self)
     }
 
     /// A snapshot of the counters in the segment.

@@ -55,20 +55,15 @@ pub struct Stats {
     /// (identity line, its published cursors, its role); also counted in
     /// `corruption`.
     pub repairs: u64,
-    /// The oldest claim still pending, as the consumer last saw it.
-    pub oldest_pending: Option<PendingClaim>,
-}
-
-/// A claim that is still pending (its producer has not committed or aborted it).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PendingClaim {
-    /// How long it has been pending, in nanoseconds.
-    pub age_ns: u64,
-    /// The producer slot it names.
-    pub slot: u32,
+    /// How long the oldest claim still pending (reserved, not yet committed or
+    /// aborted) has been pending, in nanoseconds, as the consumer last saw it; 0
+    /// when none is.
+    pub oldest_pending_age_ns: u64,
+    /// That claim's producer slot (meaningful when the age is not 0).
+    pub oldest_pending_slot: u32,
     /// The pid holding that slot, as the kernel told the consumer (0: unknown,
     /// e.g. a producer in another pid namespace).
-    pub pid: u32,
+    pub oldest_pending_pid: u32,
 }
 
 impl Stats {
@@ -93,14 +88,12 @@ impl Stats {
             stalled_claims: h.stalled_claims.load(Ordering::Relaxed),
             forged_claims: h.forged_claims.load(Ordering::Relaxed),
             repairs: h.repairs.load(Ordering::Relaxed),
-            oldest_pending: match h.oldest_pending_since_ns.load(Ordering::Relaxed) {
-                0 => None,
-                since => Some(PendingClaim {
-                    age_ns: crate::sys::now_ns().saturating_sub(since),
-                    slot: h.oldest_pending_slot.load(Ordering::Relaxed),
-                    pid: h.oldest_pending_pid.load(Ordering::Relaxed),
-                }),
+            oldest_pending_age_ns: match h.oldest_pending_since_ns.load(Ordering::Relaxed) {
+                0 => 0,
+                since => crate::sys::now_ns().saturating_sub(since).max(1),
             },
+            oldest_pending_slot: h.oldest_pending_slot.load(Ordering::Relaxed),
+            oldest_pending_pid: h.oldest_pending_pid.load(Ordering::Relaxed),
             ..Default::default()
         };
         for i in 0..seg.geometry().max_producers {
@@ -130,5 +123,267 @@ impl Stats {
         s.records_in_flight =
             seq_diff(cursor_seq(w), cursor_seq(r)).min(seg.geometry().log_entries as u64);
         s
+    }
+}
+
+/// What a [`Field`] measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldKind {
+    /// Only ever grows (while the ring lives); rates are differences of two snapshots.
+    Counter,
+    /// A level that goes up and down (occupancy, producers attached).
+    Gauge,
+    /// A yes/no state, as 0 or 1.
+    Flag,
+}
+
+/// One counter or gauge of a [`Stats`] snapshot, with its name and meaning: the one
+/// list every report (JSON, Prometheus, `shmring top`) is derived from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Field {
+    /// The field's name in [`Stats`], e.g. `records_committed`.
+    pub name: &'static str,
+    /// Counter, gauge or flag.
+    pub kind: FieldKind,
+    /// One line saying what it counts.
+    pub help: &'static str,
+    /// Its value in the snapshot (a flag is 0 or 1).
+    pub value: u64,
+}
+
+impl Stats {
+    /// Every field of the snapshot, in a fixed order, with its kind and meaning.
+    ///
+    /// ```
+    /// use shmring::{Config, FieldKind, Segment};
+    /// let seg = Segment::create_memfd("fields", &Config::with_capacity(1 << 20)).unwrap();
+    /// let s = seg.stats();
+    /// let cap = s.fields().find(|f| f.name == "capacity").unwrap();
+    /// assert_eq!((cap.kind, cap.value), (FieldKind::Gauge, 1 << 20));
+    /// ```
+    pub fn fields(&self) -> impl Iterator<Item = Field> {
+        use FieldKind::{Counter, Flag, Gauge};
+        let f = |name, kind, help, value| Field {
+            name,
+            kind,
+            help,
+            value,
+        };
+        [
+            f("capacity", Gauge, "Data ring size in bytes.", self.capacity),
+            f(
+                "records_committed",
+                Counter,
+                "Records producers committed.",
+                self.records_committed,
+            ),
+            f(
+                "bytes_committed",
+                Counter,
+                "Payload bytes producers committed.",
+                self.bytes_committed,
+            ),
+            f(
+                "records_aborted",
+                Counter,
+                "Reservations dropped without commit.",
+                self.records_aborted,
+            ),
+            f(
+                "drops_full",
+                Counter,
+                "Records producers could not write because the ring was full.",
+                self.drops_full,
+            ),
+            f(
+                "producer_waits",
+                Counter,
+                "Times producers slept waiting for space.",
+                self.producer_waits,
+            ),
+            f(
+                "producer_wakes",
+                Counter,
+                "Wake-ups producers sent to the consumer.",
+                self.producer_wakes,
+            ),
+            f(
+                "records_consumed",
+                Counter,
+                "Records handed out to the consumer.",
+                self.records_consumed,
+            ),
+            f(
+                "bytes_consumed",
+                Counter,
+                "Payload bytes handed out to the consumer.",
+                self.bytes_consumed,
+            ),
+            f(
+                "abandoned",
+                Counter,
+                "Claims of dead producers the consumer skipped.",
+                self.abandoned,
+            ),
+            f(
+                "skipped_aborted",
+                Counter,
+                "Aborted claims the consumer skipped.",
+                self.skipped_aborted,
+            ),
+            f(
+                "corruption",
+                Counter,
+                "Corruption events the consumer detected.",
+                self.corruption,
+            ),
+            f(
+                "consumer_waits",
+                Counter,
+                "Times the consumer slept waiting for data.",
+                self.consumer_waits,
+            ),
+            f(
+                "consumer_wakes",
+                Counter,
+                "Wake-ups the consumer sent to producers.",
+                self.consumer_wakes,
+            ),
+            f(
+                "peak_occupancy",
+                Gauge,
+                "Highest occupancy the consumer observed, in bytes.",
+                self.peak_occupancy,
+            ),
+            f(
+                "occupancy",
+                Gauge,
+                "Bytes between the read and write cursors now.",
+                self.occupancy,
+            ),
+            f(
+                "records_in_flight",
+                Gauge,
+                "Records between the read and write cursors now.",
+                self.records_in_flight,
+            ),
+            f(
+                "resets",
+                Counter,
+                "Times the consumer reset the ring after corruption.",
+                self.resets,
+            ),
+            f(
+                "reaped_slots",
+                Counter,
+                "Producer slots of dead producers freed.",
+                self.reaped_slots,
+            ),
+            f(
+                "producers",
+                Gauge,
+                "Producer slots in use (including dead ones not reaped yet).",
+                self.producers as u64,
+            ),
+            f(
+                "consumer_attached",
+                Flag,
+                "A consumer is attached and alive (its lock is held).",
+                self.consumer_attached as u64,
+            ),
+            f(
+                "stalled_claims",
+                Counter,
+                "Claims the consumer overtook because they stayed pending past its limit.",
+                self.stalled_claims,
+            ),
+            f(
+                "forged_claims",
+                Counter,
+                "Claims found forged (naming a live producer that did not make them) and skipped.",
+                self.forged_claims,
+            ),
+            f(
+                "repairs",
+                Counter,
+                "Shared fields a peer changed that the consumer rewrote without a reset.",
+                self.repairs,
+            ),
+            f(
+                "oldest_pending_age_ns",
+                Gauge,
+                "How long the oldest pending claim has been pending, in ns (0: none).",
+                self.oldest_pending_age_ns,
+            ),
+            f(
+                "oldest_pending_slot",
+                Gauge,
+                "Producer slot of the oldest pending claim.",
+                self.oldest_pending_slot as u64,
+            ),
+            f(
+                "oldest_pending_pid",
+                Gauge,
+                "Pid holding the oldest pending claim's slot (0: unknown).",
+                self.oldest_pending_pid as u64,
+            ),
+        ]
+        .into_iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_name_every_counter_once_with_its_value() {
+        let s = Stats {
+            capacity: 21,
+            records_committed: 2,
+            bytes_committed: 3,
+            records_aborted: 4,
+            drops_full: 5,
+            producer_waits: 6,
+            producer_wakes: 7,
+            records_consumed: 8,
+            bytes_consumed: 9,
+            abandoned: 10,
+            skipped_aborted: 11,
+            corruption: 12,
+            consumer_waits: 13,
+            consumer_wakes: 14,
+            peak_occupancy: 15,
+            occupancy: 16,
+            records_in_flight: 17,
+            resets: 18,
+            reaped_slots: 19,
+            producers: 20,
+            consumer_attached: true,
+            stalled_claims: 22,
+            forged_claims: 23,
+            repairs: 24,
+            oldest_pending_age_ns: 25,
+            oldest_pending_slot: 26,
+            oldest_pending_pid: 27,
+        };
+        let got: Vec<(&str, u64)> = s.fields().map(|f| (f.name, f.value)).collect();
+        // Every field of the struct appears, each with its own value (1..=27 above),
+        // so a field added to Stats but not to fields() fails here.
+        let mut values: Vec<u64> = got.iter().map(|g| g.1).collect();
+        values.sort_unstable();
+        assert_eq!(values, (1..=27).collect::<Vec<_>>());
+        assert_eq!(
+            format!("{s:?}").matches(": ").count(),
+            got.len(),
+            "Stats has fields that fields() does not list"
+        );
+        let mut names: Vec<&str> = got.iter().map(|g| g.0).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), got.len());
+        for (name, _) in &got {
+            assert!(format!("{s:?}").contains(&format!("{name}: ")), "{name}");
+        }
     }
 }

@@ -199,9 +199,33 @@ fn segment_of_another_layout_is_a_layout_mismatch() {
     scribble(&name, 16, &(1u64 << 20).to_le_bytes());
 
     scribble(&name, 56, &12345u64.to_le_bytes());
-    assert_eq!(mismatch_field(open()).0, "segment size");
+    let e = open();
+    assert!(e.to_string().contains("size field says 12345"), "{e}");
+    assert_eq!(mismatch_field(e).0, "segment size");
     let total = small().segment_size().unwrap();
     scribble(&name, 56, &total.to_le_bytes());
+
+    // A file shorter than its header says: the message says so in words.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(name.path())
+        .unwrap()
+        .set_len(total + 4096)
+        .unwrap();
+    let e = open().to_string();
+    assert!(
+        e.contains(&format!(
+            "the file is {} bytes but its header describes a ring of {total} bytes",
+            total + 4096
+        )),
+        "{e}"
+    );
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(name.path())
+        .unwrap()
+        .set_len(total)
+        .unwrap();
 
     // Restored: it opens again.
     let again = Segment::open_named(&name.0).unwrap();
@@ -215,12 +239,19 @@ fn foreign_files_are_layout_mismatches() {
     // Not ours at all: wrong magic.
     let name = ShmName::new("foreign");
     std::fs::write(name.path(), vec![b'x'; 8192]).unwrap();
+    let e = Segment::open_named(&name.0).err().unwrap().to_string();
+    assert!(e.contains("not a shmring ring (bad magic"), "{e}");
     assert_eq!(
         mismatch_field(Segment::open_named(&name.0).err().unwrap()).0,
         "magic"
     );
     // Too small to hold a control block.
     std::fs::write(name.path(), [0u8; 100]).unwrap();
+    let e = Segment::open_named(&name.0).err().unwrap().to_string();
+    assert!(
+        e.contains("not a shmring ring (the file is 100 bytes"),
+        "{e}"
+    );
     assert_eq!(
         mismatch_field(Segment::open_named(&name.0).err().unwrap()).0,
         "file size"
@@ -348,4 +379,28 @@ fn raw_reservations_are_one_at_a_time_and_commit_at_most_their_length() {
     drop(f);
     assert!(consumer.try_next().unwrap().is_none());
     assert_eq!(seg.stats().records_aborted, 2, "{:?}", seg.stats());
+}
+
+#[test]
+fn consumer_alive_and_unlink_named() {
+    let name = ShmName::new("unlink");
+    let seg = Segment::create_named(&name.0, &small()).unwrap();
+    seg.persist();
+    assert!(!seg.consumer_alive(), "no consumer yet");
+    let c = seg.consumer().unwrap();
+    let other = Segment::open_named(&name.0).unwrap();
+    assert!(other.consumer_alive());
+    drop(c);
+    assert!(!other.consumer_alive(), "the consumer detached");
+    Segment::unlink_named(&name.0).unwrap();
+    assert!(!name.exists());
+    assert!(matches!(
+        Segment::unlink_named(&name.0),
+        Err(Error::NotFound(_))
+    ));
+    assert!(matches!(
+        Segment::unlink_named("../etc/passwd"),
+        Err(Error::Config(_))
+    ));
+    drop((seg, other));
 }

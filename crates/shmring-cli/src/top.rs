@@ -1,0 +1,433 @@
+//! `shmring top`: every ring this user can see, one row each, refreshed in place
+//! (ratatui); `--once` prints one plain table, `--json` one JSON array.
+//!
+//! Rates are differences between two scans. A ring that cannot be read (not a ring,
+//! removed mid-read, truncated) shows its error on its own row; the others go on.
+
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use ratatui::layout::{Constraint, Layout};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::{Block, Cell, Paragraph, Row as TRow, Table, Wrap};
+use serde_json::{json, Value};
+use shmring::Stats;
+
+use crate::cli::{SortKey, TopArgs};
+use crate::rings::{rates, NamedRings, Reading, RingSource};
+use crate::stat::stats_json;
+use crate::{fail, stop_flag, CmdError};
+
+/// One ring in one refresh: what was read, and rates since the previous refresh.
+#[derive(Debug, Clone)]
+pub struct TopRow {
+    /// The ring and its counters (or error).
+    pub reading: Reading,
+    /// Records committed per second since the previous scan.
+    pub records_per_s: f64,
+    /// MB (10^6 bytes) committed per second since the previous scan.
+    pub mb_per_s: f64,
+}
+
+/// Scans every source and keeps the previous snapshot of each ring for rates.
+pub struct Sampler {
+    sources: Vec<Box<dyn RingSource>>,
+    prev: HashMap<(&'static str, String), (Stats, Instant)>,
+}
+
+impl Sampler {
+    /// A sampler over `sources`.
+    pub fn new(sources: Vec<Box<dyn RingSource>>) -> Sampler {
+        Sampler {
+            sources,
+            prev: HashMap::new(),
+        }
+    }
+
+    /// One scan of every source.
+    pub fn sample(&mut self) -> Vec<TopRow> {
+        let now = Instant::now();
+        let mut rows = Vec::new();
+        let mut seen = HashMap::new();
+        for src in &self.sources {
+            for reading in src.scan() {
+                let key = (reading.source, reading.ring.clone());
+                let (mut rps, mut mbps) = (0.0, 0.0);
+                if let Ok(info) = &reading.result {
+                    if let Some((p, t)) = self.prev.get(&key) {
+                        (rps, mbps) = rates(p, &info.stats, (now - *t).as_secs_f64());
+                    }
+                    seen.insert(key, (info.stats, now));
+                }
+                rows.push(TopRow {
+                    reading,
+                    records_per_s: rps,
+                    mb_per_s: mbps,
+                });
+            }
+        }
+        self.prev = seen;
+        rows
+    }
+}
+
+fn sort_rows(rows: &mut [TopRow], key: SortKey, reverse: bool) {
+    let occ = |r: &TopRow| r.reading.result.as_ref().map_or(0, |i| i.stats.occupancy);
+    let drops = |r: &TopRow| r.reading.result.as_ref().map_or(0, |i| i.stats.drops_full);
+    rows.sort_by(|a, b| {
+        let o = match key {
+            SortKey::Name => a.reading.ring.cmp(&b.reading.ring),
+            SortKey::Rate => b.records_per_s.total_cmp(&a.records_per_s),
+            SortKey::Mbps => b.mb_per_s.total_cmp(&a.mb_per_s),
+            SortKey::Occupancy => occ(b).cmp(&occ(a)),
+            SortKey::Drops => drops(b).cmp(&drops(a)),
+        };
+        o.then_with(|| a.reading.ring.cmp(&b.reading.ring))
+    });
+    if reverse {
+        rows.reverse();
+    }
+}
+
+/// Column titles of the table.
+pub const HEADERS: [&str; 11] = [
+    "RING",
+    "REC/S",
+    "MB/S",
+    "OCCUPANCY MiB",
+    "PEAK",
+    "PRODUCERS",
+    "DROPS",
+    "ABANDONED",
+    "CORRUPT/RESETS",
+    "WAITS P/C",
+    "CONSUMER",
+];
+
+fn mib(b: u64) -> String {
+    format!("{:.1}", b as f64 / (1 << 20) as f64)
+}
+
+/// The cells of one row; a ring that could not be read has its name and its error.
+pub fn cells(r: &TopRow) -> Result<[String; 11], (String, String)> {
+    let s = match &r.reading.result {
+        Ok(i) => &i.stats,
+        Err(e) => return Err((r.reading.ring.clone(), e.clone())),
+    };
+    Ok([
+        r.reading.ring.clone(),
+        format!("{:.0}", r.records_per_s),
+        format!("{:.1}", r.mb_per_s),
+        format!("{}/{}", mib(s.occupancy), mib(s.capacity)),
+        mib(s.peak_occupancy),
+        s.producers.to_string(),
+        s.drops_full.to_string(),
+        s.abandoned.to_string(),
+        format!("{}/{}", s.corruption, s.resets),
+        format!("{}/{}", s.producer_waits, s.consumer_waits),
+        if s.consumer_attached {
+            "alive".into()
+        } else {
+            "gone".into()
+        },
+    ])
+}
+
+/// The plain table of `--once`.
+pub fn plain_table(rows: &[TopRow]) -> String {
+    let mut widths = HEADERS.map(str::len);
+    let cs: Vec<_> = rows.iter().map(cells).collect();
+    for c in cs.iter().flatten() {
+        for (w, x) in widths.iter_mut().zip(c) {
+            *w = (*w).max(x.len());
+        }
+    }
+    for (name, _) in cs.iter().filter_map(|c| c.as_ref().err()) {
+        widths[0] = widths[0].max(name.len());
+    }
+    let line = |c: &[String]| {
+        let mut s = String::new();
+        for (i, (x, w)) in c.iter().zip(widths).enumerate() {
+            if i == 0 {
+                s += &format!("{x:<w$}");
+            } else {
+                s += &format!("  {x:>w$}");
+            }
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut out = line(&HEADERS.map(String::from));
+    for c in &cs {
+        match c {
+            Ok(c) => out += &line(c),
+            Err((name, e)) => {
+                out += &format!("{name:<w$}  error: {e}\n", w = widths[0]);
+            }
+        }
+    }
+    if rows.is_empty() {
+        out += "(no rings)\n";
+    }
+    out
+}
+
+/// The JSON of `--json`: one object per ring.
+pub fn json_rows(rows: &[TopRow]) -> Value {
+    Value::Array(
+        rows.iter()
+            .map(|r| match &r.reading.result {
+                Ok(i) => json!({
+                    "ring": r.reading.ring, "source": r.reading.source, "error": null,
+                    "records_per_s": r.records_per_s, "mb_per_s": r.mb_per_s,
+                    "max_record": i.max_record, "max_producers": i.max_producers,
+                    "stats": stats_json(&r.reading.ring, &i.stats),
+                }),
+                Err(e) => json!({
+                    "ring": r.reading.ring, "source": r.reading.source, "error": e,
+                }),
+            })
+            .collect(),
+    )
+}
+
+fn sources(a: &TopArgs) -> Vec<Box<dyn RingSource>> {
+    vec![Box::new(NamedRings {
+        prefix: a.prefix.clone(),
+        only: a.ring.clone(),
+    })]
+}
+
+/// `shmring top`.
+pub fn run(a: TopArgs) -> Result<(), CmdError> {
+    if !(a.interval.is_finite() && (0.05..=3600.0).contains(&a.interval)) {
+        return Err(fail(
+            2,
+            format!("--interval {}: expected 0.05 to 3600 seconds", a.interval),
+        ));
+    }
+    let interval = Duration::from_secs_f64(a.interval);
+    let mut sampler = Sampler::new(sources(&a));
+    if a.once || a.json {
+        // Two scans, `interval` apart, so the rates mean something.
+        sampler.sample();
+        std::thread::sleep(interval);
+        let mut rows = sampler.sample();
+        sort_rows(&mut rows, a.sort, a.reverse);
+        let text = if a.json {
+            format!("{}\n", json_rows(&rows))
+        } else {
+            plain_table(&rows)
+        };
+        let mut o = std::io::stdout().lock();
+        let _ = o.write_all(text.as_bytes());
+        let _ = o.flush();
+        return Ok(());
+    }
+    if !std::io::stdout().is_terminal() {
+        return Err(fail(
+            2,
+            "the live view needs a terminal; use --once (a plain table) or --json",
+        ));
+    }
+    live(&mut sampler, &a, interval)
+}
+
+fn live(sampler: &mut Sampler, a: &TopArgs, interval: Duration) -> Result<(), CmdError> {
+    let stop = stop_flag()?;
+    let mut term =
+        ratatui::try_init().map_err(|e| fail(1, format!("cannot set up the terminal: {e}")))?;
+    let (mut sort, mut reverse) = (a.sort, a.reverse);
+    let mut rows = sampler.sample();
+    let mut next = Instant::now() + interval;
+    let result = loop {
+        if stop.load(Ordering::Relaxed) {
+            break Ok(());
+        }
+        sort_rows(&mut rows, sort, reverse);
+        if let Err(e) = term.draw(|f| draw(f, &rows, sort, reverse, interval)) {
+            break Err(fail(1, format!("cannot draw: {e}")));
+        }
+        let wait = next.saturating_duration_since(Instant::now());
+        match event::poll(wait.min(Duration::from_millis(250))) {
+            Ok(true) => {
+                if let Ok(Event::Key(k)) = event::read() {
+                    if k.kind != KeyEventKind::Press {
+                        continue;
+                    }
+                    match k.code {
+                        KeyCode::Char('q') | KeyCode::Esc => break Ok(()),
+                        KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => {
+                            break Ok(())
+                        }
+                        KeyCode::Char('s') => sort = sort.next(),
+                        KeyCode::Char('r') => reverse = !reverse,
+                        _ => {}
+                    }
+                }
+            }
+            Ok(false) => {}
+            Err(e) => break Err(fail(1, format!("cannot read the terminal: {e}"))),
+        }
+        if Instant::now() >= next {
+            rows = sampler.sample();
+            next = Instant::now() + interval;
+        }
+    };
+    ratatui::restore();
+    result
+}
+
+fn draw(
+    f: &mut ratatui::Frame<'_>,
+    rows: &[TopRow],
+    sort: SortKey,
+    reverse: bool,
+    interval: Duration,
+) {
+    let header = TRow::new(HEADERS.map(Cell::from))
+        .style(Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED));
+    let mut errors: Vec<Line> = Vec::new();
+    let mut body: Vec<TRow> = Vec::new();
+    for r in rows {
+        match cells(r) {
+            Ok(c) => {
+                let bad = r.reading.result.as_ref().is_ok_and(|i| {
+                    let s = &i.stats;
+                    !s.consumer_attached || s.drops_full > 0 || s.corruption > 0
+                });
+                let row = TRow::new(c.map(Cell::from));
+                body.push(if bad {
+                    row.style(Style::default().fg(Color::Yellow))
+                } else {
+                    row
+                });
+            }
+            // The error in full, below the table: a table cell would cut it.
+            Err((name, e)) => {
+                body.push(
+                    TRow::new([Cell::from(name.clone()), Cell::from("error")])
+                        .style(Style::default().fg(Color::Red)),
+                );
+                errors.push(Line::from(format!("{name}: {e}")).style(Color::Red));
+            }
+        }
+    }
+    let widths = [
+        Constraint::Min(16),
+        Constraint::Length(8),
+        Constraint::Length(8),
+        Constraint::Length(14),
+        Constraint::Length(6),
+        Constraint::Length(9),
+        Constraint::Length(7),
+        Constraint::Length(9),
+        Constraint::Length(14),
+        Constraint::Length(12),
+        Constraint::Length(8),
+    ];
+    let title = format!(
+        " shmring top: {} rings, every {:.1} s, sorted by {}{} ",
+        rows.len(),
+        interval.as_secs_f64(),
+        sort.label(),
+        if reverse { " (reversed)" } else { "" }
+    );
+    let table = Table::new(body, widths).header(header).block(
+        Block::bordered()
+            .title(title)
+            .title_bottom(Line::from(" q quit  s sort  r reverse ")),
+    );
+    let [top, bottom] = Layout::vertical([
+        Constraint::Min(3),
+        Constraint::Length(if errors.is_empty() {
+            0
+        } else {
+            errors.len().min(10) as u16 + 2
+        }),
+    ])
+    .areas(f.area());
+    f.render_widget(table, top);
+    if !errors.is_empty() {
+        let p = Paragraph::new(errors)
+            .wrap(Wrap { trim: false })
+            .block(Block::bordered().title(" rings that cannot be read "));
+        f.render_widget(p, bottom);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::rings::RingInfo;
+
+    /// A source that serves two rings: one whose counters grow by 100 records and
+    /// 1 MB per scan, one that cannot be read.
+    struct Fake(Cell<u64>);
+
+    impl RingSource for Fake {
+        fn kind(&self) -> &'static str {
+            "fake"
+        }
+        fn scan(&self) -> Vec<Reading> {
+            let n = self.0.get() + 1;
+            self.0.set(n);
+            let stats = Stats {
+                records_committed: 100 * n,
+                bytes_committed: 1_000_000 * n,
+                drops_full: n,
+                consumer_attached: true,
+                ..Default::default()
+            };
+            vec![
+                Reading {
+                    ring: "a-ok".into(),
+                    source: "fake",
+                    result: Ok(RingInfo {
+                        stats,
+                        max_record: 1,
+                        max_producers: 1,
+                    }),
+                },
+                Reading {
+                    ring: "b-bad".into(),
+                    source: "fake",
+                    result: Err("not a shmring ring".into()),
+                },
+            ]
+        }
+    }
+
+    #[test]
+    fn rates_come_from_two_scans_and_errors_stay_on_their_row() {
+        let mut s = Sampler::new(vec![Box::new(Fake(Cell::new(0)))]);
+        let first = s.sample();
+        assert_eq!(first[0].records_per_s, 0.0, "no rate from one scan");
+        std::thread::sleep(Duration::from_millis(20));
+        let mut rows = s.sample();
+        assert!(rows[0].records_per_s > 0.0 && rows[0].mb_per_s > 0.0);
+        // The ratio of the two rates is the ratio of the increments (100 : 1 MB).
+        let ratio = rows[0].records_per_s / rows[0].mb_per_s;
+        assert!((ratio - 100.0).abs() < 1e-6, "{ratio}");
+        sort_rows(&mut rows, SortKey::Drops, false);
+        assert_eq!(rows[0].reading.ring, "a-ok");
+        sort_rows(&mut rows, SortKey::Name, true);
+        assert_eq!(rows[0].reading.ring, "b-bad");
+        let table = plain_table(&rows);
+        assert!(
+            table.contains("b-bad  error: not a shmring ring"),
+            "{table}"
+        );
+        assert!(table
+            .lines()
+            .any(|l| l.starts_with("a-ok") && l.ends_with("alive")));
+        let j = json_rows(&rows);
+        assert_eq!(j[0]["error"], "not a shmring ring");
+        assert_eq!(j[1]["stats"]["records_committed"], 200);
+    }
+}

@@ -1,0 +1,650 @@
+//! Operator tools and first-use errors: `top --once/--json` over rings in several
+//! states, `stat --prometheus`, `rm`, stale rings after SIGKILL, and the messages
+//! and exit codes of bad input. (The Prometheus output is also parsed by a real
+//! parser in python/tests/test_cli_metrics.py.)
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use shmring::{Config, Meta, Segment};
+
+const EXE: &str = env!("CARGO_BIN_EXE_shmring");
+/// Upper bound on any wait, so a broken build fails instead of hanging.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A unique ring name, removed from /dev/shm on drop.
+struct Ring(String);
+
+impl Ring {
+    fn new(tag: &str) -> Ring {
+        static N: AtomicU32 = AtomicU32::new(0);
+        Ring(format!(
+            "shmring-opstest-{}-{tag}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+    fn path(&self) -> PathBuf {
+        Path::new("/dev/shm").join(&self.0)
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.path());
+    }
+}
+
+/// The prefix every ring of this test process starts with.
+fn prefix() -> String {
+    format!("shmring-opstest-{}-", std::process::id())
+}
+
+/// A child killed and reaped on drop; its stdout JSON lines arrive on `lines`.
+struct Proc {
+    child: Child,
+    lines: Receiver<Value>,
+}
+
+impl Proc {
+    fn spawn(args: &[&str]) -> Proc {
+        let mut child = Command::new(EXE)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&l) {
+                    if tx.send(v).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Proc { child, lines }
+    }
+
+    fn expect(&self, key: &str) -> Value {
+        let until = Instant::now() + PATIENCE;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let v = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no {key:?} line from the child"));
+            if let Some(x) = v.get(key) {
+                return x.clone();
+            }
+        }
+    }
+
+    fn wait(&mut self) -> (Option<i32>, String) {
+        let until = Instant::now() + PATIENCE;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                let mut err = String::new();
+                self.child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+                return (s.code(), err);
+            }
+            assert!(Instant::now() < until, "child did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(EXE)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Fails with exit code `code` and one line of stderr holding every needle.
+fn assert_fails(o: &Output, code: i32, needles: &[&str]) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "stderr: {err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{n:?} not in {err:?}");
+    }
+}
+
+fn start_recorder(ring: &str, out: &Path) -> Proc {
+    let rec = Proc::spawn(&[
+        "record",
+        "--create",
+        ring,
+        "--out",
+        out.to_str().unwrap(),
+        "--progress",
+    ]);
+    assert_eq!(rec.expect("ready")["ring"], ring);
+    rec
+}
+
+/// A recorder killed with SIGKILL: its ring stays behind with no consumer.
+fn stale_ring(tag: &str) -> Ring {
+    let ring = Ring::new(tag);
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = start_recorder(&ring.0, dir.path());
+    let _ = rec.child.kill();
+    let _ = rec.child.wait();
+    assert!(ring.path().exists(), "a killed recorder leaves its ring");
+    ring
+}
+
+fn by_ring<'a>(rows: &'a [Value], ring: &Ring) -> &'a Value {
+    rows.iter()
+        .find(|r| r["ring"] == ring.0.as_str())
+        .unwrap_or_else(|| panic!("no row for {}: {rows:?}", ring.0))
+}
+
+#[test]
+fn top_shows_every_ring_and_the_error_of_each_bad_one() {
+    // Healthy: a consumer in this process, a producer thread writing throughout.
+    let healthy = Ring::new("healthy");
+    let seg = Segment::create_named(&healthy.0, &Config::with_capacity(1 << 20)).unwrap();
+    let consumer = seg.consumer().unwrap();
+    let mut producer = seg.producer().unwrap();
+    for _ in 0..10 {
+        producer.send(&[7u8; 1000], Meta::new(0, 0)).unwrap();
+    }
+    for _ in 0..4 {
+        drop(consumer.try_next().unwrap().unwrap());
+    }
+    let busy = Arc::new(AtomicBool::new(true));
+    let extra = Segment::open_named(&healthy.0).unwrap();
+    let writer = {
+        let busy = busy.clone();
+        std::thread::spawn(move || {
+            let mut p = extra.producer().unwrap();
+            let mut n = 0u64;
+            while busy.load(Ordering::Relaxed) {
+                // The consumer above does not read: keep room for the 6 unread.
+                if p.try_reserve(64)
+                    .is_ok_and(|r| r.commit(Meta::new(1, 0)).is_ok())
+                {
+                    n += 1;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            n
+        })
+    };
+    // Garbage: random-looking bytes.
+    let garbage = Ring::new("garbage");
+    let bytes: Vec<u8> = (0..65536u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(garbage.path(), bytes).unwrap();
+    // Dead consumer: its recorder was killed.
+    let dead = stale_ring("dead");
+    // Truncated by another program after it was made.
+    let cut = Ring::new("cut");
+    let c = Segment::create_named(&cut.0, &Config::with_capacity(1 << 20)).unwrap();
+    c.persist();
+    drop(c);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(cut.path())
+        .unwrap()
+        .set_len(4096)
+        .unwrap();
+
+    let o = run(&["top", "--json", "--interval", "0.3", "--prefix", &prefix()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
+    let h = by_ring(&rows, &healthy);
+    assert_eq!(h["error"], Value::Null);
+    assert_eq!(h["stats"]["consumer_attached"], true);
+    assert_eq!(h["stats"]["records_consumed"], 4);
+    assert!(h["stats"]["records_committed"].as_u64().unwrap() >= 10);
+    assert_eq!(h["stats"]["producers"], 2);
+    assert_eq!(h["stats"]["capacity"], 1 << 20);
+    assert!(h["records_per_s"].as_f64().unwrap() > 0.0, "{h}");
+    assert!(h["mb_per_s"].as_f64().unwrap() > 0.0, "{h}");
+    let g = by_ring(&rows, &garbage);
+    assert!(
+        g["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a shmring ring (bad magic"),
+        "{g}"
+    );
+    let d = by_ring(&rows, &dead);
+    assert_eq!(d["error"], Value::Null);
+    assert_eq!(d["stats"]["consumer_attached"], false);
+    let t = by_ring(&rows, &cut);
+    assert!(
+        t["error"]
+            .as_str()
+            .unwrap()
+            .contains("the file is 4096 bytes but its header describes a ring of"),
+        "{t}"
+    );
+
+    // The plain table: one row per ring, errors on their own row.
+    let o = run(&["top", "--once", "--interval", "0.1", "--prefix", &prefix()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let table = String::from_utf8(o.stdout).unwrap();
+    let line = |r: &Ring| {
+        table
+            .lines()
+            .find(|l| l.starts_with(&r.0))
+            .unwrap_or_else(|| panic!("no line for {} in\n{table}", r.0))
+            .to_string()
+    };
+    assert!(table.starts_with("RING"), "{table}");
+    assert!(line(&healthy).ends_with("alive"), "{table}");
+    assert!(line(&dead).ends_with("gone"), "{table}");
+    assert!(line(&garbage).contains("error: "), "{table}");
+    assert!(line(&cut).contains("error: "), "{table}");
+
+    busy.store(false, Ordering::Relaxed);
+    assert!(writer.join().unwrap() > 0);
+    drop((consumer, producer, seg));
+}
+
+#[test]
+fn top_names_a_ring_that_vanished() {
+    let gone = Ring::new("vanished");
+    let o = run(&["top", "--json", "--interval", "0.05", "--ring", &gone.0]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        by_ring(&rows, &gone)["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("vanished"),
+        "{rows:?}"
+    );
+}
+
+#[test]
+fn top_without_a_terminal_says_to_use_once() {
+    assert_fails(&run(&["top"]), 2, &["needs a terminal", "--once"]);
+    assert_fails(
+        &run(&["top", "--once", "--interval", "0"]),
+        2,
+        &["--interval 0"],
+    );
+}
+
+#[test]
+fn stat_prometheus_prints_the_cores_counters_with_the_ring_label() {
+    let ring = Ring::new("prom");
+    let seg = Segment::create_named(&ring.0, &Config::with_capacity(1 << 20)).unwrap();
+    let consumer = seg.consumer().unwrap();
+    let mut producer = seg.producer().unwrap();
+    for _ in 0..5 {
+        producer.send(&[1u8; 100], Meta::new(0, 0)).unwrap();
+    }
+    drop(consumer.try_next().unwrap().unwrap());
+    let o = run(&["stat", "--prometheus", &ring.0]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8(o.stdout).unwrap();
+    let label = format!("{{ring=\"{}\"}}", ring.0);
+    for (name, v) in [
+        ("shmring_records_committed_total", 5),
+        ("shmring_bytes_committed_total", 500),
+        ("shmring_records_consumed_total", 1),
+        ("shmring_records_in_flight", 4),
+        ("shmring_consumer_attached", 1),
+        ("shmring_capacity", 1 << 20),
+        ("shmring_ring_readable", 1),
+    ] {
+        let want = format!("{name}{label} {v}\n");
+        assert!(text.contains(&want), "{want:?} not in\n{text}");
+    }
+    // Every counter and gauge of the core is there, with its type.
+    for f in seg.stats().fields() {
+        let ty = match f.kind {
+            shmring::FieldKind::Counter => "counter",
+            _ => "gauge",
+        };
+        assert!(
+            text.contains(&format!("# TYPE shmring_{} {ty}\n", f.name)),
+            "{} missing",
+            f.name
+        );
+    }
+    assert!(text.ends_with("# EOF\n"));
+    drop((consumer, producer, seg));
+
+    let garbage = Ring::new("promgarbage");
+    std::fs::write(garbage.path(), vec![0xa5u8; 8192]).unwrap();
+    assert_fails(
+        &run(&["stat", "--prometheus", &garbage.0]),
+        1,
+        &[&garbage.0, "not a shmring ring"],
+    );
+}
+
+#[test]
+fn stat_on_random_bytes_says_not_a_ring() {
+    let ring = Ring::new("random");
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let bytes: Vec<u8> = (0..(1 << 20))
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(ring.path(), bytes).unwrap();
+    for args in [&["stat", &ring.0][..], &["stat", "--json", &ring.0][..]] {
+        let o = run(args);
+        assert_fails(&o, 1, &[&ring.0, "not a shmring ring (bad magic"]);
+        assert!(o.stdout.is_empty(), "no counters printed");
+    }
+}
+
+#[test]
+fn a_stale_ring_is_named_removed_by_rm_or_replaced() {
+    let ring = stale_ring("stale");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("new").join("out");
+    let out_s = out.to_str().unwrap();
+    assert_fails(
+        &run(&["record", "--create", &ring.0, "--out", out_s]),
+        1,
+        &[
+            &ring.0,
+            "already exists but its owner is gone",
+            &format!("shmring rm {}", ring.0),
+            "--replace-stale",
+        ],
+    );
+    assert!(
+        !dir.path().join("new").exists(),
+        "a failed record leaves no empty directories"
+    );
+
+    // --replace-stale takes the name over.
+    let mut rec = Proc::spawn(&[
+        "record",
+        "--create",
+        &ring.0,
+        "--out",
+        out_s,
+        "--replace-stale",
+    ]);
+    rec.expect("ready");
+    // Now the ring is in use: rm and --replace-stale refuse.
+    assert_fails(&run(&["rm", &ring.0]), 1, &[&ring.0, "consumer is alive"]);
+    assert_fails(
+        &run(&[
+            "record",
+            "--create",
+            &ring.0,
+            "--out",
+            out_s,
+            "--replace-stale",
+        ]),
+        1,
+        &[&ring.0, "already exists and its consumer is alive"],
+    );
+    assert!(ring.path().exists());
+    let _ = rec.child.kill();
+    let _ = rec.child.wait();
+
+    // Killed again: rm removes it.
+    let o = run(&["rm", &ring.0]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("removed ring"));
+    assert!(!ring.path().exists());
+    assert_fails(&run(&["rm", &ring.0]), 1, &[&ring.0, "does not exist"]);
+
+    // Not a ring: left alone.
+    std::fs::write(ring.path(), b"not a ring").unwrap();
+    assert_fails(
+        &run(&["rm", &ring.0]),
+        1,
+        &[&ring.0, "not a shmring ring", "not removed"],
+    );
+    assert_fails(
+        &run(&[
+            "record",
+            "--create",
+            &ring.0,
+            "--out",
+            out_s,
+            "--replace-stale",
+        ]),
+        1,
+        &[&ring.0, "already exists", "not made by shmring"],
+    );
+    assert!(ring.path().exists());
+}
+
+#[test]
+fn seconds_are_range_checked_in_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("never");
+    let out_s = out.to_str().unwrap();
+    let ring = Ring::new("seconds");
+    for bad in ["-1", "0", "nan"] {
+        assert_fails(
+            &run(&[
+                "record",
+                "--create",
+                &ring.0,
+                "--out",
+                out_s,
+                "--seconds",
+                bad,
+            ]),
+            2,
+            &[
+                &format!("--seconds {}", bad.replace("nan", "NaN")),
+                "expected more than 0",
+            ],
+        );
+        assert_fails(
+            &run(&["produce", "--ring", &ring.0, "--seconds", bad]),
+            2,
+            &["--seconds", "expected more than 0"],
+        );
+        assert_fails(
+            &run(&["demo", "--out", out_s, "--seconds", bad]),
+            2,
+            &["--seconds", "expected more than 0"],
+        );
+    }
+    assert!(!out.exists());
+    assert!(!ring.path().exists());
+}
+
+#[test]
+fn video_sizes_say_which_part_is_wrong() {
+    for (video, needle) in [
+        (
+            "100000x100000@30",
+            "width \"100000\" is not a whole number from 1 to 16384",
+        ),
+        (
+            "1920x0@30",
+            "height \"0\" is not a whole number from 1 to 16384",
+        ),
+        (
+            "1920x1080@0",
+            "frame rate \"0\" is not a whole number from 1 to 1000",
+        ),
+        ("1920x1080@fast", "frame rate \"fast\""),
+        ("1920x1080", "expected WIDTHxHEIGHT@FPS"),
+        ("32x8@30", "too small to carry the frame number"),
+    ] {
+        assert_fails(
+            &run(&["produce", "--ring", "x", "--video", video]),
+            2,
+            &[&format!("--video {video:?}"), needle],
+        );
+    }
+}
+
+#[test]
+fn capacity_errors_speak_mib() {
+    let ring = Ring::new("mib");
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(&[
+        "record",
+        "--capacity-mib",
+        "12",
+        "--create",
+        &ring.0,
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_fails(
+        &o,
+        2,
+        &["--capacity-mib 12", "a power of two from 8 to 2048 MiB"],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("bytes"), "{err}");
+}
+
+#[test]
+fn the_producer_stops_when_the_recorder_is_gone() {
+    let ring = Ring::new("gone");
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = start_recorder(&ring.0, dir.path());
+    let mut prod = Proc::spawn(&[
+        "produce",
+        "--ring",
+        &ring.0,
+        "--video",
+        "320x240@30",
+        "--audio",
+        "none",
+        "--seconds",
+        "600",
+    ]);
+    let until = Instant::now() + PATIENCE;
+    while rec.expect("progress")["video_frames"].as_u64().unwrap() < 3 {
+        assert!(Instant::now() < until);
+    }
+    let _ = rec.child.kill();
+    let _ = rec.child.wait();
+    let produced = prod.expect("produced");
+    let (code, err) = prod.wait();
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("has no live consumer any more"), "{err}");
+    let st = Segment::open_named(&ring.0).unwrap().stats();
+    let v = &produced["video"][0];
+    // Everything counted as sent was committed while the recorder lived, and the
+    // producer stopped at once: it did not fill the ring for nobody.
+    assert_eq!(v["sent"].as_u64().unwrap(), st.records_committed);
+    assert_eq!(st.drops_full, 0);
+    assert!(v["sent"].as_u64().unwrap() < 600 * 30);
+    // And a ring without a consumer is refused from the start.
+    assert_fails(
+        &run(&["produce", "--ring", &ring.0, "--seconds", "1"]),
+        1,
+        &[&ring.0, "no live consumer", "shmring rm"],
+    );
+}
+
+#[test]
+fn produce_seconds_is_wall_time() {
+    let ring = Ring::new("wall");
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = start_recorder(&ring.0, dir.path());
+    // 1080p at 1000 fps: no machine draws that; the run still ends at 0.5 s and
+    // says how many frames it did not make.
+    let mut prod = Proc::spawn(&[
+        "produce",
+        "--ring",
+        &ring.0,
+        "--video",
+        "1920x1080@1000",
+        "--audio",
+        "none",
+        "--seconds",
+        "0.5",
+    ]);
+    let produced = prod.expect("produced");
+    let (code, err) = prod.wait();
+    assert_eq!(code, Some(0), "{err}");
+    let v = &produced["video"][0];
+    let n = |k: &str| v[k].as_u64().unwrap();
+    assert_eq!(n("attempted") + n("missed"), 500, "{v}");
+    assert!(n("missed") > 0, "{v}");
+    assert!(err.contains("not made in time"), "{err}");
+    let _ = rec.child.kill();
+    let _ = rec.child.wait();
+}
+
+#[test]
+fn demo_says_where_it_writes_and_what_it_replaces() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("demo-out");
+    let args = [
+        "demo",
+        "--seconds",
+        "0.3",
+        "--video",
+        "320x240@30",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let first = run(&args);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let text = String::from_utf8(first.stdout).unwrap();
+    let announce = text.lines().next().unwrap();
+    assert!(
+        announce.contains(&format!("writing about 1.1 MB into {}", out.display()))
+            && announce.contains("--out DIR")
+            && announce.contains("make demo DEMO_OUT=DIR"),
+        "{text}"
+    );
+    assert!(!text.contains("replacing"), "{text}");
+    let second = run(&args);
+    assert!(second.status.success());
+    let text = String::from_utf8(second.stdout).unwrap();
+    assert!(
+        text.lines()
+            .nth(1)
+            .unwrap()
+            .contains("replacing the previous run's audio-0.wav, video-0.y4m"),
+        "{text}"
+    );
+}
+
+#[test]
+fn exporter_that_cannot_listen_says_where() {
+    assert_fails(
+        &run(&["exporter", "--listen", "127.0.0.1:99999"]),
+        1,
+        &["cannot listen on 127.0.0.1:99999"],
+    );
+}

@@ -1,0 +1,134 @@
+"""`shmring stat --prometheus` and `shmring exporter`, parsed by the Prometheus
+project's own parser (prometheus_client), with the values checked against what
+this test sent through the ring."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import Children, find_cli
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+import shmring
+
+
+@pytest.fixture(scope="module")
+def cli() -> str:
+    exe = find_cli()
+    if exe is None:
+        pytest.fail("the shmring command was not found: cargo build --release -p shmring-cli")
+    r = subprocess.run([exe, "exporter", "--help"], capture_output=True)
+    if r.returncode != 0:
+        pytest.fail(f"{exe} has no exporter command: rebuild it (cargo build --release)")
+    return exe
+
+
+def samples(text: str) -> dict[tuple[str, str], float]:
+    """(sample name, ring label) -> value; also checks every family's type."""
+    out: dict[tuple[str, str], float] = {}
+    types = {}
+    for fam in text_string_to_metric_families(text):
+        types[fam.name] = fam.type
+        for s in fam.samples:
+            if s.name.endswith("_created"):
+                continue
+            out[(s.name, s.labels["ring"])] = s.value
+    counters = {n for n, t in types.items() if t == "counter"}
+    assert "shmring_records_committed" in counters
+    assert types["shmring_occupancy"] == "gauge"
+    return out
+
+
+def fill(ring_name: str) -> tuple[shmring.Consumer, shmring.Producer]:
+    """5 records of 1000 bytes and 3 of 64 sent, 2 received and released."""
+    ring = shmring.Consumer(ring_name, create=True, capacity=1 << 20)
+    p = shmring.Producer(ring_name)
+    for _ in range(5):
+        p.send(bytes(1000), stream=1)
+    for _ in range(3):
+        p.send(bytes(64), stream=2)
+    for _ in range(2):
+        f = ring.next(timeout=1.0)
+        assert f is not None
+        f.release()
+    return ring, p
+
+
+def check(values: dict[tuple[str, str], float], ring: str, consumer: shmring.Consumer) -> None:
+    v = {name: x for (name, r), x in values.items() if r == ring}
+    assert v["shmring_records_committed_total"] == 8
+    assert v["shmring_bytes_committed_total"] == 5 * 1000 + 3 * 64
+    assert v["shmring_records_consumed_total"] == 2
+    assert v["shmring_bytes_consumed_total"] == 2 * 1000
+    assert v["shmring_records_in_flight"] == 6
+    assert v["shmring_consumer_attached"] == 1
+    assert v["shmring_producers"] == 1
+    assert v["shmring_capacity"] == 1 << 20
+    assert v["shmring_drops_full_total"] == 0
+    assert v["shmring_ring_readable"] == 1
+    # Every counter the bindings report, under the same name.
+    for name, x in consumer.stats().items():
+        key = f"shmring_{name}_total" if f"shmring_{name}_total" in v else f"shmring_{name}"
+        assert v[key] == int(x), name
+
+
+def test_stat_prometheus_is_one_scrape(cli: str, ring_name: str) -> None:
+    ring, p = fill(ring_name)
+    r = subprocess.run([cli, "stat", "--prometheus", ring_name], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    check(samples(r.stdout), ring_name, ring)
+    del p
+    ring.close()
+
+
+def test_exporter_serves_metrics(cli: str, ring_name: str, children: Children) -> None:
+    ring, p = fill(ring_name)
+    bad = ring_name + "-garbage"
+    Path("/dev/shm", bad).write_bytes(b"\x5a" * 8192)
+    try:
+        ex = children.spawn(
+            [cli, "exporter", "--listen", "127.0.0.1:0", "--ring", ring_name, "--ring", bad],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert ex.stdout is not None
+        line = ex.stdout.readline().decode()
+        assert line.startswith("shmring exporter: serving http://127.0.0.1:"), line
+        url = line.split()[-1]
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
+            values = samples(resp.read().decode())
+        check(values, ring_name, ring)
+        assert values[("shmring_ring_readable", bad)] == 0
+        assert ("shmring_records_committed_total", bad) not in values
+        # Each scrape reads the ring afresh.
+        p.send(bytes(10))
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            again = samples(resp.read().decode())
+        assert again[("shmring_records_committed_total", ring_name)] == 9
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(url.replace("/metrics", "/nothing"), timeout=30)
+        assert e.value.code == 404
+    finally:
+        Path("/dev/shm", bad).unlink(missing_ok=True)
+    del p
+    ring.close()
+
+
+def test_the_sample_alerts_use_metrics_the_exporter_serves(cli: str, ring_name: str) -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "OPERATIONS.md").read_text()
+    block = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+    used = set(re.findall(r"\bshmring_\w+", block))
+    assert {"shmring_drops_full_total", "shmring_consumer_attached"} <= used
+    ring, p = fill(ring_name)
+    r = subprocess.run([cli, "stat", "--prometheus", ring_name], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    served = {name for name, _ in samples(r.stdout)}
+    assert used <= served, used - served
+    del p
+    ring.close()
