@@ -179,3 +179,33 @@ def test_eventfd_ring_needs_its_eventfd(ring_name: str) -> None:
     with pytest.raises(shmring.EventfdRequired, match="eventfd"):
         shmring.Producer(ring_name)
     ring.close()
+
+
+def test_consumer_recovers_by_itself_and_says_so(
+    ring_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A peer overwrites the shared write cursor: the consumer resets the ring by
+    # itself, logs a warning on the "shmring" logger, and records flow again; a
+    # frame held across the reset stays valid.
+    ring = shmring.Consumer(ring_name, create=True, capacity=1 << 16)
+    p = shmring.Producer(ring_name)
+    p.send(b"held", stream=1)
+    held = ring.next(timeout=1.0)
+    assert held is not None
+    fd = os.open(shm_path(ring_name), os.O_RDWR)
+    try:
+        os.pwrite(fd, struct.pack("<Q", 2**64 - 1), 64)  # the write cursor's line
+    finally:
+        os.close(fd)
+    with caplog.at_level("WARNING", logger="shmring"):
+        assert ring.next(timeout=0.3) is None
+    assert ring.resets == 1
+    assert ring.last_reset_cause is not None and "write cursor" in ring.last_reset_cause
+    assert any("the ring was reset" in r.getMessage() for r in caplog.records)
+    assert held.tobytes() == b"held"
+    held.release()
+    p.send(b"after", stream=1)
+    f = ring.next(timeout=1.0)
+    assert f is not None and f.tobytes() == b"after"
+    f.release()
+    assert ring.stats()["resets"] == 1

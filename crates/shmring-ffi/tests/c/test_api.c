@@ -128,6 +128,43 @@ static void test_send_abort_out_of_order_release(void) {
     shmring_segment_close(s);
 }
 
+/* A peer overwrites the shared write cursor: the consumer finds it by itself,
+ * resets the ring and carries on; a frame held across the reset stays valid. */
+static void test_consumer_recovers_by_itself(void) {
+    shmring_segment *s = make_ring(1u << 20);
+    shmring_consumer *c = NULL;
+    shmring_producer *p = NULL;
+    CHECK_ST(shmring_consumer_attach(s, NULL, &c), SHMRING_OK);
+    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    shmring_meta m = {.stream = 1, .kind = SHMRING_KIND_RAW};
+    CHECK_ST(shmring_producer_send(p, (const uint8_t *)"held", 4, &m), SHMRING_OK);
+    shmring_frame held, f;
+    CHECK_ST(shmring_consumer_next(c, 0, &held), SHMRING_OK);
+    const uint8_t *base = NULL;
+    size_t len = 0;
+    CHECK_ST(shmring_segment_mapping(s, &base, &len), SHMRING_OK);
+    /* The write cursor is the second cache line of the control block. */
+    __atomic_store_n((uint64_t *)(uintptr_t)(base + 64), UINT64_MAX, __ATOMIC_SEQ_CST);
+    uint64_t resets = 0;
+    char cause[128] = "unset";
+    CHECK_ST(shmring_consumer_next(c, 300000000, &f), SHMRING_TIMEOUT);
+    CHECK_ST(shmring_consumer_resets(c, &resets, cause, sizeof cause), SHMRING_OK);
+    CHECK(resets == 1);
+    CHECK(strstr(cause, "write cursor") != NULL);
+    CHECK(held.len == 4 && memcmp(held.data, "held", 4) == 0);
+    CHECK_ST(shmring_consumer_release(c, &held), SHMRING_OK);
+    CHECK_ST(shmring_producer_send(p, (const uint8_t *)"after", 5, &m), SHMRING_OK);
+    CHECK_ST(shmring_consumer_next(c, 1000000000, &f), SHMRING_OK);
+    CHECK(f.len == 5 && memcmp(f.data, "after", 5) == 0);
+    CHECK_ST(shmring_consumer_release(c, &f), SHMRING_OK);
+    shmring_stats st;
+    CHECK_ST(shmring_segment_stats(s, &st), SHMRING_OK);
+    CHECK(st.resets == 1 && st.corruption >= 1);
+    shmring_producer_close(p);
+    shmring_consumer_close(c);
+    shmring_segment_close(s);
+}
+
 static void test_null_and_bad_handles(void) {
     shmring_reservation r;
     CHECK_ST(shmring_producer_reserve(NULL, 10, &r), SHMRING_ERR_NULL);
@@ -440,6 +477,7 @@ int main(void) {
     pattern_init();
     RUN(test_round_trip_video);
     RUN(test_send_abort_out_of_order_release);
+    RUN(test_consumer_recovers_by_itself);
     RUN(test_null_and_bad_handles);
     RUN(test_reservation_state_errors);
     RUN(test_double_and_foreign_release);
