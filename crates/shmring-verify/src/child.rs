@@ -276,8 +276,9 @@ pub fn consumer(fd: i32, hold: usize) -> i32 {
     }
 }
 
-/// Writes random bytes at random places of the segment until killed.
-pub fn scribbler(fd: i32, writes_per_sec: u64, skip_identity: bool) -> i32 {
+/// Writes random bytes at random places of one region of the segment until killed
+/// (see `scribble::REGIONS`; "all": anywhere but the identity line).
+pub fn scribbler(fd: i32, writes_per_sec: u64, region: &str) -> i32 {
     let seg = match attach_fd(fd) {
         Ok(s) => s,
         Err(e) => {
@@ -288,19 +289,28 @@ pub fn scribbler(fd: i32, writes_per_sec: u64, skip_identity: bool) -> i32 {
     let g = *seg.geometry();
     let (base, len) = seg.mapping();
     let base = base as *mut u8;
-    let first = if skip_identity { 64 } else { 0 };
-    let regions = [
-        (first, 4096u64),
-        (g.slots_offset, g.log_offset),
-        (g.log_offset, g.log_offset + 8 * g.log_entries as u64),
-        (g.data_offset, g.total_size.min(len as u64)),
-    ];
+    let control = std::mem::size_of::<shmring::layout::Control>() as u64;
+    let data = (g.data_offset, g.total_size.min(len as u64));
+    let log = (g.log_offset, g.log_offset + 8 * g.log_entries as u64);
+    let regions: Vec<(u64, u64)> = match region {
+        "cursors" => vec![(64, 192)],
+        "control" => vec![(64, control)],
+        "slots" => vec![(g.slots_offset, g.log_offset)],
+        "log" => vec![log],
+        "identity" => vec![(0, 64)],
+        "data" => vec![data],
+        "all" => vec![(64, control), (g.slots_offset, g.log_offset), log, data],
+        other => {
+            eprintln!("child-scribbler: unknown region {other:?}");
+            return 2;
+        }
+    };
     let mut rng = Rng::seeded();
     let pause = Duration::from_nanos(1_000_000_000 / writes_per_sec.max(1));
     loop {
-        let (lo, hi) = regions[rng.below(4) as usize];
-        let n = rng.range(1, 16);
-        let at = rng.range(lo, hi.saturating_sub(n));
+        let (lo, hi) = regions[rng.below(regions.len() as u64) as usize];
+        let n = rng.range(1, 16).min(hi - lo);
+        let at = rng.range(lo, hi - n);
         let bytes = rng.next().to_le_bytes();
         for i in 0..n {
             // SAFETY: `at + n <= hi <= len`: inside our mapping of the segment. The

@@ -60,8 +60,8 @@ enum Cmd {
         fd: i32,
         #[arg(long, default_value_t = 2000)]
         writes_per_sec: u64,
-        #[arg(long)]
-        hit_identity: bool,
+        #[arg(long, default_value = "all")]
+        region: String,
     },
     #[command(hide = true)]
     ChildResize {
@@ -97,8 +97,8 @@ fn main() {
         Cmd::ChildScribbler {
             fd,
             writes_per_sec,
-            hit_identity,
-        } => child::scribbler(fd, writes_per_sec, !hit_identity),
+            region,
+        } => child::scribbler(fd, writes_per_sec, &region),
         Cmd::ChildResize { fd } => sigbus::child_resize(fd),
         Cmd::ChildNamedConsumer { name, foreign } => sigbus::child_named_consumer(&name, foreign),
         Cmd::ChildOpenNamed { name } => perms::child_open_named(&name),

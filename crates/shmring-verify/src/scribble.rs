@@ -1,23 +1,41 @@
-//! `scribble`: a live process writes random bytes at random places of the segment
-//! (control block, slot table, claim log, data) while real producer processes write
-//! and the consumer (here, every call with a timeout and a watchdog) reads. The
-//! consumer must never crash or hang; it reports corruption and resets the ring.
-//! Once the scribbler is stopped, the ring must work again for new producers.
+//! `scribble`: a live process writes random bytes at random places of one region
+//! of the segment (the cursors, the whole control block, the slot table, the claim
+//! log, the identity line, or the data) while real producer processes write and
+//! the consumer (here, every call with a timeout and a watchdog) reads. The
+//! consumer must never crash or hang. Then the scribbler is killed, and nothing
+//! else happens: no process is restarted and the application never resets the
+//! ring. The same producers' records must flow again (the consumer finds and
+//! mends what it cannot reconcile by itself), and from then on every record must
+//! arrive exactly once. Reported per region: the longest time, over the rounds,
+//! from "scribbler stopped" to "a record produced after that was delivered".
 
 use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use shmring::{Config, Error, Segment};
 
-use crate::common::{ms, spawn_self, state, verify_record, Flags, Kid, Report, Watchdog};
+use crate::common::{ms, spawn_self, verify_record, Flags, Kid, Report, Watchdog};
+
+/// The regions the scribbler can be aimed at.
+pub const REGIONS: &[&str] = &["cursors", "control", "slots", "log", "identity", "data"];
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// How long the scribbler runs.
-    #[arg(long, default_value_t = 10)]
+    /// How long the scribbler runs in each round.
+    #[arg(long, default_value_t = 3)]
     pub seconds: u64,
-    /// Producer processes running at once (1..=64).
+    /// Rounds per region; the recovery time reported is the longest.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: u32,
+    /// Regions to scribble, one after the other (comma-separated): cursors,
+    /// control, slots, log, identity, data.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "cursors,control,slots,log,identity"
+    )]
+    pub targets: Vec<String>,
+    /// Producer processes running throughout (1..=64).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub producers: u32,
     /// Ring capacity in bytes.
@@ -26,21 +44,35 @@ pub struct Args {
     /// Scribbles (1..16 random bytes each) per second.
     #[arg(long, default_value_t = 2000)]
     pub writes_per_sec: u64,
-    /// Also scribble the identity line (magic, sizes), which no reset restores.
-    #[arg(long)]
-    pub hit_identity: bool,
-    /// No record for this long (ms) while producers run: reset the ring.
-    #[arg(long, default_value_t = 300)]
-    pub stall_ms: u64,
-    /// Records each new producer writes after the scribbler is stopped.
-    #[arg(long, default_value_t = 2000)]
-    pub recovery_records: u64,
+    /// After records flow again, how long every record must arrive exactly once (ms).
+    #[arg(long, default_value_t = 1000)]
+    pub check_ms: u64,
     /// Also print a one-line JSON summary at the end.
     #[arg(long)]
     pub json: bool,
 }
 
+/// What the consumer saw during a storm and after it.
+#[derive(Default)]
+struct Round {
+    frames_ok: u64,
+    frames_bad: u64,
+    errors: u64,
+    recover: Option<Duration>,
+    after_ok: u64,
+    after_dup: u64,
+    after_gap: u64,
+    instances_after: usize,
+}
+
 pub fn run(a: Args) -> i32 {
+    if let Some(bad) = a.targets.iter().find(|t| !REGIONS.contains(&t.as_str())) {
+        eprintln!(
+            "scribble: unknown region {bad:?}; one of {}",
+            REGIONS.join(", ")
+        );
+        return 2;
+    }
     let mut rep = Report::new("scribble");
     let seg = match Segment::create_memfd("verify-scribble", &Config::with_capacity(a.capacity)) {
         Ok(s) => s,
@@ -49,14 +81,14 @@ pub fn run(a: Args) -> i32 {
             return 2;
         }
     };
-    let flags = match Flags::create(4096) {
+    let flags = match Flags::create(256) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("scribble: flag table: {e}");
             return 2;
         }
     };
-    let mut consumer = match seg.consumer() {
+    let consumer = match seg.consumer() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("scribble: consumer: {e}");
@@ -64,7 +96,8 @@ pub fn run(a: Args) -> i32 {
         }
     };
     let fd = seg.fd().as_raw_fd();
-    let spawn = |inst: u32, count: u64| {
+    let mut producers: Vec<Kid> = Vec::new();
+    for inst in 0..a.producers {
         let args: Vec<String> = vec![
             "child-producer".into(),
             format!("--fd={fd}"),
@@ -73,259 +106,156 @@ pub fn run(a: Args) -> i32 {
             "--min-size=256".into(),
             "--max-size=65536".into(),
             "--block-ms=200".into(),
-            format!("--count={count}"),
+            "--count=0".into(),
         ];
-        spawn_self(&args, &[fd, flags.raw_fd()], false)
-    };
-    let mut next_inst = 0u32;
-    let mut producers: Vec<Kid> = Vec::new();
-    for _ in 0..a.producers {
-        match spawn(next_inst, 0) {
+        match spawn_self(&args, &[fd, flags.raw_fd()], false) {
             Ok(k) => producers.push(k),
             Err(e) => {
                 eprintln!("scribble: spawn producer: {e}");
                 return 2;
             }
         }
-        next_inst += 1;
     }
-    let mut sargs = vec![
-        "child-scribbler".to_string(),
-        format!("--fd={fd}"),
-        format!("--writes-per-sec={}", a.writes_per_sec),
-    ];
-    if a.hit_identity {
-        sargs.push("--hit-identity".into());
-    }
-    let mut scribbler = match spawn_self(&sargs, &[fd], false) {
-        Ok(k) => k,
-        Err(e) => {
-            eprintln!("scribble: spawn scribbler: {e}");
-            return 2;
-        }
-    };
-
-    let call_timeout = Duration::from_millis(50);
     let wd = Watchdog::new("scribble consumer call", Duration::from_secs(10));
-    let (mut ok_frames, mut bad_frames, mut corrupt, mut resets) = (0u64, 0u64, 0u64, 0u64);
-    let (mut too_many, mut other_err, mut restarts) = (0u64, 0u64, 0u64);
-    let mut exit_kinds: Vec<String> = Vec::new();
-    let mut corrupt_whats: Vec<&'static str> = Vec::new();
-    let mut max_call = Duration::ZERO;
-    let (mut stalls, stall_after) = (0u64, Duration::from_millis(a.stall_ms));
-    let mut last_frame = Instant::now();
-    let started = Instant::now();
-    let mut last_check = Instant::now();
-    while started.elapsed() < Duration::from_secs(a.seconds) {
-        let reset = {
-            wd.arm();
-            let t = Instant::now();
-            let r = consumer.next_timeout(Some(call_timeout));
-            let took = t.elapsed();
-            wd.disarm();
-            max_call = max_call.max(took);
-            let mut reset = false;
-            match r {
-                Ok(Some(f)) => {
-                    last_frame = Instant::now();
-                    match verify_record(f.payload()) {
-                        Ok(_) => ok_frames += 1,
-                        Err(_) => bad_frames += 1,
-                    }
-                }
-                Ok(None) => {
-                    // A scribbled claim can stall the ring (a "claimed" entry naming a
-                    // live producer is waited for): the application's remedy is a reset.
-                    if last_frame.elapsed() > stall_after {
-                        stalls += 1;
-                        reset = true;
-                    }
-                }
-                Err(Error::Corrupt { what, .. }) => {
-                    corrupt += 1;
-                    if !corrupt_whats.contains(&what) {
-                        corrupt_whats.push(what);
-                    }
-                    reset = true;
-                }
-                Err(Error::TooManyHeld { .. }) => {
-                    too_many += 1;
-                    reset = true;
-                }
+    fn call<'c>(
+        wd: &Watchdog,
+        c: &'c shmring::Consumer,
+    ) -> shmring::Result<Option<shmring::Frame<'c>>> {
+        wd.arm();
+        let r = c.next_timeout(Some(Duration::from_millis(50)));
+        wd.disarm();
+        r
+    }
+    let mut all_ok = true;
+    for target in &a.targets {
+        let mut worst: Option<Duration> = None;
+        let mut total = Round::default();
+        let mut failed_rounds = 0;
+        for _ in 0..a.rounds.max(1) {
+            let sargs = vec![
+                "child-scribbler".to_string(),
+                format!("--fd={fd}"),
+                format!("--writes-per-sec={}", a.writes_per_sec),
+                format!("--region={target}"),
+            ];
+            let mut scribbler = match spawn_self(&sargs, &[fd], false) {
+                Ok(k) => k,
                 Err(e) => {
-                    other_err += 1;
-                    if exit_kinds.len() < 8 {
-                        exit_kinds.push(format!("consumer error: {e}"));
-                    }
+                    eprintln!("scribble: spawn scribbler: {e}");
+                    return 2;
+                }
+            };
+            let mut r = Round::default();
+            let storm = Instant::now();
+            while storm.elapsed() < Duration::from_secs(a.seconds) {
+                match call(&wd, &consumer) {
+                    Ok(Some(f)) => match verify_record(f.payload()) {
+                        Ok(_) => r.frames_ok += 1,
+                        Err(_) => r.frames_bad += 1,
+                    },
+                    Ok(None) => {}
+                    Err(_) => r.errors += 1,
                 }
             }
-            reset
-        };
-        if reset {
-            let _ = consumer.reset();
-            resets += 1;
-            last_frame = Instant::now();
-        }
-        // Producers may give up on a scribbled ring: replace them.
-        if last_check.elapsed() > Duration::from_millis(100) {
-            last_check = Instant::now();
-            for k in producers.iter_mut() {
-                if let Some(st) = k.exited() {
-                    restarts += 1;
-                    if exit_kinds.len() < 8 {
-                        exit_kinds.push(format!("producer exited: {st}"));
-                    }
-                    match spawn(next_inst, 0) {
-                        Ok(n) => *k = n,
-                        Err(e) => {
-                            eprintln!("scribble: spawn producer: {e}");
-                            return 2;
+            scribbler.kill();
+            let stopped = Instant::now();
+            let stopped_ns = shmring::now_ns();
+            // Records flow again: one produced after the scribbler stopped arrives.
+            let mut last: Vec<Option<u64>> = vec![None; a.producers as usize];
+            let guard = Duration::from_secs(20);
+            while r.recover.is_none() && stopped.elapsed() < guard {
+                if let Ok(Some(f)) = call(&wd, &consumer) {
+                    if let Ok((inst, seq)) = verify_record(f.payload()) {
+                        if f.timestamp_ns() > stopped_ns {
+                            r.recover = Some(stopped.elapsed());
+                            if let Some(l) = last.get_mut(inst as usize) {
+                                *l = Some(seq);
+                            }
                         }
                     }
-                    next_inst += 1;
                 }
             }
+            // From then on, every record exactly once, in each producer's order.
+            let check = Instant::now();
+            while r.recover.is_some() && check.elapsed() < Duration::from_millis(a.check_ms) {
+                match call(&wd, &consumer) {
+                    Ok(Some(f)) => match verify_record(f.payload()) {
+                        Ok((inst, seq)) => {
+                            let Some(l) = last.get_mut(inst as usize) else {
+                                r.after_gap += 1;
+                                continue;
+                            };
+                            match *l {
+                                Some(p) if seq <= p => r.after_dup += 1,
+                                Some(p) if seq != p + 1 => r.after_gap += 1,
+                                _ => r.after_ok += 1,
+                            }
+                            *l = Some(seq);
+                        }
+                        Err(_) => r.after_gap += 1,
+                    },
+                    Ok(None) => {}
+                    Err(Error::Corrupt { .. }) | Err(_) => r.after_gap += 1,
+                }
+            }
+            r.instances_after = last.iter().filter(|l| l.is_some()).count();
+            let ok = r.recover.is_some()
+                && r.after_dup == 0
+                && r.after_gap == 0
+                && r.instances_after == a.producers as usize;
+            if !ok {
+                failed_rounds += 1;
+            }
+            worst = worst.max(r.recover);
+            total.frames_ok += r.frames_ok;
+            total.frames_bad += r.frames_bad;
+            total.errors += r.errors;
+            total.after_ok += r.after_ok;
+            total.after_dup += r.after_dup;
+            total.after_gap += r.after_gap;
         }
+        let exited = producers
+            .iter_mut()
+            .map(|k| k.exited().is_some())
+            .filter(|&e| e)
+            .count();
+        let worst_ms = worst.map_or(-1.0, |d| ms(d.as_nanos() as u64));
+        rep.fig(&format!("{target}_recover_max_ms"), worst_ms);
+        rep.fig(&format!("{target}_frames_verified_during"), total.frames_ok);
+        rep.fig(&format!("{target}_frames_damaged_during"), total.frames_bad);
+        rep.fig(&format!("{target}_records_after"), total.after_ok);
+        all_ok &= rep.check(
+            &format!(
+                "{target}: records flow again with no restart and no reset by the application"
+            ),
+            failed_rounds == 0 && exited == 0,
+            format!(
+                "{} rounds; longest from scribbler stopped to a new record delivered: {} ms; \
+                 afterwards {} records exactly once, {} twice, {} missing or damaged; \
+                 {exited} producers exited",
+                a.rounds,
+                if worst_ms < 0.0 {
+                    "never".into()
+                } else {
+                    format!("{worst_ms:.1}")
+                },
+                total.after_ok,
+                total.after_dup,
+                total.after_gap
+            ),
+        );
     }
-    // Stop the scribbler, then everyone who wrote during the storm.
-    scribbler.kill();
     for k in producers.iter_mut() {
         k.kill();
     }
-    let stormed = started.elapsed();
-    let storm_stats = seg.stats();
-    let _ = consumer.reset();
-    resets += 1;
-
-    // Recovery: new honest producers, every record verified, exactly once.
-    let first = next_inst;
-    let mut fresh: Vec<Kid> = Vec::new();
-    for _ in 0..a.producers {
-        match spawn(next_inst, a.recovery_records) {
-            Ok(k) => fresh.push(k),
-            Err(e) => {
-                eprintln!("scribble: spawn producer: {e}");
-                return 2;
-            }
-        }
-        next_inst += 1;
-    }
-    let n = a.producers as usize;
-    let mut next = vec![0u64; n];
-    let (mut rec_ok, mut rec_bad, mut rec_stale, mut rec_order, mut rec_err) = (0u64, 0, 0, 0, 0);
-    let t = Instant::now();
-    let guard = Duration::from_secs(60);
-    while next.iter().any(|&x| x < a.recovery_records) && t.elapsed() < guard {
-        wd.arm();
-        let r = consumer.next_timeout(Some(Duration::from_millis(100)));
-        wd.disarm();
-        match r {
-            Ok(Some(f)) => match verify_record(f.payload()) {
-                Ok((inst, s)) if inst >= first && ((inst - first) as usize) < n => {
-                    let i = (inst - first) as usize;
-                    if s == next[i] {
-                        next[i] += 1;
-                        rec_ok += 1;
-                    } else {
-                        rec_order += 1;
-                    }
-                }
-                Ok(_) => rec_stale += 1,
-                Err(_) => rec_bad += 1,
-            },
-            Ok(None) => {
-                // Every new producer is gone and nothing is left in the ring (e.g.
-                // they could not attach): nothing more can come.
-                if fresh
-                    .iter_mut()
-                    .all(|k| k.is_reaped() || k.exited().is_some())
-                    && seg.stats().records_in_flight == 0
-                {
-                    break;
-                }
-            }
-            Err(e) => {
-                rec_err += 1;
-                if exit_kinds.len() < 8 {
-                    exit_kinds.push(format!("after the storm: {e}"));
-                }
-                break;
-            }
-        }
-    }
-    let mut clean_exits = 0;
-    for k in fresh.iter_mut() {
-        if k.wait_exit(Duration::from_secs(10))
-            .is_some_and(|s| s.success())
-        {
-            clean_exits += 1;
-        }
-    }
-    let done_lines = (first..next_inst)
-        .filter(|&i| flags.line(i as usize).state.load(Ordering::SeqCst) == state::DONE)
-        .count();
-
-    rep.fig("seconds", (stormed.as_secs_f64() * 10.0).round() / 10.0);
-    rep.fig("scribbles_per_sec_requested", a.writes_per_sec);
-    rep.fig("identity_line_scribbled", a.hit_identity);
-    rep.fig("corruptions_detected", corrupt);
-    rep.fig("corruption_kinds", corrupt_whats.join("; "));
-    rep.fig("too_many_held", too_many);
-    rep.fig("resets", resets);
-    rep.fig("stalls_reset", stalls);
-    let perr: u64 = (0..first)
-        .map(|i| flags.line(i as usize).other_errors.load(Ordering::SeqCst))
-        .sum();
-    let pnc: u64 = (0..first)
-        .map(|i| {
-            flags.line(i as usize).no_consumer.load(Ordering::SeqCst)
-                + flags.line(i as usize).timeouts.load(Ordering::SeqCst)
-        })
-        .sum();
-    rep.fig("producer_errors_during_storm", perr);
-    rep.fig("producer_timeouts_during_storm", pnc);
-    rep.fig("frames_verified", ok_frames);
-    rep.fig("frames_bad_payload", bad_frames);
-    rep.fig("consumer_other_errors", other_err);
-    rep.fig("consumer_max_call_ms", ms(max_call.as_nanos() as u64));
-    rep.fig("producer_restarts", restarts);
-    rep.fig(
-        "stats_corruption_during_storm_falsifiable",
-        storm_stats.corruption,
-    );
-    rep.fig("recovery_frames_verified", rec_ok);
-    for e in &exit_kinds {
-        rep.note(e.clone());
-    }
+    let st = seg.stats();
+    rep.fig("consumer_resets", consumer.resets());
+    rep.fig("stats_corruption_falsifiable", st.corruption);
     rep.check(
         "consumer never crashed or hung",
         true,
-        format!(
-            "{} calls' longest took {} ms with a {} ms timeout (a watchdog ends the run on a hang)",
-            ok_frames + bad_frames + corrupt,
-            ms(max_call.as_nanos() as u64),
-            call_timeout.as_millis()
-        ),
+        "every call returned within its watchdog (a hang ends the run)",
     );
-    rep.check(
-        "scribbling was detected",
-        corrupt + bad_frames + too_many + stalls > 0,
-        format!(
-            "{corrupt} Corrupt errors, {bad_frames} damaged payloads caught by checksum, \
-             {stalls} stalls ended by a reset"
-        ),
-    );
-    rep.check(
-        "the ring works again after the scribbler stops",
-        rec_ok == a.recovery_records * n as u64
-            && rec_bad + rec_stale + rec_order + rec_err == 0
-            && clean_exits == n
-            && done_lines == n,
-        format!(
-            "{rec_ok} of {} records verified exactly once; {rec_bad} bad, {rec_stale} stale, \
-             {rec_order} out of order, {rec_err} errors; {clean_exits}/{n} producers finished",
-            a.recovery_records * n as u64
-        ),
-    );
+    let _ = all_ok;
     rep.finish(a.json)
 }

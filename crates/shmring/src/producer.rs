@@ -228,6 +228,11 @@ impl Producer {
             });
         }
         let units = record_units(len);
+        // We hold no claim now: say so in our open-claim word (a peer may have
+        // written a forged claim's value there, which would make the consumer
+        // believe that claim ours; each reservation attempt clears it, even one
+        // that finds the ring full).
+        self.my_slot().open_claim.store(0, Ordering::Release);
         let mut deadline: Option<Instant> = None;
         let space = &self.seg.control().space.0;
         let mut armed: Option<u32> = None;

@@ -569,8 +569,8 @@ impl ConsumerCursor {
     /// Checks the shared write cursor against the claim log and our own cursors:
     /// every claim between the peek and write cursors must be stamped, and the write
     /// position must be exactly the peek position plus their lengths; the entry at
-    /// the write cursor must be free or being claimed. `Err` names the first
-    /// contradiction. Reads only; O(claims in flight).
+    /// the write cursor, and every one after it up to a full log, must be free or
+    /// being claimed. `Err` names the first contradiction. Reads only; O(log size).
     pub fn audit_write_cursor(&self, sh: &Shared<'_>) -> Result<(), &'static str> {
         let n = self.state.len() as u64;
         // Acquire: the entries of every claim the cursor passed are visible.
@@ -602,6 +602,16 @@ impl ConsumerCursor {
         }
         if stamped && (e.units == 0 || e.units > sh.cap_units) {
             return Err("claim at the write cursor has an impossible length");
+        }
+        // The entries producers will claim next hold their previous generation (or,
+        // claimed since we loaded the cursor, their own claim): anything else would
+        // stop producers when they get there.
+        let end = self.published_read_seq() + n;
+        for j in k + 1..end {
+            let stamp = LogEntry::unpack(sh.entry(j).load(Ordering::Acquire)).stamp;
+            if stamp != j.wrapping_sub(n) & SEQ_MASK && stamp != j & SEQ_MASK {
+                return Err("claim log entry ahead of the write cursor is not free");
+            }
         }
         Ok(())
     }
