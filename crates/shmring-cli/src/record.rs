@@ -234,6 +234,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
                     "malformed": rec.malformed(), "records": st.records_consumed,
                     "bytes": st.bytes_consumed, "occupancy": st.occupancy,
                     "drops_full": st.drops_full, "abandoned": st.abandoned,
+                    "resets": st.resets, "stalled_claims": st.stalled_claims,
                     "private_rss_kb": peak_private_kb,
                     "elapsed_s": start.elapsed().as_secs_f64(),
                 }}));

@@ -69,8 +69,21 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
         let s = seg.stats();
         let dt = t_prev.elapsed().as_secs_f64().max(1e-9);
         t_prev = Instant::now();
+        let held = match (s.oldest_pending_age_ns, s.oldest_pending_pid) {
+            (0, _) => String::new(),
+            (age, 0) => format!(
+                "  oldest open claim {} ms (slot {})",
+                age / 1_000_000,
+                s.oldest_pending_slot
+            ),
+            (age, pid) => format!(
+                "  oldest open claim {} ms (slot {}, pid {pid})",
+                age / 1_000_000,
+                s.oldest_pending_slot
+            ),
+        };
         let line = format!(
-            "committed {} ({:.0}/s, {:.1} MB/s)  consumed {} ({:.0}/s)  occupancy {:.1}/{} MiB (peak {:.1})  drops {}  abandoned {}  corruption {}  waits p{}/c{}  producers {}{}",
+            "committed {} ({:.0}/s, {:.1} MB/s)  consumed {} ({:.0}/s)  occupancy {:.1}/{} MiB (peak {:.1})  drops {}  abandoned {}  corruption {}  resets {}  overtaken {}{held}  waits p{}/c{}  producers {}{}",
             s.records_committed,
             (s.records_committed - prev.records_committed.min(s.records_committed)) as f64 / dt,
             mb(s.bytes_committed - prev.bytes_committed.min(s.bytes_committed)) / dt,
@@ -82,6 +95,8 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
             s.drops_full,
             s.abandoned,
             s.corruption,
+            s.resets,
+            s.stalled_claims,
             s.producer_waits,
             s.consumer_waits,
             s.producers,

@@ -760,3 +760,62 @@ fn interrupted_demo_stops_its_children_and_removes_its_ring() {
     no_part_files(dir.path());
     assert!(!read_y4m(&dir.path().join("video-0.y4m")).frames.is_empty());
 }
+
+/// A peer overwrites the ring's write cursor: the recorder finds it by itself,
+/// resets the ring, says so, and records the next producer's frames with no
+/// restart of anything.
+#[test]
+fn the_recorder_carries_on_after_a_peer_scribbles_the_ring() {
+    let ring = Ring::new("scribbled");
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = start_recorder(&ring, dir.path());
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(ring.path())
+            .unwrap();
+        // The write cursor is the second cache line of the control block.
+        f.write_all_at(&u64::MAX.to_le_bytes(), 64).unwrap();
+    }
+    // The recorder resets within its liveness interval; its progress lines say so.
+    let until = Instant::now() + PATIENCE;
+    while rec.expect("progress")["resets"].as_u64().unwrap_or(0) == 0 {
+        assert!(Instant::now() < until, "no reset reported");
+    }
+    let mut p = Proc::spawn(&[
+        "produce",
+        "--ring",
+        &ring.0,
+        "--seconds",
+        "1",
+        "--video",
+        "320x240@30",
+        "--audio",
+        "none",
+    ]);
+    let sent = p.expect("produced")["video"][0]["sent"].as_u64().unwrap();
+    let (code, err) = p.wait();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(sent > 0);
+    let until = Instant::now() + PATIENCE;
+    while rec.expect("progress")["video_frames"].as_u64().unwrap() < sent {
+        assert!(
+            Instant::now() < until,
+            "frames after the reset not recorded"
+        );
+    }
+    rec.signal(libc::SIGTERM);
+    let r = rec.expect("recorded");
+    let (code, err) = rec.wait();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("the ring was reset and recording goes on"),
+        "{err}"
+    );
+    assert_eq!(r["ring"]["resets"].as_u64(), Some(1), "{r}");
+    assert_eq!(
+        read_y4m(&dir.path().join("video-0.y4m")).frames.len() as u64,
+        sent
+    );
+}
