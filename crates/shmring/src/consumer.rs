@@ -494,6 +494,10 @@ impl Consumer {
         value: u64,
         parked: Option<usize>,
     ) -> Result<Step> {
+        if slot >= self.seg.geometry().max_producers {
+            let seq = parked.map_or(cur.peek_seq, |i| self.parked.borrow()[i].seq);
+            return self.corrupt(cur, seq, "claim names a producer slot that does not exist");
+        }
         let now = Instant::now();
         let mut w = match parked {
             Some(i) => self.parked.borrow()[i],
@@ -521,13 +525,6 @@ impl Consumer {
             None => self.pending.set(Some(w)),
         }
         let sh = self.seg.shared();
-        if slot >= self.seg.geometry().max_producers {
-            return self.corrupt(
-                cur,
-                w.seq,
-                "claim names a producer slot that does not exist",
-            );
-        }
         let alive = slots::is_alive(&self.seg, slot);
         let forged = alive && is_forged(&sh, w.seq, value, &self.seg.slot(slot).open_claim);
         if !alive || forged {
