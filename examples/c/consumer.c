@@ -83,11 +83,21 @@ int main(int argc, char **argv) {
     fflush(stdout);
 
     long long got = 0, bad = 0;
+    uint64_t resets_seen = 0;
     uint64_t bytes = 0;
     int rc = 0;
     while (frames < 0 || got < frames) {
         shmring_frame f;
         st = shmring_consumer_next(c, timeout_ms * 1000000ll, &f);
+        /* The consumer resets a ring a peer scribbled on by itself: say so. */
+        uint64_t resets = 0;
+        char cause[128];
+        if (shmring_consumer_resets(c, &resets, cause, sizeof cause) == SHMRING_OK &&
+            resets != resets_seen) {
+            fprintf(stderr, "consumer: corruption found (%s); the ring was reset, consuming goes on\n",
+                    cause);
+            resets_seen = resets;
+        }
         if (st == SHMRING_TIMEOUT) {
             if (frames >= 0) {
                 fprintf(stderr, "consumer: no frame for %lld ms after %lld of %lld\n", timeout_ms, got,

@@ -315,8 +315,14 @@ pub fn run(a: DemoArgs) -> Result<(), CmdError> {
         }
         let (fps, aps, mbs) = rates;
         let st = seg.as_ref().map(|s| s.stats()).unwrap_or_default();
+        // A reset (a peer scribbled the ring; the recorder reset it and went on)
+        // is rare and worth seeing: shown once there has been one.
+        let resets = match st.resets {
+            0 => String::new(),
+            n => format!("  resets {n}"),
+        };
         let line = format!(
-            "{:5.1} s  video {vf} ({fps:4.1} fps)  audio {ap} ({aps:3.0}/s)  {mbs:6.1} MB/s  ring {:5.1}/{} MiB  drops {}  | recorder {} | producer {}",
+            "{:5.1} s  video {vf} ({fps:4.1} fps)  audio {ap} ({aps:3.0}/s)  {mbs:6.1} MB/s  ring {:5.1}/{} MiB  drops {}{resets}  | recorder {} | producer {}",
             start.elapsed().as_secs_f64(),
             st.occupancy as f64 / (1 << 20) as f64,
             st.capacity >> 20,
