@@ -334,7 +334,8 @@ uint32_t shmring_layout_version(void);
 // Nanoseconds of CLOCK_MONOTONIC (the clock record timestamps use by default).
 uint64_t shmring_now_ns(void);
 
-// Fills `cfg` with the defaults (64 MiB ring, 64 producers, futex wake-ups).
+// Fills `cfg` with the library's defaults (a 16 MiB ring, 64 producers, futex
+// wake-ups).
 enum shmring_status shmring_config_init(struct shmring_config *cfg);
 
 // Bytes of shared memory a ring of this configuration takes.

@@ -59,9 +59,13 @@ pub fn own_fd(fd: i32, what: &str) -> PyResult<OwnedFd> {
 /// The consumer of a ring: creates it or attaches to it, and hands out frames that
 /// point into the ring (zero copy).
 ///
-/// Consumer(name=None, *, create=False, capacity=64 MiB, max_record=None,
-///          log_entries=None, max_producers=64, eventfd=False, memfd=False,
-///          persist=False, fd=None, eventfd_fd=None, liveness_interval=0.05, spin=64)
+/// Consumer(name=None, *, create=False, capacity=None, max_record=None,
+///          log_entries=None, max_producers=None, eventfd=False, memfd=False,
+///          persist=False, fd=None, eventfd_fd=None, liveness_interval=0.05, spin=64,
+///          overtake_after=None, manual_reset=False)
+///
+/// Sizes left at None are the library's defaults (a 16 MiB ring, 64 producer
+/// slots).
 ///
 /// * ``Consumer("cam0")`` attaches to ``/dev/shm/cam0``.
 /// * ``Consumer("cam0", create=True, capacity=1 << 26)`` creates it (mode 0600),
@@ -223,18 +227,18 @@ impl PyConsumer {
 #[pymethods]
 impl PyConsumer {
     #[new]
-    #[pyo3(signature = (name=None, *, create=false, capacity=67_108_864, max_record=None,
-        log_entries=None, max_producers=64, eventfd=false, memfd=false, persist=false,
+    #[pyo3(signature = (name=None, *, create=false, capacity=None, max_record=None,
+        log_entries=None, max_producers=None, eventfd=false, memfd=false, persist=false,
         fd=None, eventfd_fd=None, liveness_interval=0.05, spin=64, overtake_after=None,
         manual_reset=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: Option<&str>,
         create: bool,
-        capacity: u64,
+        capacity: Option<u64>,
         max_record: Option<u64>,
         log_entries: Option<u32>,
-        max_producers: u32,
+        max_producers: Option<u32>,
         eventfd: bool,
         memfd: bool,
         persist: bool,
@@ -262,11 +266,13 @@ impl PyConsumer {
             let efd = eventfd_fd.map(|e| own_fd(e, "eventfd_fd")).transpose()?;
             Segment::from_fds(own_fd(fd, "fd")?, efd).py_err()?
         } else if create {
+            // Unset sizes are the library's defaults (`Config::default`).
+            let d = Config::default();
             let cfg = Config {
-                capacity,
+                capacity: capacity.unwrap_or(d.capacity),
                 max_record,
                 log_entries,
-                max_producers,
+                max_producers: max_producers.unwrap_or(d.max_producers),
                 eventfd,
             };
             if memfd {

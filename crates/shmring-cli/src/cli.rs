@@ -61,7 +61,7 @@ pub struct RecordArgs {
     #[arg(long, value_name = "PATH")]
     pub ready_file: Option<PathBuf>,
     /// Ring capacity in MiB (a power of two).
-    #[arg(long, value_name = "MIB", default_value_t = 64)]
+    #[arg(long, value_name = "MIB", default_value_t = shmring::Config::DEFAULT_CAPACITY >> 20)]
     pub capacity_mib: u64,
     /// Frame rate written into the Y4M headers.
     #[arg(long, default_value_t = 30)]

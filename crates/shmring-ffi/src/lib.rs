@@ -768,16 +768,18 @@ fn new_segment(seg: Arc<Segment>, out: &mut *mut shmring_segment) -> Res<shmring
     ok()
 }
 
-/// Fills `cfg` with the defaults (64 MiB ring, 64 producers, futex wake-ups).
+/// Fills `cfg` with the library's defaults (a 16 MiB ring, 64 producers, futex
+/// wake-ups).
 #[no_mangle]
 pub unsafe extern "C" fn shmring_config_init(cfg: *mut shmring_config) -> shmring_status {
     entry("shmring_config_init", || {
+        let d = shmring::Config::default();
         *out_ptr(cfg, "cfg")? = shmring_config {
-            capacity: 64 << 20,
-            max_record: 0,
-            log_entries: 0,
-            max_producers: 64,
-            eventfd: 0,
+            capacity: d.capacity,
+            max_record: d.max_record.unwrap_or(0),
+            log_entries: d.log_entries.unwrap_or(0),
+            max_producers: d.max_producers,
+            eventfd: u32::from(d.eventfd),
             reserved: 0,
         };
         ok()

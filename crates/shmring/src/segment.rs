@@ -21,7 +21,7 @@ use crate::sync::{AtomicU64, Ordering};
 pub struct Config {
     /// Data ring bytes: a power of two, 64 KiB to 2 GiB. The default, 16 MiB, holds
     /// five 1080p I420 frames and stays within a server's last-level cache; size it
-    /// up for consumers that stall (a recorder writing to disk uses 64 MiB).
+    /// up for consumers that stall for long (`shmring record --capacity-mib`).
     pub capacity: u64,
     /// Largest payload; `None`: a quarter of the capacity. At most capacity/2 − 64.
     pub max_record: Option<u64>,
@@ -38,16 +38,21 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            capacity: 16 << 20,
+            capacity: Self::DEFAULT_CAPACITY,
             max_record: None,
             log_entries: None,
-            max_producers: 64,
+            max_producers: Self::DEFAULT_MAX_PRODUCERS,
             eventfd: false,
         }
     }
 }
 
 impl Config {
+    /// The default ring size, 16 MiB: every binding and command starts from it.
+    pub const DEFAULT_CAPACITY: u64 = 16 << 20;
+    /// The default number of producer slots.
+    pub const DEFAULT_MAX_PRODUCERS: u32 = 64;
+
     /// A default configuration with `capacity` bytes of ring.
     pub fn with_capacity(capacity: u64) -> Self {
         Config {
