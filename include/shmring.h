@@ -160,6 +160,11 @@ typedef enum shmring_status {
   SHMRING_ERR_MEDIA = -22,
   // An internal error (a bug in shmring): the call did nothing harmful.
   SHMRING_ERR_PANIC = -23,
+  // A consumer serving its ring on a socket refused this peer; the message names
+  // the rule (peer-credentials, protocol-version, role, ...).
+  SHMRING_ERR_REFUSED = -24,
+  // The hand-off over a socket broke (closed early, not a shmring socket...).
+  SHMRING_ERR_HANDOFF = -25,
 } shmring_status;
 
 // The consumer of a ring (opaque). One thread at a time.

@@ -96,6 +96,11 @@ pub enum shmring_status {
     SHMRING_ERR_MEDIA = -22,
     /// An internal error (a bug in shmring): the call did nothing harmful.
     SHMRING_ERR_PANIC = -23,
+    /// A consumer serving its ring on a socket refused this peer; the message names
+    /// the rule (peer-credentials, protocol-version, role, ...).
+    SHMRING_ERR_REFUSED = -24,
+    /// The hand-off over a socket broke (closed early, not a shmring socket...).
+    SHMRING_ERR_HANDOFF = -25,
 }
 
 use shmring_status::*;
@@ -119,6 +124,9 @@ fn status_of(e: &Error) -> shmring_status {
         Error::TooManyHeld { .. } => SHMRING_ERR_TOO_MANY_HELD,
         Error::NotHeld { .. } => SHMRING_ERR_NOT_HELD,
         Error::EventfdRequired(_) => SHMRING_ERR_EVENTFD_REQUIRED,
+        Error::ReservationOpen(_) | Error::NoReservation(_) => SHMRING_ERR_STATE,
+        Error::Refused { .. } => SHMRING_ERR_REFUSED,
+        Error::Handoff { .. } => SHMRING_ERR_HANDOFF,
     }
 }
 
@@ -244,6 +252,8 @@ pub extern "C" fn shmring_status_name(status: i32) -> *const c_char {
         -21 => c"SHMRING_ERR_EVENTFD_REQUIRED",
         -22 => c"SHMRING_ERR_MEDIA",
         -23 => c"SHMRING_ERR_PANIC",
+        -24 => c"SHMRING_ERR_REFUSED",
+        -25 => c"SHMRING_ERR_HANDOFF",
         _ => c"(unknown status)",
     };
     s.as_ptr()
