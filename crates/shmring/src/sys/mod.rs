@@ -4,6 +4,7 @@ pub mod fdpass;
 pub mod futex;
 pub mod lock;
 pub mod sigbus;
+pub mod unix;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
