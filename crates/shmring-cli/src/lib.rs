@@ -11,6 +11,7 @@ pub mod procinfo;
 pub mod produce;
 pub mod record;
 pub mod recorder;
+pub mod ringref;
 pub mod stat;
 
 use std::sync::atomic::AtomicBool;

@@ -5,9 +5,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use shmring::{Segment, Stats};
+use shmring::Stats;
 
 use crate::cli::StatArgs;
+use crate::ringref::Watched;
 use crate::{fail, mb, stop_flag, CmdError};
 
 /// Every counter of `s`, as JSON.
@@ -39,10 +40,13 @@ pub fn stats_json(name: &str, s: &Stats) -> serde_json::Value {
 }
 
 pub fn run(a: StatArgs) -> Result<(), CmdError> {
-    let seg =
-        Segment::open_named(&a.name).map_err(|e| fail(1, format!("ring {:?}: {e}", a.name)))?;
+    let seg = Watched::open(a.name.as_deref(), a.connect.as_deref()).map_err(|m| fail(1, m))?;
+    let label = match (&a.name, &a.connect) {
+        (_, Some(p)) => p.display().to_string(),
+        (n, None) => n.clone().unwrap_or_default(),
+    };
     if a.json {
-        println!("{}", stats_json(&a.name, &seg.stats()));
+        println!("{}", stats_json(&label, &seg.stats()));
         return Ok(());
     }
     if !(a.interval >= 0.05 && a.interval <= 3600.0) {
