@@ -292,6 +292,8 @@ enum Kind {
     Segment,
     Producer,
     Consumer,
+    Listener,
+    Observer,
 }
 
 /// Addresses of live handles. Looked up (read lock, no allocation) on every call;
@@ -1014,16 +1016,7 @@ pub unsafe extern "C" fn shmring_segment_geometry(
 ) -> shmring_status {
     entry("shmring_segment_geometry", || {
         let (h, _l) = lease(seg)?;
-        let g = h.seg.geometry();
-        *out_ptr(out, "out")? = shmring_geometry {
-            capacity: g.capacity,
-            max_record: g.max_record,
-            log_entries: g.log_entries,
-            max_producers: g.max_producers,
-            flags: g.flags,
-            reserved: 0,
-            total_size: g.total_size,
-        };
+        *out_ptr(out, "out")? = c_geometry(h.seg.geometry());
         ok()
     })
 }
@@ -1052,8 +1045,26 @@ pub unsafe extern "C" fn shmring_segment_stats(
 ) -> shmring_status {
     entry("shmring_segment_stats", || {
         let (h, _l) = lease(seg)?;
-        let s = h.seg.stats();
-        *out_ptr(out, "out")? = shmring_stats {
+        *out_ptr(out, "out")? = c_stats(&h.seg.stats());
+        ok()
+    })
+}
+
+fn c_geometry(g: &shmring::layout::Geometry) -> shmring_geometry {
+    shmring_geometry {
+        capacity: g.capacity,
+        max_record: g.max_record,
+        log_entries: g.log_entries,
+        max_producers: g.max_producers,
+        flags: g.flags,
+        reserved: 0,
+        total_size: g.total_size,
+    }
+}
+
+fn c_stats(s: &shmring::Stats) -> shmring_stats {
+    {
+        shmring_stats {
             capacity: s.capacity,
             records_committed: s.records_committed,
             bytes_committed: s.bytes_committed,
@@ -1075,9 +1086,8 @@ pub unsafe extern "C" fn shmring_segment_stats(
             reaped_slots: s.reaped_slots,
             producers: s.producers,
             consumer_attached: s.consumer_attached as u32,
-        };
-        ok()
-    })
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1758,3 +1768,7 @@ pub unsafe extern "C" fn shmring_media_plane(
         ok()
     })
 }
+
+// The secure hand-off (after the macros above, which it uses).
+mod handoff;
+pub use handoff::*;
