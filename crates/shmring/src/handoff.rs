@@ -765,17 +765,16 @@ impl Listener {
                             ),
                         ))
                     } else {
-                        match self.grant(&p.sock, role) {
-                            Ok(()) => {
-                                let c = match role {
-                                    Role::Producer => &self.counters.producers,
-                                    Role::Observer => &self.counters.observers,
-                                };
-                                c.fetch_add(1, Ordering::Relaxed);
-                            }
-                            Err(_) => {
-                                self.counters.failed.fetch_add(1, Ordering::Relaxed);
-                            }
+                        // Counted before the reply goes out, so that a peer that
+                        // has its descriptors also finds itself counted.
+                        let c = match role {
+                            Role::Producer => &self.counters.producers,
+                            Role::Observer => &self.counters.observers,
+                        };
+                        c.fetch_add(1, Ordering::Relaxed);
+                        if self.grant(&p.sock, role).is_err() {
+                            c.fetch_sub(1, Ordering::Relaxed);
+                            self.counters.failed.fetch_add(1, Ordering::Relaxed);
                         }
                         None
                     }

@@ -320,7 +320,7 @@ fn eventfd_ring_hands_over_the_eventfd() {
         .send(b"ev", Meta::new(1, 0))
         .unwrap();
     assert_eq!(consumer.recv().unwrap().payload(), b"ev");
-    // Counted right after the reply went out.
+    // Counted by the listener (before its reply went out).
     wait_until("the hand-off counted", GUARD, || l.stats().producers == 1);
 }
 
