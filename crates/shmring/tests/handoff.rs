@@ -665,38 +665,59 @@ fn consumer_restart_producers_get_no_consumer_and_reconnect() {
     second.wait_ok(GUARD);
 }
 
-/// How to run a program as another uid in a private mount namespace with an empty
-/// /dev/shm, or why it cannot be done here.
-fn namespace_runner(uid: u32) -> Result<Vec<String>, String> {
-    let ok = |args: &[&str]| {
-        Command::new(args[0])
-            .args(&args[1..])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
+/// How a producer gets its own mount namespace with an empty private /dev/shm:
+/// as root, `unshare --mount` and then `setpriv` to the uid given (the consumer sees
+/// that uid); unprivileged, a user namespace as well (`unshare --user
+/// --map-root-user`: root inside, the runner's uid as the consumer sees it). Err:
+/// why it cannot be done here.
+enum Namespace {
+    /// Root runner: the producer runs as this uid.
+    AsUid(Vec<String>),
+    /// Unprivileged runner in a user namespace: the consumer sees the runner's uid.
+    UserNs(Vec<String>),
+}
+
+fn works(args: &[&str]) -> bool {
+    Command::new(args[0])
+        .args(&args[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn namespace_runner(uid: u32) -> Result<Namespace, String> {
+    let sh = |unshare: &[&str], then: String| -> Vec<String> {
+        let script = format!("mount -t tmpfs -o size=1m tmpfs /dev/shm && exec {then}\"$@\"");
+        let mut v: Vec<String> = unshare.iter().map(|s| s.to_string()).collect();
+        v.extend(["sh".into(), "-c".into(), script, "sh".into()]);
+        v
     };
-    if !rustix::process::geteuid().is_root() {
-        return Err("needs root to run a producer under another uid (setpriv)".into());
+    if rustix::process::geteuid().is_root() {
+        let unshare = ["unshare", "--mount", "--propagation", "private"];
+        if !works(&[&unshare[..], &["true"]].concat()) {
+            return Err("unshare --mount is not permitted here".into());
+        }
+        return Ok(Namespace::AsUid(sh(
+            &unshare,
+            format!("setpriv --reuid {uid} --regid {uid} --clear-groups "),
+        )));
     }
-    if !ok(&["unshare", "--mount", "--propagation", "private", "true"]) {
-        return Err("unshare --mount is not permitted here".into());
+    let unshare = [
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "--mount",
+        "--propagation",
+        "private",
+    ];
+    if !works(&[&unshare[..], &["true"]].concat()) {
+        return Err(
+            "the kernel forbids unprivileged user namespaces here and the runner is not root"
+                .into(),
+        );
     }
-    // Mount an empty tmpfs on /dev/shm, then drop to `uid` and exec the rest.
-    let script = format!(
-        "mount -t tmpfs -o size=1m tmpfs /dev/shm && exec setpriv --reuid {uid} --regid {uid} \
-         --clear-groups \"$@\""
-    );
-    Ok(vec![
-        "unshare".into(),
-        "--mount".into(),
-        "--propagation".into(),
-        "private".into(),
-        "sh".into(),
-        "-c".into(),
-        script,
-        "sh".into(),
-    ])
+    Ok(Namespace::UserNs(sh(&unshare, String::new())))
 }
 
 fn run_in_namespace(prefix: &[String], sock: &Path, n: u64) -> String {
@@ -720,25 +741,31 @@ fn run_in_namespace(prefix: &[String], sock: &Path, n: u64) -> String {
 
 #[test]
 fn producer_in_its_own_mount_namespace_under_another_uid() {
+    let me = rustix::process::geteuid().as_raw();
     let (allowed, other) = (4242u32, 4243u32);
-    let prefix = match namespace_runner(allowed) {
-        Ok(p) => p,
+    let ns = match namespace_runner(allowed) {
+        Ok(ns) => ns,
         Err(why) => {
             eprintln!("SKIPPED producer_in_its_own_mount_namespace_under_another_uid: {why}");
             return;
         }
     };
+    // Who the consumer sees, and the uid the producer has inside its namespace.
+    let (prefix, seen, inside) = match ns {
+        Namespace::AsUid(p) => (p, allowed, allowed),
+        Namespace::UserNs(p) => (p, me, 0),
+    };
     let dir = SockDir::new("ns");
     let seg = ring(false);
     let consumer = seg.consumer().unwrap();
-    let l = Listener::bind(
-        &seg,
-        dir.sock(),
-        ListenerOptions::default().allow_uid(allowed),
-    )
-    .unwrap()
-    .spawn()
-    .unwrap();
+    let opts = ListenerOptions {
+        producers: Allow::nobody().uid(seen),
+        ..ListenerOptions::default()
+    };
+    let l = Listener::bind(&seg, dir.sock(), opts)
+        .unwrap()
+        .spawn()
+        .unwrap();
     let n = 500;
     let reader = std::thread::spawn(move || {
         let mut got = 0u64;
@@ -753,13 +780,39 @@ fn producer_in_its_own_mount_namespace_under_another_uid() {
         got
     });
     let msg = run_in_namespace(&prefix, &dir.sock(), n);
-    assert_eq!(msg, format!("DONE uid {allowed} dev-shm-entries 0"));
+    assert_eq!(msg, format!("DONE uid {inside} dev-shm-entries 0"));
     assert_eq!(reader.join().unwrap(), n);
 
-    let prefix = namespace_runner(other).unwrap();
+    // Another uid: as root, a producer running as `other`; unprivileged, the same
+    // producer against a consumer whose list names another uid than the runner's.
+    let (prefix, refused_uid) = match namespace_runner(other).unwrap() {
+        Namespace::AsUid(p) => (p, other),
+        Namespace::UserNs(p) => {
+            drop(l);
+            let opts = ListenerOptions {
+                producers: Allow::nobody().uid(me.wrapping_add(1)),
+                ..ListenerOptions::default()
+            };
+            let l2 = Listener::bind(&seg, dir.sock(), opts)
+                .unwrap()
+                .spawn()
+                .unwrap();
+            let msg = run_in_namespace(&p, &dir.sock(), n);
+            assert!(
+                msg.starts_with("ERR")
+                    && msg.contains("peer-credentials")
+                    && msg.contains(&format!("uid {me} ")),
+                "{msg}"
+            );
+            assert_eq!(l2.stats().refused_credentials, 1);
+            return;
+        }
+    };
     let msg = run_in_namespace(&prefix, &dir.sock(), n);
     assert!(
-        msg.starts_with("ERR") && msg.contains("peer-credentials") && msg.contains("uid 4243"),
+        msg.starts_with("ERR")
+            && msg.contains("peer-credentials")
+            && msg.contains(&format!("uid {refused_uid} ")),
         "{msg}"
     );
     let s = l.stats();
