@@ -586,7 +586,9 @@ enum shmring_status shmring_observer_geometry(const struct shmring_observer *o, 
 // The read-only mapping's address range. Writing through it faults.
 enum shmring_status shmring_observer_mapping(const struct shmring_observer *o, const uint8_t **base, size_t *len);
 
-// The observer's read-only descriptor (owned by the observer: do not close it).
+// The observer's descriptor (owned by the observer: do not close it): the read-only
+// one received, unless this process already had the ring open (one descriptor per
+// segment file per process), as when a consumer observes its own ring.
 enum shmring_status shmring_observer_fd(const struct shmring_observer *o, int *out);
 
 // Unmaps and frees the observer. NULL is a no-op.

@@ -186,7 +186,9 @@ impl PyObserver {
         Ok(d)
     }
 
-    /// The read-only descriptor (owned by the observer: do not close it).
+    /// The observer's descriptor (owned by it: do not close it): the read-only one
+    /// received, unless this process already had the ring open (a process keeps one
+    /// descriptor per ring), as when a consumer observes its own ring.
     fn fileno(&self) -> PyResult<i32> {
         Ok(std::os::fd::AsRawFd::as_raw_fd(&self.get()?.fd()))
     }

@@ -61,8 +61,7 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
     let mut t_prev = Instant::now();
     let mut n = 0u64;
     println!(
-        "ring {}: capacity {} MiB, max record {} KiB, {} producer slots",
-        seg.name(),
+        "ring {label}: capacity {} MiB, max record {} KiB, {} producer slots",
         seg.geometry().capacity >> 20,
         seg.geometry().max_record >> 10,
         seg.geometry().max_producers

@@ -297,7 +297,9 @@ pub unsafe extern "C" fn shmring_observer_mapping(
     })
 }
 
-/// The observer's read-only descriptor (owned by the observer: do not close it).
+/// The observer's descriptor (owned by the observer: do not close it): the read-only
+/// one received, unless this process already had the ring open (one descriptor per
+/// segment file per process), as when a consumer observes its own ring.
 #[no_mangle]
 pub unsafe extern "C" fn shmring_observer_fd(
     o: *const shmring_observer,

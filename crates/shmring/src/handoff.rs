@@ -1261,7 +1261,10 @@ impl ReadOnlySegment {
         self.seg.mapping()
     }
 
-    /// The read-only descriptor.
+    /// The descriptor the mapping was made from: the read-only one received, unless
+    /// this process already had the ring open (a process keeps one descriptor per
+    /// segment file, see `Segment`), as when a consumer observes its own ring. The
+    /// mapping is read-only either way.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.seg.fd()
     }
