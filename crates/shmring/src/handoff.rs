@@ -1018,6 +1018,12 @@ pub struct Announced {
 /// Connects to a consumer's socket, asks for `role`, and returns the descriptors it
 /// hands over (most callers want [`Segment::connect`] or [`Segment::observe`]).
 /// Waits at most `timeout` for each step (connect, hello, reply).
+///
+/// Do not call this in a process that already has the ring attached (the consumer
+/// itself, say) and then close what it returns: closing any descriptor of a
+/// segment's file drops the process's record locks on it, its liveness signal.
+/// `Segment::connect` / `observe` keep the descriptors where the segment keeps its
+/// own.
 pub fn request(path: impl AsRef<Path>, role: Role, timeout: Duration) -> Result<Received> {
     let path = path.as_ref();
     let socket = display(path);
