@@ -162,10 +162,22 @@ typedef enum shmring_status {
   SHMRING_ERR_MEDIA = -22,
   // An internal error (a bug in shmring): the call did nothing harmful.
   SHMRING_ERR_PANIC = -23,
+  // A consumer serving its ring on a socket refused this peer; the message names
+  // the rule (peer-credentials, protocol-version, role, ...).
+  SHMRING_ERR_REFUSED = -24,
+  // The hand-off over a socket broke (closed early, not a shmring socket...).
+  SHMRING_ERR_HANDOFF = -25,
 } shmring_status;
 
 // The consumer of a ring (opaque). One thread at a time.
 typedef struct shmring_consumer shmring_consumer;
+
+// A consumer's listener, serving its ring on a socket from one background thread
+// (opaque).
+typedef struct shmring_listener shmring_listener;
+
+// A ring mapped read-only, received from a consumer's socket (opaque).
+typedef struct shmring_observer shmring_observer;
 
 // A producer attached to a ring (opaque). One thread at a time.
 typedef struct shmring_producer shmring_producer;
@@ -311,6 +323,49 @@ typedef struct shmring_media_header {
   uint32_t size[4];
   uint8_t reserved[24];
 } shmring_media_header;
+
+// Options of shmring_listen. Initialise with shmring_listen_options_init(), which
+// sets the library's defaults (this process's uid only, the default bounds).
+typedef struct shmring_listen_options {
+  // Further uids allowed to connect (as producers and observers): an array of
+  // `n_allow_uids`, or NULL when 0. The caller's effective uid is always allowed.
+  const uint32_t *allow_uids;
+  size_t n_allow_uids;
+  // Further gids allowed to connect: an array of `n_allow_gids`, or NULL when 0.
+  const uint32_t *allow_gids;
+  size_t n_allow_gids;
+  // Connections accepted and not yet answered, at most; one more is refused at
+  // once (rule "too-many-pending").
+  uint32_t max_pending;
+  // Milliseconds a peer has to send its hello (rule "hello-timeout").
+  uint32_t hello_timeout_ms;
+} shmring_listen_options;
+
+// What a listener did so far (a snapshot).
+typedef struct shmring_handoff_stats {
+  // Producers handed the ring.
+  uint64_t producers;
+  // Observers handed a read-only descriptor.
+  uint64_t observers;
+  // Every refusal, all rules together.
+  uint64_t refused;
+  // Refused: uid/gid not allowed (rule "peer-credentials").
+  uint64_t refused_credentials;
+  // Refused: another protocol version ("protocol-version").
+  uint64_t refused_version;
+  // Refused: unknown role or a role nobody may take ("role").
+  uint64_t refused_role;
+  // Refused: not a hello, or closed before one ("malformed-hello").
+  uint64_t refused_malformed;
+  // Refused: no hello in time ("hello-timeout").
+  uint64_t timed_out;
+  // Refused at once: too many pending ("too-many-pending").
+  uint64_t refused_busy;
+  // Answers that could not be sent, accepts that failed.
+  uint64_t failed;
+  // Connections waiting for an answer now.
+  uint64_t pending;
+} shmring_handoff_stats;
 
 #ifdef __cplusplus
 extern "C" {
@@ -505,6 +560,55 @@ enum shmring_status shmring_media_parse(const uint8_t *payload, size_t len, stru
 // Plane `index` of a payload whose header `hdr` was parsed from (`len` bytes):
 // `*data`, `*size` (checked to lie inside the payload).
 enum shmring_status shmring_media_plane(const struct shmring_media_header *hdr, const uint8_t *payload, size_t len, uint32_t index, const uint8_t **data, size_t *size);
+
+// Fills `opts` with the library's defaults.
+enum shmring_status shmring_listen_options_init(struct shmring_listen_options *opts);
+
+// Serves the ring `seg` (a sealed memfd from shmring_segment_create_memfd) on the
+// Unix socket `path` (a file system path, or "@name" for a Linux abstract socket),
+// from one background thread. Peers are checked by the credentials the kernel
+// records at connect (SO_PEERCRED) against the allow-list of `opts` (NULL: the
+// defaults: this process's uid only). Producers receive the memfd (and the
+// eventfd of an eventfd ring), observers a read-only descriptor. A stale socket
+// file of a dead consumer is replaced; shmring_listener_close removes the socket.
+enum shmring_status shmring_listen(const struct shmring_segment *seg, const char *path, const struct shmring_listen_options *opts, struct shmring_listener **out);
+
+// A snapshot of what the listener did.
+enum shmring_status shmring_listener_stats(const struct shmring_listener *l, struct shmring_handoff_stats *out);
+
+// Stops the listener's thread and removes its socket file. NULL is a no-op.
+// Producers already connected keep producing.
+enum shmring_status shmring_listener_close(struct shmring_listener *l);
+
+// Connects to a consumer serving its ring on `path` (see shmring_listen) as a
+// producer, receives the sealed memfd (and the eventfd of an eventfd ring), and
+// attaches: then shmring_producer_attach as usual. `timeout_ms` bounds each step
+// (0: the library's default). Errors: SHMRING_ERR_NOT_FOUND (no socket there),
+// SHMRING_ERR_NO_CONSUMER (a stale socket), SHMRING_ERR_REFUSED (the message names
+// the rule), SHMRING_TIMEOUT, SHMRING_ERR_HANDOFF.
+enum shmring_status shmring_connect(const char *path, uint32_t timeout_ms, struct shmring_segment **out);
+
+// Connects to a consumer serving its ring on `path` as an observer: receives a
+// read-only descriptor and maps it read-only (the kernel refuses to map it
+// writable). Counters and geometry only.
+enum shmring_status shmring_observe(const char *path, uint32_t timeout_ms, struct shmring_observer **out);
+
+// A snapshot of the observed ring's counters.
+enum shmring_status shmring_observer_stats(const struct shmring_observer *o, struct shmring_stats *out);
+
+// The observed ring's validated layout.
+enum shmring_status shmring_observer_geometry(const struct shmring_observer *o, struct shmring_geometry *out);
+
+// The read-only mapping's address range. Writing through it faults.
+enum shmring_status shmring_observer_mapping(const struct shmring_observer *o, const uint8_t **base, size_t *len);
+
+// The observer's descriptor (owned by the observer: do not close it): the read-only
+// one received, unless this process already had the ring open (one descriptor per
+// segment file per process), as when a consumer observes its own ring.
+enum shmring_status shmring_observer_fd(const struct shmring_observer *o, int *out);
+
+// Unmaps and frees the observer. NULL is a no-op.
+enum shmring_status shmring_observer_close(struct shmring_observer *o);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -5,6 +5,8 @@
  *
  *   producer --fd N [--eventfd M] [options]     attach to an inherited descriptor
  *   producer --name NAME [options]              open a named ring (/dev/shm/NAME)
+ *   producer --connect PATH [options]           get the ring from a consumer serving it
+ *                                               on a Unix socket (shmring_listen)
  *
  * Options:
  *   --frames N          frames to send (default 100)
@@ -35,7 +37,7 @@ static void die_status(const char *what, shmring_status st) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: producer (--fd N [--eventfd M] | --name NAME) [--frames N] [--width W] "
+            "usage: producer (--fd N [--eventfd M] | --name NAME | --connect PATH) [--frames N] [--width W] "
             "[--height H]\n"
             "                [--stream S] [--policy block|fail] [--timeout-ms T] [--sandbox] "
             "[--violate] [--quiet]\n");
@@ -54,7 +56,7 @@ static long parse_num(const char *opt, const char *v) {
 
 int main(int argc, char **argv) {
     int fd = -1, efd = -1, sandbox = 0, violate = 0, quiet = 0, fail_policy = 0;
-    const char *name = NULL;
+    const char *name = NULL, *connect_path = NULL;
     long frames = 100, width = 1920, height = 1080, stream = 1, timeout_ms = 1000;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -62,6 +64,7 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--fd")) fd = (int)parse_num(a, v), i++;
         else if (!strcmp(a, "--eventfd")) efd = (int)parse_num(a, v), i++;
         else if (!strcmp(a, "--name")) { if (!v) usage(); name = v; i++; }
+        else if (!strcmp(a, "--connect")) { if (!v) usage(); connect_path = v; i++; }
         else if (!strcmp(a, "--frames")) frames = parse_num(a, v), i++;
         else if (!strcmp(a, "--width")) width = parse_num(a, v), i++;
         else if (!strcmp(a, "--height")) height = parse_num(a, v), i++;
@@ -77,7 +80,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--quiet")) quiet = 1;
         else usage();
     }
-    if ((fd < 0) == (name == NULL)) usage();
+    if ((fd >= 0) + (name != NULL) + (connect_path != NULL) != 1) usage();
     if (width == 0 || height == 0 || width > PATTERN_MAX_ROW || height > 65535) {
         fprintf(stderr, "producer: frame size %ldx%ld is out of range\n", width, height);
         return 1;
@@ -87,7 +90,8 @@ int main(int argc, char **argv) {
     pattern_init();
     shmring_segment *seg = NULL;
     shmring_status st = fd >= 0 ? shmring_segment_attach_fd(fd, efd, &seg)
-                                : shmring_segment_open_named(name, efd, &seg);
+                        : name  ? shmring_segment_open_named(name, efd, &seg)
+                                : shmring_connect(connect_path, 0, &seg);
     if (st != SHMRING_OK) die_status("attach", st);
     int ring_efd = -1;
     shmring_segment_eventfd(seg, &ring_efd);

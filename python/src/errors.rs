@@ -112,6 +112,19 @@ create_exception!(
     "A record's media header is missing or malformed."
 );
 
+create_exception!(
+    shmring,
+    Refused,
+    Error,
+    "A consumer serving its ring on a socket refused this peer; the message names the rule."
+);
+create_exception!(
+    shmring,
+    HandoffError,
+    Error,
+    "The hand-off over a socket broke (closed early, not a shmring socket...)."
+);
+
 /// Converts a core error into the Python exception named after it.
 pub fn to_py(e: shmring::Error) -> PyErr {
     use shmring::Error as E;
@@ -137,6 +150,8 @@ pub fn to_py(e: shmring::Error) -> PyErr {
         // The package's reservations pair every reserve with one commit or abort;
         // these come only from misuse of the raw producer API.
         E::ReservationOpen(_) | E::NoReservation(_) => Error::new_err(msg),
+        E::Refused { .. } => Refused::new_err(msg),
+        E::Handoff { .. } => HandoffError::new_err(msg),
     }
 }
 
@@ -177,7 +192,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         EventfdRequired,
         Released,
         Closed,
-        BadMediaHeader
+        BadMediaHeader,
+        Refused,
+        HandoffError
     );
     Ok(())
 }

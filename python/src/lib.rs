@@ -16,6 +16,7 @@ use pyo3::prelude::*;
 
 mod consumer;
 mod errors;
+mod handoff;
 mod media;
 mod producer;
 mod views;
@@ -29,6 +30,8 @@ fn _shmring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<producer::PyProducer>()?;
     m.add_class::<producer::PyReservation>()?;
     m.add_class::<views::ViewGuard>()?;
+    m.add_class::<handoff::PyListener>()?;
+    m.add_class::<handoff::PyObserver>()?;
     media::register(m)?;
     m.add_function(wrap_pyfunction!(now_ns, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -57,6 +57,17 @@ impl Drop for PyProducer {
     }
 }
 
+impl PyProducer {
+    fn attach(seg: Arc<Segment>, policy: FullPolicy) -> PyResult<Self> {
+        let mut p = Producer::new(seg).py_err()?;
+        p.set_policy(policy);
+        Ok(PyProducer {
+            inner: Cell::new(Box::into_raw(Box::new(p))),
+            busy: Cell::new(false),
+        })
+    }
+}
+
 fn policy_from(on_full: &str, timeout: f64) -> PyResult<FullPolicy> {
     match on_full {
         "block" => Ok(FullPolicy::Block(secs(timeout, "timeout")?)),
@@ -213,12 +224,33 @@ impl PyProducer {
                 return Err(ConfigError::new_err("give a ring name, fd=, or ring="))
             }
         };
-        let mut p = Producer::new(seg).py_err()?;
-        p.set_policy(policy);
-        Ok(PyProducer {
-            inner: Cell::new(Box::into_raw(Box::new(p))),
-            busy: Cell::new(false),
-        })
+        Self::attach(seg, policy)
+    }
+
+    /// Producer.connect(path, *, on_full="block", timeout=1.0, connect_timeout=None)
+    ///
+    /// Gets the ring from a consumer serving it on the Unix socket ``path`` (``@name``
+    /// for an abstract socket; see ``shmring.Listener``): the sealed memfd and, for
+    /// an eventfd ring, the eventfd. ``connect_timeout`` (seconds; None: the
+    /// library's default) bounds each step. Raises ``Refused`` naming the rule the
+    /// consumer applied, ``NotFound`` (no socket), ``NoConsumer`` (a stale socket),
+    /// ``Timeout``. The GIL is released while connecting.
+    #[staticmethod]
+    #[pyo3(signature = (path, *, on_full="block", timeout=1.0, connect_timeout=None))]
+    fn connect(
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        on_full: &str,
+        timeout: f64,
+        connect_timeout: Option<f64>,
+    ) -> PyResult<Self> {
+        let policy = policy_from(on_full, timeout)?;
+        let t = match connect_timeout {
+            Some(s) => secs(s, "connect_timeout")?,
+            None => shmring::handoff::DEFAULT_CONNECT_TIMEOUT,
+        };
+        let seg = py.detach(|| Segment::connect_timeout(&path, t)).py_err()?;
+        Self::attach(seg, policy)
     }
 
     /// reserve(n, *, stream=0, kind=0, timestamp=None, flags=0, timeout=None)

@@ -3,7 +3,7 @@
 Records carry a checksum: payload = 8-byte header (index u32, crc32 u32 of the
 rest) + bytes from a seeded generator, so the consumer can verify every byte.
 
-    _producer.py (--name NAME | --fd N [--efd M]) --count C [--min L] [--max L]
+    _producer.py (--name NAME | --fd N [--efd M] | --connect PATH) --count C [--min L] [--max L]
                  [--seed S] [--stream S] [--video WxH] [--hold] [--interval SEC]
 
 --hold: reserve one record, print "held" and sleep (to be killed mid-write).
@@ -32,6 +32,7 @@ def main() -> int:
     ap.add_argument("--name")
     ap.add_argument("--fd", type=int)
     ap.add_argument("--efd", type=int)
+    ap.add_argument("--connect")
     ap.add_argument("--count", type=int, default=100)
     ap.add_argument("--min", type=int, default=8)
     ap.add_argument("--max", type=int, default=65536)
@@ -41,7 +42,9 @@ def main() -> int:
     ap.add_argument("--hold", action="store_true")
     ap.add_argument("--interval", type=float, default=0.0)
     a = ap.parse_args()
-    if a.fd is not None:
+    if a.connect is not None:
+        p = shmring.Producer.connect(a.connect, timeout=10.0)
+    elif a.fd is not None:
         p = shmring.Producer(fd=a.fd, eventfd_fd=a.efd, timeout=10.0)
     else:
         p = shmring.Producer(a.name, eventfd_fd=a.efd, timeout=10.0)

@@ -45,8 +45,23 @@ pub enum Cmd {
 #[derive(Debug, Clone, Args)]
 pub struct RecordArgs {
     /// Name of the ring to create (/dev/shm/NAME; removed when recording ends).
-    #[arg(long, value_name = "NAME")]
-    pub create: String,
+    #[arg(
+        long,
+        value_name = "NAME",
+        required_unless_present = "listen",
+        conflicts_with = "listen"
+    )]
+    pub create: Option<String>,
+    /// Create a sealed memfd ring and serve it on this Unix socket (`@NAME`: an
+    /// abstract socket) instead: producers `--connect` to it, checked by uid.
+    #[arg(long, value_name = "PATH")]
+    pub listen: Option<PathBuf>,
+    /// With --listen: also let this uid connect (repeatable; default: this user only).
+    #[arg(long, value_name = "UID", requires = "listen")]
+    pub allow_uid: Vec<u32>,
+    /// With --listen: also let this gid connect (repeatable).
+    #[arg(long, value_name = "GID", requires = "listen")]
+    pub allow_gid: Vec<u32>,
     /// Directory for the files (created if missing).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
@@ -90,8 +105,17 @@ pub enum Policy {
 #[derive(Debug, Clone, Args)]
 pub struct ProduceArgs {
     /// Ring to write into (created by `shmring record --create NAME`).
-    #[arg(long, value_name = "NAME")]
-    pub ring: String,
+    #[arg(
+        long,
+        value_name = "NAME",
+        required_unless_present = "connect",
+        conflicts_with = "connect"
+    )]
+    pub ring: Option<String>,
+    /// Get the ring from a consumer serving it on this socket (`shmring record
+    /// --listen PATH`): the sealed memfd, and the eventfd if the ring has one.
+    #[arg(long, value_name = "PATH")]
+    pub connect: Option<PathBuf>,
     /// Video as WIDTHxHEIGHT@FPS, or "none".
     #[arg(long, default_value = "1920x1080@30")]
     pub video: String,
@@ -133,12 +157,19 @@ pub struct DemoArgs {
     /// Encode video to MP4 with ffmpeg.
     #[arg(long)]
     pub encode: bool,
+    /// Use a named ring (/dev/shm/NAME) instead of a memfd served on a socket.
+    #[arg(long, value_name = "NAME")]
+    pub create: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct StatArgs {
     /// Ring name.
-    pub name: String,
+    #[arg(required_unless_present = "connect", conflicts_with = "connect")]
+    pub name: Option<String>,
+    /// Observe the ring a consumer serves on this socket (read-only).
+    #[arg(long, value_name = "PATH")]
+    pub connect: Option<PathBuf>,
     /// Print one JSON object and exit.
     #[arg(long)]
     pub json: bool,

@@ -17,6 +17,7 @@ use crate::cli::DemoArgs;
 use crate::procinfo::{self, CpuMeter};
 use crate::produce::{parse_audio, parse_video};
 use crate::recorder::check_output_dir;
+use crate::ringref::Watched;
 use crate::{fail, mb, stop_flag, CmdError};
 
 /// A child process that is stopped (SIGTERM, then SIGKILL after a grace period)
@@ -82,6 +83,16 @@ impl ChildGuard {
 impl Drop for ChildGuard {
     fn drop(&mut self) {
         self.stop(Duration::from_secs(3));
+    }
+}
+
+/// Removes the demo's socket directory (and the socket, if the recorder was killed
+/// before removing it) when dropped.
+struct DirGuard(PathBuf);
+
+impl Drop for DirGuard {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -177,11 +188,35 @@ pub fn run(a: DemoArgs) -> Result<(), CmdError> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    let ring = format!("shmring-demo-{}-{nanos:08x}", std::process::id());
-    let _ring_guard = RingGuard(ring.clone());
+    // By default the recorder serves a sealed memfd on a socket in a private
+    // directory and the producer connects to it; `--create NAME` uses a named ring.
+    let (ring, _ring_guard, _sock_dir) = match &a.create {
+        Some(name) => (name.clone(), Some(RingGuard(name.clone())), None),
+        None => {
+            let dir = std::env::temp_dir()
+                .join(format!("shmring-demo-{}-{nanos:08x}", std::process::id()));
+            std::fs::create_dir(&dir).map_err(|e| {
+                fail(
+                    1,
+                    format!("cannot create the socket directory {}: {e}", dir.display()),
+                )
+            })?;
+            let guard = DirGuard(dir.clone());
+            (
+                dir.join("ring.sock").display().to_string(),
+                None,
+                Some(guard),
+            )
+        }
+    };
+    let (rflag, pflag) = if a.create.is_some() {
+        ("--create", "--ring")
+    } else {
+        ("--listen", "--connect")
+    };
 
     let mut rcmd = Command::new(&exe);
-    rcmd.args(["record", "--create", &ring, "--progress", "--out"])
+    rcmd.args(["record", rflag, &ring, "--progress", "--out"])
         .arg(&out_dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -233,7 +268,7 @@ pub fn run(a: DemoArgs) -> Result<(), CmdError> {
     let streams = a.streams.to_string();
     let mut pchild = Command::new(&exe)
         .args([
-            "produce", "--ring", &ring, "--video", &a.video, "--audio", &a.audio,
+            "produce", pflag, &ring, "--video", &a.video, "--audio", &a.audio,
         ])
         .args(["--streams", &streams, "--seconds", &secs])
         .stdin(Stdio::null())
@@ -245,12 +280,17 @@ pub fn run(a: DemoArgs) -> Result<(), CmdError> {
     threads.extend(readers(&mut pchild, "produced", pshared.clone(), None));
     let mut prod = ChildGuard::new("producer", pchild);
 
-    let seg = shmring::Segment::open_named(&ring).ok();
+    let seg = if a.create.is_some() {
+        Watched::open(Some(&ring), None).ok()
+    } else {
+        Watched::open(None, Some(Path::new(&ring))).ok()
+    };
     let tty = std::io::stdout().is_terminal();
     println!(
-        "shmring demo: recorder pid {} and producer pid {} on ring /{ring}; {} s of {} video x{} + {} audio into {}",
+        "shmring demo: recorder pid {} and producer pid {} on {} {ring}; {} s of {} video x{} + {} audio into {}",
         rec.pid(),
         prod.pid(),
+        if a.create.is_some() { "ring" } else { "socket" },
         a.seconds,
         a.video,
         a.streams,

@@ -13,6 +13,7 @@ pub mod procinfo;
 pub mod produce;
 pub mod record;
 pub mod recorder;
+pub mod ringref;
 pub mod rings;
 pub mod rm;
 pub mod stat;

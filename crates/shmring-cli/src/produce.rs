@@ -311,8 +311,17 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
             format!("--streams {}: expected 1 to 32", a.streams),
         ));
     }
-    let seg =
-        Segment::open_named(&a.ring).map_err(|e| fail(1, format!("ring {:?}: {e}", a.ring)))?;
+    let (seg, label) = match (&a.ring, &a.connect) {
+        (_, Some(p)) => (
+            Segment::connect(p).map_err(|e| fail(1, format!("socket {}: {e}", p.display())))?,
+            p.display().to_string(),
+        ),
+        (Some(r), None) => (
+            Segment::open_named(r).map_err(|e| fail(1, format!("ring {r:?}: {e}")))?,
+            r.clone(),
+        ),
+        (None, None) => return Err(fail(2, "give --ring NAME or --connect PATH")),
+    };
     if let Some((w, h, _)) = video {
         let len = MediaHeader::video(Format::I420, w, h, 0, 0).payload_len() as u64;
         let max = seg.geometry().max_record;
@@ -330,15 +339,16 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
         }
     }
     if !seg.consumer_alive() {
+        let hint = match &a.ring {
+            Some(r) => format!(
+                "start `shmring record --create {r}` first; a ring left by a killed recorder \
+                 is removed with `shmring rm {r}`"
+            ),
+            None => "the consumer that served this socket is gone; connect to a new one".into(),
+        };
         return Err(fail(
             1,
-            format!(
-                "ring {}: no live consumer is attached (start `shmring record --create {}` first; \
-                 a ring left by a killed recorder is removed with `shmring rm {}`)",
-                seg.name(),
-                a.ring,
-                a.ring
-            ),
+            format!("ring {}: no live consumer is attached ({hint})", seg.name()),
         ));
     }
     let policy = match a.policy {
@@ -371,7 +381,7 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
     let elapsed = start.elapsed().as_secs_f64();
     let (cpu_s, max_rss_kb) = procinfo::own_usage();
     let out = json!({"produced": {
-        "ring": a.ring,
+        "ring": label,
         "video": vres.iter().map(result_json).collect::<Vec<_>>(),
         "audio": ares.as_ref().map(result_json),
         "elapsed_s": elapsed, "cpu_s": cpu_s,

@@ -10,18 +10,30 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use shmring::handoff::ListenerStats;
 use shmring::media::{Format, MediaHeader};
-use shmring::{Config, Segment};
+use shmring::{Config, Listener, Segment};
 
 use crate::cli::RecordArgs;
 use crate::output::ffmpeg_available;
 use crate::recorder::{Recorder, RecorderOptions, WriteError};
+use crate::ringref::listener_options;
 use crate::{fail, mb, procinfo, stop_flag, CmdError};
 
 fn emit(v: serde_json::Value) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{v}");
     let _ = out.flush();
+}
+
+/// What the hand-off listener did (`--listen`).
+pub fn handoff_json(s: &ListenerStats) -> serde_json::Value {
+    json!({
+        "producers": s.producers, "observers": s.observers, "refused": s.refused(),
+        "refused_credentials": s.refused_credentials, "refused_version": s.refused_version,
+        "refused_role": s.refused_role, "refused_malformed": s.refused_malformed,
+        "timed_out": s.timed_out, "refused_busy": s.refused_busy, "failed": s.failed,
+    })
 }
 
 /// The ring the recorder creates: `capacity_mib` MiB, records up to a quarter of it
@@ -109,6 +121,9 @@ fn usable_mib() -> (u64, u64) {
 
 pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     let stop = stop_flag()?;
+    if a.listen.is_none() && !(a.allow_uid.is_empty() && a.allow_gid.is_empty()) {
+        return Err(fail(2, "--allow-uid and --allow-gid need --listen PATH"));
+    }
     if a.fps == 0 {
         return Err(fail(2, "--fps must be at least 1"));
     }
@@ -146,25 +161,40 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
             ),
         ));
     }
-    let create = || Segment::create_named(&a.create, &cfg);
-    let seg = match create() {
-        Err(shmring::Error::Exists(_)) => {
-            let (why, stale) = crate::rings::why_exists(&a.create);
-            if !(stale && a.replace_stale) {
-                return Err(fail(1, format!("cannot create ring: {why}")));
-            }
-            eprintln!(
-                "shmring record: ring {:?} was left by a process that is gone; replacing it",
-                a.create
-            );
-            // Another recorder may replace it at the same moment: one of us gets
-            // "already exists" (and a live consumer) below.
-            let _ = Segment::unlink_named(&a.create);
-            create()
+    // A named ring, or a sealed memfd served on a socket by one listener thread
+    // (never on the frame path below).
+    let (seg, label, listener) = match (&a.create, &a.listen) {
+        (_, Some(path)) => {
+            let seg = Segment::create_memfd("shmring-record", &cfg)
+                .map_err(|e| fail(1, format!("cannot create a memfd ring: {e}")))?;
+            let l = Listener::bind(&seg, path, listener_options(&a.allow_uid, &a.allow_gid))
+                .and_then(|l| l.spawn())
+                .map_err(|e| fail(1, format!("cannot listen on {}: {e}", path.display())))?;
+            (seg, path.display().to_string(), Some(l))
         }
-        r => r,
-    }
-    .map_err(|e| fail(1, format!("cannot create ring {:?}: {e}", a.create)))?;
+        (Some(name), None) => {
+            let create = || Segment::create_named(name, &cfg);
+            let seg = match create() {
+                Err(shmring::Error::Exists(_)) => {
+                    let (why, stale) = crate::rings::why_exists(name);
+                    if !(stale && a.replace_stale) {
+                        return Err(fail(1, format!("cannot create ring: {why}")));
+                    }
+                    eprintln!(
+                        "shmring record: ring {name:?} was left by a process that is gone; replacing it"
+                    );
+                    // Another recorder may replace it at the same moment: one of us
+                    // gets "already exists" (and a live consumer) below.
+                    let _ = Segment::unlink_named(name);
+                    create()
+                }
+                r => r,
+            }
+            .map_err(|e| fail(1, format!("cannot create ring {name:?}: {e}")))?;
+            (seg, name.clone(), None)
+        }
+        (None, None) => return Err(fail(2, "give --create NAME or --listen PATH")),
+    };
     let opts = shmring::ConsumerOptions {
         overtake_after: (a.overtake_after_ms > 0)
             .then(|| Duration::from_millis(a.overtake_after_ms)),
@@ -173,13 +203,12 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     let consumer = shmring::Consumer::with_options(seg.clone(), opts)
         .map_err(|e| fail(1, format!("ring {}: {e}", seg.name())))?;
     let geo = *seg.geometry();
-    emit(json!({"ready": {"ring": a.create, "capacity": geo.capacity,
+    emit(json!({"ready": {"ring": label, "capacity": geo.capacity,
         "max_record": geo.max_record, "pid": std::process::id()}}));
     if let Some(p) = &a.ready_file {
         let mut tmp = p.as_os_str().to_owned();
         tmp.push(".tmp");
-        let r =
-            std::fs::write(&tmp, format!("{}\n", a.create)).and_then(|_| std::fs::rename(&tmp, p));
+        let r = std::fs::write(&tmp, format!("{label}\n")).and_then(|_| std::fs::rename(&tmp, p));
         if let Err(e) = r {
             return Err(fail(
                 1,
@@ -236,6 +265,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
                     "drops_full": st.drops_full, "abandoned": st.abandoned,
                     "resets": st.resets, "stalled_claims": st.stalled_claims,
                     "private_rss_kb": peak_private_kb,
+                    "handoff": listener.as_ref().map(|l| handoff_json(&l.stats())),
                     "elapsed_s": start.elapsed().as_secs_f64(),
                 }}));
             }
@@ -272,12 +302,15 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
 
     let mut j = summary.to_json();
     j["ring"] = json!({
-        "name": a.create, "records_consumed": st.records_consumed,
+        "name": label, "records_consumed": st.records_consumed,
         "bytes_consumed": st.bytes_consumed, "records_committed": st.records_committed,
         "drops_full": st.drops_full, "abandoned": st.abandoned, "corruption": st.corruption,
         "resets": consumer_resets, "stalled_claims": st.stalled_claims,
         "peak_occupancy": st.peak_occupancy,
     });
+    if let Some(l) = &listener {
+        j["handoff"] = handoff_json(&l.stats());
+    }
     j["elapsed_s"] = json!(elapsed);
     j["cpu_s"] = json!(cpu_s);
     j["cpu_percent"] = json!(if elapsed > 0.0 {
@@ -364,6 +397,18 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
         },
         peak_private_kb as f64 / 1024.0
     );
+    if let Some(l) = listener {
+        let h = l.stats();
+        let _ = writeln!(
+            e,
+            "  hand-off on {label}: {} producers, {} observers, {} refused ({} by uid/gid), {} failed",
+            h.producers,
+            h.observers,
+            h.refused(),
+            h.refused_credentials,
+            h.failed
+        );
+    }
     drop(seg);
     if let Some(w) = write_error {
         return Err(fail(

@@ -5,9 +5,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use shmring::{FieldKind, Segment, Stats};
+use shmring::{FieldKind, Stats};
 
 use crate::cli::StatArgs;
+use crate::ringref::Watched;
 use crate::{fail, mb, stop_flag, CmdError};
 
 /// Every counter of `s`, as JSON (names from [`Stats::fields`]; flags as booleans).
@@ -25,20 +26,32 @@ pub fn stats_json(name: &str, s: &Stats) -> serde_json::Value {
 }
 
 pub fn run(a: StatArgs) -> Result<(), CmdError> {
-    let seg =
-        Segment::open_named(&a.name).map_err(|e| fail(1, format!("ring {:?}: {e}", a.name)))?;
+    let seg = Watched::open(a.name.as_deref(), a.connect.as_deref()).map_err(|m| fail(1, m))?;
+    let label = match (&a.name, &a.connect) {
+        (_, Some(p)) => p.display().to_string(),
+        (n, None) => n.clone().unwrap_or_default(),
+    };
     if a.json {
-        println!("{}", stats_json(&a.name, &seg.stats()));
+        println!("{}", stats_json(&label, &seg.stats()));
         return Ok(());
     }
     if a.prometheus {
+        // The ring was opened above (by name, or observed on its socket); read it
+        // once more as one scrape.
         let reading = crate::rings::Reading {
-            ring: a.name.clone(),
-            source: "shm",
-            result: crate::rings::read_named(&a.name),
+            ring: label.clone(),
+            source: if a.connect.is_some() { "socket" } else { "shm" },
+            result: match &a.name {
+                Some(n) if a.connect.is_none() => crate::rings::read_named(n),
+                _ => Ok(crate::rings::RingInfo {
+                    stats: seg.stats(),
+                    max_record: seg.geometry().max_record,
+                    max_producers: seg.geometry().max_producers,
+                }),
+            },
         };
         if let Err(e) = &reading.result {
-            return Err(fail(1, format!("ring {:?}: {e}", a.name)));
+            return Err(fail(1, format!("ring {label:?}: {e}")));
         }
         print!("{}", crate::metrics::encode_readings(&[reading]));
         return Ok(());
@@ -55,8 +68,7 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
     let mut t_prev = Instant::now();
     let mut n = 0u64;
     println!(
-        "ring {}: capacity {} MiB, max record {} KiB, {} producer slots",
-        seg.name(),
+        "ring {label}: capacity {} MiB, max record {} KiB, {} producer slots",
         seg.geometry().capacity >> 20,
         seg.geometry().max_record >> 10,
         seg.geometry().max_producers
@@ -106,7 +118,7 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
                 format!(
                     "  (no live consumer: a ring left by a killed recorder is removed with \
                      `shmring rm {}`)",
-                    a.name
+                    label
                 )
             }
         );

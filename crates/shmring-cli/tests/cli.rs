@@ -737,12 +737,14 @@ fn interrupted_demo_stops_its_children_and_removes_its_ring() {
         first[at..].split(' ').next().unwrap().parse().unwrap()
     };
     let (rpid, ppid) = (pid_after("recorder pid "), pid_after("producer pid "));
-    let ring = first
+    // The demo serves its ring on a socket in a directory of its own by default.
+    let sock = first
         .split(' ')
-        .find_map(|t| t.strip_prefix("/shmring-demo-"))
-        .map(|t| format!("shmring-demo-{}", t.trim_end_matches(';')))
-        .unwrap();
-    let _cleanup = Ring(ring.clone());
+        .find(|t| t.ends_with("ring.sock;"))
+        .map(|t| PathBuf::from(t.trim_end_matches(';')))
+        .unwrap_or_else(|| panic!("no socket in {first:?}"));
+    let sock_dir = sock.parent().unwrap().to_path_buf();
+    assert!(sock.exists());
     // One status line means both children are running.
     let status = lines.recv_timeout(PATIENCE).unwrap();
     assert!(status.contains("fps"), "{status}");
@@ -756,7 +758,7 @@ fn interrupted_demo_stops_its_children_and_removes_its_ring() {
             "child {pid} still there"
         );
     }
-    assert!(!Path::new("/dev/shm").join(&ring).exists());
+    assert!(!sock_dir.exists(), "the socket's directory is removed");
     no_part_files(dir.path());
     assert!(!read_y4m(&dir.path().join("video-0.y4m")).frames.is_empty());
 }

@@ -98,6 +98,11 @@ pub enum shmring_status {
     SHMRING_ERR_MEDIA = -22,
     /// An internal error (a bug in shmring): the call did nothing harmful.
     SHMRING_ERR_PANIC = -23,
+    /// A consumer serving its ring on a socket refused this peer; the message names
+    /// the rule (peer-credentials, protocol-version, role, ...).
+    SHMRING_ERR_REFUSED = -24,
+    /// The hand-off over a socket broke (closed early, not a shmring socket...).
+    SHMRING_ERR_HANDOFF = -25,
 }
 
 use shmring_status::*;
@@ -122,6 +127,8 @@ fn status_of(e: &Error) -> shmring_status {
         Error::NotHeld { .. } => SHMRING_ERR_NOT_HELD,
         Error::EventfdRequired(_) => SHMRING_ERR_EVENTFD_REQUIRED,
         Error::ReservationOpen(_) | Error::NoReservation(_) => SHMRING_ERR_STATE,
+        Error::Refused { .. } => SHMRING_ERR_REFUSED,
+        Error::Handoff { .. } => SHMRING_ERR_HANDOFF,
     }
 }
 
@@ -247,6 +254,8 @@ pub extern "C" fn shmring_status_name(status: i32) -> *const c_char {
         -21 => c"SHMRING_ERR_EVENTFD_REQUIRED",
         -22 => c"SHMRING_ERR_MEDIA",
         -23 => c"SHMRING_ERR_PANIC",
+        -24 => c"SHMRING_ERR_REFUSED",
+        -25 => c"SHMRING_ERR_HANDOFF",
         _ => c"(unknown status)",
     };
     s.as_ptr()
@@ -285,6 +294,8 @@ enum Kind {
     Segment,
     Producer,
     Consumer,
+    Listener,
+    Observer,
 }
 
 /// Addresses of live handles. Looked up (read lock, no allocation) on every call;
@@ -1014,16 +1025,7 @@ pub unsafe extern "C" fn shmring_segment_geometry(
 ) -> shmring_status {
     entry("shmring_segment_geometry", || {
         let (h, _l) = lease(seg)?;
-        let g = h.seg.geometry();
-        *out_ptr(out, "out")? = shmring_geometry {
-            capacity: g.capacity,
-            max_record: g.max_record,
-            log_entries: g.log_entries,
-            max_producers: g.max_producers,
-            flags: g.flags,
-            reserved: 0,
-            total_size: g.total_size,
-        };
+        *out_ptr(out, "out")? = c_geometry(h.seg.geometry());
         ok()
     })
 }
@@ -1052,8 +1054,26 @@ pub unsafe extern "C" fn shmring_segment_stats(
 ) -> shmring_status {
     entry("shmring_segment_stats", || {
         let (h, _l) = lease(seg)?;
-        let s = h.seg.stats();
-        *out_ptr(out, "out")? = shmring_stats {
+        *out_ptr(out, "out")? = c_stats(&h.seg.stats());
+        ok()
+    })
+}
+
+fn c_geometry(g: &shmring::layout::Geometry) -> shmring_geometry {
+    shmring_geometry {
+        capacity: g.capacity,
+        max_record: g.max_record,
+        log_entries: g.log_entries,
+        max_producers: g.max_producers,
+        flags: g.flags,
+        reserved: 0,
+        total_size: g.total_size,
+    }
+}
+
+fn c_stats(s: &shmring::Stats) -> shmring_stats {
+    {
+        shmring_stats {
             capacity: s.capacity,
             records_committed: s.records_committed,
             bytes_committed: s.bytes_committed,
@@ -1075,9 +1095,8 @@ pub unsafe extern "C" fn shmring_segment_stats(
             reaped_slots: s.reaped_slots,
             producers: s.producers,
             consumer_attached: s.consumer_attached as u32,
-        };
-        ok()
-    })
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1795,3 +1814,7 @@ pub unsafe extern "C" fn shmring_media_plane(
         ok()
     })
 }
+
+// The secure hand-off (after the macros above, which it uses).
+mod handoff;
+pub use handoff::*;

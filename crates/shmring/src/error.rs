@@ -96,6 +96,18 @@ pub enum Error {
         "ring {0} was created with eventfd wake-ups: attach the producer with the ring's eventfd"
     )]
     EventfdRequired(Name),
+    /// A consumer serving its ring over a socket refused this peer; `rule` names the
+    /// check that failed (see `shmring::handoff::Refusal`).
+    #[error("consumer at {socket} refused the connection (rule: {rule}): {message}")]
+    Refused {
+        socket: Name,
+        rule: &'static str,
+        message: String,
+    },
+    /// The hand-off over a socket broke: the peer closed early, sent something that
+    /// is not the hand-off protocol, or a wait ran out.
+    #[error("hand-off over {socket}: {what}")]
+    Handoff { socket: Name, what: String },
 }
 
 /// A layout mismatch in words: a file that is no ring at all says so first.

@@ -39,6 +39,8 @@ mod consumer;
 #[cfg(not(loom))]
 mod error;
 #[cfg(not(loom))]
+pub mod handoff;
+#[cfg(not(loom))]
 mod producer;
 #[cfg(not(loom))]
 mod segment;
@@ -55,6 +57,8 @@ mod wake;
 pub use consumer::{Consumer, ConsumerOptions, Frame, Health, RawFrame};
 #[cfg(not(loom))]
 pub use error::{Error, Name, Result};
+#[cfg(not(loom))]
+pub use handoff::{Listener, ListenerOptions, ReadOnlySegment};
 #[cfg(not(loom))]
 pub use producer::{FullPolicy, Meta, Producer, RawReservation, Reservation};
 #[cfg(not(loom))]

@@ -113,6 +113,9 @@ struct FileHandle {
     key: (u64, u64),
     extra: Mutex<Vec<OwnedFd>>,
     local: LocalRoles,
+    /// A read-only descriptor of the same file, opened once on demand
+    /// ([`Segment::read_only_fd`]) and kept as long as the file's other descriptors.
+    read_only: std::sync::OnceLock<OwnedFd>,
 }
 
 /// Which roles of a segment this process holds: the producer slots of its own
@@ -193,6 +196,7 @@ fn file_handle(fd: OwnedFd, name: &str) -> Result<Arc<FileHandle>> {
         key,
         extra: Mutex::new(Vec::new()),
         local: LocalRoles::default(),
+        read_only: std::sync::OnceLock::new(),
     });
     files.push((key, Arc::downgrade(&h)));
     Ok(h)
@@ -381,6 +385,28 @@ impl Segment {
     }
 
     fn attach(fd: OwnedFd, name: String, backing: Backing) -> Result<Segment> {
+        Self::attach_prot(fd, name, backing, ProtFlags::READ | ProtFlags::WRITE)
+    }
+
+    /// Attaches a sealed memfd and maps it read-only (`PROT_READ`): for observers
+    /// that must never write into the ring. The result is not an `Arc<Segment>`, so
+    /// no producer or consumer (which write) can be made from it; wrap it (see
+    /// `crate::handoff::ReadOnlySegment`).
+    pub(crate) fn attach_read_only(fd: OwnedFd) -> Result<Segment> {
+        let label = format!("fd:{} (read-only)", std::os::fd::AsRawFd::as_raw_fd(&fd));
+        match rustix::fs::fcntl_get_seals(&fd) {
+            Ok(seals) if seals.contains(SealFlags::SHRINK | SealFlags::GROW) => {}
+            _ => return Err(Error::Unsealed(label.into())),
+        }
+        Self::attach_prot(fd, label, Backing::Memfd, ProtFlags::READ)
+    }
+
+    fn attach_prot(
+        fd: OwnedFd,
+        name: String,
+        backing: Backing,
+        prot: ProtFlags,
+    ) -> Result<Segment> {
         // Register the descriptor first: if this process already uses the file, the
         // descriptor must stay open even when validation fails (closing it would drop
         // our record locks on the file).
@@ -398,7 +424,7 @@ impl Segment {
         }
         // Map the control block alone first: every size comes from untrusted memory.
         let geo = {
-            let probe = Mapping::new(fd, CONTROL_SIZE as usize, &name)?;
+            let probe = Mapping::new(fd, CONTROL_SIZE as usize, &name, prot)?;
             // Declared after `probe`, so dropped (unregistered) before it is unmapped.
             let guard = probe.guard(&backing, &name)?;
             // SAFETY: the mapping is CONTROL_SIZE bytes, page aligned, and Control fits.
@@ -414,7 +440,7 @@ impl Segment {
             }
             geo?
         };
-        Self::map_file(file, geo, name, backing)
+        Self::map_file(file, geo, name, backing, prot)
     }
 
     fn validate(c: &Control, file_size: u64, name: &str) -> Result<Geometry> {
@@ -503,7 +529,7 @@ impl Segment {
 
     fn map(fd: OwnedFd, geo: Geometry, name: String, backing: Backing) -> Result<Segment> {
         let file = file_handle(fd, &name)?;
-        Self::map_file(file, geo, name, backing)
+        Self::map_file(file, geo, name, backing, ProtFlags::READ | ProtFlags::WRITE)
     }
 
     fn map_file(
@@ -511,9 +537,10 @@ impl Segment {
         geo: Geometry,
         name: String,
         backing: Backing,
+        prot: ProtFlags,
     ) -> Result<Segment> {
         let len = geo.total_size as usize;
-        let m = Mapping::new(file.fd.as_fd(), len, &name)?;
+        let m = Mapping::new(file.fd.as_fd(), len, &name, prot)?;
         let guard = m.guard(&backing, &name)?;
         let base = m.ptr;
         std::mem::forget(m); // ownership moves to the Segment, unmapped in its Drop
@@ -596,6 +623,36 @@ impl Segment {
     /// The segment's descriptor (a memfd for [`Segment::create_memfd`]).
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.file.fd.as_fd()
+    }
+
+    /// A read-only descriptor of the segment's file (`O_RDONLY`, re-opened through
+    /// `/proc/self/fd`), for observers: the kernel refuses a writable shared mapping
+    /// of it. Opened once and kept open as long as the segment's other descriptors
+    /// (closing it would drop this process's record locks on the file).
+    pub fn read_only_fd(&self) -> Result<BorrowedFd<'_>> {
+        if let Some(fd) = self.file.read_only.get() {
+            return Ok(fd.as_fd());
+        }
+        let path = format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&self.file.fd)
+        );
+        let fd = rustix::fs::open(
+            path.as_str(),
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| os("re-open read-only (/proc/self/fd)", &self.name, e))?;
+        // Another thread may have won the race: keep its descriptor and ours both
+        // open (ours goes to `extra`; closing it would drop our record locks).
+        if let Err(fd) = self.file.read_only.set(fd) {
+            self.file
+                .extra
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(fd);
+        }
+        Ok(self.file.read_only.get().expect("set above").as_fd())
     }
 
     /// The segment's name, for messages (`/name`, `memfd:name` or `fd:N`).
@@ -724,27 +781,20 @@ impl std::fmt::Debug for Segment {
     }
 }
 
-/// A shared read-write mapping, unmapped on drop unless forgotten.
+/// A shared mapping (read-write, or read-only for observers), unmapped on drop
+/// unless forgotten.
 struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
 }
 
 impl Mapping {
-    fn new(fd: BorrowedFd<'_>, len: usize, name: &str) -> Result<Mapping> {
+    fn new(fd: BorrowedFd<'_>, len: usize, name: &str, prot: ProtFlags) -> Result<Mapping> {
         // SAFETY: a fresh mapping chosen by the kernel (no MAP_FIXED), so no existing
         // memory is affected; the descriptor is valid for the call.
-        let p = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::SHARED,
-                fd,
-                0,
-            )
-        }
-        .map_err(|e| os("mmap", name, e))?;
+        let p =
+            unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, fd, 0) }
+                .map_err(|e| os("mmap", name, e))?;
         Ok(Mapping {
             ptr: NonNull::new(p.cast()).expect("mmap returned null"),
             len,

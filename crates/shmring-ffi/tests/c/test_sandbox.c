@@ -3,7 +3,9 @@
  * --sandbox (allow-list of examples/c/sandbox.h, entered after attach; anything
  * else kills it with SIGSYS) against a consumer here, which verifies every frame.
  * Covers a blocking producer, a producer hitting the full-ring, timeout and
- * liveness-check paths, an eventfd ring, and a control: a forbidden call is fatal.
+ * liveness-check paths, an eventfd ring, a producer that receives its descriptors
+ * over the consumer's socket (shmring_listen / --connect) before entering the
+ * sandbox, and a control: a forbidden call is fatal.
  *
  * usage: test_sandbox PATH/TO/producer        Last line: "N passed, M failed".
  */
@@ -12,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -112,6 +115,50 @@ static void run_case(const char *name, int eventfd_ring, int delay_ms, int frame
     shmring_segment_close(s);
 }
 
+/* The producer gets the ring (and its eventfd) from the consumer's socket, with no
+   inherited descriptor, then enters the sandbox. */
+static void run_connect_case(void) {
+    shmring_config cfg;
+    shmring_config_init(&cfg);
+    cfg.capacity = 16u << 20;
+    cfg.eventfd = 1;
+    char dir[64], sock[96];
+    snprintf(dir, sizeof dir, "/tmp/shmring-sandbox-%d", (int)getpid());
+    snprintf(sock, sizeof sock, "%s/ring.sock", dir);
+    shmring_segment *s = NULL;
+    shmring_consumer *c = NULL;
+    shmring_listener *l = NULL;
+    int ok = mkdir(dir, 0700) == 0 &&
+             shmring_segment_create_memfd("sandbox-connect", &cfg, &s) == SHMRING_OK &&
+             shmring_consumer_attach(s, NULL, &c) == SHMRING_OK &&
+             shmring_listen(s, sock, NULL, &l) == SHMRING_OK;
+    if (!ok) fprintf(stderr, "  setup: %s\n", shmring_last_error());
+    pid_t pid = -1;
+    if (ok && (pid = fork()) == 0) {
+        char *argv[] = {(char *)producer_path, "--connect", sock, "--width", "640", "--height",
+                        "360", "--frames", "300", "--sandbox", "--quiet", NULL};
+        execv(producer_path, argv);
+        _exit(121);
+    }
+    int good = ok ? consume(c, 300, 1) : 0;
+    int status = pid > 0 ? reap(pid) : -1;
+    shmring_handoff_stats ls = {0};
+    if (l) shmring_listener_stats(l, &ls);
+    int pass = ok && good == 300 && ls.producers == 1 && WIFEXITED(status) &&
+               WEXITSTATUS(status) == 0;
+    if (!pass)
+        fprintf(stderr, "  connect: %d/300 frames verified, child %s %d\n", good,
+                WIFSIGNALED(status) ? "killed by signal" : "exit",
+                WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    printf("%s sandboxed_producer_connected_over_socket (%d frames verified)\n",
+           pass ? "ok  " : "FAIL", good);
+    pass ? passed++ : failed++;
+    shmring_listener_close(l);
+    shmring_consumer_close(c);
+    shmring_segment_close(s);
+    rmdir(dir);
+}
+
 static void run_violation(void) {
     shmring_config cfg;
     shmring_config_init(&cfg);
@@ -144,6 +191,7 @@ int main(int argc, char **argv) {
     char *fail[] = {"--frames", "200", "--sandbox", "--policy", "fail", "--timeout-ms", "20", "--quiet", NULL};
     run_case("sandboxed_producer_full_ring_and_timeouts", 0, 300, 200, fail);
     run_case("sandboxed_producer_eventfd_ring", 1, 0, 300, block);
+    run_connect_case();
     run_violation();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

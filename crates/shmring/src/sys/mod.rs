@@ -4,6 +4,7 @@ pub mod fdpass;
 pub mod futex;
 pub mod lock;
 pub mod sigbus;
+pub mod unix;
 
 /// Nanoseconds of `CLOCK_MONOTONIC`: the clock record timestamps use by default.
 pub fn now_ns() -> u64 {

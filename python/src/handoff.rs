@@ -1,0 +1,224 @@
+//! The secure hand-off: `Listener` (a consumer serves its memfd on a Unix socket)
+//! and `Observer` (a read-only view of a ring served that way). `Producer.connect`
+//! is in `producer.rs`. The rules are the core's (`shmring::handoff`).
+
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+use shmring::handoff::{ListenerOptions, ListenerThread, DEFAULT_CONNECT_TIMEOUT};
+use shmring::{Listener, ReadOnlySegment, Segment};
+
+use crate::consumer::{secs, stats_dict, PyConsumer};
+use crate::errors::{Closed, IntoPy};
+
+/// Serves a consumer's ring on a Unix socket, from one background thread.
+///
+/// Listener(ring, path, *, allow_uids=(), allow_gids=(), max_pending=None,
+///          hello_timeout=None, observers=True)
+///
+/// ``ring`` is a Consumer of a memfd ring (``Consumer(create=True, memfd=True)``);
+/// ``path`` a socket path, or ``@name`` for a Linux abstract socket. Peers are
+/// checked by the uid/gid the kernel records at connect: this process's uid, plus
+/// ``allow_uids`` / ``allow_gids``. Producers (``Producer.connect(path)``) receive
+/// the memfd and the eventfd; observers (``Observer.connect(path)``) a read-only
+/// descriptor. ``max_pending`` / ``hello_timeout`` (seconds) bound waiting peers;
+/// None keeps the library's defaults. ``observers=False`` refuses every observer
+/// (rule ``role``). ``close()`` (or the end of a ``with`` block)
+/// stops the thread and removes the socket.
+#[pyclass(module = "shmring._shmring", name = "Listener")]
+pub struct PyListener {
+    inner: Option<ListenerThread>,
+    socket: String,
+}
+
+#[pymethods]
+impl PyListener {
+    #[new]
+    #[pyo3(signature = (ring, path, *, allow_uids=Vec::new(), allow_gids=Vec::new(),
+        max_pending=None, hello_timeout=None, observers=true))]
+    fn new(
+        ring: PyRef<'_, PyConsumer>,
+        path: PathBuf,
+        allow_uids: Vec<u32>,
+        allow_gids: Vec<u32>,
+        max_pending: Option<usize>,
+        hello_timeout: Option<f64>,
+        observers: bool,
+    ) -> PyResult<Self> {
+        let seg = ring.segment()?;
+        let mut o = ListenerOptions::default();
+        for u in allow_uids {
+            o = o.allow_uid(u);
+        }
+        for g in allow_gids {
+            o = o.allow_gid(g);
+        }
+        if !observers {
+            o.observers = shmring::handoff::Allow::nobody();
+        }
+        if let Some(n) = max_pending {
+            o.max_pending = n;
+        }
+        if let Some(t) = hello_timeout {
+            o.hello_timeout = secs(t, "hello_timeout")?;
+        }
+        let l = Listener::bind(&seg, &path, o)
+            .and_then(Listener::spawn)
+            .py_err()?;
+        Ok(PyListener {
+            socket: l.socket().to_string(),
+            inner: Some(l),
+        })
+    }
+
+    /// What the listener did: producers, observers, refused (and by rule), pending.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let l = self
+            .inner
+            .as_ref()
+            .ok_or_else(|| Closed::new_err(format!("listener {} is closed", self.socket)))?;
+        let s = l.stats();
+        let d = PyDict::new(py);
+        d.set_item("producers", s.producers)?;
+        d.set_item("observers", s.observers)?;
+        d.set_item("refused", s.refused())?;
+        d.set_item("refused_credentials", s.refused_credentials)?;
+        d.set_item("refused_version", s.refused_version)?;
+        d.set_item("refused_role", s.refused_role)?;
+        d.set_item("refused_malformed", s.refused_malformed)?;
+        d.set_item("timed_out", s.timed_out)?;
+        d.set_item("refused_busy", s.refused_busy)?;
+        d.set_item("failed", s.failed)?;
+        d.set_item("pending", s.pending)?;
+        Ok(d)
+    }
+
+    /// The socket's path (or ``@name``).
+    #[getter]
+    fn socket(&self) -> &str {
+        &self.socket
+    }
+
+    /// Stops the listener's thread and removes the socket. Connected producers
+    /// keep producing. Idempotent.
+    fn close(&mut self, py: Python<'_>) {
+        if let Some(l) = self.inner.take() {
+            py.detach(|| drop(l));
+        }
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_none()
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&mut self, py: Python<'_>, _args: &Bound<'_, PyTuple>) {
+        self.close(py);
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<shmring.Listener {}{}>",
+            self.socket,
+            if self.inner.is_none() { " closed" } else { "" }
+        )
+    }
+}
+
+/// A read-only view of a ring served on a socket: counters and geometry.
+///
+/// ``Observer.connect(path, timeout=None)``. The ring is mapped read-only from a
+/// read-only descriptor: nothing here can write into it.
+#[pyclass(module = "shmring._shmring", name = "Observer")]
+pub struct PyObserver {
+    inner: Option<ReadOnlySegment>,
+    socket: String,
+}
+
+impl PyObserver {
+    fn get(&self) -> PyResult<&ReadOnlySegment> {
+        self.inner
+            .as_ref()
+            .ok_or_else(|| Closed::new_err(format!("observer of {} is closed", self.socket)))
+    }
+}
+
+#[pymethods]
+impl PyObserver {
+    /// Observer.connect(path, timeout=None): asks the consumer serving ``path`` for
+    /// a read-only descriptor. Raises ``Refused`` naming the rule it failed.
+    #[staticmethod]
+    #[pyo3(signature = (path, timeout=None))]
+    fn connect(py: Python<'_>, path: PathBuf, timeout: Option<f64>) -> PyResult<Self> {
+        let t = match timeout {
+            Some(s) => secs(s, "timeout")?,
+            None => DEFAULT_CONNECT_TIMEOUT,
+        };
+        let obs = py.detach(|| Segment::observe_timeout(&path, t)).py_err()?;
+        Ok(PyObserver {
+            inner: Some(obs),
+            socket: path.display().to_string(),
+        })
+    }
+
+    /// A snapshot of the ring's counters as a dict (as ``Consumer.stats()``).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        stats_dict(py, &self.get()?.stats())
+    }
+
+    /// The ring's layout (as ``Consumer.geometry()``).
+    fn geometry<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let o = self.get()?;
+        let g = o.geometry();
+        let d = PyDict::new(py);
+        d.set_item("capacity", g.capacity)?;
+        d.set_item("max_record", g.max_record)?;
+        d.set_item("log_entries", g.log_entries)?;
+        d.set_item("max_producers", g.max_producers)?;
+        d.set_item("eventfd", g.flags & shmring::layout::FLAG_EVENTFD != 0)?;
+        d.set_item("segment_size", g.total_size)?;
+        Ok(d)
+    }
+
+    /// The observer's descriptor (owned by it: do not close it): the read-only one
+    /// received, unless this process already had the ring open (a process keeps one
+    /// descriptor per ring), as when a consumer observes its own ring.
+    fn fileno(&self) -> PyResult<i32> {
+        Ok(std::os::fd::AsRawFd::as_raw_fd(&self.get()?.fd()))
+    }
+
+    /// The read-only mapping: (address, length).
+    fn mapping(&self) -> PyResult<(usize, usize)> {
+        let (p, n) = self.get()?.mapping();
+        Ok((p as usize, n))
+    }
+
+    /// Unmaps the ring. Idempotent.
+    fn close(&mut self) {
+        self.inner = None;
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_none()
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&mut self, _args: &Bound<'_, PyTuple>) {
+        self.close();
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<shmring.Observer {}>", self.socket)
+    }
+}
