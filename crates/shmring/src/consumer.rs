@@ -125,6 +125,8 @@ pub struct Consumer {
     last_audit: Cell<Instant>,
     since_audit: Cell<u32>,
     health: Cell<Health>,
+    /// When the claim published as the oldest pending was first seen (0: none).
+    published_since: Cell<u64>,
 }
 
 /// A frame: a record's payload in place in shared memory, valid until dropped.
@@ -211,6 +213,7 @@ impl Consumer {
             last_audit: Cell::new(Instant::now()),
             since_audit: Cell::new(0),
             health: Cell::new(Health::default()),
+            published_since: Cell::new(0),
         };
         // A predecessor may have died holding a ring that a peer then scribbled on:
         // look before the first frame.
@@ -559,10 +562,12 @@ impl Consumer {
         Ok(Step::Wait)
     }
 
+    /// Notes the claim pending at the peek cursor. Publishing it for `stat` (one
+    /// `fcntl` for the holder's pid) waits for its first liveness check, so a claim
+    /// seen pending for a moment, as most are, costs no system call.
     fn set_pending(&self, w: Option<Watched>) {
-        let changed = self.pending.get().map(|w| w.seq) != w.map(|w| w.seq);
         self.pending.set(w);
-        if changed {
+        if w.is_none() && self.published_since.get() != 0 {
             self.publish_oldest_pending();
         }
     }
@@ -571,6 +576,7 @@ impl Consumer {
     fn publish_oldest_pending(&self) {
         let oldest = self.parked.borrow().first().copied().or(self.pending.get());
         let h = &self.seg.control().health.0;
+        self.published_since.set(oldest.map_or(0, |w| w.since_ns));
         match oldest {
             None => h.oldest_pending_since_ns.store(0, Ordering::Relaxed),
             Some(w) => {
