@@ -382,7 +382,7 @@ impl Consumer {
                 self.parked.borrow_mut().remove(i);
                 self.publish_oldest_pending();
             }
-            match self.on_poll(cur, poll, Some(i))? {
+            match self.on_poll(cur, poll, Some((i, w.seq)))? {
                 Step::Wait => i += 1,
                 step => return Ok(Some(step)),
             }
@@ -390,8 +390,13 @@ impl Consumer {
     }
 
     /// Acts on what a poll found: at the peek cursor (`parked` None) or on the
-    /// parked claim at that index.
-    fn on_poll(&self, cur: &mut ConsumerCursor, poll: Poll, parked: Option<usize>) -> Result<Step> {
+    /// parked claim at that index of the parked list, with that sequence number.
+    fn on_poll(
+        &self,
+        cur: &mut ConsumerCursor,
+        poll: Poll,
+        parked: Option<(usize, u64)>,
+    ) -> Result<Step> {
         let sh = self.seg.shared();
         let counters = &self.seg.control().counters.0;
         match poll {
@@ -481,7 +486,7 @@ impl Consumer {
                 held: cur.outstanding(),
             }),
             Poll::Corrupt(what) => {
-                let seq = parked.map_or(cur.peek_seq, |i| self.parked.borrow()[i].seq);
+                let seq = parked.map_or(cur.peek_seq, |(_, seq)| seq);
                 self.corrupt(cur, seq, what)
             }
         }
@@ -495,15 +500,15 @@ impl Consumer {
         cur: &mut ConsumerCursor,
         slot: u32,
         value: u64,
-        parked: Option<usize>,
+        parked: Option<(usize, u64)>,
     ) -> Result<Step> {
         if slot >= self.seg.geometry().max_producers {
-            let seq = parked.map_or(cur.peek_seq, |i| self.parked.borrow()[i].seq);
+            let seq = parked.map_or(cur.peek_seq, |(_, seq)| seq);
             return self.corrupt(cur, seq, "claim names a producer slot that does not exist");
         }
         let now = Instant::now();
         let mut w = match parked {
-            Some(i) => self.parked.borrow()[i],
+            Some((i, _)) => self.parked.borrow()[i],
             None => match self.pending.get() {
                 Some(w) if w.seq == cur.peek_seq => w,
                 _ => {
@@ -524,7 +529,7 @@ impl Consumer {
         }
         w.checked = now;
         match parked {
-            Some(i) => self.parked.borrow_mut()[i] = w,
+            Some((i, _)) => self.parked.borrow_mut()[i] = w,
             None => self.pending.set(Some(w)),
         }
         let sh = self.seg.shared();
