@@ -106,13 +106,16 @@ impl Pace {
     }
 }
 
-/// Is this a "ring full" failure (the record was dropped and counted)?
+/// Is this a failure of one record that the next may not have (the record is
+/// dropped and counted, and producing goes on)? A full ring; a claim taken away by
+/// a reset; a ring a peer scribbled on, which the consumer resets by itself.
 fn is_drop(e: &shmring::Error) -> bool {
     matches!(
         e,
         shmring::Error::Full { .. }
             | shmring::Error::Timeout { .. }
             | shmring::Error::Abandoned { .. }
+            | shmring::Error::Corrupt { .. }
     )
 }
 
