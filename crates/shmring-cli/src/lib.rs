@@ -5,6 +5,8 @@
 
 pub mod cli;
 pub mod demo;
+#[cfg(feature = "gst")]
+pub mod gst_encode;
 pub mod output;
 pub mod pattern;
 pub mod procinfo;

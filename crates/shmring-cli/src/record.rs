@@ -35,7 +35,8 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     if a.fps == 0 {
         return Err(fail(2, "--fps must be at least 1"));
     }
-    if a.encode && !ffmpeg_available() {
+    // Built with the `gst` feature, --encode runs in process (no ffmpeg).
+    if a.encode && !cfg!(feature = "gst") && !ffmpeg_available() {
         return Err(fail(
             2,
             "--encode needs ffmpeg, which was not found on PATH: install ffmpeg, or record Y4M without --encode",
