@@ -4,8 +4,9 @@
 //! frame that releases itself when the last reference drops, on whatever thread
 //! that happens. The consumer is not `Sync`, so a release takes the consumer's lock
 //! if it is free, and otherwise leaves the frame's number in a bounded lock-free
-//! queue that the reading thread empties before every read (and at least every
-//! [`POLL`] while it waits). The queue holds as many entries as the ring has claim
+//! queue that the reading thread empties before every read and after every wait
+//! (waits are short, [`POLL`], while releases keep arriving, [`POLL_IDLE`]
+//! otherwise). The queue holds as many entries as the ring has claim
 //! log entries, more than the frames that can ever be outstanding, so a release
 //! never allocates and never fails.
 
@@ -34,9 +35,12 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     )
 });
 
-/// Longest the reading thread waits for a record before it looks at releases,
-/// flushing and idleness again.
-const POLL: Duration = Duration::from_millis(5);
+/// Longest the reading thread waits for a record when downstream threads have
+/// just been queueing releases, before it looks at the queue again.
+const POLL: Duration = Duration::from_millis(1);
+/// Longest it waits otherwise, before it looks at the queue, flushing and
+/// idleness again.
+const POLL_IDLE: Duration = Duration::from_millis(20);
 /// At most one malformed-header warning on the bus per this interval (a hostile
 /// producer must not flood the bus); every one is counted and logged.
 const WARN_INTERVAL: Duration = Duration::from_secs(1);
@@ -119,16 +123,20 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Ring {
-    /// Releases frames queued by other threads (the caller holds the consumer).
-    fn drain(&self, c: &Consumer) {
+    /// Releases frames queued by other threads (the caller holds the consumer);
+    /// how many there were.
+    fn drain(&self, c: &Consumer) -> usize {
         let gen = self.generation.load(Ordering::Acquire);
+        let mut n = 0;
         while let Some((g, seq)) = self.released.pop() {
+            n += 1;
             if g == gen {
                 if let Err(e) = c.release_raw(seq) {
                     gst::warning!(CAT, "release of frame {seq}: {e}");
                 }
             }
         }
+        n
     }
 
     fn release(&self, gen: u64, seq: u64, len: usize) {
@@ -686,8 +694,11 @@ impl PushSrcImpl for ShmRingSrc {
                 return Err(gst::FlowError::Flushing);
             }
             let mut c = lock(&ring.consumer);
-            ring.drain(&c);
-            match c.next_raw(Some(POLL)) {
+            // Releases arrived while we waited: more may come during the next
+            // wait, and producers may be waiting for that space, so look again
+            // soon. Otherwise nothing suggests they will.
+            let wait = if ring.drain(&c) > 0 { POLL } else { POLL_IDLE };
+            match c.next_raw(Some(wait)) {
                 Ok(Some(f)) => {
                     st.idle_since = None;
                     match self.handle(st, &c, f, &s)? {
