@@ -349,3 +349,130 @@ fn encodes_from_the_ring_into_an_mp4_with_every_frame() {
     let out = String::from_utf8_lossy(&probe.stdout);
     assert_eq!(out.trim(), format!("h264,{N}"), "ffprobe: {out}");
 }
+
+#[test]
+fn inherited_descriptors_work_for_both_elements() {
+    use std::os::fd::AsRawFd;
+    let seg = Segment::create_memfd("gst-fd", &Config::default()).expect("memfd ring");
+    let fd = seg.fd().as_raw_fd();
+    let desc = video("ball", 5, "I420", 320, 240);
+    let want = reference(&desc, 5);
+    let p = Pipeline::launch(&format!(
+        "shmringsrc name=src fd={fd} timestamp-mode=stream ! appsink name=out sync=false max-buffers=4"
+    ));
+    p.play();
+    let s = Pipeline::launch(&format!("{desc} ! shmringsink name=sink fd={fd}"));
+    s.play();
+    s.wait_eos(LIMIT).expect("sink pipeline ends");
+    assert_same(&pull(&p.appsink("out"), 5, LIMIT), &want);
+    assert_eq!(s.u64("sink", "in-place"), 5);
+    drop(p);
+    drop(s);
+    let bad = Pipeline::launch("shmringsrc fd=1000000 ! fakesink");
+    assert!(bad.0.set_state(gst::State::Playing).is_err());
+    let err = bad.error().expect("an error");
+    assert!(err.contains("descriptor 1000000"), "{err}");
+}
+
+#[test]
+fn capture_timestamps_keep_the_producers_spacing() {
+    let ring = RingName::new("capture");
+    let p = Pipeline::launch(&format!(
+        "shmringsrc name=src ring={} create=true ! appsink name=out sync=false max-buffers=4",
+        ring.0
+    ));
+    p.play();
+    let s = Pipeline::launch(&format!(
+        "videotestsrc is-live=true num-buffers=10 ! video/x-raw,format=I420,width=160,height=120,framerate=30/1 ! shmringsink name=sink ring={}",
+        ring.0
+    ));
+    s.play();
+    let got = pull(&p.appsink("out"), 10, LIMIT);
+    s.wait_eos(LIMIT).expect("sink pipeline ends");
+    assert_eq!(got.len(), 10);
+    // Producer PTS are 1/30 s apart; mapped through the monotonic clock onto this
+    // pipeline's, they stay so (within the skew of reading two clocks).
+    for pair in got.windows(2) {
+        let (a, b) = (pair[0].pts.expect("PTS"), pair[1].pts.expect("PTS"));
+        let gap = b.nseconds() as i64 - a.nseconds() as i64;
+        assert!(
+            (gap - 33_333_333).abs() < 5_000_000,
+            "PTS {a} then {b}: not 1/30 s apart"
+        );
+    }
+}
+
+#[test]
+fn a_corrupted_record_resets_the_ring_and_the_source_goes_on() {
+    let ring = RingName::new("corrupt");
+    let p = Pipeline::launch(&format!(
+        "shmringsrc name=src ring={} create=true timestamp-mode=stream ! appsink name=out sync=false max-buffers=8",
+        ring.0
+    ));
+    // Paused, a live source creates its ring but reads nothing yet.
+    assert!(p.0.set_state(gst::State::Paused).is_ok());
+    let seg = Segment::open_named(&ring.0).expect("open");
+    let mut producer = seg.producer().expect("producer");
+    let frame = |fill: u8, seq: u64| {
+        let h = MediaHeader::video(Format::I420, 64, 64, seq, seq);
+        let mut b = vec![fill; h.payload_len()];
+        h.write_to(&mut b).unwrap();
+        b
+    };
+    producer
+        .send(&frame(1, 0), Meta::new(0, kind::VIDEO))
+        .unwrap();
+    // A hostile producer rewrites its record's length after the commit.
+    let bad = frame(2, 1);
+    let r = producer
+        .reserve_raw(bad.len(), shmring::FullPolicy::Fail)
+        .unwrap();
+    // SAFETY: the reservation spans bad.len() bytes; the record header is the 64
+    // bytes before the payload, inside the same mapping.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bad.as_ptr(), r.ptr, bad.len());
+        producer
+            .commit_raw(bad.len(), Meta::new(0, kind::VIDEO))
+            .unwrap();
+        std::ptr::write_volatile(r.ptr.sub(64) as *mut u64, u64::MAX);
+    }
+    p.play();
+    let first = pull(&p.appsink("out"), 1, LIMIT);
+    assert_eq!(first[0].sum, checksum(&frame(1, 0)[128..]));
+    // After the damage, a new record still arrives.
+    let again = pull_after_sending(&p, &mut producer, &frame(3, 2));
+    assert_eq!(again, checksum(&frame(3, 2)[128..]));
+    assert!(p.error().is_none(), "{:?}", p.error());
+    let resets = p.u64("src", "resets");
+    let warnings = p.messages(gst::MessageType::Warning);
+    assert!(
+        resets == 0 || warnings.iter().any(|w| w.contains("corrupted")),
+        "{resets} resets, warnings {warnings:?}"
+    );
+}
+
+/// Sends `bytes` until a buffer with their checksum arrives (records sent before
+/// a reset completes may be dropped with it).
+fn pull_after_sending(p: &Pipeline, producer: &mut shmring::Producer, bytes: &[u8]) -> u64 {
+    let want = checksum(&bytes[128..]);
+    let sink = p.appsink("out");
+    let start = std::time::Instant::now();
+    loop {
+        assert!(
+            start.elapsed() < LIMIT,
+            "no record arrived after the damage"
+        );
+        let _ = producer.send(bytes, Meta::new(0, kind::VIDEO));
+        if let Some(s) = sink.try_pull_sample(gst::ClockTime::from_mseconds(200)) {
+            let b = s
+                .buffer()
+                .expect("buffer")
+                .map_readable()
+                .expect("readable");
+            let sum = checksum(&b);
+            if sum == want {
+                return sum;
+            }
+        }
+    }
+}

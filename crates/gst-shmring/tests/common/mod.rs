@@ -46,12 +46,18 @@ impl Drop for RingName {
 }
 
 /// A pipeline set to NULL on drop.
-pub struct Pipeline(pub gst::Element);
+pub struct Pipeline(
+    pub gst::Element,
+    std::cell::RefCell<Vec<(gst::MessageType, String)>>,
+);
 
 impl Pipeline {
     pub fn launch(desc: &str) -> Pipeline {
         init();
-        Pipeline(gst::parse::launch(desc).unwrap_or_else(|e| panic!("pipeline {desc}: {e}")))
+        Pipeline(
+            gst::parse::launch(desc).unwrap_or_else(|e| panic!("pipeline {desc}: {e}")),
+            Default::default(),
+        )
     }
     pub fn play(&self) {
         self.0
@@ -73,44 +79,58 @@ impl Pipeline {
     pub fn u64(&self, element: &str, prop: &str) -> u64 {
         self.by_name(element).property::<u64>(prop)
     }
-    /// The first error message on the bus, if any (without waiting).
-    pub fn error(&self) -> Option<String> {
-        let bus = self.0.bus()?;
-        while let Some(msg) = bus.pop_filtered(&[gst::MessageType::Error]) {
-            if let gst::MessageView::Error(e) = msg.view() {
-                return Some(format!("{} ({:?})", e.error(), e.debug()));
-            }
+    /// Takes every message on the bus (without waiting) into the stash.
+    fn drain(&self) {
+        let Some(bus) = self.0.bus() else { return };
+        let mut stash = self.1.borrow_mut();
+        while let Some(msg) = bus.pop() {
+            let text = match msg.view() {
+                gst::MessageView::Error(e) => format!("{} ({:?})", e.error(), e.debug()),
+                gst::MessageView::Warning(w) => format!("{} ({:?})", w.error(), w.debug()),
+                _ => continue,
+            };
+            stash.push((msg.type_(), text));
         }
-        None
     }
-    /// Messages of one type on the bus (without waiting).
+    /// The first error message posted so far, if any.
+    pub fn error(&self) -> Option<String> {
+        self.messages(gst::MessageType::Error).into_iter().next()
+    }
+    /// Error or warning messages posted so far.
     pub fn messages(&self, t: gst::MessageType) -> Vec<String> {
-        let Some(bus) = self.0.bus() else {
-            return vec![];
-        };
-        let mut out = vec![];
-        while let Some(msg) = bus.pop_filtered(&[t]) {
-            match msg.view() {
-                gst::MessageView::Error(e) => out.push(e.error().to_string()),
-                gst::MessageView::Warning(w) => out.push(w.error().to_string()),
-                _ => out.push(format!("{msg:?}")),
-            }
-        }
-        out
+        self.drain();
+        self.1
+            .borrow()
+            .iter()
+            .filter(|(mt, _)| *mt == t)
+            .map(|(_, s)| s.clone())
+            .collect()
     }
     /// Waits for EOS or an error (Err) up to `limit`.
     pub fn wait_eos(&self, limit: Duration) -> Result<(), String> {
         let bus = self.0.bus().expect("bus");
-        let msg = bus
-            .timed_pop_filtered(
-                gst::ClockTime::from_nseconds(limit.as_nanos() as u64),
-                &[gst::MessageType::Eos, gst::MessageType::Error],
-            )
-            .ok_or_else(|| format!("no EOS within {limit:?}"))?;
-        match msg.view() {
-            gst::MessageView::Eos(_) => Ok(()),
-            gst::MessageView::Error(e) => Err(format!("{} ({:?})", e.error(), e.debug())),
-            _ => unreachable!("filtered"),
+        let start = Instant::now();
+        loop {
+            let left = limit
+                .checked_sub(start.elapsed())
+                .ok_or_else(|| format!("no EOS within {limit:?}"))?;
+            let Some(msg) = bus.timed_pop(gst::ClockTime::from_nseconds(left.as_nanos() as u64))
+            else {
+                continue;
+            };
+            match msg.view() {
+                gst::MessageView::Eos(_) => return Ok(()),
+                gst::MessageView::Error(e) => {
+                    let text = format!("{} ({:?})", e.error(), e.debug());
+                    self.1.borrow_mut().push((msg.type_(), text.clone()));
+                    return Err(text);
+                }
+                gst::MessageView::Warning(w) => {
+                    let text = format!("{} ({:?})", w.error(), w.debug());
+                    self.1.borrow_mut().push((msg.type_(), text));
+                }
+                _ => {}
+            }
         }
     }
 }
