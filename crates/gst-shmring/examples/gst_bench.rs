@@ -8,8 +8,10 @@
 //!
 //! Each case runs its producer and consumer as child processes of this one; CPU
 //! is user + system time of both (getrusage of the reaped children), per GiB the
-//! consumer received. `rated` paces the producer at 48 frames/s (149 MB/s);
-//! `unthrottled` lets it run flat out.
+//! consumer received; MB/s is from the start of the case to the consumer's last
+//! frame (start-up included). `rated` paces the producer at 48 frames/s (149
+//! MB/s); `unthrottled` lets it run flat out. A producer still running 10 s after
+//! its consumer is done is killed, and the row says so.
 
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -122,8 +124,35 @@ fn children_cpu() -> f64 {
     t(ru.ru_utime) + t(ru.ru_stime)
 }
 
-/// Runs one case; (MB/s, CPU s/GiB, frames received).
-fn case(name: &str, frames: u64, live: bool) -> Result<(f64, f64, u64), String> {
+/// What one case measured.
+struct Measured {
+    mbs: f64,
+    cpu_per_gib: f64,
+    frames: u64,
+    /// The producer did not end within [`GRACE`] after the consumer had all its
+    /// frames, and was killed.
+    producer_hung: bool,
+}
+
+/// How long a producer may take to end after its consumer is done.
+const GRACE: Duration = Duration::from_secs(10);
+
+/// Waits for `p` up to [`GRACE`], then kills it; whether it had to be killed.
+fn reap(mut p: std::process::Child) -> bool {
+    let until = Instant::now() + GRACE;
+    while Instant::now() < until {
+        if let Ok(Some(_)) = p.try_wait() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = p.kill();
+    let _ = p.wait();
+    true
+}
+
+/// Runs one case.
+fn case(name: &str, frames: u64, live: bool) -> Result<Measured, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let tag = format!("gstbench-{}-{name}", std::process::id());
     let path = if name == "shm" {
@@ -144,38 +173,37 @@ fn case(name: &str, frames: u64, live: bool) -> Result<(f64, f64, u64), String> 
             .map_err(|e| e.to_string())
     };
     let cpu0 = children_cpu();
+    // The ring outlives both processes of the ring case (the consumer opens it).
+    let seg = if name == "ring" {
+        Some(
+            shmring::Segment::create_named(&tag, &shmring::Config::default())
+                .map_err(|e| e.to_string())?,
+        )
+    } else {
+        None
+    };
     let start = Instant::now();
     let (consumer, producer) = match name {
         "floor" => (spawn("floor")?, None),
         "shm" => {
+            // shmsink listens; shmsrc connects.
             let p = spawn("shm-producer")?;
-            std::thread::sleep(Duration::from_millis(500));
+            std::thread::sleep(Duration::from_millis(300));
             (spawn("shm-consumer")?, Some(p))
         }
         _ => {
-            // The consumer creates the ring; the producer opens it.
-            let seg = shmring::Segment::create_named(&tag, &shmring::Config::default())
-                .map_err(|e| e.to_string())?;
             let c = spawn("ring-consumer")?;
-            std::thread::sleep(Duration::from_millis(500));
-            let p = spawn("ring-producer")?;
-            let out = c.wait_with_output().map_err(|e| e.to_string())?;
-            let mut p = p;
-            let _ = p.wait();
-            drop(seg);
-            return finish(out, start, cpu0);
+            std::thread::sleep(Duration::from_millis(300));
+            (c, Some(spawn("ring-producer")?))
         }
     };
     let out = consumer.wait_with_output().map_err(|e| e.to_string())?;
-    if let Some(mut p) = producer {
-        let _ = p.wait();
-    }
-    let _ = std::fs::remove_file(&path);
-    finish(out, start, cpu0)
-}
-
-fn finish(out: std::process::Output, start: Instant, cpu0: f64) -> Result<(f64, f64, u64), String> {
     let secs = start.elapsed().as_secs_f64();
+    let producer_hung = producer.map(reap).unwrap_or(false);
+    drop(seg);
+    if name == "shm" {
+        let _ = std::fs::remove_file(&path);
+    }
     let cpu = children_cpu() - cpu0;
     let text = String::from_utf8_lossy(&out.stdout);
     let field = |k: &str| {
@@ -184,12 +212,17 @@ fn finish(out: std::process::Output, start: Instant, cpu0: f64) -> Result<(f64, 
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    let (frames, bytes) = (field("frames="), field("bytes="));
+    let (got, bytes) = (field("frames="), field("bytes="));
     if !out.status.success() || bytes == 0 {
         return Err(format!("consumer failed: {text}"));
     }
     let gib = bytes as f64 / (1u64 << 30) as f64;
-    Ok((bytes as f64 / secs / 1e6, cpu / gib, frames))
+    Ok(Measured {
+        mbs: bytes as f64 / secs / 1e6,
+        cpu_per_gib: cpu / gib,
+        frames: got,
+        producer_hung,
+    })
 }
 
 fn main() -> ExitCode {
@@ -225,11 +258,19 @@ fn main() -> ExitCode {
                 ("ring", "shmringsink → shmringsrc"),
             ] {
                 match case(name, frames, live) {
-                    Ok((mbs, cpu, got)) => {
-                        let f = *floor.get_or_insert(cpu);
+                    Ok(m) => {
+                        let f = *floor.get_or_insert(m.cpu_per_gib);
+                        let note = if m.producer_hung {
+                            " (producer hung after its reader left; killed)"
+                        } else {
+                            ""
+                        };
                         println!(
-                            "| {mode} | {label} | {got} | {mbs:.0} | {cpu:.3} | {:.2} |",
-                            cpu / f
+                            "| {mode} | {label}{note} | {} | {:.0} | {:.3} | {:.2} |",
+                            m.frames,
+                            m.mbs,
+                            m.cpu_per_gib,
+                            m.cpu_per_gib / f
                         );
                     }
                     Err(e) => println!("| {mode} | {label} | – | – | failed: {e} | – |"),
