@@ -73,10 +73,13 @@ pub enum TimestampMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, glib::Enum)]
 #[enum_type(name = "GstShmRingSrcKind")]
 pub enum KindFilter {
+    /// Video and audio records.
     #[enum_value(name = "Any: video and audio records", nick = "any")]
     Any,
+    /// Video records only.
     #[enum_value(name = "Video records only", nick = "video")]
     Video,
+    /// Audio records only.
     #[enum_value(name = "Audio records only", nick = "audio")]
     Audio,
 }
