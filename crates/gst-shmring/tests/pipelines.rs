@@ -476,3 +476,32 @@ fn pull_after_sending(p: &Pipeline, producer: &mut shmring::Producer, bytes: &[u
         }
     }
 }
+
+#[test]
+fn a_full_ring_drops_and_counts_with_either_policy() {
+    for policy in ["full-policy=drop", "full-policy=block timeout=20"] {
+        let ring = RingName::new("full");
+        let p = Pipeline::launch(&format!(
+            "shmringsrc ring={} create=true capacity={} ! fakesink",
+            ring.0,
+            1 << 20
+        ));
+        // Paused, the live source holds the ring but reads nothing: it fills.
+        assert!(p.0.set_state(gst::State::Paused).is_ok());
+        let s = Pipeline::launch(&format!(
+            "{} ! shmringsink name=sink ring={} {policy}",
+            video("ball", 30, "I420", 320, 240),
+            ring.0
+        ));
+        s.play();
+        s.wait_eos(LIMIT).expect("the sink pipeline ends");
+        let (committed, dropped) = (s.u64("sink", "committed"), s.u64("sink", "dropped"));
+        assert!(dropped > 0, "{policy}: nothing dropped");
+        assert_eq!(
+            committed + dropped,
+            30,
+            "{policy}: every buffer committed or dropped"
+        );
+        assert!(s.error().is_none(), "{policy}: {:?}", s.error());
+    }
+}
