@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use gst::prelude::*;
+use gst_video::prelude::*;
 use shmring::media::{kind, Format, MediaHeader};
 use shmring::{Config, Meta, Segment};
 
@@ -503,5 +504,47 @@ fn a_full_ring_drops_and_counts_with_either_policy() {
             "{policy}: every buffer committed or dropped"
         );
         assert!(s.error().is_none(), "{policy}: {:?}", s.error());
+    }
+}
+
+#[test]
+fn strides_other_than_gstreamers_travel_as_video_meta() {
+    let ring = RingName::new("stride");
+    let p = src(&ring, "");
+    let seg = Segment::open_named(&ring.0).expect("open");
+    let mut producer = seg.producer().expect("producer");
+    // The core's layout: tight strides (322 and 161), where GStreamer's default for
+    // I420 322x4 is 324 and 164.
+    let hd = MediaHeader::video(Format::I420, 322, 4, 0, 0);
+    let mut payload = vec![0u8; hd.payload_len()];
+    hd.write_to(&mut payload).unwrap();
+    for p in 0..3 {
+        let (o, n) = (hd.offset[p] as usize, hd.size[p] as usize);
+        for (i, b) in payload[o..o + n].iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(7).wrapping_add(p as u8);
+        }
+    }
+    producer.send(&payload, Meta::new(0, kind::VIDEO)).unwrap();
+    let sample = p
+        .appsink("out")
+        .try_pull_sample(gst::ClockTime::from_seconds(60))
+        .expect("a sample");
+    let info = gst_video::VideoInfo::from_caps(sample.caps().expect("caps")).expect("video caps");
+    let buffer = sample.buffer_owned().expect("buffer");
+    let meta = buffer.meta::<gst_video::VideoMeta>().expect("a video meta");
+    assert_eq!(meta.stride()[..3], [322, 161, 161]);
+    let frame = gst_video::VideoFrame::from_buffer_readable(buffer, &info).expect("mappable");
+    for p in 0..3u32 {
+        let (w, h) = if p == 0 { (322, 4) } else { (161, 2) };
+        let stride = frame.plane_stride()[p as usize] as usize;
+        let data = frame.plane_data(p).expect("plane");
+        let want = hd.plane(&payload, p as usize);
+        for r in 0..h {
+            assert_eq!(
+                data[r * stride..r * stride + w],
+                want[r * w..r * w + w],
+                "plane {p} row {r}"
+            );
+        }
     }
 }
