@@ -259,10 +259,15 @@ impl ElementImpl for ShmRingSink {
 
     fn pad_templates() -> &'static [gst::PadTemplate] {
         static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
-            // Any raw media links, so that an unsupported format reaches `set_caps`
-            // and fails there naming the format; the caps query answers with the
-            // supported formats (see `caps`).
-            let caps: gst::Caps = "video/x-raw; audio/x-raw".parse().expect("valid caps");
+            // The supported formats, then any raw media: an unsupported format
+            // still links and reaches `set_caps`, which fails naming it; the caps
+            // query offers the supported formats first (see `caps`).
+            let mut caps = supported_caps();
+            caps.merge(
+                "video/x-raw; audio/x-raw"
+                    .parse::<gst::Caps>()
+                    .expect("valid caps"),
+            );
             vec![gst::PadTemplate::new(
                 "sink",
                 gst::PadDirection::Sink,
