@@ -110,6 +110,15 @@ impl Default for Settings {
     }
 }
 
+/// The settings the reading thread uses, copied at start (no per-frame clone).
+#[derive(Debug, Clone, Copy)]
+struct Opts {
+    stream: i64,
+    kind: KindFilter,
+    timestamp_mode: TimestampMode,
+    eos_after_ms: u32,
+}
+
 /// The consumer and what downstream threads need to release frames.
 struct Ring {
     consumer: Mutex<Consumer>,
@@ -195,6 +204,7 @@ impl Drop for Held {
 }
 
 struct State {
+    opts: Opts,
     ring: Arc<Ring>,
     current: Option<(MediaHeader, Output)>,
     discont: bool,
@@ -441,6 +451,12 @@ impl BaseSrcImpl for ShmRingSrc {
             seg,
         });
         *lock(&self.state) = Some(State {
+            opts: Opts {
+                stream: s.stream,
+                kind: s.kind,
+                timestamp_mode: s.timestamp_mode,
+                eos_after_ms: s.eos_after_ms,
+            },
             held_limit: geo.capacity * s.max_held_percent as u64 / 100,
             // Frames downstream may hold, by count: half the claim log, so small
             // records cannot exhaust it either.
@@ -556,7 +572,7 @@ impl ShmRingSrc {
         st: &mut State,
         c: &Consumer,
         f: RawFrame,
-        s: &Settings,
+        s: Opts,
     ) -> Result<Got, gst::FlowError> {
         let wanted_stream = s.stream < 0 || s.stream as u64 == f.meta.stream as u64;
         let wanted_kind = match s.kind {
@@ -686,11 +702,11 @@ impl PushSrcImpl for ShmRingSrc {
         &self,
         _buffer: Option<&mut gst::BufferRef>,
     ) -> Result<CreateSuccess, gst::FlowError> {
-        let s = lock(&self.settings).clone();
         let mut guard = lock(&self.state);
         let Some(st) = guard.as_mut() else {
             return Err(gst::FlowError::Flushing);
         };
+        let s = st.opts;
         let ring = st.ring.clone();
         loop {
             if self.flushing.load(Ordering::Acquire) {
@@ -704,7 +720,7 @@ impl PushSrcImpl for ShmRingSrc {
             match c.next_raw(Some(wait)) {
                 Ok(Some(f)) => {
                     st.idle_since = None;
-                    match self.handle(st, &c, f, &s)? {
+                    match self.handle(st, &c, f, s)? {
                         Got::Nothing => continue,
                         Got::Buffer(buffer, caps) => {
                             drop(c);
