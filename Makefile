@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 
-.PHONY: demo build test lint test-rust test-loom test-c test-python venv bench clean
+.PHONY: demo build test lint test-rust test-loom test-c test-python test-gst gst-plugin install-gst venv bench clean
 
 ## Where `make demo` writes its recording (about 0.93 GB): `make demo DEMO_OUT=/tmp/demo`.
 DEMO_OUT ?=
@@ -18,8 +18,8 @@ build:
 	$(CARGO) build --release
 
 ## Every test: lints, Rust (unit, integration, property, process, crash, hostile), loom model,
-## C ABI (plain and sanitized, seccomp), Python.
-test: lint test-rust test-loom test-c test-python
+## C ABI (plain and sanitized, seccomp), Python, GStreamer elements.
+test: lint test-rust test-loom test-c test-python test-gst
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -33,6 +33,20 @@ test-loom:
 
 test-c:
 	@if [ -x crates/shmring-ffi/run-tests.sh ]; then crates/shmring-ffi/run-tests.sh; else echo "C tests: none yet"; fi
+
+## The GStreamer elements (needs the GStreamer development packages; see README).
+test-gst:
+	$(CARGO) test --release -p gst-shmring
+	$(CARGO) clippy -p shmring-cli -F gst --all-targets -- -D warnings
+	$(CARGO) test --release -p shmring-cli -F gst --test record_gst
+
+gst-plugin:
+	$(CARGO) build --release -p gst-shmring
+
+GST_PLUGIN_DIR ?= $(HOME)/.local/share/gstreamer-1.0/plugins
+install-gst: gst-plugin
+	install -d $(GST_PLUGIN_DIR)
+	install -m 0644 target/release/libgstshmring.so $(GST_PLUGIN_DIR)/
 
 venv: $(VENV)/.ok
 $(VENV)/.ok: python/pyproject.toml python/Cargo.toml python/src/*.rs

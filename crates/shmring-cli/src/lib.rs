@@ -6,6 +6,8 @@
 pub mod cli;
 pub mod demo;
 pub mod exporter;
+#[cfg(feature = "gst")]
+pub mod gst_encode;
 pub mod metrics;
 pub mod output;
 pub mod pattern;

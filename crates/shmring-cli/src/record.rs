@@ -135,7 +135,8 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
             ));
         }
     }
-    if a.encode && !ffmpeg_available() {
+    // Built with the `gst` feature, --encode runs in process (no ffmpeg).
+    if a.encode && !cfg!(feature = "gst") && !ffmpeg_available() {
         return Err(fail(
             2,
             "--encode needs ffmpeg, which was not found on PATH: install ffmpeg, or record Y4M without --encode",

@@ -154,6 +154,56 @@ impl MediaHeader {
         hd
     }
 
+    /// A video header for planes laid out by someone else (another library's strides
+    /// and offsets, e.g. GStreamer's), checked like a parsed header: one stride and one
+    /// offset per plane of `format`, each stride at least the plane's row, each offset
+    /// at or after the header. Plane sizes are stride × rows.
+    pub fn video_with_layout(
+        format: Format,
+        width: u32,
+        height: u32,
+        stride: &[u32],
+        offset: &[u32],
+        pts_ns: u64,
+        sequence: u64,
+    ) -> Result<Self, MediaError> {
+        if !format.is_video() {
+            return Err(MediaError(format!(
+                "{} is not a video format",
+                format.name()
+            )));
+        }
+        let mut hd = MediaHeader::video(format, width, height, pts_ns, sequence);
+        let (want, count) = Self::expected(&hd);
+        if stride.len() != count || offset.len() != count {
+            return Err(MediaError(format!(
+                "a {} frame has {count} planes; {} strides and {} offsets given",
+                format.name(),
+                stride.len(),
+                offset.len()
+            )));
+        }
+        for (i, &(min_stride, rows)) in want[..count].iter().enumerate() {
+            let size = stride[i] as u64 * rows;
+            if (stride[i] as u64) < min_stride
+                || (offset[i] as usize) < MEDIA_HEADER_SIZE
+                || size > u32::MAX as u64
+                || offset[i] as u64 + size > u32::MAX as u64
+            {
+                return Err(MediaError(format!(
+                    "plane {i} of a {} {width}x{height} frame: stride {} at offset {} does not fit",
+                    format.name(),
+                    stride[i],
+                    offset[i]
+                )));
+            }
+            hd.stride[i] = stride[i];
+            hd.offset[i] = offset[i];
+            hd.size[i] = size as u32;
+        }
+        Ok(hd)
+    }
+
     /// An audio header: interleaved samples right after the header.
     pub fn audio(
         format: Format,
@@ -362,6 +412,39 @@ mod tests {
         assert_eq!(MediaHeader::parse(&buf).unwrap(), h);
         // 1080p I420 payload is the frame plus the header (planes are 64-aligned).
         assert_eq!(h.payload_len(), 128 + 3_110_400);
+    }
+
+    #[test]
+    fn video_with_layout_checks_and_round_trips() {
+        // GStreamer's I420 layout for 322x2: strides rounded up to 4.
+        let h = MediaHeader::video_with_layout(
+            Format::I420,
+            322,
+            2,
+            &[324, 164, 164],
+            &[128, 128 + 648, 128 + 648 + 164],
+            1,
+            2,
+        )
+        .unwrap();
+        assert_eq!(h.size, [648, 164, 164, 0]);
+        let mut buf = vec![0u8; h.payload_len()];
+        h.write_to(&mut buf).unwrap();
+        assert_eq!(MediaHeader::parse(&buf).unwrap(), h);
+        let narrow = MediaHeader::video_with_layout(
+            Format::I420,
+            322,
+            2,
+            &[320, 164, 164],
+            &[128, 800, 1000],
+            0,
+            0,
+        );
+        assert!(narrow.unwrap_err().0.contains("plane 0"));
+        let planes = MediaHeader::video_with_layout(Format::Nv12, 4, 4, &[4], &[128], 0, 0);
+        assert!(planes.unwrap_err().0.contains("2 planes"));
+        let inside = MediaHeader::video_with_layout(Format::Rgba, 4, 4, &[16], &[64], 0, 0);
+        assert!(inside.is_err());
     }
 
     #[test]

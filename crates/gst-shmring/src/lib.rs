@@ -1,0 +1,32 @@
+//! GStreamer elements for shmring: `shmringsrc` (a ring's consumer, a live source
+//! whose buffers are the ring's frames in place) and `shmringsink` (a producer whose
+//! buffer pool hands upstream ring reservations to write into).
+//!
+//! Build `libgstshmring.so` with `cargo build --release -p gst-shmring` and point
+//! `GST_PLUGIN_PATH` at `target/release`, or register the elements in a process of
+//! your own with [`plugin_register_static`].
+
+use gst::glib;
+
+mod media;
+mod ring;
+pub mod ringsink;
+pub mod ringsrc;
+
+fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    ringsrc::register(plugin)?;
+    ringsink::register(plugin)?;
+    Ok(())
+}
+
+gst::plugin_define!(
+    shmring,
+    env!("CARGO_PKG_DESCRIPTION"),
+    plugin_init,
+    concat!(env!("CARGO_PKG_VERSION"), "-", env!("COMMIT_ID")),
+    "MIT/X11",
+    env!("CARGO_PKG_NAME"),
+    env!("CARGO_PKG_NAME"),
+    "https://example.invalid/shmring",
+    env!("BUILD_REL_DATE")
+);

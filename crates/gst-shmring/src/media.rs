@@ -1,0 +1,327 @@
+//! Translation between GStreamer caps and shmring media headers. The formats and
+//! their plane layouts are the core's ([`shmring::media`]); this module only maps
+//! names and checks what GStreamer hands us against them.
+
+use gst_audio::AudioFormat;
+use gst_video::VideoFormat;
+use shmring::media::{Format, MediaHeader, MEDIA_HEADER_SIZE};
+
+/// Every media format of the core, with its GStreamer name.
+const MAPPING: [(Format, Gst); 5] = [
+    (Format::I420, Gst::Video(VideoFormat::I420)),
+    (Format::Nv12, Gst::Video(VideoFormat::Nv12)),
+    (Format::Rgba, Gst::Video(VideoFormat::Rgba)),
+    (Format::PcmS16, Gst::Audio(AudioFormat::S16le)),
+    (Format::PcmF32, Gst::Audio(AudioFormat::F32le)),
+];
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Gst {
+    Video(VideoFormat),
+    Audio(AudioFormat),
+}
+
+/// GStreamer's name for a video format of the core.
+pub fn video_format(f: Format) -> Option<VideoFormat> {
+    MAPPING.iter().find_map(|(c, g)| match g {
+        Gst::Video(v) if *c == f => Some(*v),
+        _ => None,
+    })
+}
+
+fn audio_format(f: Format) -> Option<AudioFormat> {
+    MAPPING.iter().find_map(|(c, g)| match g {
+        Gst::Audio(a) if *c == f => Some(*a),
+        _ => None,
+    })
+}
+
+/// The caps every format of the core can be carried in (what the elements accept
+/// and produce).
+pub fn supported_caps() -> gst::Caps {
+    let video: Vec<&str> = MAPPING
+        .iter()
+        .filter_map(|(_, g)| match g {
+            Gst::Video(v) => Some(v.to_str().as_str()),
+            _ => None,
+        })
+        .collect();
+    let audio: Vec<&str> = MAPPING
+        .iter()
+        .filter_map(|(_, g)| match g {
+            Gst::Audio(a) => Some(a.to_str().as_str()),
+            _ => None,
+        })
+        .collect();
+    let mut caps = gst::Caps::builder("video/x-raw")
+        .field("format", gst::List::new(video))
+        .field("width", gst::IntRange::new(1, i32::MAX))
+        .field("height", gst::IntRange::new(1, i32::MAX))
+        .field(
+            "framerate",
+            gst::FractionRange::new(gst::Fraction::new(0, 1), gst::Fraction::new(i32::MAX, 1)),
+        )
+        .build();
+    caps.merge(
+        gst::Caps::builder("audio/x-raw")
+            .field("format", gst::List::new(audio))
+            .field("layout", "interleaved")
+            .field("rate", gst::IntRange::new(1, i32::MAX))
+            .field("channels", gst::IntRange::new(1, i32::MAX))
+            .build(),
+    );
+    caps
+}
+
+/// Do two headers describe the same caps and plane layout (everything but the
+/// timestamps, sequence numbers and the audio packet length)?
+pub fn same_shape(a: &MediaHeader, b: &MediaHeader) -> bool {
+    a.format == b.format
+        && a.width == b.width
+        && a.height == b.height
+        && a.sample_rate == b.sample_rate
+        && a.channels == b.channels
+        && (a.format.is_audio() || (a.stride == b.stride && a.offset == b.offset))
+}
+
+/// What a source makes of a header: caps, and for video where the planes lie.
+pub struct Output {
+    pub caps: gst::Caps,
+    /// Video: the layout GStreamer assumes for these caps is not the header's, so
+    /// buffers carry a `GstVideoMeta`.
+    pub video_meta: bool,
+    /// First plane byte and end of the last plane, from the payload start.
+    pub span: (usize, usize),
+    /// Video: per plane offset from `span.0` and stride.
+    pub offsets: [usize; 4],
+    pub strides: [i32; 4],
+    pub planes: usize,
+    /// Audio: sample rate (for durations).
+    pub rate: u32,
+}
+
+/// Caps and plane layout for a validated header. `Err` names what GStreamer
+/// refused (a header the core accepts but GStreamer cannot express).
+pub fn output_for(hd: &MediaHeader) -> Result<Output, String> {
+    let n = hd.planes as usize;
+    let first = (0..n)
+        .map(|i| hd.offset[i] as usize)
+        .min()
+        .unwrap_or(MEDIA_HEADER_SIZE);
+    let end = (0..n)
+        .map(|i| hd.offset[i] as usize + hd.size[i] as usize)
+        .max()
+        .unwrap_or(MEDIA_HEADER_SIZE);
+    let mut offsets = [0usize; 4];
+    let mut strides = [0i32; 4];
+    for i in 0..n {
+        offsets[i] = hd.offset[i] as usize - first;
+        strides[i] = i32::try_from(hd.stride[i])
+            .map_err(|_| format!("stride {} too large", hd.stride[i]))?;
+    }
+    if let Some(vf) = video_format(hd.format) {
+        let info = gst_video::VideoInfo::builder(vf, hd.width, hd.height)
+            .fps(gst::Fraction::new(0, 1))
+            .build()
+            .map_err(|e| format!("{} {}x{}: {e}", hd.format.name(), hd.width, hd.height))?;
+        let caps = info
+            .to_caps()
+            .map_err(|e| format!("{} {}x{}: {e}", hd.format.name(), hd.width, hd.height))?;
+        let default =
+            (0..n).all(|i| info.offset()[i] == offsets[i] && info.stride()[i] == strides[i]);
+        Ok(Output {
+            caps,
+            video_meta: !default,
+            span: (first, end),
+            offsets,
+            strides,
+            planes: n,
+            rate: 0,
+        })
+    } else {
+        let af = audio_format(hd.format)
+            .ok_or_else(|| format!("no GStreamer format for {}", hd.format.name()))?;
+        let info = gst_audio::AudioInfo::builder(af, hd.sample_rate, hd.channels)
+            .layout(gst_audio::AudioLayout::Interleaved)
+            .build()
+            .map_err(|e| {
+                format!(
+                    "{} {} Hz {} channels: {e}",
+                    hd.format.name(),
+                    hd.sample_rate,
+                    hd.channels
+                )
+            })?;
+        let caps = info.to_caps().map_err(|e| {
+            format!(
+                "{} {} Hz {} channels: {e}",
+                hd.format.name(),
+                hd.sample_rate,
+                hd.channels
+            )
+        })?;
+        Ok(Output {
+            caps,
+            video_meta: false,
+            span: (first, end),
+            offsets,
+            strides,
+            planes: n,
+            rate: hd.sample_rate,
+        })
+    }
+}
+
+/// What a sink writes for its caps.
+#[derive(Debug, Clone)]
+pub enum Input {
+    Video {
+        format: Format,
+        info: gst_video::VideoInfo,
+    },
+    Audio {
+        format: Format,
+        info: gst_audio::AudioInfo,
+    },
+}
+
+impl Input {
+    /// Reads negotiated caps. `Err` names the format or field that cannot travel.
+    pub fn from_caps(caps: &gst::CapsRef) -> Result<Input, String> {
+        let s = caps.structure(0).ok_or_else(|| "empty caps".to_string())?;
+        match s.name().as_str() {
+            "video/x-raw" => {
+                let info = gst_video::VideoInfo::from_caps(caps)
+                    .map_err(|e| format!("video caps {caps}: {e}"))?;
+                let format = MAPPING
+                    .iter()
+                    .find_map(|(c, g)| (*g == Gst::Video(info.format())).then_some(*c))
+                    .ok_or_else(|| {
+                        format!(
+                            "video format {} is not supported (supported: {})",
+                            info.format().to_str(),
+                            names()
+                        )
+                    })?;
+                if info.is_interlaced() {
+                    return Err("interlaced video is not supported".into());
+                }
+                Ok(Input::Video { format, info })
+            }
+            "audio/x-raw" => {
+                let info = gst_audio::AudioInfo::from_caps(caps)
+                    .map_err(|e| format!("audio caps {caps}: {e}"))?;
+                let format = MAPPING
+                    .iter()
+                    .find_map(|(c, g)| (*g == Gst::Audio(info.format())).then_some(*c))
+                    .ok_or_else(|| {
+                        format!(
+                            "audio format {} is not supported (supported: {})",
+                            info.format().to_str(),
+                            names()
+                        )
+                    })?;
+                if info.layout() != gst_audio::AudioLayout::Interleaved {
+                    return Err("non-interleaved audio is not supported".into());
+                }
+                Ok(Input::Audio { format, info })
+            }
+            other => Err(format!(
+                "media type {other} is not supported (supported: video/x-raw, audio/x-raw)"
+            )),
+        }
+    }
+
+    /// The header for a buffer of `size` bytes whose planes start right after the
+    /// header, with plane layout from `meta` (a buffer's `GstVideoMeta`) or else the
+    /// caps. `Err` when the buffer does not hold what the header describes.
+    pub fn header(
+        &self,
+        size: usize,
+        meta: Option<&gst_video::VideoMeta>,
+        pts_ns: u64,
+        sequence: u64,
+    ) -> Result<MediaHeader, String> {
+        let hd = match self {
+            Input::Video { format, info } => {
+                let (stride, offset): (&[i32], &[usize]) = match meta {
+                    Some(m) => (m.stride(), m.offset()),
+                    None => (info.stride(), info.offset()),
+                };
+                let n = info.n_planes() as usize;
+                let mut st = [0u32; 4];
+                let mut of = [0u32; 4];
+                for i in 0..n {
+                    st[i] = u32::try_from(*stride.get(i).unwrap_or(&-1))
+                        .map_err(|_| format!("plane {i}: negative stride"))?;
+                    of[i] = u32::try_from(
+                        offset
+                            .get(i)
+                            .copied()
+                            .unwrap_or(usize::MAX)
+                            .saturating_add(MEDIA_HEADER_SIZE),
+                    )
+                    .map_err(|_| format!("plane {i}: offset out of range"))?;
+                }
+                MediaHeader::video_with_layout(
+                    *format,
+                    info.width(),
+                    info.height(),
+                    &st[..n],
+                    &of[..n],
+                    pts_ns,
+                    sequence,
+                )
+                .map_err(|e| e.to_string())?
+            }
+            Input::Audio { format, info } => {
+                let bpf = info.bpf() as usize;
+                if !size.is_multiple_of(bpf) {
+                    return Err(format!(
+                        "audio buffer of {size} bytes is not a whole number of {bpf}-byte frames"
+                    ));
+                }
+                let samples = u32::try_from(size / bpf)
+                    .map_err(|_| format!("audio buffer of {size} bytes is too large"))?;
+                MediaHeader::audio(
+                    *format,
+                    info.rate(),
+                    info.channels(),
+                    samples,
+                    pts_ns,
+                    sequence,
+                )
+            }
+        };
+        if hd.payload_len() > MEDIA_HEADER_SIZE + size {
+            return Err(format!(
+                "buffer of {size} bytes is smaller than the {} bytes its caps describe",
+                hd.payload_len() - MEDIA_HEADER_SIZE
+            ));
+        }
+        Ok(hd)
+    }
+
+    /// Bytes of a frame in the caps' own layout (the pool's buffer size).
+    pub fn frame_size(&self) -> usize {
+        match self {
+            Input::Video { info, .. } => info.size(),
+            Input::Audio { info, .. } => info.bpf() as usize,
+        }
+    }
+
+    pub fn is_video(&self) -> bool {
+        matches!(self, Input::Video { .. })
+    }
+}
+
+fn names() -> String {
+    MAPPING
+        .iter()
+        .map(|(_, g)| match g {
+            Gst::Video(v) => v.to_str().to_string(),
+            Gst::Audio(a) => a.to_str().to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}

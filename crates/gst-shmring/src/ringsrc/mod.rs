@@ -1,0 +1,23 @@
+//! `shmringsrc`: a ring's consumer as a live GStreamer source.
+
+use gst::glib;
+use gst::prelude::*;
+
+mod imp;
+
+pub use imp::{KindFilter, TimestampMode};
+
+glib::wrapper! {
+    /// The `shmringsrc` element.
+    pub struct ShmRingSrc(ObjectSubclass<imp::ShmRingSrc>) @extends gst_base::PushSrc, gst_base::BaseSrc, gst::Element, gst::Object;
+}
+
+/// Registers `shmringsrc` with `plugin`.
+pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    gst::Element::register(
+        Some(plugin),
+        "shmringsrc",
+        gst::Rank::NONE,
+        ShmRingSrc::static_type(),
+    )
+}

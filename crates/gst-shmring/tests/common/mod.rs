@@ -1,0 +1,295 @@
+//! Helpers for the pipeline tests: guards that stop pipelines, kill and reap child
+//! processes and unlink rings on drop, even when a test fails.
+
+#![allow(dead_code)]
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::Hasher;
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+use gst::prelude::*;
+
+/// Initialises GStreamer and registers the elements once per process.
+pub fn init() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        gst::init().expect("GStreamer initialises");
+        gstshmring::plugin_register_static().expect("elements register");
+    });
+}
+
+/// A unique ring name, unlinked from /dev/shm on drop.
+pub struct RingName(pub String);
+
+impl RingName {
+    pub fn new(tag: &str) -> RingName {
+        static N: AtomicU32 = AtomicU32::new(0);
+        RingName(format!(
+            "gst-test-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+    pub fn exists(&self) -> bool {
+        std::path::Path::new("/dev/shm").join(&self.0).exists()
+    }
+}
+
+impl Drop for RingName {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(std::path::Path::new("/dev/shm").join(&self.0));
+    }
+}
+
+/// A pipeline set to NULL on drop.
+pub struct Pipeline(
+    pub gst::Element,
+    std::cell::RefCell<Vec<(gst::MessageType, String)>>,
+);
+
+impl Pipeline {
+    pub fn launch(desc: &str) -> Pipeline {
+        init();
+        Pipeline(
+            gst::parse::launch(desc).unwrap_or_else(|e| panic!("pipeline {desc}: {e}")),
+            Default::default(),
+        )
+    }
+    pub fn play(&self) {
+        self.0
+            .set_state(gst::State::Playing)
+            .unwrap_or_else(|e| panic!("pipeline does not start: {e}: {:?}", self.error()));
+    }
+    pub fn by_name(&self, name: &str) -> gst::Element {
+        self.0
+            .downcast_ref::<gst::Bin>()
+            .expect("a bin")
+            .by_name(name)
+            .unwrap_or_else(|| panic!("no element {name}"))
+    }
+    pub fn appsink(&self, name: &str) -> gst_app::AppSink {
+        self.by_name(name)
+            .downcast::<gst_app::AppSink>()
+            .expect("an appsink")
+    }
+    pub fn u64(&self, element: &str, prop: &str) -> u64 {
+        self.by_name(element).property::<u64>(prop)
+    }
+    /// Takes every message on the bus (without waiting) into the stash.
+    fn drain(&self) {
+        let Some(bus) = self.0.bus() else { return };
+        let mut stash = self.1.borrow_mut();
+        while let Some(msg) = bus.pop() {
+            let text = match msg.view() {
+                gst::MessageView::Error(e) => format!("{} ({:?})", e.error(), e.debug()),
+                gst::MessageView::Warning(w) => format!("{} ({:?})", w.error(), w.debug()),
+                _ => continue,
+            };
+            stash.push((msg.type_(), text));
+        }
+    }
+    /// The first error message posted so far, if any.
+    pub fn error(&self) -> Option<String> {
+        self.messages(gst::MessageType::Error).into_iter().next()
+    }
+    /// Error or warning messages posted so far.
+    pub fn messages(&self, t: gst::MessageType) -> Vec<String> {
+        self.drain();
+        self.1
+            .borrow()
+            .iter()
+            .filter(|(mt, _)| *mt == t)
+            .map(|(_, s)| s.clone())
+            .collect()
+    }
+    /// Waits for EOS or an error (Err) up to `limit`.
+    pub fn wait_eos(&self, limit: Duration) -> Result<(), String> {
+        let bus = self.0.bus().expect("bus");
+        let start = Instant::now();
+        loop {
+            let left = limit
+                .checked_sub(start.elapsed())
+                .ok_or_else(|| format!("no EOS within {limit:?}"))?;
+            let Some(msg) = bus.timed_pop(gst::ClockTime::from_nseconds(left.as_nanos() as u64))
+            else {
+                continue;
+            };
+            match msg.view() {
+                gst::MessageView::Eos(_) => return Ok(()),
+                gst::MessageView::Error(e) => {
+                    let text = format!("{} ({:?})", e.error(), e.debug());
+                    self.1.borrow_mut().push((msg.type_(), text.clone()));
+                    return Err(text);
+                }
+                gst::MessageView::Warning(w) => {
+                    let text = format!("{} ({:?})", w.error(), w.debug());
+                    self.1.borrow_mut().push((msg.type_(), text));
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        let _ = self.0.set_state(gst::State::Null);
+    }
+}
+
+/// One buffer as it arrived.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Got {
+    pub sum: u64,
+    pub pts: Option<gst::ClockTime>,
+    pub caps: String,
+    pub size: usize,
+    /// The first byte's address (for zero-copy checks).
+    pub addr: usize,
+    pub discont: bool,
+}
+
+pub fn checksum(bytes: &[u8]) -> u64 {
+    let mut h = DefaultHasher::new();
+    h.write(bytes);
+    h.finish()
+}
+
+/// Pulls up to `n` samples (or until EOS) from `sink`, failing after `limit`.
+pub fn pull(sink: &gst_app::AppSink, n: usize, limit: Duration) -> Vec<Got> {
+    let start = Instant::now();
+    let mut out = vec![];
+    while out.len() < n {
+        assert!(
+            start.elapsed() < limit,
+            "only {} of {n} buffers within {limit:?}",
+            out.len()
+        );
+        let Some(sample) = sink.try_pull_sample(gst::ClockTime::from_mseconds(100)) else {
+            if sink.is_eos() {
+                break;
+            }
+            continue;
+        };
+        let buffer = sample.buffer().expect("a buffer");
+        let map = buffer.map_readable().expect("readable");
+        out.push(Got {
+            sum: checksum(&map),
+            pts: buffer.pts(),
+            caps: sample.caps().map(|c| c.to_string()).unwrap_or_default(),
+            size: map.len(),
+            addr: map.as_ptr() as usize,
+            discont: buffer.flags().contains(gst::BufferFlags::DISCONT),
+        });
+    }
+    out
+}
+
+/// What the same source description yields in this process, without a ring.
+pub fn reference(src_and_caps: &str, n: usize) -> Vec<Got> {
+    let p = Pipeline::launch(&format!("{src_and_caps} ! appsink name=out sync=false"));
+    p.play();
+    let got = pull(&p.appsink("out"), n, Duration::from_secs(60));
+    assert_eq!(
+        got.len(),
+        n,
+        "reference pipeline gave {} buffers",
+        got.len()
+    );
+    got
+}
+
+/// The address range this process maps `/dev/shm/NAME` at (from /proc/self/maps).
+pub fn mapping_of(name: &str) -> Vec<(usize, usize)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+    let needle = format!("/dev/shm/{name}");
+    maps.lines()
+        .filter(|l| l.ends_with(&needle))
+        .filter_map(|l| {
+            let range = l.split_whitespace().next()?;
+            let (a, b) = range.split_once('-')?;
+            Some((
+                usize::from_str_radix(a, 16).ok()?,
+                usize::from_str_radix(b, 16).ok()?,
+            ))
+        })
+        .collect()
+}
+
+/// A child process running a pipeline, killed and reaped on drop.
+pub struct ChildPipeline {
+    child: Option<Child>,
+}
+
+impl ChildPipeline {
+    pub fn spawn(desc: &str) -> ChildPipeline {
+        let child = Command::new(env!("CARGO_BIN_EXE_gst-shmring-launch"))
+            .args(desc.split_whitespace())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("child starts");
+        ChildPipeline { child: Some(child) }
+    }
+    /// Waits for the child to end (failing after `limit`); its exit success, stdout
+    /// and stderr.
+    pub fn finish(mut self, limit: Duration) -> (bool, String, String) {
+        let mut child = self.child.take().expect("running");
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("wait") {
+                break s;
+            }
+            if start.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("child pipeline still running after {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut out = String::new();
+        let mut err = String::new();
+        child
+            .stdout
+            .take()
+            .expect("piped")
+            .read_to_string(&mut out)
+            .expect("stdout");
+        child
+            .stderr
+            .take()
+            .expect("piped")
+            .read_to_string(&mut err)
+            .expect("stderr");
+        (status.success(), out, err)
+    }
+    /// SIGKILL now.
+    pub fn kill(mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for ChildPipeline {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The value of `element property=value` in a child's output.
+pub fn counter(out: &str, element: &str, prop: &str) -> u64 {
+    let key = format!("{element} {prop}=");
+    out.lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {out}"))
+}
