@@ -27,6 +27,8 @@ lint:
 
 test-rust:
 	$(CARGO) test --release
+	# The command built without GStreamer: --encode through an ffmpeg child.
+	$(CARGO) test --release -p shmring-cli --no-default-features --test cli
 
 test-loom:
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p shmring --test loom
@@ -35,10 +37,9 @@ test-c:
 	@if [ -x crates/shmring-ffi/run-tests.sh ]; then crates/shmring-ffi/run-tests.sh; else echo "C tests: none yet"; fi
 
 ## The GStreamer elements (needs the GStreamer development packages; see README).
+## The elements (the CLI's in-process encoder, a default feature, is tested by test-rust).
 test-gst:
 	$(CARGO) test --release -p gst-shmring
-	$(CARGO) clippy -p shmring-cli -F gst --all-targets -- -D warnings
-	$(CARGO) test --release -p shmring-cli -F gst --test record_gst
 
 gst-plugin:
 	$(CARGO) build --release -p gst-shmring
