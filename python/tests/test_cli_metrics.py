@@ -4,6 +4,7 @@ this test sent through the ring."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -162,6 +163,21 @@ def test_exporter_observes_rings_on_sockets(cli: str, children: Children) -> Non
             with urllib.request.urlopen(url, timeout=30) as resp:
                 again = samples(resp.read().decode())
             assert again[("shmring_records_committed_total", sock)] == 9
+            assert again[("shmring_oldest_pending_age_ns", sock)] == 0
+            # A reservation held open: the consumer, having read everything before
+            # it, waits on it and publishes it as the oldest open claim.
+            for _ in range(7):
+                f = ring.next(timeout=1.0)
+                assert f is not None
+                f.release()
+            held = p.reserve(100)
+            assert ring.next(timeout=0.2) is None
+            with urllib.request.urlopen(url, timeout=30) as resp:
+                claim = samples(resp.read().decode())
+            assert claim[("shmring_oldest_pending_age_ns", sock)] > 0
+            assert claim[("shmring_oldest_pending_slot", sock)] == p.slot
+            assert claim[("shmring_oldest_pending_pid", sock)] == os.getpid()
+            held.abort()
             ex.kill()
             ex.wait()
             p.close()
