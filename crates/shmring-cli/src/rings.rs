@@ -429,6 +429,22 @@ mod tests {
     }
 
     #[test]
+    fn a_consumer_that_does_not_answer_does_not_hold_up_a_scan() {
+        // Connections are queued by the kernel but never accepted, so no reply
+        // comes until the core's connect timeout: the scan shows the attempt under
+        // way instead of waiting for it.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("silent.sock");
+        let silent = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let mut src = SocketRings::new(vec![dir.path().to_path_buf()]);
+        for _ in 0..3 {
+            let e = capacity(&src.scan()).unwrap_err();
+            assert!(e.starts_with("connecting (no answer"), "{e}");
+        }
+        drop(silent);
+    }
+
+    #[test]
     fn a_directory_that_cannot_be_listed_is_a_row_of_its_own() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("missing");
