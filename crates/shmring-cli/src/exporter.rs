@@ -1,5 +1,7 @@
 //! `shmring exporter`: serves `/metrics` (OpenMetrics text, see [`crate::metrics`])
-//! over HTTP with `tiny_http`, reading the rings afresh on every scrape.
+//! over HTTP with `tiny_http`, reading the named rings afresh on every scrape; rings
+//! on sockets (`--sockets DIR`) are observed as in `shmring top`, the connection kept
+//! between scrapes.
 
 use std::io::Write;
 use std::sync::atomic::Ordering;

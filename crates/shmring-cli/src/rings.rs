@@ -174,7 +174,14 @@ impl Observed {
         }
         if self.seg.is_none() && self.pending.is_none() {
             let p = path.to_path_buf();
-            self.pending = Some(std::thread::spawn(move || Segment::observe(p)));
+            match std::thread::Builder::new()
+                .name("shmring-observe".into())
+                .spawn(move || Segment::observe(p))
+            {
+                Ok(h) => self.pending = Some(h),
+                // Tried again on the next scan.
+                Err(e) => self.error = Some(format!("cannot start connecting: {e}")),
+            }
         }
     }
 

@@ -1,4 +1,5 @@
-//! `shmring top`: every ring this user can see, one row each, refreshed in place
+//! `shmring top`: every ring this user can see (named rings, and with `--sockets
+//! DIR` the rings served on the sockets there), one row each, refreshed in place
 //! (ratatui); `--once` prints one plain table, `--json` one JSON array.
 //!
 //! Rates are differences between two scans. A ring that cannot be read (not a ring,
