@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use shmring::{ReadOnlySegment, Segment, Stats};
 
@@ -139,27 +140,29 @@ pub fn read_named(name: &str) -> Result<RingInfo, String> {
     Ok(info)
 }
 
-/// Device and inode of a socket file.
-type FileId = (u64, u64);
+/// Device, inode and change time (s, ns) of a socket file: a consumer that restarts
+/// binds a new file, which may reuse the inode number.
+type FileId = (u64, u64, i64, i64);
 
 type Connecting = JoinHandle<shmring::Result<ReadOnlySegment>>;
 
 /// One socket of a [`SocketRings`]: the file it was found as, the ring observed
 /// through it, and the connection attempt under way.
 struct Observed {
-    /// Device and inode of the socket file: a consumer that restarts binds anew.
+    /// Which socket file it was found as.
     file: FileId,
     seg: Option<ReadOnlySegment>,
     error: Option<String>,
-    pending: Option<Connecting>,
+    /// The attempt under way, and when it started.
+    pending: Option<(Connecting, Instant)>,
 }
 
 impl Observed {
     /// Collects a finished attempt; starts one when there is no usable ring and
     /// none is under way.
     fn advance(&mut self, path: &Path) {
-        if self.pending.as_ref().is_some_and(JoinHandle::is_finished) {
-            let h = self.pending.take().expect("checked above");
+        if self.pending.as_ref().is_some_and(|(h, _)| h.is_finished()) {
+            let (h, _) = self.pending.take().expect("checked above");
             self.finish(h);
         }
         // A ring whose consumer is gone is dropped: the consumer may be back (a new
@@ -178,7 +181,7 @@ impl Observed {
                 .name("shmring-observe".into())
                 .spawn(move || Segment::observe(p))
             {
-                Ok(h) => self.pending = Some(h),
+                Ok(h) => self.pending = Some((h, Instant::now())),
                 // Tried again on the next scan.
                 Err(e) => self.error = Some(format!("cannot start connecting: {e}")),
             }
@@ -270,7 +273,8 @@ impl SocketRings {
                     continue;
                 };
                 if md.file_type().is_socket() {
-                    socks.push((e.path(), (md.dev(), md.ino())));
+                    let id = (md.dev(), md.ino(), md.ctime(), md.ctime_nsec());
+                    socks.push((e.path(), id));
                 }
             }
         }
@@ -320,11 +324,17 @@ impl RingSource for SocketRings {
     }
 
     fn settle(&mut self) {
+        let since = Instant::now();
         self.refresh();
         for (path, o) in &mut self.seen {
-            if let Some(h) = o.pending.take() {
+            // An attempt started before now may have met a consumer since replaced:
+            // if it failed, the one started after it is waited for too.
+            while let Some((h, started)) = o.pending.take() {
                 o.finish(h);
                 o.advance(path);
+                if started >= since {
+                    break;
+                }
             }
         }
     }
