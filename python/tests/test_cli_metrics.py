@@ -4,8 +4,11 @@ this test sent through the ring."""
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 import subprocess
+import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -118,6 +121,67 @@ def test_exporter_serves_metrics(cli: str, ring_name: str, children: Children) -
         Path("/dev/shm", bad).unlink(missing_ok=True)
     del p
     ring.close()
+
+
+def test_exporter_observes_rings_on_sockets(cli: str, children: Children) -> None:
+    """`exporter --sockets DIR`: the ring served on a socket there is labelled by
+    its socket path with the values sent; a stale socket is unreadable."""
+    with tempfile.TemporaryDirectory(prefix="shmring-pytest-") as d:
+        sock = str(Path(d) / "cam.sock")
+        ring = shmring.Consumer("pytest-exporter", create=True, memfd=True, capacity=1 << 20)
+        # A socket whose server went away: its file stays, nothing accepts.
+        stale = str(Path(d) / "stale.sock")
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(stale)
+        s.close()
+        with shmring.Listener(ring, sock):
+            p = shmring.Producer.connect(sock)
+            for _ in range(5):
+                p.send(bytes(1000), stream=1)
+            for _ in range(3):
+                p.send(bytes(64), stream=2)
+            for _ in range(2):
+                f = ring.next(timeout=1.0)
+                assert f is not None
+                f.release()
+            ex = children.spawn(
+                [cli, "exporter", "--listen", "127.0.0.1:0", "--sockets", d],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            assert ex.stdout is not None
+            line = ex.stdout.readline().decode()
+            assert line.startswith("shmring exporter: serving http://127.0.0.1:"), line
+            url = line.split()[-1]
+            with urllib.request.urlopen(url, timeout=30) as resp:
+                values = samples(resp.read().decode())
+            check(values, sock, ring)
+            assert values[("shmring_ring_readable", stale)] == 0
+            assert ("shmring_records_committed_total", stale) not in values
+            # The connection is kept: the next scrape sees the new record.
+            p.send(bytes(10))
+            with urllib.request.urlopen(url, timeout=30) as resp:
+                again = samples(resp.read().decode())
+            assert again[("shmring_records_committed_total", sock)] == 9
+            assert again[("shmring_oldest_pending_age_ns", sock)] == 0
+            # A reservation held open: the consumer, having read everything before
+            # it, waits on it and publishes it as the oldest open claim.
+            for _ in range(7):
+                f = ring.next(timeout=1.0)
+                assert f is not None
+                f.release()
+            held = p.reserve(100)
+            assert ring.next(timeout=0.2) is None
+            with urllib.request.urlopen(url, timeout=30) as resp:
+                claim = samples(resp.read().decode())
+            assert claim[("shmring_oldest_pending_age_ns", sock)] > 0
+            assert claim[("shmring_oldest_pending_slot", sock)] == p.slot
+            assert claim[("shmring_oldest_pending_pid", sock)] == os.getpid()
+            held.abort()
+            ex.kill()
+            ex.wait()
+            p.close()
+        ring.close()
 
 
 def test_the_sample_alerts_use_metrics_the_exporter_serves(cli: str, ring_name: str) -> None:

@@ -197,6 +197,12 @@ pub enum SortKey {
     Occupancy,
     /// Drops when full, most first.
     Drops,
+    /// Resets after corruption, most first.
+    Resets,
+    /// Age of the oldest claim held open, oldest first.
+    Claim,
+    /// Stalled (overtaken) claims, most first.
+    Stalled,
 }
 
 impl SortKey {
@@ -207,7 +213,10 @@ impl SortKey {
             SortKey::Rate => SortKey::Mbps,
             SortKey::Mbps => SortKey::Occupancy,
             SortKey::Occupancy => SortKey::Drops,
-            SortKey::Drops => SortKey::Name,
+            SortKey::Drops => SortKey::Resets,
+            SortKey::Resets => SortKey::Claim,
+            SortKey::Claim => SortKey::Stalled,
+            SortKey::Stalled => SortKey::Name,
         }
     }
     /// Its name on the command line.
@@ -218,6 +227,9 @@ impl SortKey {
             SortKey::Mbps => "mbps",
             SortKey::Occupancy => "occupancy",
             SortKey::Drops => "drops",
+            SortKey::Resets => "resets",
+            SortKey::Claim => "claim",
+            SortKey::Stalled => "stalled",
         }
     }
 }
@@ -245,6 +257,10 @@ pub struct TopArgs {
     /// Only this ring (repeat for more; default: every ring in /dev/shm of this user).
     #[arg(long, value_name = "NAME", conflicts_with = "prefix")]
     pub ring: Vec<String>,
+    /// Also observe, read-only, the ring served on every Unix socket in this
+    /// directory (`shmring record --listen DIR/NAME.sock`); repeatable.
+    #[arg(long, value_name = "DIR")]
+    pub sockets: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -258,6 +274,10 @@ pub struct ExporterArgs {
     /// Only rings whose name starts with this.
     #[arg(long, value_name = "PREFIX", conflicts_with = "ring")]
     pub prefix: Option<String>,
+    /// Also observe, read-only, the ring served on every Unix socket in this
+    /// directory (`shmring record --listen DIR/NAME.sock`); repeatable.
+    #[arg(long, value_name = "DIR")]
+    pub sockets: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]

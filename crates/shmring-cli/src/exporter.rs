@@ -1,5 +1,7 @@
 //! `shmring exporter`: serves `/metrics` (OpenMetrics text, see [`crate::metrics`])
-//! over HTTP with `tiny_http`, reading the rings afresh on every scrape.
+//! over HTTP with `tiny_http`, reading the named rings afresh on every scrape; rings
+//! on sockets (`--sockets DIR`) are observed as in `shmring top`, the connection kept
+//! between scrapes.
 
 use std::io::Write;
 use std::sync::atomic::Ordering;
@@ -9,16 +11,22 @@ use tiny_http::{Header, Method, Response, Server};
 
 use crate::cli::ExporterArgs;
 use crate::metrics::{encode_readings, CONTENT_TYPE};
-use crate::rings::{NamedRings, RingSource};
+use crate::rings::{NamedRings, RingSource, SocketRings};
 use crate::{fail, stop_flag, CmdError};
 
 /// `shmring exporter`: serves until SIGINT/SIGTERM.
 pub fn run(a: ExporterArgs) -> Result<(), CmdError> {
     let stop = stop_flag()?;
-    let source = NamedRings {
+    let mut named = NamedRings {
         prefix: a.prefix.clone(),
         only: a.ring.clone(),
     };
+    // Sockets are connected to in the background and kept between scrapes; the
+    // first connections are made before serving, so the first scrape has them.
+    let mut sockets = (!a.sockets.is_empty()).then(|| SocketRings::new(a.sockets.clone()));
+    if let Some(s) = &mut sockets {
+        s.settle();
+    }
     let server = Server::http(&a.listen)
         .map_err(|e| fail(1, format!("cannot listen on {}: {e}", a.listen)))?;
     let addr = server
@@ -40,8 +48,13 @@ pub fn run(a: ExporterArgs) -> Result<(), CmdError> {
         };
         let path = req.url().split('?').next().unwrap_or("");
         let resp = match (req.method(), path) {
-            (Method::Get, "/metrics") => Response::from_string(encode_readings(&source.scan()))
-                .with_header(content_type.clone()),
+            (Method::Get, "/metrics") => {
+                let mut readings = named.scan();
+                if let Some(s) = &mut sockets {
+                    readings.extend(s.scan());
+                }
+                Response::from_string(encode_readings(&readings)).with_header(content_type.clone())
+            }
             (Method::Get, "/") => {
                 Response::from_string("shmring exporter: the metrics are at /metrics\n")
             }

@@ -6,11 +6,20 @@
 //! read once, and closed again on each scan, so a ring that is replaced, truncated or
 //! removed between two scans is seen as it is now. One ring's failure is that ring's
 //! [`Reading::result`]; it never stops the scan.
+//!
+//! Rings served on Unix sockets (`shmring record --listen`) are the other source
+//! ([`SocketRings`]): every socket in the given directories is observed read-only
+//! ([`Segment::observe`]). Connections are made in the background and kept between
+//! scans, so a consumer that does not answer never holds up a scan; a socket whose
+//! file was replaced, or whose consumer is gone, is connected to afresh.
 
+use std::collections::HashMap;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+use std::time::Instant;
 
-use shmring::{Segment, Stats};
+use shmring::{ReadOnlySegment, Segment, Stats};
 
 /// Where named rings live (`shm_open(3)` names map to files in this directory).
 pub const SHM_DIR: &str = "/dev/shm";
@@ -32,7 +41,7 @@ pub struct RingInfo {
 pub struct Reading {
     /// The ring's name as the user gives it to other commands (`cam0`).
     pub ring: String,
-    /// Which source found it (`shm`).
+    /// Which source found it (`shm`, `socket`).
     pub source: &'static str,
     /// What was read, or why nothing could be.
     pub result: Result<RingInfo, String>,
@@ -42,8 +51,13 @@ pub struct Reading {
 pub trait RingSource {
     /// Short name of the source, shown with each ring (`shm`).
     fn kind(&self) -> &'static str;
-    /// Every ring of this source, each read once; sorted by name.
-    fn scan(&self) -> Vec<Reading>;
+    /// Every ring of this source, each read once; sorted by name. Never waits on
+    /// another process.
+    fn scan(&mut self) -> Vec<Reading>;
+    /// Waits until every ring of this source found now has been reached or has
+    /// failed (for one-shot reports; bounded by the core's connect timeout). Named
+    /// rings are read at once, so by default there is nothing to wait for.
+    fn settle(&mut self) {}
 }
 
 /// Named rings in `/dev/shm` owned by this user, optionally only those whose name
@@ -96,7 +110,7 @@ impl RingSource for NamedRings {
         "shm"
     }
 
-    fn scan(&self) -> Vec<Reading> {
+    fn scan(&mut self) -> Vec<Reading> {
         self.names()
             .into_iter()
             .map(|ring| Reading {
@@ -124,6 +138,206 @@ pub fn read_named(name: &str) -> Result<RingInfo, String> {
         return Err(shmring::Error::Truncated(seg.label()).to_string());
     }
     Ok(info)
+}
+
+/// Device, inode and change time (s, ns) of a socket file: a consumer that restarts
+/// binds a new file, which may reuse the inode number.
+type FileId = (u64, u64, i64, i64);
+
+type Connecting = JoinHandle<shmring::Result<ReadOnlySegment>>;
+
+/// One socket of a [`SocketRings`]: the file it was found as, the ring observed
+/// through it, and the connection attempt under way.
+struct Observed {
+    /// Which socket file it was found as.
+    file: FileId,
+    seg: Option<ReadOnlySegment>,
+    error: Option<String>,
+    /// The attempt under way, and when it started.
+    pending: Option<(Connecting, Instant)>,
+}
+
+impl Observed {
+    /// Collects a finished attempt; starts one when there is no usable ring and
+    /// none is under way.
+    fn advance(&mut self, path: &Path) {
+        if self.pending.as_ref().is_some_and(|(h, _)| h.is_finished()) {
+            let (h, _) = self.pending.take().expect("checked above");
+            self.finish(h);
+        }
+        // A ring whose consumer is gone is dropped: the consumer may be back (a new
+        // ring on the same socket), or the socket is stale.
+        if self
+            .seg
+            .as_ref()
+            .is_some_and(|s| !s.stats().consumer_attached)
+        {
+            self.seg = None;
+            self.error = Some("consumer gone (the ring's consumer exited)".into());
+        }
+        if self.seg.is_none() && self.pending.is_none() {
+            let p = path.to_path_buf();
+            match std::thread::Builder::new()
+                .name("shmring-observe".into())
+                .spawn(move || Segment::observe(p))
+            {
+                Ok(h) => self.pending = Some((h, Instant::now())),
+                // Tried again on the next scan.
+                Err(e) => self.error = Some(format!("cannot start connecting: {e}")),
+            }
+        }
+    }
+
+    /// Takes the result of a connection attempt (waits for it if it is under way:
+    /// at most the core's connect timeout).
+    fn finish(&mut self, h: Connecting) {
+        match h.join() {
+            Ok(Ok(seg)) => {
+                self.seg = Some(seg);
+                self.error = None;
+            }
+            Ok(Err(e)) => {
+                self.seg = None;
+                self.error = Some(observe_error(e));
+            }
+            Err(_) => self.error = Some("connecting failed (the attempt panicked)".into()),
+        }
+    }
+
+    fn reading(&self) -> Result<RingInfo, String> {
+        match (&self.seg, &self.error) {
+            (Some(seg), _) => {
+                let g = seg.geometry();
+                Ok(RingInfo {
+                    stats: seg.stats(),
+                    max_record: g.max_record,
+                    max_producers: g.max_producers,
+                })
+            }
+            (None, Some(e)) => Err(e.clone()),
+            (None, None) => Err("connecting (no answer from the consumer yet)".into()),
+        }
+    }
+}
+
+/// The error of an observe, in words for a row (the socket is named by the row).
+fn observe_error(e: shmring::Error) -> String {
+    match e {
+        shmring::Error::NotFound(_) => "vanished (removed while being read)".to_string(),
+        shmring::Error::NoConsumer(_) => {
+            "consumer gone (nothing accepts connections on the socket: a stale socket)".into()
+        }
+        e => e.to_string(),
+    }
+}
+
+/// Rings served on Unix sockets in some directories (`shmring record --listen
+/// DIR/NAME.sock`), each observed read-only through its socket and kept between
+/// scans. Every socket in a directory is shown; one that is not a shmring socket,
+/// refuses this user, or whose consumer is gone shows why on its row.
+#[derive(Default)]
+pub struct SocketRings {
+    dirs: Vec<PathBuf>,
+    seen: HashMap<PathBuf, Observed>,
+}
+
+impl SocketRings {
+    /// Every socket in each of `dirs`.
+    pub fn new(dirs: Vec<PathBuf>) -> SocketRings {
+        SocketRings {
+            dirs,
+            seen: HashMap::new(),
+        }
+    }
+
+    /// The sockets there now, with their device and inode; a directory that
+    /// cannot be listed is reported as a row of its own.
+    fn list(&self) -> (Vec<(PathBuf, FileId)>, Vec<Reading>) {
+        let mut socks = Vec::new();
+        let mut errors = Vec::new();
+        for d in &self.dirs {
+            let entries = match std::fs::read_dir(d) {
+                Ok(e) => e,
+                Err(e) => {
+                    errors.push(Reading {
+                        ring: d.display().to_string(),
+                        source: "socket",
+                        result: Err(format!("cannot list the socket directory: {e}")),
+                    });
+                    continue;
+                }
+            };
+            for e in entries.filter_map(Result::ok) {
+                // A socket that vanished since the listing is left to the next scan.
+                let Ok(md) = e.path().symlink_metadata() else {
+                    continue;
+                };
+                if md.file_type().is_socket() {
+                    let id = (md.dev(), md.ino(), md.ctime(), md.ctime_nsec());
+                    socks.push((e.path(), id));
+                }
+            }
+        }
+        socks.sort();
+        (socks, errors)
+    }
+
+    /// Lists the sockets, forgets those gone, and moves each connection along.
+    fn refresh(&mut self) -> (Vec<(PathBuf, FileId)>, Vec<Reading>) {
+        let (socks, errors) = self.list();
+        let mut seen = std::mem::take(&mut self.seen);
+        for (path, file) in &socks {
+            let mut o = match seen.remove(path) {
+                Some(o) if o.file == *file => o,
+                // New, or a new socket file at the same path: connect afresh. A
+                // connection still under way for the old file finishes by itself.
+                _ => Observed {
+                    file: *file,
+                    seg: None,
+                    error: None,
+                    pending: None,
+                },
+            };
+            o.advance(path);
+            self.seen.insert(path.clone(), o);
+        }
+        (socks, errors)
+    }
+}
+
+impl RingSource for SocketRings {
+    fn kind(&self) -> &'static str {
+        "socket"
+    }
+
+    fn scan(&mut self) -> Vec<Reading> {
+        let (socks, mut rows) = self.refresh();
+        for (path, _) in socks {
+            let o = &self.seen[&path];
+            rows.push(Reading {
+                ring: path.display().to_string(),
+                source: "socket",
+                result: o.reading(),
+            });
+        }
+        rows
+    }
+
+    fn settle(&mut self) {
+        let since = Instant::now();
+        self.refresh();
+        for (path, o) in &mut self.seen {
+            // An attempt started before now may have met a consumer since replaced:
+            // if it failed, the one started after it is waited for too.
+            while let Some((h, started)) = o.pending.take() {
+                o.finish(h);
+                o.advance(path);
+                if started >= since {
+                    break;
+                }
+            }
+        }
+    }
 }
 
 /// Why the named ring `name` cannot be created because something of that name
@@ -172,4 +386,89 @@ pub fn rates(prev: &Stats, now: &Stats, dt: f64) -> (f64, f64) {
         d(prev.records_committed, now.records_committed),
         d(prev.bytes_committed, now.bytes_committed) / 1e6,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shmring::handoff::{Listener, ListenerOptions};
+    use shmring::Config;
+
+    fn serve(path: &Path, capacity: u64) -> (shmring::Consumer, shmring::handoff::ListenerThread) {
+        let seg = Segment::create_memfd("rings-test", &Config::with_capacity(capacity)).unwrap();
+        let consumer = seg.consumer().unwrap();
+        let l = Listener::bind(&seg, path, ListenerOptions::default())
+            .unwrap()
+            .spawn()
+            .unwrap();
+        (consumer, l)
+    }
+
+    fn capacity(rows: &[Reading]) -> Result<u64, String> {
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        rows[0]
+            .result
+            .as_ref()
+            .map(|i| i.stats.capacity)
+            .map_err(Clone::clone)
+    }
+
+    #[test]
+    fn a_socket_is_observed_once_and_again_when_its_consumer_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cam.sock");
+        let (consumer, listener) = serve(&path, 1 << 20);
+        let mut src = SocketRings::new(vec![dir.path().to_path_buf()]);
+        src.settle();
+        let rows = src.scan();
+        assert_eq!(rows[0].ring, path.display().to_string());
+        assert_eq!(rows[0].source, "socket");
+        assert_eq!(capacity(&rows), Ok(1 << 20));
+        // The ring is kept: further scans read it without connecting again.
+        assert_eq!(capacity(&src.scan()), Ok(1 << 20));
+        assert_eq!(listener.stats().observers, 1);
+
+        // The consumer leaves but its socket still answers: the row says so.
+        drop(consumer);
+        src.settle();
+        let e = capacity(&src.scan()).unwrap_err();
+        assert!(e.starts_with("consumer gone"), "{e}");
+
+        // A new consumer on the same path (a restart): its ring is observed.
+        drop(listener);
+        let (_consumer, _listener) = serve(&path, 1 << 21);
+        src.settle();
+        assert_eq!(capacity(&src.scan()), Ok(1 << 21));
+
+        // The socket removed: its row goes.
+        drop(_listener);
+        assert!(src.scan().is_empty());
+    }
+
+    #[test]
+    fn a_consumer_that_does_not_answer_does_not_hold_up_a_scan() {
+        // Connections are queued by the kernel but never accepted, so no reply
+        // comes until the core's connect timeout: the scan shows the attempt under
+        // way instead of waiting for it.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("silent.sock");
+        let silent = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let mut src = SocketRings::new(vec![dir.path().to_path_buf()]);
+        for _ in 0..3 {
+            let e = capacity(&src.scan()).unwrap_err();
+            assert!(e.starts_with("connecting (no answer"), "{e}");
+        }
+        drop(silent);
+    }
+
+    #[test]
+    fn a_directory_that_cannot_be_listed_is_a_row_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing");
+        let mut src = SocketRings::new(vec![missing.clone()]);
+        let rows = src.scan();
+        assert_eq!(rows[0].ring, missing.display().to_string());
+        let e = rows[0].result.as_ref().unwrap_err();
+        assert!(e.starts_with("cannot list the socket directory"), "{e}");
+    }
 }

@@ -1,4 +1,5 @@
-//! `shmring top`: every ring this user can see, one row each, refreshed in place
+//! `shmring top`: every ring this user can see (named rings, and with `--sockets
+//! DIR` the rings served on the sockets there), one row each, refreshed in place
 //! (ratatui); `--once` prints one plain table, `--json` one JSON array.
 //!
 //! Rates are differences between two scans. A ring that cannot be read (not a ring,
@@ -18,7 +19,7 @@ use serde_json::{json, Value};
 use shmring::Stats;
 
 use crate::cli::{SortKey, TopArgs};
-use crate::rings::{rates, NamedRings, Reading, RingSource};
+use crate::rings::{rates, NamedRings, Reading, RingSource, SocketRings};
 use crate::stat::stats_json;
 use crate::{fail, stop_flag, CmdError};
 
@@ -53,7 +54,7 @@ impl Sampler {
         let now = Instant::now();
         let mut rows = Vec::new();
         let mut seen = HashMap::new();
-        for src in &self.sources {
+        for src in &mut self.sources {
             for reading in src.scan() {
                 let key = (reading.source, reading.ring.clone());
                 let (mut rps, mut mbps) = (0.0, 0.0);
@@ -73,18 +74,30 @@ impl Sampler {
         self.prev = seen;
         rows
     }
+
+    /// Waits until every source has reached (or failed to reach) each of its rings.
+    pub fn settle(&mut self) {
+        for src in &mut self.sources {
+            src.settle();
+        }
+    }
 }
 
 fn sort_rows(rows: &mut [TopRow], key: SortKey, reverse: bool) {
-    let occ = |r: &TopRow| r.reading.result.as_ref().map_or(0, |i| i.stats.occupancy);
-    let drops = |r: &TopRow| r.reading.result.as_ref().map_or(0, |i| i.stats.drops_full);
+    let stat =
+        |r: &TopRow, f: fn(&Stats) -> u64| r.reading.result.as_ref().map_or(0, |i| f(&i.stats));
     rows.sort_by(|a, b| {
         let o = match key {
             SortKey::Name => a.reading.ring.cmp(&b.reading.ring),
             SortKey::Rate => b.records_per_s.total_cmp(&a.records_per_s),
             SortKey::Mbps => b.mb_per_s.total_cmp(&a.mb_per_s),
-            SortKey::Occupancy => occ(b).cmp(&occ(a)),
-            SortKey::Drops => drops(b).cmp(&drops(a)),
+            SortKey::Occupancy => stat(b, |s| s.occupancy).cmp(&stat(a, |s| s.occupancy)),
+            SortKey::Drops => stat(b, |s| s.drops_full).cmp(&stat(a, |s| s.drops_full)),
+            SortKey::Resets => stat(b, |s| s.resets).cmp(&stat(a, |s| s.resets)),
+            SortKey::Claim => {
+                stat(b, |s| s.oldest_pending_age_ns).cmp(&stat(a, |s| s.oldest_pending_age_ns))
+            }
+            SortKey::Stalled => stat(b, |s| s.stalled_claims).cmp(&stat(a, |s| s.stalled_claims)),
         };
         o.then_with(|| a.reading.ring.cmp(&b.reading.ring))
     });
@@ -94,7 +107,7 @@ fn sort_rows(rows: &mut [TopRow], key: SortKey, reverse: bool) {
 }
 
 /// Column titles of the table.
-pub const HEADERS: [&str; 11] = [
+pub const HEADERS: [&str; NCOLS] = [
     "RING",
     "REC/S",
     "MB/S",
@@ -103,17 +116,36 @@ pub const HEADERS: [&str; 11] = [
     "PRODUCERS",
     "DROPS",
     "ABANDONED",
-    "CORRUPT/RESETS",
+    "CORRUPT",
+    "RESETS",
+    "STALLED",
+    "OLDEST CLAIM",
     "WAITS P/C",
     "CONSUMER",
 ];
+
+/// Number of columns.
+pub const NCOLS: usize = 14;
+
+/// The oldest claim still pending: its age, slot and pid (`-`: none pending).
+pub fn oldest_claim(s: &Stats) -> String {
+    if s.oldest_pending_age_ns == 0 {
+        return "-".into();
+    }
+    let age = s.oldest_pending_age_ns as f64 / 1e9;
+    let mut out = format!("{age:.1}s slot {}", s.oldest_pending_slot);
+    if s.oldest_pending_pid != 0 {
+        out += &format!(" pid {}", s.oldest_pending_pid);
+    }
+    out
+}
 
 fn mib(b: u64) -> String {
     format!("{:.1}", b as f64 / (1 << 20) as f64)
 }
 
 /// The cells of one row; a ring that could not be read has its name and its error.
-pub fn cells(r: &TopRow) -> Result<[String; 11], (String, String)> {
+pub fn cells(r: &TopRow) -> Result<[String; NCOLS], (String, String)> {
     let s = match &r.reading.result {
         Ok(i) => &i.stats,
         Err(e) => return Err((r.reading.ring.clone(), e.clone())),
@@ -127,7 +159,10 @@ pub fn cells(r: &TopRow) -> Result<[String; 11], (String, String)> {
         s.producers.to_string(),
         s.drops_full.to_string(),
         s.abandoned.to_string(),
-        format!("{}/{}", s.corruption, s.resets),
+        s.corruption.to_string(),
+        s.resets.to_string(),
+        s.stalled_claims.to_string(),
+        oldest_claim(s),
         format!("{}/{}", s.producer_waits, s.consumer_waits),
         if s.consumer_attached {
             "alive".into()
@@ -195,10 +230,14 @@ pub fn json_rows(rows: &[TopRow]) -> Value {
 }
 
 fn sources(a: &TopArgs) -> Vec<Box<dyn RingSource>> {
-    vec![Box::new(NamedRings {
+    let mut v: Vec<Box<dyn RingSource>> = vec![Box::new(NamedRings {
         prefix: a.prefix.clone(),
         only: a.ring.clone(),
-    })]
+    })];
+    if !a.sockets.is_empty() {
+        v.push(Box::new(SocketRings::new(a.sockets.clone())));
+    }
+    v
 }
 
 /// `shmring top`.
@@ -212,9 +251,12 @@ pub fn run(a: TopArgs) -> Result<(), CmdError> {
     let interval = Duration::from_secs_f64(a.interval);
     let mut sampler = Sampler::new(sources(&a));
     if a.once || a.json {
-        // Two scans, `interval` apart, so the rates mean something.
+        // Two scans, `interval` apart, so the rates mean something; every socket
+        // answered (or failed) before each.
+        sampler.settle();
         sampler.sample();
         std::thread::sleep(interval);
+        sampler.settle();
         let mut rows = sampler.sample();
         sort_rows(&mut rows, a.sort, a.reverse);
         let text = if a.json {
@@ -297,7 +339,11 @@ fn draw(
             Ok(c) => {
                 let bad = r.reading.result.as_ref().is_ok_and(|i| {
                     let s = &i.stats;
-                    !s.consumer_attached || s.drops_full > 0 || s.corruption > 0
+                    !s.consumer_attached
+                        || s.drops_full > 0
+                        || s.corruption > 0
+                        || s.resets > 0
+                        || s.stalled_claims > 0
                 });
                 let row = TRow::new(c.map(Cell::from));
                 body.push(if bad {
@@ -325,7 +371,10 @@ fn draw(
         Constraint::Length(9),
         Constraint::Length(7),
         Constraint::Length(9),
-        Constraint::Length(14),
+        Constraint::Length(7),
+        Constraint::Length(6),
+        Constraint::Length(7),
+        Constraint::Length(22),
         Constraint::Length(12),
         Constraint::Length(8),
     ];
@@ -374,7 +423,7 @@ mod tests {
         fn kind(&self) -> &'static str {
             "fake"
         }
-        fn scan(&self) -> Vec<Reading> {
+        fn scan(&mut self) -> Vec<Reading> {
             let n = self.0.get() + 1;
             self.0.set(n);
             let stats = Stats {

@@ -1,5 +1,5 @@
 //! Operator tools and first-use errors: `top --once/--json` over rings in several
-//! states, `stat --prometheus`, `rm`, stale rings after SIGKILL, and the messages
+//! states (named, and served on sockets), `stat --prometheus`, `rm`, stale rings after SIGKILL, and the messages
 //! and exit codes of bad input. (The Prometheus output is also parsed by a real
 //! parser in python/tests/test_cli_metrics.py.)
 
@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use shmring::{Config, Meta, Segment};
+use shmring::handoff::{Listener, ListenerOptions};
+use shmring::{Config, Consumer, ConsumerOptions, Meta, Segment};
 
 const EXE: &str = env!("CARGO_BIN_EXE_shmring");
 /// Upper bound on any wait, so a broken build fails instead of hanging.
@@ -267,6 +268,195 @@ fn top_shows_every_ring_and_the_error_of_each_bad_one() {
     busy.store(false, Ordering::Relaxed);
     assert!(writer.join().unwrap() > 0);
     drop((consumer, producer, seg));
+}
+
+/// A Unix socket that is not a shmring consumer: it answers every connection with
+/// an HTTP error and hangs up. Stopped on drop.
+struct PlainSocket {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl PlainSocket {
+    fn bind(path: &Path) -> PlainSocket {
+        use std::io::Write;
+        let l = std::os::unix::net::UnixListener::bind(path).unwrap();
+        l.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((mut c, _)) => {
+                        let mut reply = b"HTTP/1.0 400 Bad Request\r\n\r\n".to_vec();
+                        reply.resize(256, b' ');
+                        let _ = c.write_all(&reply);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        PlainSocket {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for PlainSocket {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The row of the ring served on `sock`.
+fn by_socket<'a>(rows: &'a [Value], sock: &Path) -> &'a Value {
+    let name = sock.display().to_string();
+    rows.iter()
+        .find(|r| r["ring"] == name.as_str())
+        .unwrap_or_else(|| panic!("no row for {name}: {rows:?}"))
+}
+
+#[test]
+fn top_observes_rings_on_sockets_beside_named_rings() {
+    let dir = tempfile::tempdir().unwrap();
+    // A named ring with a consumer, beside the sockets.
+    let named = Ring::new("beside");
+    let nseg = Segment::create_named(&named.0, &Config::with_capacity(1 << 20)).unwrap();
+    let _nconsumer = nseg.consumer().unwrap();
+
+    // Served on a socket by this process: a producer holds a reservation open while
+    // another sends 10 records, which the consumer delivers past it (overtaking).
+    let live = dir.path().join("live.sock");
+    let seg = Segment::create_memfd("ops-live", &Config::with_capacity(1 << 20)).unwrap();
+    let consumer = Consumer::with_options(
+        seg.clone(),
+        ConsumerOptions {
+            overtake_after: Some(Duration::from_millis(20)),
+            liveness_interval: Duration::from_millis(5),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let listener = Listener::bind(&seg, &live, ListenerOptions::default())
+        .unwrap()
+        .spawn()
+        .unwrap();
+    let mut video = seg.producer().unwrap();
+    let mut audio = seg.producer().unwrap();
+    let video_slot = video.slot();
+    let held = video.reserve(10_000).unwrap();
+    for i in 0..10u8 {
+        audio.send(&[i; 1000], Meta::new(2, 0)).unwrap();
+    }
+    for _ in 0..10 {
+        let f = consumer.next_timeout(Some(PATIENCE)).unwrap();
+        assert_eq!(f.expect("delivered past the held claim").stream(), 2);
+    }
+
+    // A socket whose consumer was killed: the file stays, nothing accepts.
+    let dead = dir.path().join("dead.sock");
+    let out = tempfile::tempdir().unwrap();
+    let mut rec = Proc::spawn(&[
+        "record",
+        "--listen",
+        dead.to_str().unwrap(),
+        "--out",
+        out.path().to_str().unwrap(),
+        "--progress",
+    ]);
+    rec.expect("ready");
+    let _ = rec.child.kill();
+    let _ = rec.child.wait();
+    assert!(dead.exists(), "a killed recorder leaves its socket");
+
+    // A socket that is not a shmring consumer at all.
+    let plain = dir.path().join("plain.sock");
+    let _plain = PlainSocket::bind(&plain);
+
+    let sockets = dir.path().to_str().unwrap();
+    let o = run(&[
+        "top",
+        "--json",
+        "--interval",
+        "0.1",
+        "--ring",
+        &named.0,
+        "--sockets",
+        sockets,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    let n = by_ring(&rows, &named);
+    assert_eq!(
+        (n["source"].as_str(), &n["error"]),
+        (Some("shm"), &Value::Null)
+    );
+    let l = by_socket(&rows, &live);
+    assert_eq!(l["source"], "socket");
+    assert_eq!(l["error"], Value::Null, "{l}");
+    let st = &l["stats"];
+    assert_eq!(st["records_committed"], 10);
+    assert_eq!(st["records_consumed"], 10);
+    assert_eq!(st["consumer_attached"], true);
+    assert_eq!(st["stalled_claims"], 1, "{st}");
+    assert!(st["oldest_pending_age_ns"].as_u64().unwrap() > 0, "{st}");
+    assert_eq!(st["oldest_pending_slot"], video_slot);
+    assert_eq!(st["oldest_pending_pid"], std::process::id());
+    let d = by_socket(&rows, &dead)["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(d.starts_with("consumer gone"), "{d}");
+    let p = by_socket(&rows, &plain)["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(p.contains("not a shmring hand-off reply"), "{p}");
+
+    // The plain table, sorted by the oldest claim: the held one comes first, with
+    // its slot and pid; the errors are on their own rows.
+    let o = run(&[
+        "top",
+        "--once",
+        "--interval",
+        "0.1",
+        "--sort",
+        "claim",
+        "--ring",
+        &named.0,
+        "--sockets",
+        sockets,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let table = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].contains("RESETS") && lines[0].contains("OLDEST CLAIM"),
+        "{table}"
+    );
+    assert!(lines[1].starts_with(&live.display().to_string()), "{table}");
+    let claim = format!("s slot {video_slot} pid {}", std::process::id());
+    assert!(lines[1].contains(&claim), "{claim:?} not in\n{table}");
+    assert!(lines[1].ends_with("alive"), "{table}");
+    let row = |p: &Path| {
+        let name = p.display().to_string();
+        lines
+            .iter()
+            .find(|l| l.starts_with(&name))
+            .unwrap_or_else(|| panic!("no line for {name} in\n{table}"))
+            .to_string()
+    };
+    assert!(row(&dead).contains("error: consumer gone"), "{table}");
+    assert!(row(&plain).contains("error: hand-off over"), "{table}");
+
+    held.commit(Meta::new(1, 0)).unwrap();
+    drop(listener);
+    assert!(!live.exists(), "the listener removes its socket");
 }
 
 #[test]
