@@ -112,14 +112,14 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
             s.producer_waits,
             s.consumer_waits,
             s.producers,
-            if s.consumer_attached {
-                String::new()
-            } else {
-                format!(
+            match (s.consumer_attached, a.connect.is_some()) {
+                (true, _) => String::new(),
+                (false, false) => format!(
                     "  (no live consumer: a ring left by a killed recorder is removed with \
                      `shmring rm {}`)",
                     label
-                )
+                ),
+                (false, true) => "  (the consumer that served this socket is gone)".into(),
             }
         );
         let mut o = std::io::stdout().lock();
@@ -129,6 +129,14 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
             let _ = writeln!(o, "{line}");
         }
         let _ = o.flush();
+        // A ring observed over its socket lives as long as its consumer: once that
+        // is gone nothing will change any more.
+        if a.connect.is_some() && !s.consumer_attached {
+            if tty {
+                println!();
+            }
+            return Err(fail(1, format!("{label}: the consumer is gone")));
+        }
         prev = s;
         n += 1;
     }
