@@ -83,16 +83,27 @@ impl Ring {
     }
 }
 
-/// Held by a frame and by every view of it: the record goes back to the ring when
-/// the last of them is gone.
+/// Held by a frame and by every view of it. The record goes back to the ring at
+/// `release()`, or, for a frame never released, when the frame and every view of
+/// it are collected. The mapping stays mapped while any of them lives.
 struct Hold {
     ring: Rc<Ring>,
     seq: u64,
+    given_back: Cell<bool>,
+    _mapping: Arc<Segment>,
+}
+
+impl Hold {
+    fn give_back(&self) {
+        if !self.given_back.replace(true) {
+            self.ring.release(self.seq);
+        }
+    }
 }
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        self.ring.release(self.seq);
+        self.give_back();
     }
 }
 
@@ -122,6 +133,8 @@ impl JsConsumer {
         let hold = Rc::new(Hold {
             ring: self.ring.clone(),
             seq: raw.seq,
+            given_back: Cell::new(false),
+            _mapping: self.segment(env)?,
         });
         let (media, media_error) = if raw.meta.kind == kind::VIDEO || raw.meta.kind == kind::AUDIO {
             // SAFETY: the record is held: ptr/len lie inside the ring until released.
@@ -477,8 +490,8 @@ impl Frame {
 #[napi]
 impl Frame {
     /// The payload: a `Uint8Array` into the ring (zero copy), the same object while
-    /// JavaScript holds it. While any view of the frame is alive, releasing the
-    /// frame is deferred until the views are collected.
+    /// JavaScript holds it. A frame collected without `release()` goes back to the
+    /// ring only once its views are collected too.
     #[napi(getter)]
     pub fn data(&mut self, env: Env) -> napi::Result<JsUnknown> {
         let hold = self.check_held(env)?.clone();
@@ -499,14 +512,21 @@ impl Frame {
         Ok(v.into_unknown(env))
     }
 
-    /// Gives the record back to the ring: now, or when the last view of it is
-    /// collected. Idempotent.
+    /// Gives the record back to the ring now, and detaches every view of it: typed
+    /// arrays over the payload (`data`, `planes()`, subarrays) become empty, so no
+    /// JavaScript access can reach memory a producer may reuse. Finish asynchronous
+    /// work that reads a view (a pending write) before releasing. Idempotent.
     #[napi]
-    pub fn release(&mut self) {
-        self.hold = None;
+    pub fn release(&mut self, env: Env) {
+        if let Some(h) = self.hold.take() {
+            if let Some(v) = self.view.take() {
+                v.detach(env);
+            }
+            h.give_back();
+        }
     }
 
-    /// True once `release()` was called (views may still pin the record).
+    /// True once `release()` was called.
     #[napi(getter)]
     pub fn released(&self) -> bool {
         self.hold.is_none()

@@ -76,6 +76,8 @@ struct Core {
 struct Hold {
     core: Rc<Core>,
     seq: u64,
+    /// Keeps the mapping while a (detached) view may still be in use.
+    _mapping: Arc<Segment>,
 }
 
 impl Drop for Hold {
@@ -193,6 +195,7 @@ impl JsProducer {
         media: Option<MediaHeader>,
     ) -> napi::Result<Reservation> {
         let len = usize::try_from(len).map_err(|_| error(env, INVALID_ARG, "length too large"))?;
+        let mapping = self.with(env, |p| Ok(p.segment().clone()))?;
         let raw = self.with(env, |p| {
             let policy = policy_of(env, None, timeout_ms, p.policy())?;
             let raw = p.reserve_raw(len, policy).or_throw(env)?;
@@ -221,6 +224,7 @@ impl JsProducer {
         let hold = Rc::new(Hold {
             core: self.core.clone(),
             seq: raw.seq,
+            _mapping: mapping,
         });
         let copy = if views::zero_copy() {
             None

@@ -132,31 +132,43 @@ test('a reservation aborted explicitly or dropped and collected is never seen', 
   p.close();
 });
 
-test("a frame's release is deferred while a view of it is alive", async (t) => {
+test('release() gives the record back at once and detaches its views', async (t) => {
   const c = ring();
   t.after(() => c.close());
   const p = Producer.forConsumer(c);
+  t.after(() => p.close());
   p.send(Buffer.alloc(1000, 7));
-  let f = c.tryNext();
-  let view = f.data;
+  const f = c.tryNext();
+  const view = f.data;
+  const plane = view.subarray(10, 20);
+  assert.equal(view[999], 7);
+  assert.equal(c.outstanding, 1);
   f.release();
   assert.equal(f.released, true);
+  assert.equal(c.outstanding, 0, 'given back now, not at the next garbage collection');
+  if (shmring.zeroCopy) {
+    assert.equal(view.length, 0, 'the view is detached');
+    assert.equal(plane.length, 0, 'and so is every typed array over it');
+    assert.equal(view[999], undefined);
+  }
+  f.release(); // idempotent
+});
+
+test('a frame dropped without release() goes back once it and its views are collected', async (t) => {
+  const c = ring();
+  t.after(() => c.close());
+  const p = Producer.forConsumer(c);
+  t.after(() => p.close());
+  p.send(Buffer.alloc(1000, 7));
+  let view = (() => c.tryNext().data)(); // the frame itself is unreachable at once
   await collect();
   if (shmring.zeroCopy) {
-    assert.equal(c.outstanding, 1, 'the view still pins the record');
+    assert.equal(c.outstanding, 1, 'the live view keeps the record (deferred release)');
     assert.equal(view[999], 7);
   }
   view = null;
-  f = null;
   await collect();
   assert.equal(c.outstanding, 0, 'released once the view is gone');
-
-  // A frame dropped without release() goes back when collected.
-  p.send(Buffer.alloc(10));
-  (() => c.tryNext())();
-  await collect();
-  assert.equal(c.outstanding, 0);
-  p.close();
 });
 
 test('bad arguments and misuse throw errors with stable codes', (t) => {
