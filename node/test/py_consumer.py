@@ -36,7 +36,12 @@ def main() -> None:
             nbytes += len(data)
             data.release()
     ring.close()
-    print(json.dumps({"records": records, "bytes": nbytes, "bad": bad, "order_ok": order_ok}), flush=True)
+    print(
+        json.dumps(
+            {"records": records, "bytes": nbytes, "bad": bad, "order_ok": order_ok}
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
