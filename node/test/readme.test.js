@@ -1,6 +1,6 @@
 'use strict';
-// Every JavaScript snippet of node/README.md runs as written (in a child process,
-// with `require('shmring')` resolving to this package).
+// Every JavaScript snippet of node/README.md and of the top-level README runs as
+// written (in a child process, with `require('shmring')` resolving to this package).
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
@@ -8,11 +8,12 @@ const path = require('node:path');
 const { spawnSync } = require('node:child_process');
 
 const pkg = path.join(__dirname, '..');
-const readme = fs.readFileSync(path.join(pkg, 'README.md'), 'utf8');
-const snippets = [...readme.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
+const readmes = [path.join(pkg, 'README.md'), path.join(pkg, '..', 'README.md')];
+const snippets = readmes.flatMap((f) =>
+  [...fs.readFileSync(f, 'utf8').matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]));
 
 test('the README has JavaScript snippets', () => {
-  assert.ok(snippets.length >= 1);
+  assert.ok(snippets.length >= 2);
 });
 
 snippets.forEach((code, i) => {
