@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 
-.PHONY: demo build test lint test-rust test-loom test-c test-python test-gst gst-plugin install-gst venv bench clean
+.PHONY: demo build test lint test-rust test-loom test-c test-python test-gst test-node gst-plugin install-gst venv bench bench-node clean
 
 ## Where `make demo` writes its recording (about 0.93 GB): `make demo DEMO_OUT=/tmp/demo`.
 DEMO_OUT ?=
@@ -17,16 +17,20 @@ demo: build
 build:
 	$(CARGO) build --release
 
-## Every test: lints, Rust (unit, integration, property, process, crash, hostile), loom model,
-## C ABI (plain and sanitized, seccomp), Python, GStreamer elements.
-test: lint test-rust test-loom test-c test-python test-gst
+## Every test: lints, Rust (unit, integration, property, process, crash, hostile; async with
+## the tokio feature), loom model, C ABI (plain and sanitized, seccomp), Python, GStreamer
+## elements, Node.js.
+test: lint test-rust test-loom test-c test-python test-gst test-node
 
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p shmring --features tokio --all-targets -- -D warnings
 
 test-rust:
 	$(CARGO) test --release
+	$(CARGO) test --release -p shmring --features tokio --test tokio_stream
+	$(CARGO) test --release -p shmring --features tokio --doc tokio
 	# The command built without GStreamer: --encode through an ffmpeg child.
 	$(CARGO) test --release -p shmring-cli --no-default-features --test cli
 
@@ -60,9 +64,19 @@ $(VENV)/.ok: python/pyproject.toml python/Cargo.toml python/src/*.rs
 test-python:
 	@if [ -f python/pyproject.toml ]; then $(MAKE) venv && $(VENV)/bin/ruff check python && $(PY) -m pytest -q python/tests; else echo "Python tests: none yet"; fi
 
+## The Node.js package (node/): builds the add-on with cargo, runs `npm test` (Node's test
+## runner, zero-copy and forced-copy paths; the Node -> Python test uses the venv).
+test-node: venv
+	$(VENV)/bin/ruff check node/test
+	cd node && SHMRING_PYTHON=$(abspath $(PY)) npm test
+
 ## The transport comparison (see README).
 bench: build
 	./target/release/shmring bench --quick
+
+## Node receiving video over a WebSocket (`ws`) vs shmring (node/bench/transport.js).
+bench-node:
+	cd node && npm install --no-audit --no-fund && node scripts/build.js && node bench/transport.js --seconds 8
 
 clean:
 	$(CARGO) clean

@@ -53,6 +53,12 @@ pub mod sys;
 #[cfg(not(loom))]
 mod wake;
 
+/// Async consumer and producer for tokio (feature `tokio`).
+#[cfg(all(feature = "tokio", not(loom)))]
+pub mod tokio;
+
+#[cfg(all(feature = "tokio", not(loom)))]
+pub use self::tokio::{AsyncConsumer, AsyncFrame, AsyncProducer, AsyncReservation};
 #[cfg(not(loom))]
 pub use consumer::{Consumer, ConsumerOptions, Frame, Health, RawFrame};
 #[cfg(not(loom))]

@@ -1,0 +1,75 @@
+//! A Rust producer for the Node package's tests: attaches to a ring handed over as
+//! inherited descriptors and commits `count` records whose first 4 bytes are the
+//! FNV-1a (32-bit) checksum of the rest, so the consumer can check every byte.
+//!
+//! `ring_peer <segment-fd> <eventfd-fd or -> <count> [pause-us]`
+//!
+//! Record `i`: stream 1, flags `i`, 64 + (i * 7919) % 65536 bytes of a pattern seeded
+//! by `i`. A pause (default 100 µs) between records makes the consumer wait often.
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::time::Duration;
+
+use shmring::{FullPolicy, Meta, Segment};
+
+fn fnv1a(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5u32, |h, &b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    })
+}
+
+fn fd_arg(s: &str) -> Option<OwnedFd> {
+    let n: i32 = s.parse().ok()?;
+    // SAFETY: the parent handed this descriptor to us; nothing else owns it here.
+    Some(unsafe { OwnedFd::from_raw_fd(n) })
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() < 4 {
+        eprintln!("usage: ring_peer <segment-fd> <eventfd-fd or -> <count> [pause-us]");
+        std::process::exit(2);
+    }
+    let seg_fd = fd_arg(&args[1]).unwrap_or_else(|| {
+        eprintln!("ring_peer: {:?} is not a descriptor number", args[1]);
+        std::process::exit(2)
+    });
+    let efd = if args[2] == "-" {
+        None
+    } else {
+        fd_arg(&args[2])
+    };
+    let count: u32 = args[3].parse().unwrap_or_else(|_| {
+        eprintln!("ring_peer: count {:?} is not a number", args[3]);
+        std::process::exit(2)
+    });
+    let pause = Duration::from_micros(args.get(4).and_then(|s| s.parse().ok()).unwrap_or(100));
+    let run = || -> shmring::Result<()> {
+        let seg = Segment::from_fds(seg_fd, efd)?;
+        let mut p = seg.producer()?;
+        for i in 0..count {
+            let len = 64 + (i as usize * 7919) % 65536;
+            let r = p.reserve_raw(len, FullPolicy::Block(Duration::from_secs(10)))?;
+            // SAFETY: r.ptr is r.len writable bytes of our open reservation.
+            let buf = unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) };
+            let mut x = 0x9e37_79b9u32 ^ i.wrapping_mul(0x85eb_ca6b);
+            for b in &mut buf[4..] {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                *b = x as u8;
+            }
+            let sum = fnv1a(&buf[4..]);
+            buf[..4].copy_from_slice(&sum.to_le_bytes());
+            p.commit_raw(len, Meta::new(1, 0).with_flags(i))?;
+            if !pause.is_zero() {
+                std::thread::sleep(pause);
+            }
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        eprintln!("ring_peer: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,223 @@
+// Type declarations for the `shmring` package (Node.js >= 18, Electron).
+
+/** Stable `code` of every error the package throws. */
+export type ErrorCode =
+  | 'SHMRING_OS'
+  | 'SHMRING_CONFIG'
+  | 'SHMRING_EXISTS'
+  | 'SHMRING_NOT_FOUND'
+  | 'SHMRING_LAYOUT_MISMATCH'
+  | 'SHMRING_UNSEALED'
+  | 'SHMRING_FULL'
+  | 'SHMRING_TIMEOUT'
+  | 'SHMRING_TOO_LARGE'
+  | 'SHMRING_NO_SLOT'
+  | 'SHMRING_CONSUMER_BUSY'
+  | 'SHMRING_NO_CONSUMER'
+  | 'SHMRING_CORRUPT'
+  | 'SHMRING_TRUNCATED'
+  | 'SHMRING_ABANDONED'
+  | 'SHMRING_TOO_MANY_HELD'
+  | 'SHMRING_NOT_HELD'
+  | 'SHMRING_RESERVATION_OPEN'
+  | 'SHMRING_NO_RESERVATION'
+  | 'SHMRING_EVENTFD_REQUIRED'
+  | 'SHMRING_INVALID_ARG'
+  | 'SHMRING_RELEASED'
+  | 'SHMRING_CLOSED'
+  | 'SHMRING_BAD_MEDIA_HEADER'
+  | 'SHMRING_BUSY';
+
+/** An error thrown by shmring: `message` says what failed and where. */
+export interface ShmringError extends Error {
+  code: ErrorCode;
+}
+
+/** True when frames and reservations are views into the ring (no copy); false
+ * where V8 forbids external array buffers (Electron's memory cage) or when
+ * `SHMRING_NODE_FORCE_COPY=1` is set. */
+export const zeroCopy: boolean;
+export const version: string;
+export const KIND_RAW: 0;
+export const KIND_VIDEO: 1;
+export const KIND_AUDIO: 2;
+
+/** Nanoseconds of CLOCK_MONOTONIC, the clock record timestamps use by default. */
+export function nowNs(): bigint;
+/** Address of a typed array's first byte in this process. */
+export function addressOf(view: ArrayBufferView): number;
+
+export type VideoFormat = 'i420' | 'nv12' | 'rgba';
+export type AudioFormat = 'pcm_s16' | 'pcm_f32';
+
+/** The shared media header at the start of video and audio records. */
+export interface MediaHeader {
+  format: VideoFormat | AudioFormat;
+  width: number;
+  height: number;
+  sampleRate: number;
+  channels: number;
+  samples: number;
+  ptsNs: bigint;
+  sequence: bigint;
+  planes: { offset: number; stride: number; size: number }[];
+}
+
+/** Counters of the ring, named as the core's `Stats::fields()` (snake_case). */
+export type Stats = Record<string, number | boolean>;
+
+export interface Geometry {
+  capacity: number;
+  maxRecord: number;
+  logEntries: number;
+  maxProducers: number;
+  eventfd: boolean;
+  segmentSize: number;
+}
+
+export interface Health {
+  resets: number;
+  lastCorruption: string | null;
+  stalledClaims: number;
+  oldestPending: { slot: number; ms: number } | null;
+}
+
+/** Options of `new Consumer()`. Anything absent is the core's default. */
+export interface ConsumerInit {
+  name?: string;
+  create?: boolean;
+  memfd?: boolean;
+  capacity?: number;
+  maxRecord?: number;
+  logEntries?: number;
+  maxProducers?: number;
+  eventfd?: boolean;
+  persist?: boolean;
+  fd?: number;
+  eventfdFd?: number;
+  livenessIntervalMs?: number;
+  spin?: number;
+  overtakeAfterMs?: number;
+  autoReset?: boolean;
+}
+
+export class Consumer implements AsyncIterable<Frame> {
+  constructor(init: ConsumerInit);
+  /** Blocks this thread up to `timeoutMs` (absent: forever); null on timeout. */
+  next(timeoutMs?: number): Frame | null;
+  tryNext(): Frame | null;
+  /** Waits in the event loop (eventfd rings); null on timeout or close. */
+  nextAsync(timeoutMs?: number): Promise<Frame | null>;
+  [Symbol.asyncIterator](): AsyncIterator<Frame>;
+  arm(): boolean;
+  disarm(): void;
+  watch(callback: (status: number) => void): void;
+  unwatch(): void;
+  stats(): Stats;
+  health(): Health;
+  geometry(): Geometry;
+  /** [address, length] of the mapping in this process. */
+  mapping(): [number, number];
+  persist(): void;
+  close(): void;
+  readonly resets: number;
+  readonly livenessIntervalMs: number;
+  readonly name: string;
+  readonly fd: number;
+  readonly eventfdFd: number | null;
+  readonly outstanding: number;
+  readonly closed: boolean;
+}
+
+export class Frame {
+  private constructor();
+  /** The payload: a view into the ring (or a copy, see `zeroCopy`). */
+  readonly data: Uint8Array;
+  /** Gives the record back now and detaches its views. Idempotent. */
+  release(): void;
+  readonly released: boolean;
+  readonly seq: number;
+  readonly length: number;
+  readonly stream: number;
+  readonly kind: number;
+  readonly flags: number;
+  readonly timestampNs: bigint;
+  readonly address: number;
+  readonly media: MediaHeader | null;
+  readonly mediaError: string | null;
+  /** Video: one Uint8Array per plane. */
+  planes(): Uint8Array[];
+  /** Audio: interleaved samples. */
+  samples(): Int16Array | Float32Array;
+}
+
+export interface ProducerInit {
+  eventfdFd?: number;
+  onFull?: 'block' | 'fail';
+  timeoutMs?: number;
+}
+
+export interface Meta {
+  stream?: number;
+  kind?: number;
+  timestampNs?: bigint;
+  flags?: number;
+}
+
+export interface WaitInit {
+  /** Absent: the producer's policy; 0: fail at once if full; > 0: wait that long. */
+  timeoutMs?: number;
+}
+
+export interface VideoInit extends WaitInit {
+  width: number;
+  height: number;
+  format?: VideoFormat;
+  ptsNs?: bigint;
+  sequence?: bigint;
+}
+
+export interface AudioInit extends WaitInit {
+  samples: number;
+  channels: number;
+  sampleRate: number;
+  format?: AudioFormat;
+  ptsNs?: bigint;
+  sequence?: bigint;
+}
+
+export class Producer {
+  private constructor();
+  static open(name: string, init?: ProducerInit): Producer;
+  static fromFd(fd: number, init?: ProducerInit): Producer;
+  /** Connects to a consumer serving its ring on a Unix socket (`shmring record --listen PATH`). */
+  static connect(path: string, init?: ProducerInit): Producer;
+  static forConsumer(consumer: Consumer, init?: ProducerInit): Producer;
+  reserve(length: number, opts?: WaitInit): Reservation;
+  reserveVideo(init: VideoInit): Reservation;
+  reserveAudio(init: AudioInit): Reservation;
+  /** One copy: the bytes are copied into the ring as one record. */
+  send(bytes: Uint8Array, meta?: Meta, opts?: WaitInit): void;
+  setPolicy(onFull: 'block' | 'fail', timeoutMs?: number): void;
+  policy(): { onFull: 'block' | 'fail'; timeoutMs: number };
+  stats(): Stats;
+  geometry(): Geometry;
+  mapping(): [number, number];
+  close(): void;
+  readonly slot: number;
+  readonly closed: boolean;
+}
+
+export class Reservation {
+  private constructor();
+  /** The bytes to fill (in the ring, or a buffer `commit` copies in). */
+  readonly data: Uint8Array;
+  commit(meta?: Meta): void;
+  abort(): void;
+  readonly open: boolean;
+  readonly length: number;
+  readonly address: number;
+  readonly media: MediaHeader | null;
+  planes(): Uint8Array[];
+  samples(): Int16Array | Float32Array;
+}

@@ -1,0 +1,586 @@
+//! `Consumer` and `Frame`.
+
+use std::cell::{Cell, RefCell};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use napi::bindgen_prelude::BigInt;
+use napi::{Env, JsFunction, JsObject, JsUnknown};
+use napi_derive::napi;
+use shmring::media::{kind, MediaHeader};
+use shmring::{Config, Consumer, ConsumerOptions, RawFrame, Segment};
+
+use crate::errors::{error, millis, u32_arg, uint, OrThrow, CLOSED, INVALID_ARG, RELEASED};
+use crate::uvpoll::Watcher;
+use crate::views::{self, WeakView};
+
+/// Options of `new Consumer(options)`. Anything not given is the core's default
+/// (`shmring::Config::default()`, `shmring::ConsumerOptions::default()`).
+#[napi(object)]
+pub struct ConsumerInit {
+    /// A named ring (`/dev/shm/NAME`): attach, or create with `create: true`.
+    pub name: Option<String>,
+    pub create: Option<bool>,
+    /// Create an anonymous sealed memfd ring instead of a named one.
+    pub memfd: Option<bool>,
+    pub capacity: Option<f64>,
+    pub max_record: Option<f64>,
+    pub log_entries: Option<f64>,
+    pub max_producers: Option<f64>,
+    /// Producers wake the consumer through an eventfd (needed by `for await`).
+    pub eventfd: Option<bool>,
+    /// Keep a named ring created here after the consumer is closed.
+    pub persist: Option<bool>,
+    /// Attach to a ring received as a descriptor (the consumer takes it over).
+    pub fd: Option<i32>,
+    pub eventfd_fd: Option<i32>,
+    pub liveness_interval_ms: Option<f64>,
+    pub spin: Option<f64>,
+    pub overtake_after_ms: Option<f64>,
+    pub auto_reset: Option<bool>,
+}
+
+/// Takes ownership of a descriptor number given by JavaScript.
+pub fn own_fd(env: Env, fd: i32, what: &str) -> napi::Result<OwnedFd> {
+    if fd < 0 {
+        return Err(error(
+            env,
+            INVALID_ARG,
+            &format!("{what} {fd} is not a descriptor"),
+        ));
+    }
+    // SAFETY: the caller hands this descriptor over (documented on the options).
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The consumer and the frames handed out of it: frames keep it alive, so a closed
+/// consumer detaches once the last frame is released.
+pub(crate) struct Ring {
+    consumer: RefCell<Option<Consumer>>,
+    closed: Cell<bool>,
+    live: Cell<u64>,
+}
+
+impl Ring {
+    fn release(&self, seq: u64) {
+        if let Ok(c) = self.consumer.try_borrow() {
+            if let Some(c) = c.as_ref() {
+                // NotHeld cannot happen for frames we track.
+                let _ = c.release_raw(seq);
+            }
+        }
+        self.live.set(self.live.get().saturating_sub(1));
+        self.maybe_detach();
+    }
+
+    fn maybe_detach(&self) {
+        if self.closed.get() && self.live.get() == 0 {
+            if let Ok(mut g) = self.consumer.try_borrow_mut() {
+                g.take();
+            }
+        }
+    }
+}
+
+/// Held by a frame and by every view of it. The record goes back to the ring at
+/// `release()`, or, for a frame never released, when the frame and every view of
+/// it are collected. The mapping stays mapped while any of them lives.
+struct Hold {
+    ring: Rc<Ring>,
+    seq: u64,
+    given_back: Cell<bool>,
+    _mapping: Arc<Segment>,
+}
+
+impl Hold {
+    fn give_back(&self) {
+        if !self.given_back.replace(true) {
+            self.ring.release(self.seq);
+        }
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.give_back();
+    }
+}
+
+/// The consumer of a ring.
+#[napi(js_name = "Consumer")]
+pub struct JsConsumer {
+    ring: Rc<Ring>,
+    watcher: Option<Watcher>,
+}
+
+impl JsConsumer {
+    fn with<R>(&self, env: Env, f: impl FnOnce(&Consumer) -> napi::Result<R>) -> napi::Result<R> {
+        let g = self.ring.consumer.borrow();
+        match g.as_ref() {
+            Some(c) if !self.ring.closed.get() => f(c),
+            _ => Err(error(env, CLOSED, "the consumer is closed")),
+        }
+    }
+
+    pub(crate) fn segment(&self, env: Env) -> napi::Result<Arc<Segment>> {
+        self.with(env, |c| Ok(c.segment().clone()))
+    }
+
+    fn frame(&self, env: Env, raw: Option<RawFrame>) -> napi::Result<Option<Frame>> {
+        let Some(raw) = raw else { return Ok(None) };
+        self.ring.live.set(self.ring.live.get() + 1);
+        let hold = Rc::new(Hold {
+            ring: self.ring.clone(),
+            seq: raw.seq,
+            given_back: Cell::new(false),
+            _mapping: self.segment(env)?,
+        });
+        let (media, media_error) = if raw.meta.kind == kind::VIDEO || raw.meta.kind == kind::AUDIO {
+            // SAFETY: the record is held: ptr/len lie inside the ring until released.
+            let payload = unsafe { std::slice::from_raw_parts(raw.ptr, raw.len) };
+            match crate::media::parse_for(raw.meta.kind, payload) {
+                Ok(h) => (Some(h), None),
+                Err(e) => (None, Some(e)),
+            }
+        } else {
+            (None, None)
+        };
+        let _ = env;
+        Ok(Some(Frame {
+            hold: Some(hold),
+            raw,
+            media,
+            media_error,
+            view: None,
+        }))
+    }
+}
+
+#[napi]
+impl JsConsumer {
+    #[napi(constructor)]
+    pub fn new(env: Env, init: ConsumerInit) -> napi::Result<Self> {
+        views::detect(env);
+        let d = ConsumerOptions::default();
+        let opts = ConsumerOptions {
+            liveness_interval: match init.liveness_interval_ms {
+                Some(v) => millis(env, v, "livenessIntervalMs")?,
+                None => d.liveness_interval,
+            },
+            spin: match init.spin {
+                Some(v) => u32_arg(env, v, "spin")?,
+                None => d.spin,
+            },
+            overtake_after: match init.overtake_after_ms {
+                Some(v) => Some(millis(env, v, "overtakeAfterMs")?),
+                None => d.overtake_after,
+            },
+            auto_reset: init.auto_reset.unwrap_or(d.auto_reset),
+        };
+        let create = init.create.unwrap_or(false);
+        let seg = if let Some(fd) = init.fd {
+            if create {
+                return Err(error(
+                    env,
+                    INVALID_ARG,
+                    "give either fd or create: true, not both",
+                ));
+            }
+            let efd = init
+                .eventfd_fd
+                .map(|e| own_fd(env, e, "eventfdFd"))
+                .transpose()?;
+            Segment::from_fds(own_fd(env, fd, "fd")?, efd).or_throw(env)?
+        } else if create {
+            let dc = Config::default();
+            let cfg = Config {
+                capacity: match init.capacity {
+                    Some(v) => uint(env, v, "capacity")?,
+                    None => dc.capacity,
+                },
+                max_record: init
+                    .max_record
+                    .map(|v| uint(env, v, "maxRecord"))
+                    .transpose()?
+                    .or(dc.max_record),
+                log_entries: init
+                    .log_entries
+                    .map(|v| u32_arg(env, v, "logEntries"))
+                    .transpose()?
+                    .or(dc.log_entries),
+                max_producers: match init.max_producers {
+                    Some(v) => u32_arg(env, v, "maxProducers")?,
+                    None => dc.max_producers,
+                },
+                eventfd: init.eventfd.unwrap_or(dc.eventfd),
+            };
+            if init.memfd.unwrap_or(false) {
+                Segment::create_memfd(init.name.as_deref().unwrap_or("shmring"), &cfg)
+                    .or_throw(env)?
+            } else {
+                let name = init.name.as_deref().ok_or_else(|| {
+                    error(
+                        env,
+                        INVALID_ARG,
+                        "create: true needs a name (or memfd: true)",
+                    )
+                })?;
+                Segment::create_named(name, &cfg).or_throw(env)?
+            }
+        } else {
+            let name = init.name.as_deref().ok_or_else(|| {
+                error(env, INVALID_ARG, "give a ring name, an fd, or create: true")
+            })?;
+            match init.eventfd_fd {
+                Some(e) => Segment::open_named_with_eventfd(name, own_fd(env, e, "eventfdFd")?),
+                None => Segment::open_named(name),
+            }
+            .or_throw(env)?
+        };
+        if init.persist.unwrap_or(false) {
+            seg.persist();
+        }
+        let c = Consumer::with_options(seg, opts).or_throw(env)?;
+        Ok(JsConsumer {
+            ring: Rc::new(Ring {
+                consumer: RefCell::new(Some(c)),
+                closed: Cell::new(false),
+                live: Cell::new(0),
+            }),
+            watcher: None,
+        })
+    }
+
+    /// The next frame, waiting up to `timeoutMs` (absent: forever). Blocks this
+    /// thread while it waits; `null` on timeout.
+    #[napi]
+    pub fn next(&self, env: Env, timeout_ms: Option<f64>) -> napi::Result<Option<Frame>> {
+        let t = timeout_ms
+            .map(|t| millis(env, t, "timeoutMs"))
+            .transpose()?;
+        let raw = self.with(env, |c| c.next_raw(t).or_throw(env))?;
+        self.frame(env, raw)
+    }
+
+    /// The next frame if one is ready, without waiting.
+    #[napi]
+    pub fn try_next(&self, env: Env) -> napi::Result<Option<Frame>> {
+        let raw = self.with(env, |c| {
+            c.next_raw(Some(std::time::Duration::ZERO)).or_throw(env)
+        })?;
+        self.frame(env, raw)
+    }
+
+    /// Eventfd rings: asks producers to signal the eventfd; `true` if something is
+    /// already there (then call `tryNext()` instead of waiting). Pair every `false`
+    /// with `disarm()` after the wait.
+    #[napi]
+    pub fn arm(&self, env: Env) -> napi::Result<bool> {
+        self.with(env, |c| Ok(c.arm()))
+    }
+
+    /// Ends a wait begun by `arm()` and drains the eventfd.
+    #[napi]
+    pub fn disarm(&self, env: Env) -> napi::Result<()> {
+        self.with(env, |c| {
+            c.disarm();
+            Ok(())
+        })
+    }
+
+    /// Calls `callback(status)` from the event loop each time the ring's eventfd is
+    /// readable, until `unwatch()`. While watching, the consumer keeps the loop alive.
+    /// The poll handle is made once, with the first callback given; later calls
+    /// restart it (no allocation per wait).
+    #[napi]
+    pub fn watch(&mut self, env: Env, callback: JsFunction) -> napi::Result<()> {
+        let seg = self.segment(env)?;
+        let Some(fd) = seg.eventfd() else {
+            return Err(error(
+                env,
+                "SHMRING_EVENTFD_REQUIRED",
+                &format!(
+                    "ring {}: waiting in the event loop needs a ring created with eventfd: true",
+                    seg.name()
+                ),
+            ));
+        };
+        if self.watcher.is_none() {
+            self.watcher = Some(Watcher::new(env, fd.as_raw_fd(), callback)?);
+        }
+        if let Some(w) = self.watcher.as_mut() {
+            w.start(env)?;
+        }
+        Ok(())
+    }
+
+    /// Stops `watch()`.
+    #[napi]
+    pub fn unwatch(&mut self) {
+        if let Some(w) = self.watcher.as_mut() {
+            w.stop();
+        }
+    }
+
+    /// The consumer's liveness interval in milliseconds: how often a waiting
+    /// consumer must look at the ring (a dead producer's claim is skipped then).
+    #[napi(getter)]
+    pub fn liveness_interval_ms(&self, env: Env) -> napi::Result<f64> {
+        self.with(env, |c| {
+            Ok(c.options().liveness_interval.as_secs_f64() * 1000.0)
+        })
+    }
+
+    /// A snapshot of the ring's counters (names and meaning: `shmring::Stats::fields`).
+    #[napi]
+    pub fn stats(&self, env: Env) -> napi::Result<JsObject> {
+        let s = self.with(env, |c| Ok(c.segment().stats()))?;
+        stats_object(env, &s)
+    }
+
+    /// Resets this consumer made (it resets a corrupted ring by itself; frames held
+    /// across a reset stay valid).
+    #[napi(getter)]
+    pub fn resets(&self, env: Env) -> napi::Result<f64> {
+        self.with(env, |c| Ok(c.resets() as f64))
+    }
+
+    /// What the consumer has seen of the ring's health: resets, lastCorruption,
+    /// stalledClaims, oldestPending ({slot, ms} or null).
+    #[napi]
+    pub fn health(&self, env: Env) -> napi::Result<JsObject> {
+        let h = self.with(env, |c| Ok(c.health()))?;
+        let mut o = env.create_object()?;
+        o.set_named_property("resets", env.create_double(h.resets as f64)?)?;
+        match h.last_corruption {
+            Some(w) => o.set_named_property("lastCorruption", env.create_string(w)?)?,
+            None => o.set_named_property("lastCorruption", env.get_null()?)?,
+        }
+        o.set_named_property("stalledClaims", env.create_double(h.stalled_claims as f64)?)?;
+        match h.oldest_pending {
+            Some((slot, age)) => {
+                let mut p = env.create_object()?;
+                p.set_named_property("slot", env.create_uint32(slot)?)?;
+                p.set_named_property("ms", env.create_double(age.as_secs_f64() * 1000.0)?)?;
+                o.set_named_property("oldestPending", p)?;
+            }
+            None => o.set_named_property("oldestPending", env.get_null()?)?,
+        }
+        Ok(o)
+    }
+
+    /// `[address, length]` of the ring's mapping in this process: every frame's
+    /// payload lies inside it.
+    #[napi]
+    pub fn mapping(&self, env: Env) -> napi::Result<Vec<f64>> {
+        let (p, l) = self.with(env, |c| Ok(c.segment().mapping()))?;
+        Ok(vec![p as usize as f64, l as f64])
+    }
+
+    /// The ring's layout: capacity, maxRecord, logEntries, maxProducers, eventfd,
+    /// segmentSize.
+    #[napi]
+    pub fn geometry(&self, env: Env) -> napi::Result<JsObject> {
+        let seg = self.segment(env)?;
+        geometry_object(env, &seg)
+    }
+
+    /// The segment's name: "/name", "memfd:name" or "fd:N".
+    #[napi(getter)]
+    pub fn name(&self, env: Env) -> napi::Result<String> {
+        Ok(self.segment(env)?.name().to_string())
+    }
+
+    /// The segment's descriptor (hand it to producers); owned by the consumer.
+    #[napi(getter)]
+    pub fn fd(&self, env: Env) -> napi::Result<i32> {
+        Ok(self.segment(env)?.fd().as_raw_fd())
+    }
+
+    /// The ring's eventfd (eventfd rings), or null; owned by the consumer.
+    #[napi(getter)]
+    pub fn eventfd_fd(&self, env: Env) -> napi::Result<Option<i32>> {
+        Ok(self.segment(env)?.eventfd().map(|f| f.as_raw_fd()))
+    }
+
+    /// Frames handed out and not yet given back to the ring.
+    #[napi(getter)]
+    pub fn outstanding(&self, env: Env) -> napi::Result<f64> {
+        self.with(env, |c| Ok(c.outstanding() as f64))
+    }
+
+    /// Keep a named ring created here after the consumer is closed.
+    #[napi]
+    pub fn persist(&self, env: Env) -> napi::Result<()> {
+        self.segment(env)?.persist();
+        Ok(())
+    }
+
+    /// Stops consuming. Frames still alive stay valid; the ring is detached (and a
+    /// named ring created here unlinked) once they are released. Idempotent.
+    #[napi]
+    pub fn close(&mut self) {
+        self.watcher = None;
+        self.ring.closed.set(true);
+        self.ring.maybe_detach();
+    }
+
+    #[napi(getter)]
+    pub fn closed(&self) -> bool {
+        self.ring.closed.get()
+    }
+}
+
+/// A snapshot of counters as an object: the names are the core's
+/// (`Stats::fields`); flags become booleans.
+pub fn stats_object(env: Env, s: &shmring::Stats) -> napi::Result<JsObject> {
+    let mut o = env.create_object()?;
+    for f in s.fields() {
+        match f.kind {
+            shmring::FieldKind::Flag => {
+                o.set_named_property(f.name, env.get_boolean(f.value != 0)?)?
+            }
+            shmring::FieldKind::Counter | shmring::FieldKind::Gauge => {
+                o.set_named_property(f.name, env.create_double(f.value as f64)?)?
+            }
+        }
+    }
+    Ok(o)
+}
+
+pub fn geometry_object(env: Env, seg: &Segment) -> napi::Result<JsObject> {
+    let g = seg.geometry();
+    let mut o = env.create_object()?;
+    o.set_named_property("capacity", env.create_double(g.capacity as f64)?)?;
+    o.set_named_property("maxRecord", env.create_double(g.max_record as f64)?)?;
+    o.set_named_property("logEntries", env.create_uint32(g.log_entries)?)?;
+    o.set_named_property("maxProducers", env.create_uint32(g.max_producers)?)?;
+    o.set_named_property("eventfd", env.get_boolean(seg.uses_eventfd())?)?;
+    o.set_named_property("segmentSize", env.create_double(g.total_size as f64)?)?;
+    Ok(o)
+}
+
+/// A record received from the ring. `data` is a `Uint8Array` into the ring (or a
+/// copy where V8 forbids external buffers, see `zeroCopy`).
+#[napi]
+pub struct Frame {
+    hold: Option<Rc<Hold>>,
+    raw: RawFrame,
+    media: Option<MediaHeader>,
+    media_error: Option<String>,
+    view: Option<WeakView>,
+}
+
+impl Frame {
+    fn check_held(&self, env: Env) -> napi::Result<&Rc<Hold>> {
+        self.hold.as_ref().ok_or_else(|| {
+            error(
+                env,
+                RELEASED,
+                &format!(
+                    "frame {} (stream {}) was released; its payload may have been reused",
+                    self.raw.seq, self.raw.meta.stream
+                ),
+            )
+        })
+    }
+}
+
+#[napi]
+impl Frame {
+    /// The payload: a `Uint8Array` into the ring (zero copy), the same object while
+    /// JavaScript holds it. A frame collected without `release()` goes back to the
+    /// ring only once its views are collected too.
+    #[napi(getter)]
+    pub fn data(&mut self, env: Env) -> napi::Result<JsUnknown> {
+        let hold = self.check_held(env)?.clone();
+        if let Some(v) = self.view.as_ref().and_then(|w| w.get(env)) {
+            return Ok(v);
+        }
+        let v = if views::zero_copy() {
+            // SAFETY: the record stays held (and the mapping mapped: Hold → Ring →
+            // Consumer → Segment) for as long as the view keeps `hold`.
+            unsafe {
+                views::external_view(env, self.raw.ptr as *mut u8, self.raw.len, Box::new(hold))?
+            }
+        } else {
+            // SAFETY: the record is held; ptr/len lie inside the ring.
+            unsafe { views::copied_view(env, self.raw.ptr, self.raw.len)? }
+        };
+        self.view = Some(WeakView::new(env, &v)?);
+        Ok(v.into_unknown(env))
+    }
+
+    /// Gives the record back to the ring now, and detaches every view of it: typed
+    /// arrays over the payload (`data`, `planes()`, subarrays) become empty, so no
+    /// JavaScript access can reach memory a producer may reuse. Finish asynchronous
+    /// work that reads a view (a pending write) before releasing. Idempotent.
+    #[napi]
+    pub fn release(&mut self, env: Env) {
+        if let Some(h) = self.hold.take() {
+            if let Some(v) = self.view.take() {
+                v.detach(env);
+            }
+            h.give_back();
+        }
+    }
+
+    /// True once `release()` was called.
+    #[napi(getter)]
+    pub fn released(&self) -> bool {
+        self.hold.is_none()
+    }
+
+    #[napi(getter)]
+    pub fn seq(&self) -> f64 {
+        self.raw.seq as f64
+    }
+
+    #[napi(getter)]
+    pub fn length(&self) -> f64 {
+        self.raw.len as f64
+    }
+
+    #[napi(getter)]
+    pub fn stream(&self) -> u32 {
+        self.raw.meta.stream
+    }
+
+    #[napi(getter)]
+    pub fn kind(&self) -> u32 {
+        self.raw.meta.kind
+    }
+
+    #[napi(getter)]
+    pub fn flags(&self) -> u32 {
+        self.raw.meta.flags
+    }
+
+    /// Capture time in nanoseconds (CLOCK_MONOTONIC unless the producer chose).
+    #[napi(getter)]
+    pub fn timestamp_ns(&self) -> BigInt {
+        BigInt::from(self.raw.meta.timestamp_ns)
+    }
+
+    /// Payload address in this process (inside `consumer.mapping()`).
+    #[napi(getter)]
+    pub fn address(&self) -> f64 {
+        self.raw.ptr as usize as f64
+    }
+
+    /// The media header (video and audio records), or null; see `mediaError`.
+    #[napi(getter)]
+    pub fn media(&self, env: Env) -> napi::Result<Option<JsObject>> {
+        self.media
+            .as_ref()
+            .map(|h| crate::media::header_object(env, h))
+            .transpose()
+    }
+
+    /// Why a video or audio record's media header was rejected, or null.
+    #[napi(getter)]
+    pub fn media_error(&self) -> Option<String> {
+        self.media_error.clone()
+    }
+}

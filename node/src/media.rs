@@ -1,0 +1,90 @@
+//! The shared media header (`shmring::media`) as seen from JavaScript: format
+//! names and header objects. Layout and validation are the core's.
+
+use napi::{Env, JsObject};
+use shmring::media::{kind, Format, MediaHeader};
+
+use crate::errors::{error, INVALID_ARG};
+
+/// JavaScript names of the core's formats (the same names as the Python package).
+const NAMES: [(Format, &str); 5] = [
+    (Format::I420, "i420"),
+    (Format::Nv12, "nv12"),
+    (Format::Rgba, "rgba"),
+    (Format::PcmS16, "pcm_s16"),
+    (Format::PcmF32, "pcm_f32"),
+];
+
+pub fn format_name(f: Format) -> &'static str {
+    NAMES
+        .iter()
+        .find(|(g, _)| *g == f)
+        .map_or("unknown", |(_, n)| n)
+}
+
+pub fn parse_format(env: Env, name: &str) -> napi::Result<Format> {
+    NAMES
+        .iter()
+        .find(|(_, n)| n.eq_ignore_ascii_case(name))
+        .map(|(f, _)| *f)
+        .ok_or_else(|| {
+            let all: Vec<_> = NAMES.iter().map(|(_, n)| *n).collect();
+            error(
+                env,
+                INVALID_ARG,
+                &format!(
+                    "unknown media format {name:?}: expected one of {}",
+                    all.join(", ")
+                ),
+            )
+        })
+}
+
+/// The header as a plain object: format, width, height, sampleRate, channels,
+/// samples, ptsNs (bigint), sequence (bigint), and planes [{offset, stride, size}].
+pub fn header_object(env: Env, h: &MediaHeader) -> napi::Result<JsObject> {
+    let mut o = env.create_object()?;
+    o.set_named_property("format", env.create_string(format_name(h.format))?)?;
+    o.set_named_property("width", env.create_uint32(h.width)?)?;
+    o.set_named_property("height", env.create_uint32(h.height)?)?;
+    o.set_named_property("sampleRate", env.create_uint32(h.sample_rate)?)?;
+    o.set_named_property("channels", env.create_uint32(h.channels)?)?;
+    o.set_named_property("samples", env.create_uint32(h.samples)?)?;
+    o.set_named_property(
+        "ptsNs",
+        env.create_bigint_from_u64(h.pts_ns)?.into_unknown()?,
+    )?;
+    o.set_named_property(
+        "sequence",
+        env.create_bigint_from_u64(h.sequence)?.into_unknown()?,
+    )?;
+    let mut planes = env.create_array_with_length(h.planes as usize)?;
+    for i in 0..h.planes as usize {
+        let mut p = env.create_object()?;
+        p.set_named_property("offset", env.create_uint32(h.offset[i])?)?;
+        p.set_named_property("stride", env.create_uint32(h.stride[i])?)?;
+        p.set_named_property("size", env.create_uint32(h.size[i])?)?;
+        planes.set_element(i as u32, p)?;
+    }
+    o.set_named_property("planes", planes)?;
+    Ok(o)
+}
+
+/// Parses the media header of a record of `kind` VIDEO or AUDIO (untrusted bytes:
+/// the core reads them once and checks every plane against the payload).
+pub fn parse_for(kind_: u32, payload: &[u8]) -> Result<MediaHeader, String> {
+    let h = MediaHeader::parse(payload).map_err(|e| e.to_string())?;
+    let ok = match kind_ {
+        kind::VIDEO => h.format.is_video(),
+        kind::AUDIO => h.format.is_audio(),
+        _ => true,
+    };
+    if ok {
+        Ok(h)
+    } else {
+        Err(format!(
+            "record of kind {kind_} carries a {} header",
+            format_name(h.format)
+        ))
+    }
+}

@@ -1,0 +1,643 @@
+//! `Producer` and `Reservation`.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use napi::bindgen_prelude::{BigInt, Uint8Array};
+use napi::{sys, Env, JsObject, JsUnknown, NapiValue};
+use napi_derive::napi;
+use shmring::media::{kind, MediaHeader};
+use shmring::{FullPolicy, Meta, Producer, Segment};
+
+use crate::consumer::{own_fd, stats_object, JsConsumer};
+use crate::errors::{error, millis, u32_arg, uint, OrThrow, CLOSED, INVALID_ARG, RELEASED};
+use crate::views::{self, WeakView};
+
+/// Options of the Producer factories.
+#[napi(object)]
+pub struct ProducerInit {
+    /// The ring's eventfd (rings created with `eventfd: true`); taken over.
+    pub eventfd_fd: Option<i32>,
+    /// When the ring is full: "block" (wait up to `timeoutMs`) or "fail" (throw
+    /// `SHMRING_FULL` at once). Absent: the core's default policy.
+    pub on_full: Option<String>,
+    pub timeout_ms: Option<f64>,
+}
+
+/// A record's metadata; anything absent is 0, and the timestamp the commit time.
+#[napi(object)]
+pub struct MetaInit {
+    pub stream: Option<u32>,
+    pub kind: Option<u32>,
+    pub timestamp_ns: Option<BigInt>,
+    pub flags: Option<u32>,
+}
+
+/// Per-call options of `reserve`/`send`.
+#[napi(object)]
+pub struct WaitInit {
+    /// Absent: the producer's policy; 0: fail at once if full; > 0: wait that long.
+    pub timeout_ms: Option<f64>,
+}
+
+#[napi(object)]
+pub struct VideoInit {
+    pub width: f64,
+    pub height: f64,
+    /// "i420" (default), "nv12" or "rgba".
+    pub format: Option<String>,
+    pub pts_ns: Option<BigInt>,
+    pub sequence: Option<BigInt>,
+    pub timeout_ms: Option<f64>,
+}
+
+#[napi(object)]
+pub struct AudioInit {
+    pub samples: f64,
+    pub channels: f64,
+    pub sample_rate: f64,
+    /// "pcm_s16" (default) or "pcm_f32".
+    pub format: Option<String>,
+    pub pts_ns: Option<BigInt>,
+    pub sequence: Option<BigInt>,
+    pub timeout_ms: Option<f64>,
+}
+
+/// The producer and the seq of its open reservation, shared with reservations and
+/// their views.
+struct Core {
+    producer: RefCell<Option<Producer>>,
+    open: Cell<Option<u64>>,
+}
+
+/// Held by a reservation and every view of it: when the last is gone and the
+/// reservation is still open, it is aborted (the consumer never sees it).
+struct Hold {
+    core: Rc<Core>,
+    seq: u64,
+    /// Keeps the mapping while a (detached) view may still be in use.
+    _mapping: Arc<Segment>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if self.core.open.get() == Some(self.seq) {
+            self.core.open.set(None);
+            if let Ok(mut p) = self.core.producer.try_borrow_mut() {
+                if let Some(p) = p.as_mut() {
+                    p.abort_raw();
+                }
+            }
+        }
+    }
+}
+
+fn big_u64(env: Env, b: &BigInt, what: &str) -> napi::Result<u64> {
+    let (signed, v, lossless) = b.get_u64();
+    if signed || !lossless {
+        return Err(error(
+            env,
+            INVALID_ARG,
+            &format!("{what} must fit an unsigned 64-bit integer"),
+        ));
+    }
+    Ok(v)
+}
+
+fn meta_of(env: Env, m: Option<MetaInit>, kind_: u32) -> napi::Result<Meta> {
+    let m = m.unwrap_or(MetaInit {
+        stream: None,
+        kind: None,
+        timestamp_ns: None,
+        flags: None,
+    });
+    Ok(Meta {
+        stream: m.stream.unwrap_or(0),
+        kind: m.kind.unwrap_or(kind_),
+        timestamp_ns: match &m.timestamp_ns {
+            Some(b) => big_u64(env, b, "timestampNs")?,
+            None => shmring::now_ns(),
+        },
+        flags: m.flags.unwrap_or(0),
+    })
+}
+
+fn policy_of(
+    env: Env,
+    on_full: Option<&str>,
+    timeout_ms: Option<f64>,
+    current: FullPolicy,
+) -> napi::Result<FullPolicy> {
+    match (on_full, timeout_ms) {
+        (Some("fail"), _) => Ok(FullPolicy::Fail),
+        (Some("block"), Some(t)) => Ok(FullPolicy::Block(millis(env, t, "timeoutMs")?)),
+        (Some("block"), None) => match current {
+            FullPolicy::Block(d) => Ok(FullPolicy::Block(d)),
+            FullPolicy::Fail => Err(error(
+                env,
+                INVALID_ARG,
+                "onFull \"block\" needs timeoutMs (the producer's policy was \"fail\")",
+            )),
+        },
+        (None, None) => Ok(current),
+        (None, Some(0.0)) => Ok(FullPolicy::Fail),
+        (None, Some(t)) => Ok(FullPolicy::Block(millis(env, t, "timeoutMs")?)),
+        (Some(o), _) => Err(error(
+            env,
+            INVALID_ARG,
+            &format!("onFull must be \"block\" or \"fail\", got {o:?}"),
+        )),
+    }
+}
+
+/// A producer attached to a ring: writes records in place (zero copy where V8
+/// allows; see `zeroCopy`). Make one with `Producer.open(name)`,
+/// `Producer.fromFd(fd)` or `Producer.forConsumer(consumer)`.
+#[napi(js_name = "Producer")]
+pub struct JsProducer {
+    core: Rc<Core>,
+}
+
+impl JsProducer {
+    fn attach(env: Env, seg: Arc<Segment>, init: Option<ProducerInit>) -> napi::Result<JsProducer> {
+        views::detect(env);
+        let mut p = Producer::new(seg).or_throw(env)?;
+        if let Some(i) = &init {
+            let pol = policy_of(env, i.on_full.as_deref(), i.timeout_ms, p.policy())?;
+            p.set_policy(pol);
+        }
+        Ok(JsProducer {
+            core: Rc::new(Core {
+                producer: RefCell::new(Some(p)),
+                open: Cell::new(None),
+            }),
+        })
+    }
+
+    fn with<R>(
+        &self,
+        env: Env,
+        f: impl FnOnce(&mut Producer) -> napi::Result<R>,
+    ) -> napi::Result<R> {
+        let mut g = self.core.producer.borrow_mut();
+        match g.as_mut() {
+            Some(p) => f(p),
+            None => Err(error(env, CLOSED, "the producer is closed")),
+        }
+    }
+
+    fn reserve_impl(
+        &self,
+        env: Env,
+        len: u64,
+        timeout_ms: Option<f64>,
+        media: Option<MediaHeader>,
+    ) -> napi::Result<Reservation> {
+        let len = usize::try_from(len).map_err(|_| error(env, INVALID_ARG, "length too large"))?;
+        let mapping = self.with(env, |p| Ok(p.segment().clone()))?;
+        let raw = self.with(env, |p| {
+            let policy = policy_of(env, None, timeout_ms, p.policy())?;
+            let raw = p.reserve_raw(len, policy).or_throw(env)?;
+            if let Some(h) = &media {
+                // The record is payload_len() bytes: write the header in place, then
+                // let the core validate what we wrote (it rejects sizes that do not
+                // fit the header's fields).
+                // SAFETY: ptr..ptr+len is our open reservation.
+                let payload = unsafe { std::slice::from_raw_parts_mut(raw.ptr, raw.len) };
+                let ok = h
+                    .write_to(payload)
+                    .map_err(|e| e.to_string())
+                    .and_then(|_| {
+                        MediaHeader::parse(payload)
+                            .map(|_| ())
+                            .map_err(|e| e.to_string())
+                    });
+                if let Err(e) = ok {
+                    p.abort_raw();
+                    return Err(error(env, INVALID_ARG, &e));
+                }
+            }
+            Ok(raw)
+        })?;
+        self.core.open.set(Some(raw.seq));
+        let hold = Rc::new(Hold {
+            core: self.core.clone(),
+            seq: raw.seq,
+            _mapping: mapping,
+        });
+        let copy = if views::zero_copy() {
+            None
+        } else {
+            // The copy path: JavaScript fills a buffer in its own heap; commit copies
+            // it into the ring. The media header goes there too.
+            let (v, data) = views::new_view(env, raw.len)?;
+            if let Some(h) = &media {
+                // SAFETY: `data` is a fresh buffer of raw.len >= payload_len() bytes.
+                let b = unsafe { std::slice::from_raw_parts_mut(data, raw.len) };
+                let _ = h.write_to(b);
+            }
+            let mut r = std::ptr::null_mut();
+            // SAFETY: live env and value; a strong reference (count 1), deleted at
+            // commit, abort or drop.
+            unsafe { sys::napi_create_reference(env.raw(), v.array, 1, &mut r) };
+            Some((
+                CopyBuf {
+                    env: env.raw(),
+                    r,
+                    data,
+                },
+                WeakView::new(env, &v)?,
+            ))
+        };
+        let (copy, view) = match copy {
+            Some((c, v)) => (Some(c), Some(v)),
+            None => (None, None),
+        };
+        Ok(Reservation {
+            hold: Some(hold),
+            ptr: raw.ptr,
+            len: raw.len,
+            media,
+            view,
+            copy,
+        })
+    }
+}
+
+#[napi]
+impl JsProducer {
+    /// Attaches to the named ring `/dev/shm/NAME`.
+    #[napi(factory)]
+    pub fn open(env: Env, name: String, init: Option<ProducerInit>) -> napi::Result<Self> {
+        let seg = match init.as_ref().and_then(|i| i.eventfd_fd) {
+            Some(e) => Segment::open_named_with_eventfd(&name, own_fd(env, e, "eventfdFd")?),
+            None => Segment::open_named(&name),
+        }
+        .or_throw(env)?;
+        Self::attach(env, seg, init)
+    }
+
+    /// Attaches to a ring received as a descriptor (inherited or passed); the
+    /// producer takes the descriptor (and `eventfdFd`) over.
+    #[napi(factory)]
+    pub fn from_fd(env: Env, fd: i32, init: Option<ProducerInit>) -> napi::Result<Self> {
+        let efd = init
+            .as_ref()
+            .and_then(|i| i.eventfd_fd)
+            .map(|e| own_fd(env, e, "eventfdFd"))
+            .transpose()?;
+        let seg = Segment::from_fds(own_fd(env, fd, "fd")?, efd).or_throw(env)?;
+        Self::attach(env, seg, init)
+    }
+
+    /// Connects to a consumer serving its ring on the Unix socket `path` (or
+    /// `@name`, a Linux abstract socket): it checks who we are and hands over the
+    /// sealed memfd (and eventfd). Throws `SHMRING_REFUSED` naming the rule the
+    /// consumer's policy refused us by.
+    #[napi(factory)]
+    pub fn connect(env: Env, path: String, init: Option<ProducerInit>) -> napi::Result<Self> {
+        let seg = Segment::connect(&path).or_throw(env)?;
+        Self::attach(env, seg, init)
+    }
+
+    /// Attaches to the ring of a consumer in this process.
+    #[napi(factory)]
+    pub fn for_consumer(
+        env: Env,
+        consumer: &JsConsumer,
+        init: Option<ProducerInit>,
+    ) -> napi::Result<Self> {
+        let seg = consumer.segment(env)?;
+        Self::attach(env, seg, init)
+    }
+
+    /// Claims `length` bytes in the ring. Fill `reservation.data` in place, then
+    /// `commit(meta)`; or `abort()`. One open reservation per producer.
+    #[napi]
+    pub fn reserve(
+        &self,
+        env: Env,
+        length: f64,
+        opts: Option<WaitInit>,
+    ) -> napi::Result<Reservation> {
+        let len = uint(env, length, "length")?;
+        self.reserve_impl(env, len, opts.and_then(|o| o.timeout_ms), None)
+    }
+
+    /// Claims a video record and writes its media header; the planes follow it
+    /// (`reservation.media.planes`: offset, stride, size of each).
+    #[napi]
+    pub fn reserve_video(&self, env: Env, v: VideoInit) -> napi::Result<Reservation> {
+        let f = crate::media::parse_format(env, v.format.as_deref().unwrap_or("i420"))?;
+        let (w, h) = (
+            u32_arg(env, v.width, "width")?,
+            u32_arg(env, v.height, "height")?,
+        );
+        if !f.is_video() || w == 0 || h == 0 {
+            return Err(error(
+                env,
+                INVALID_ARG,
+                &format!(
+                    "reserveVideo: {} {w}x{h} is not a video format and a positive size",
+                    crate::media::format_name(f)
+                ),
+            ));
+        }
+        let pts = v
+            .pts_ns
+            .as_ref()
+            .map(|b| big_u64(env, b, "ptsNs"))
+            .transpose()?
+            .unwrap_or_else(shmring::now_ns);
+        let seq = v
+            .sequence
+            .as_ref()
+            .map(|b| big_u64(env, b, "sequence"))
+            .transpose()?
+            .unwrap_or(0);
+        let hd = MediaHeader::video(f, w, h, pts, seq);
+        self.reserve_impl(env, hd.payload_len() as u64, v.timeout_ms, Some(hd))
+    }
+
+    /// Claims an audio record (interleaved samples) and writes its media header.
+    #[napi]
+    pub fn reserve_audio(&self, env: Env, a: AudioInit) -> napi::Result<Reservation> {
+        let f = crate::media::parse_format(env, a.format.as_deref().unwrap_or("pcm_s16"))?;
+        let samples = u32_arg(env, a.samples, "samples")?;
+        let channels = u32_arg(env, a.channels, "channels")?;
+        let rate = u32_arg(env, a.sample_rate, "sampleRate")?;
+        if !f.is_audio() || channels == 0 {
+            return Err(error(env, INVALID_ARG, &format!(
+                "reserveAudio: {} with {channels} channels is not an audio format and channel count",
+                crate::media::format_name(f)
+            )));
+        }
+        let pts = a
+            .pts_ns
+            .as_ref()
+            .map(|b| big_u64(env, b, "ptsNs"))
+            .transpose()?
+            .unwrap_or_else(shmring::now_ns);
+        let seq = a
+            .sequence
+            .as_ref()
+            .map(|b| big_u64(env, b, "sequence"))
+            .transpose()?
+            .unwrap_or(0);
+        let bytes = (f.sample_bytes() as u64) * channels as u64 * samples as u64;
+        if bytes > u32::MAX as u64 {
+            return Err(error(
+                env,
+                INVALID_ARG,
+                &format!("reserveAudio: {samples} samples x {channels} channels is too large"),
+            ));
+        }
+        let hd = MediaHeader::audio(f, rate, channels, samples, pts, seq);
+        self.reserve_impl(env, hd.payload_len() as u64, a.timeout_ms, Some(hd))
+    }
+
+    /// Copies `bytes` into the ring as one record (the one-copy path).
+    #[napi]
+    pub fn send(
+        &self,
+        env: Env,
+        bytes: Uint8Array,
+        meta: Option<MetaInit>,
+        opts: Option<WaitInit>,
+    ) -> napi::Result<()> {
+        let meta = meta_of(env, meta, kind::RAW)?;
+        let src: &[u8] = &bytes;
+        self.with(env, |p| {
+            let policy = policy_of(env, None, opts.and_then(|o| o.timeout_ms), p.policy())?;
+            let r = p.reserve_raw(src.len(), policy).or_throw(env)?;
+            // SAFETY: r.ptr is r.len == src.len() writable bytes of our reservation.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), r.ptr, r.len) };
+            p.commit_raw(r.len, meta).or_throw(env)
+        })
+    }
+
+    /// Sets what to do when the ring is full: "block" (wait up to `timeoutMs`) or
+    /// "fail".
+    #[napi]
+    pub fn set_policy(
+        &self,
+        env: Env,
+        on_full: String,
+        timeout_ms: Option<f64>,
+    ) -> napi::Result<()> {
+        self.with(env, |p| {
+            let pol = policy_of(env, Some(&on_full), timeout_ms, p.policy())?;
+            p.set_policy(pol);
+            Ok(())
+        })
+    }
+
+    /// The full-ring policy: {onFull: "block" | "fail", timeoutMs}.
+    #[napi]
+    pub fn policy(&self, env: Env) -> napi::Result<JsObject> {
+        let pol = self.with(env, |p| Ok(p.policy()))?;
+        let mut o = env.create_object()?;
+        match pol {
+            FullPolicy::Fail => {
+                o.set_named_property("onFull", env.create_string("fail")?)?;
+                o.set_named_property("timeoutMs", env.create_double(0.0)?)?;
+            }
+            FullPolicy::Block(d) => {
+                o.set_named_property("onFull", env.create_string("block")?)?;
+                o.set_named_property("timeoutMs", env.create_double(d.as_secs_f64() * 1000.0)?)?;
+            }
+        }
+        Ok(o)
+    }
+
+    /// A snapshot of the ring's counters (as `Consumer.stats()`).
+    #[napi]
+    pub fn stats(&self, env: Env) -> napi::Result<JsObject> {
+        let s = self.with(env, |p| Ok(p.segment().stats()))?;
+        stats_object(env, &s)
+    }
+
+    /// `[address, length]` of the ring's mapping in this process.
+    #[napi]
+    pub fn mapping(&self, env: Env) -> napi::Result<Vec<f64>> {
+        let (a, l) = self.with(env, |p| Ok(p.segment().mapping()))?;
+        Ok(vec![a as usize as f64, l as f64])
+    }
+
+    /// The ring's layout (as `Consumer.geometry()`).
+    #[napi]
+    pub fn geometry(&self, env: Env) -> napi::Result<JsObject> {
+        let seg = self.with(env, |p| Ok(p.segment().clone()))?;
+        crate::consumer::geometry_object(env, &seg)
+    }
+
+    /// The producer slot this producer occupies.
+    #[napi(getter)]
+    pub fn slot(&self, env: Env) -> napi::Result<u32> {
+        self.with(env, |p| Ok(p.slot()))
+    }
+
+    /// Detaches (an open reservation is aborted). Idempotent.
+    #[napi]
+    pub fn close(&self) {
+        self.core.open.set(None);
+        if let Ok(mut g) = self.core.producer.try_borrow_mut() {
+            g.take();
+        }
+    }
+
+    #[napi(getter)]
+    pub fn closed(&self) -> bool {
+        self.core.producer.borrow().is_none()
+    }
+}
+
+/// The copy path's buffer: a JavaScript `Uint8Array` kept alive until commit.
+struct CopyBuf {
+    env: sys::napi_env,
+    r: sys::napi_ref,
+    data: *mut u8,
+}
+
+impl Drop for CopyBuf {
+    fn drop(&mut self) {
+        // SAFETY: our strong reference, in the environment that made it.
+        unsafe { sys::napi_delete_reference(self.env, self.r) };
+    }
+}
+
+/// Space claimed in the ring. `data` is a writable `Uint8Array` into the ring (or,
+/// see `zeroCopy`, a buffer that `commit` copies in). Committed by `commit(meta)`,
+/// aborted by `abort()` or when it and its views are garbage-collected.
+#[napi]
+pub struct Reservation {
+    hold: Option<Rc<Hold>>,
+    ptr: *mut u8,
+    len: usize,
+    media: Option<MediaHeader>,
+    view: Option<WeakView>,
+    copy: Option<CopyBuf>,
+}
+
+impl Reservation {
+    fn take(&mut self, env: Env) -> napi::Result<Rc<Hold>> {
+        let hold = self.hold.take().ok_or_else(|| {
+            error(
+                env,
+                RELEASED,
+                "the reservation was already committed or aborted",
+            )
+        })?;
+        // Ours from here: a view's hold dropped later must not abort anything.
+        hold.core.open.set(None);
+        if let Some(v) = self.view.take() {
+            // Writes through views after commit or abort reach nothing.
+            v.detach(env);
+        }
+        Ok(hold)
+    }
+}
+
+#[napi]
+impl Reservation {
+    /// The bytes to fill: in the ring (zero copy), or in the JavaScript heap on the
+    /// copy path. Its previous contents are unspecified (media reservations start
+    /// with the media header: write the planes after it).
+    #[napi(getter)]
+    pub fn data(&mut self, env: Env) -> napi::Result<JsUnknown> {
+        let Some(hold) = self.hold.clone() else {
+            return Err(error(
+                env,
+                RELEASED,
+                "the reservation was already committed or aborted",
+            ));
+        };
+        if let Some(c) = &self.copy {
+            let mut v = std::ptr::null_mut();
+            // SAFETY: our strong reference, in the current environment.
+            unsafe { sys::napi_get_reference_value(env.raw(), c.r, &mut v) };
+            // SAFETY: a live value of this environment.
+            return Ok(unsafe { JsUnknown::from_raw_unchecked(env.raw(), v) });
+        }
+        if let Some(v) = self.view.as_ref().and_then(|w| w.get(env)) {
+            return Ok(v);
+        }
+        // SAFETY: the claim's bytes stay ours (and the mapping mapped: Hold → Core →
+        // Producer → Segment) until commit or abort, which detach this view first;
+        // while the view lives, its hold keeps the reservation from being aborted.
+        let v = unsafe { views::external_view(env, self.ptr, self.len, Box::new(hold))? };
+        self.view = Some(WeakView::new(env, &v)?);
+        Ok(v.into_unknown(env))
+    }
+
+    /// Publishes the record. `meta`: {stream, kind, timestampNs, flags}; the kind
+    /// defaults to video/audio for media reservations, the timestamp to now.
+    #[napi]
+    pub fn commit(&mut self, env: Env, meta: Option<MetaInit>) -> napi::Result<()> {
+        let default_kind = match self.media {
+            Some(h) if h.format.is_video() => kind::VIDEO,
+            Some(_) => kind::AUDIO,
+            None => kind::RAW,
+        };
+        let meta = meta_of(env, meta, default_kind)?;
+        if self.hold.is_none() {
+            return Err(error(
+                env,
+                RELEASED,
+                "the reservation was already committed or aborted",
+            ));
+        }
+        if let Some(c) = self.copy.take() {
+            // SAFETY: `c.data` is the JavaScript buffer of `len` bytes (kept alive by
+            // `c`); `ptr` our open reservation of the same length.
+            unsafe { std::ptr::copy_nonoverlapping(c.data, self.ptr, self.len) };
+        }
+        let hold = self.take(env)?;
+        let mut g = hold.core.producer.borrow_mut();
+        let p = g
+            .as_mut()
+            .ok_or_else(|| error(env, CLOSED, "the producer is closed"))?;
+        p.commit_raw(self.len, meta).or_throw(env)
+    }
+
+    /// Gives the space back without publishing anything. Idempotent.
+    #[napi]
+    pub fn abort(&mut self, env: Env) {
+        if let Ok(hold) = self.take(env) {
+            self.copy = None;
+            if let Ok(mut g) = hold.core.producer.try_borrow_mut() {
+                if let Some(p) = g.as_mut() {
+                    p.abort_raw();
+                }
+            }
+        }
+    }
+
+    /// True until committed or aborted.
+    #[napi(getter)]
+    pub fn open(&self) -> bool {
+        self.hold.is_some()
+    }
+
+    #[napi(getter)]
+    pub fn length(&self) -> f64 {
+        self.len as f64
+    }
+
+    /// Address of the payload in the ring, in this process (inside
+    /// `producer.mapping()`).
+    #[napi(getter)]
+    pub fn address(&self) -> f64 {
+        self.ptr as usize as f64
+    }
+
+    /// The media header written by `reserveVideo`/`reserveAudio`, or null.
+    #[napi(getter)]
+    pub fn media(&self, env: Env) -> napi::Result<Option<JsObject>> {
+        self.media
+            .as_ref()
+            .map(|h| crate::media::header_object(env, h))
+            .transpose()
+    }
+}
