@@ -29,9 +29,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use shmring::media::{Format, MediaHeader, MEDIA_HEADER_SIZE, MEDIA_MAGIC, MEDIA_VERSION};
-use shmring::{
-    Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, Producer, Reservation, Segment,
-};
+use shmring::{Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, Producer, Segment};
 
 // ---------------------------------------------------------------------------
 // Status codes and errors
@@ -1115,19 +1113,9 @@ fn prime_lazy_state() {
 }
 
 struct ProducerState {
-    /// Boxed so that `res` can borrow it for as long as the handle lives.
-    producer: *mut Producer,
-    /// The open reservation; borrows `*producer` (never touched while this is Some).
-    res: Option<Reservation<'static>>,
-}
-
-impl Drop for ProducerState {
-    fn drop(&mut self) {
-        drop(self.res.take()); // aborts an open reservation
-                               // SAFETY: from Box::into_raw in shmring_producer_attach; the reservation that
-                               // borrowed it is gone.
-        drop(unsafe { Box::from_raw(self.producer) });
-    }
+    producer: Producer,
+    /// Bytes of the reservation open in `producer` (from `reserve_raw`), if any.
+    reserved: Option<usize>,
 }
 
 /// A producer attached to a ring (opaque). One thread at a time.
@@ -1170,8 +1158,8 @@ pub unsafe extern "C" fn shmring_producer_attach(
         *out = register(Box::new(shmring_producer {
             users: AtomicU32::new(0),
             state: UnsafeCell::new(ProducerState {
-                producer: Box::into_raw(Box::new(p)),
-                res: None,
+                producer: p,
+                reserved: None,
             }),
         }));
         ok()
@@ -1207,14 +1195,13 @@ pub unsafe extern "C" fn shmring_producer_set_policy(
         };
         // SAFETY: exclusive lease.
         let st = unsafe { h.state() };
-        if st.res.is_some() {
+        if st.producer.has_reservation() {
             return Err(fail!(
                 SHMRING_ERR_STATE,
                 "a reservation is open: commit or abort it first"
             ));
         }
-        // SAFETY: no reservation borrows the producer.
-        unsafe { &mut *st.producer }.set_policy(pol);
+        st.producer.set_policy(pol);
         ok()
     })
 }
@@ -1228,11 +1215,9 @@ pub unsafe extern "C" fn shmring_producer_slot(
     entry("shmring_producer_slot", || {
         let (h, _l) = lease(p)?;
         let out = out_ptr(out, "out")?;
-        // SAFETY: exclusive lease; `slot` only reads.
+        // SAFETY: exclusive lease.
         let st = unsafe { h.state() };
-        // SAFETY: shared read of the producer; a reservation borrows it mutably but is
-        // not in use during this call (exclusive lease).
-        *out = unsafe { &*st.producer }.slot();
+        *out = st.producer.slot();
         ok()
     })
 }
@@ -1247,27 +1232,20 @@ fn reserve_impl(
     let out = out_ptr(out, "out")?;
     // SAFETY: exclusive lease.
     let st = unsafe { h.state() };
-    if st.res.is_some() {
+    if st.producer.has_reservation() {
         return Err(fail!(
             SHMRING_ERR_STATE,
             "a reservation is already open on this producer: commit or abort it first"
         ));
     }
-    // SAFETY: the producer is boxed and outlives the reservation stored next to it
-    // (ProducerState drops the reservation first); nothing else touches it while
-    // the reservation exists.
-    let prod: &'static mut Producer = unsafe { &mut *st.producer };
-    let mut r = match policy {
-        None => prod.reserve(len),
-        Some(pol) => prod.reserve_with(len, pol),
-    }
-    .map_err(core_err)?;
+    let policy = policy.unwrap_or(st.producer.policy());
+    let r = st.producer.reserve_raw(len, policy).map_err(core_err)?;
+    st.reserved = Some(r.len);
     *out = shmring_reservation {
-        data: r.as_mut_ptr(),
-        len,
-        seq: r.seq(),
+        data: r.ptr,
+        len: r.len,
+        seq: r.seq,
     };
-    st.res = Some(r);
     ok()
 }
 
@@ -1305,6 +1283,18 @@ pub unsafe extern "C" fn shmring_producer_reserve_timeout(
     })
 }
 
+/// The length of the reservation open on this producer (and forgets it: commit and
+/// abort both close it), or SHMRING_ERR_STATE.
+fn open_reservation(st: &mut ProducerState) -> Res<usize> {
+    match st.reserved.take() {
+        Some(len) if st.producer.has_reservation() => Ok(len),
+        _ => Err(fail!(
+            SHMRING_ERR_STATE,
+            "no reservation is open on this producer"
+        )),
+    }
+}
+
 /// Publishes the open reservation with `meta`. The reservation's data pointer is
 /// invalid afterwards. SHMRING_ERR_ABANDONED: the claim was taken from us (nothing
 /// published).
@@ -1318,11 +1308,8 @@ pub unsafe extern "C" fn shmring_producer_commit(
         let meta = in_ptr(meta, "meta")?.to_core();
         // SAFETY: exclusive lease.
         let st = unsafe { h.state() };
-        let r = st
-            .res
-            .take()
-            .ok_or_else(|| fail!(SHMRING_ERR_STATE, "no reservation is open on this producer"))?;
-        r.commit(meta).map_err(core_err)?;
+        let len = open_reservation(st)?;
+        st.producer.commit_raw(len, meta).map_err(core_err)?;
         ok()
     })
 }
@@ -1334,11 +1321,8 @@ pub unsafe extern "C" fn shmring_producer_abort(p: *mut shmring_producer) -> shm
         let (h, _l) = lease(p as *const shmring_producer)?;
         // SAFETY: exclusive lease.
         let st = unsafe { h.state() };
-        let r = st
-            .res
-            .take()
-            .ok_or_else(|| fail!(SHMRING_ERR_STATE, "no reservation is open on this producer"))?;
-        r.abort();
+        open_reservation(st)?;
+        st.producer.abort_raw();
         ok()
     })
 }
@@ -1366,16 +1350,13 @@ pub unsafe extern "C" fn shmring_producer_send(
         };
         // SAFETY: exclusive lease.
         let st = unsafe { h.state() };
-        if st.res.is_some() {
+        if st.producer.has_reservation() {
             return Err(fail!(
                 SHMRING_ERR_STATE,
                 "a reservation is open on this producer: commit or abort it first"
             ));
         }
-        // SAFETY: no reservation borrows the producer.
-        unsafe { &mut *st.producer }
-            .send(bytes, meta)
-            .map_err(core_err)?;
+        st.producer.send(bytes, meta).map_err(core_err)?;
         ok()
     })
 }
