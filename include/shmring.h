@@ -450,11 +450,14 @@ enum shmring_status shmring_consumer_arm(struct shmring_consumer *c, uint32_t *r
 enum shmring_status shmring_consumer_disarm(struct shmring_consumer *c);
 
 // Builds a video header (tight strides, 64-byte-aligned planes after the header)
-// for SHMRING_FORMAT_I420, _NV12 or _RGBA.
+// for SHMRING_FORMAT_I420, _NV12 or _RGBA. SHMRING_ERR_INVALID_ARGUMENT for
+// another format or a width or height outside 1..16384.
 enum shmring_status shmring_media_video(uint32_t format, uint32_t width, uint32_t height, uint64_t pts_ns, uint64_t sequence, struct shmring_media_header *out);
 
 // Builds an audio header (interleaved samples right after the header) for
 // SHMRING_FORMAT_PCM_S16 or _PCM_F32; `samples` is per channel.
+// SHMRING_ERR_INVALID_ARGUMENT for another format, channels outside 1..64, a
+// sample rate outside 1000..768000 Hz, or more than 2^24 samples.
 enum shmring_status shmring_media_audio(uint32_t format, uint32_t sample_rate, uint32_t channels, uint32_t samples, uint64_t pts_ns, uint64_t sequence, struct shmring_media_header *out);
 
 // Payload bytes a header describes (header plus planes): reserve this many.

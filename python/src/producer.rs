@@ -283,13 +283,9 @@ impl PyProducer {
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyReservation>> {
         let f = parse_format(format)?;
-        if !f.is_video() || width == 0 || height == 0 || width > 1 << 15 || height > 1 << 15 {
-            return Err(ConfigError::new_err(format!(
-                "reserve_video: {format} {width}x{height} is not a video format and size"
-            )));
-        }
         let ts = timestamp.unwrap_or_else(shmring::now_ns);
-        let h = MediaHeader::video(f, width, height, pts_ns.unwrap_or(ts), sequence);
+        let h = MediaHeader::video(f, width, height, pts_ns.unwrap_or(ts), sequence)
+            .map_err(|e| ConfigError::new_err(format!("reserve_video: {format}: {e}")))?;
         let (meta, _) = meta_of(stream, kind::VIDEO, Some(ts), flags);
         let stamp = timestamp.is_none();
         Self::reserve_impl(
@@ -326,11 +322,6 @@ impl PyProducer {
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyReservation>> {
         let f = parse_format(format)?;
-        if !f.is_audio() || channels == 0 || channels > 64 || samples > 1 << 24 {
-            return Err(ConfigError::new_err(format!(
-                "reserve_audio: {format} with {channels} channels x {samples} samples is not valid"
-            )));
-        }
         let ts = timestamp.unwrap_or_else(shmring::now_ns);
         let h = MediaHeader::audio(
             f,
@@ -339,7 +330,8 @@ impl PyProducer {
             samples,
             pts_ns.unwrap_or(ts),
             sequence,
-        );
+        )
+        .map_err(|e| ConfigError::new_err(format!("reserve_audio: {format}: {e}")))?;
         let (meta, _) = meta_of(stream, kind::AUDIO, Some(ts), flags);
         let stamp = timestamp.is_none();
         Self::reserve_impl(

@@ -126,8 +126,12 @@ fn record_and_produce_end_to_end_with_stat() {
     let n = |v: &Value, k: &str| v[k].as_u64().unwrap();
     let sent: u64 = video.iter().map(|v| n(v, "sent")).sum::<u64>() + n(audio, "sent");
     let dropped: u64 = video.iter().map(|v| n(v, "dropped")).sum::<u64>() + n(audio, "dropped");
-    let vlen = MediaHeader::video(Format::I420, 320, 240, 0, 0).payload_len() as u64;
-    let alen = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, 0, 0).payload_len() as u64;
+    let vlen = MediaHeader::video(Format::I420, 320, 240, 0, 0)
+        .unwrap()
+        .payload_len() as u64;
+    let alen = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, 0, 0)
+        .unwrap()
+        .payload_len() as u64;
     assert_eq!(n(&stat, "records_committed"), sent);
     assert_eq!(n(&stat, "records_consumed"), sent);
     assert_eq!(n(&stat, "drops_full"), dropped);
@@ -178,7 +182,7 @@ fn malformed_media_headers_are_counted_skipped_and_reported() {
     {
         let seg = Segment::open_named(&ring.0).unwrap();
         let mut p = seg.producer().unwrap();
-        let hd = MediaHeader::video(Format::I420, 64, 16, 0, 0);
+        let hd = MediaHeader::video(Format::I420, 64, 16, 0, 0).unwrap();
         let mut good = vec![0u8; hd.payload_len()];
         hd.write_to(&mut good).unwrap();
         let mut bad = good.clone();

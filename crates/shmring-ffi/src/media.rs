@@ -151,7 +151,8 @@ impl shmring_media_header {
 }
 
 /// Builds a video header (tight strides, 64-byte-aligned planes after the header)
-/// for SHMRING_FORMAT_I420, _NV12 or _RGBA.
+/// for SHMRING_FORMAT_I420, _NV12 or _RGBA. SHMRING_ERR_INVALID_ARGUMENT for
+/// another format or a width or height outside 1..16384.
 #[no_mangle]
 pub unsafe extern "C" fn shmring_media_video(
     format: u32,
@@ -171,23 +172,17 @@ pub unsafe extern "C" fn shmring_media_video(
                     "format {format} is not a video format (I420, NV12, RGBA)"
                 )
             })?;
-        // Every plane size and offset must fit the header's 32-bit fields.
-        let total = width as u64 * 4 * height as u64 + 4 * 64 + MEDIA_HEADER_SIZE as u64;
-        if width == 0 || height == 0 || total > u32::MAX as u64 {
-            return Err(fail!(
-                SHMRING_ERR_INVALID_ARGUMENT,
-                "{width}x{height}: dimensions must be non-zero and the frame under 4 GiB"
-            ));
-        }
-        *out = shmring_media_header::from_core(&MediaHeader::video(
-            f, width, height, pts_ns, sequence,
-        ));
+        let h = MediaHeader::video(f, width, height, pts_ns, sequence)
+            .map_err(|e| fail!(SHMRING_ERR_INVALID_ARGUMENT, "{e}"))?;
+        *out = shmring_media_header::from_core(&h);
         ok()
     })
 }
 
 /// Builds an audio header (interleaved samples right after the header) for
 /// SHMRING_FORMAT_PCM_S16 or _PCM_F32; `samples` is per channel.
+/// SHMRING_ERR_INVALID_ARGUMENT for another format, channels outside 1..64, a
+/// sample rate outside 1000..768000 Hz, or more than 2^24 samples.
 #[no_mangle]
 pub unsafe extern "C" fn shmring_media_audio(
     format: u32,
@@ -208,22 +203,9 @@ pub unsafe extern "C" fn shmring_media_audio(
                     "format {format} is not an audio format (PCM s16, PCM f32)"
                 )
             })?;
-        let total =
-            f.sample_bytes() as u64 * channels as u64 * samples as u64 + MEDIA_HEADER_SIZE as u64;
-        if channels == 0 || total > u32::MAX as u64 {
-            return Err(fail!(
-                SHMRING_ERR_INVALID_ARGUMENT,
-                "{channels} channels x {samples} samples: need channels > 0 and under 4 GiB"
-            ));
-        }
-        *out = shmring_media_header::from_core(&MediaHeader::audio(
-            f,
-            sample_rate,
-            channels,
-            samples,
-            pts_ns,
-            sequence,
-        ));
+        let h = MediaHeader::audio(f, sample_rate, channels, samples, pts_ns, sequence)
+            .map_err(|e| fail!(SHMRING_ERR_INVALID_ARGUMENT, "{e}"))?;
+        *out = shmring_media_header::from_core(&h);
         ok()
     })
 }
