@@ -271,7 +271,8 @@ typedef struct shmring_reservation {
 
 // How to size a ring. Initialise with shmring_config_init(), then change fields.
 typedef struct shmring_config {
-  // Data ring bytes: a power of two, 64 KiB to 2 GiB (default 64 MiB).
+  // Data ring bytes: a power of two, 64 KiB to 2 GiB (default: the core's
+  // `Config::DEFAULT_CAPACITY`, set by shmring_config_init()).
   uint64_t capacity;
   // Largest payload; 0: capacity / 4. At most capacity / 2 - 64.
   uint64_t max_record;

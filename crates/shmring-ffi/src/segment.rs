@@ -17,7 +17,8 @@ use crate::status::*;
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct shmring_config {
-    /// Data ring bytes: a power of two, 64 KiB to 2 GiB (default 64 MiB).
+    /// Data ring bytes: a power of two, 64 KiB to 2 GiB (default: the core's
+    /// `Config::DEFAULT_CAPACITY`, set by shmring_config_init()).
     pub capacity: u64,
     /// Largest payload; 0: capacity / 4. At most capacity / 2 - 64.
     pub max_record: u64,
