@@ -63,11 +63,8 @@
 #endif
 
 
-// What a producer does when the ring is full.
-#define SHMRING_POLICY_FAIL 0
-
-// Wait for space up to the policy's timeout.
-#define SHMRING_POLICY_BLOCK 1
+// Pass as a timeout to wait forever.
+#define SHMRING_WAIT_FOREVER -1
 
 // Meta.kind: opaque bytes.
 #define SHMRING_KIND_RAW 0
@@ -100,8 +97,11 @@
 
 #define SHMRING_MEDIA_HEADER_SIZE 128
 
-// Pass as a timeout to wait forever.
-#define SHMRING_WAIT_FOREVER -1
+// What a producer does when the ring is full.
+#define SHMRING_POLICY_FAIL 0
+
+// Wait for space up to the policy's timeout.
+#define SHMRING_POLICY_BLOCK 1
 
 // What every function returns. `SHMRING_OK` (0) is success; `SHMRING_TIMEOUT` (1)
 // means a wait ended without result (not a failure of the ring); negative values
@@ -185,9 +185,94 @@ typedef struct shmring_producer shmring_producer;
 // An attached shared-memory segment (opaque).
 typedef struct shmring_segment shmring_segment;
 
+// Consumer tuning. Initialise with shmring_consumer_options_init().
+typedef struct shmring_consumer_options {
+  // How often a pending claim's producer is checked for liveness (default 50 ms).
+  uint64_t liveness_interval_ns;
+  // Polls to spin before sleeping in a blocking wait (default 64).
+  uint32_t spin;
+  // Non-zero: report SHMRING_ERR_CORRUPT and wait for shmring_consumer_reset()
+  // instead of resetting the ring by itself (default 0).
+  uint32_t manual_reset;
+  // Deliver committed records behind a claim pending this long (0, the default:
+  // always in claim order). Each producer's records stay in its commit order.
+  uint64_t overtake_after_ns;
+} shmring_consumer_options;
+
+// A record's metadata, stored in its header.
+typedef struct shmring_meta {
+  // Which stream the record belongs to.
+  uint32_t stream;
+  // What it is: SHMRING_KIND_RAW, SHMRING_KIND_VIDEO, SHMRING_KIND_AUDIO or your own.
+  uint32_t kind;
+  // Capture time in ns (CLOCK_MONOTONIC by convention: shmring_now_ns()).
+  uint64_t timestamp_ns;
+  // Free for the application.
+  uint32_t flags;
+  // Zero.
+  uint32_t reserved;
+} shmring_meta;
+
+// A frame handed out by a consumer.
+typedef struct shmring_frame {
+  // The payload, in shared memory (64-byte aligned, read-only). Valid until the
+  // frame is released or its consumer is closed. A hostile producer could still
+  // change these bytes: copy what you validate.
+  const uint8_t *data;
+  size_t len;
+  struct shmring_meta meta;
+  // Identifies the frame for release.
+  uint64_t seq;
+  // Identifies the consumer that handed it out (checked at release).
+  uint64_t owner;
+} shmring_frame;
+
+// The media header at the start of a video/audio payload, byte for byte
+// (little-endian, 128 bytes; see crates/shmring/src/media.rs). Build and parse it
+// with the shmring_media_* functions, which validate it.
+typedef struct shmring_media_header {
+  // SHMRING_MEDIA_MAGIC.
+  uint32_t magic;
+  // SHMRING_MEDIA_VERSION.
+  uint16_t version;
+  // SHMRING_MEDIA_HEADER_SIZE.
+  uint16_t header_size;
+  // SHMRING_FORMAT_*.
+  uint32_t format;
+  uint32_t width;
+  uint32_t height;
+  uint32_t sample_rate;
+  uint32_t channels;
+  // Per channel.
+  uint32_t samples;
+  uint64_t pts_ns;
+  uint64_t sequence;
+  // Planes used (video 1..3, audio 1).
+  uint32_t planes;
+  uint32_t reserved0;
+  // Bytes per row (audio: bytes per sample frame).
+  uint32_t stride[4];
+  // Byte offset of each plane from the payload start.
+  uint32_t offset[4];
+  // Byte size of each plane.
+  uint32_t size[4];
+  uint8_t reserved[24];
+} shmring_media_header;
+
+// Space reserved in the ring: write `len` bytes at `data`, then commit or abort.
+typedef struct shmring_reservation {
+  // The payload, in shared memory (64-byte aligned). Valid until the
+  // reservation is committed or aborted, or the producer is closed.
+  uint8_t *data;
+  size_t len;
+  // The claim's sequence number (for diagnostics).
+  uint64_t seq;
+} shmring_reservation;
+
 // How to size a ring. Initialise with shmring_config_init(), then change fields.
 typedef struct shmring_config {
-  // Data ring bytes: a power of two, 64 KiB to 2 GiB (default 64 MiB).
+  // Data ring bytes: a power of two, 64 KiB to 2 GiB (default: the core's
+  // `Config::DEFAULT_CAPACITY`, set by shmring_config_init()).
   uint64_t capacity;
   // Largest payload; 0: capacity / 4. At most capacity / 2 - 64.
   uint64_t max_record;
@@ -238,91 +323,20 @@ typedef struct shmring_stats {
   uint32_t producers;
   // Non-zero if a consumer is attached.
   uint32_t consumer_attached;
+  // Claims the consumer overtook because they stayed pending past its limit.
+  uint64_t stalled_claims;
+  // Forged claims the consumer skipped (also counted in `corruption`).
+  uint64_t forged_claims;
+  // Shared fields a peer changed that the consumer rewrote without a reset
+  // (also counted in `corruption`).
+  uint64_t repairs;
+  // How long the oldest pending claim has been pending, in ns (0: none is).
+  uint64_t oldest_pending_age_ns;
+  // That claim's producer slot (meaningful when the age is not 0).
+  uint32_t oldest_pending_slot;
+  // The pid holding that slot (0: unknown).
+  uint32_t oldest_pending_pid;
 } shmring_stats;
-
-// Space reserved in the ring: write `len` bytes at `data`, then commit or abort.
-typedef struct shmring_reservation {
-  // The payload, in shared memory (64-byte aligned). Valid until the
-  // reservation is committed or aborted, or the producer is closed.
-  uint8_t *data;
-  size_t len;
-  // The claim's sequence number (for diagnostics).
-  uint64_t seq;
-} shmring_reservation;
-
-// A record's metadata, stored in its header.
-typedef struct shmring_meta {
-  // Which stream the record belongs to.
-  uint32_t stream;
-  // What it is: SHMRING_KIND_RAW, SHMRING_KIND_VIDEO, SHMRING_KIND_AUDIO or your own.
-  uint32_t kind;
-  // Capture time in ns (CLOCK_MONOTONIC by convention: shmring_now_ns()).
-  uint64_t timestamp_ns;
-  // Free for the application.
-  uint32_t flags;
-  // Zero.
-  uint32_t reserved;
-} shmring_meta;
-
-// Consumer tuning. Initialise with shmring_consumer_options_init().
-typedef struct shmring_consumer_options {
-  // How often a pending claim's producer is checked for liveness (default 50 ms).
-  uint64_t liveness_interval_ns;
-  // Polls to spin before sleeping in a blocking wait (default 64).
-  uint32_t spin;
-  // Non-zero: report SHMRING_ERR_CORRUPT and wait for shmring_consumer_reset()
-  // instead of resetting the ring by itself (default 0).
-  uint32_t manual_reset;
-  // Deliver committed records behind a claim pending this long (0, the default:
-  // always in claim order). Each producer's records stay in its commit order.
-  uint64_t overtake_after_ns;
-} shmring_consumer_options;
-
-// A frame handed out by a consumer.
-typedef struct shmring_frame {
-  // The payload, in shared memory (64-byte aligned, read-only). Valid until the
-  // frame is released or its consumer is closed. A hostile producer could still
-  // change these bytes: copy what you validate.
-  const uint8_t *data;
-  size_t len;
-  struct shmring_meta meta;
-  // Identifies the frame for release.
-  uint64_t seq;
-  // Identifies the consumer that handed it out (checked at release).
-  uint64_t owner;
-} shmring_frame;
-
-// The media header at the start of a video/audio payload, byte for byte
-// (little-endian, 128 bytes; see crates/shmring/src/media.rs). Build and parse it
-// with the shmring_media_* functions, which validate it.
-typedef struct shmring_media_header {
-  // SHMRING_MEDIA_MAGIC.
-  uint32_t magic;
-  // SHMRING_MEDIA_VERSION.
-  uint16_t version;
-  // SHMRING_MEDIA_HEADER_SIZE.
-  uint16_t header_size;
-  // SHMRING_FORMAT_*.
-  uint32_t format;
-  uint32_t width;
-  uint32_t height;
-  uint32_t sample_rate;
-  uint32_t channels;
-  // Per channel.
-  uint32_t samples;
-  uint64_t pts_ns;
-  uint64_t sequence;
-  // Planes used (video 1..3, audio 1).
-  uint32_t planes;
-  uint32_t reserved0;
-  // Bytes per row (audio: bytes per sample frame).
-  uint32_t stride[4];
-  // Byte offset of each plane from the payload start.
-  uint32_t offset[4];
-  // Byte size of each plane.
-  uint32_t size[4];
-  uint8_t reserved[24];
-} shmring_media_header;
 
 // Options of shmring_listen. Initialise with shmring_listen_options_init(), which
 // sets the library's defaults (this process's uid only, the default bounds).
@@ -389,6 +403,117 @@ uint32_t shmring_layout_version(void);
 // Nanoseconds of CLOCK_MONOTONIC (the clock record timestamps use by default).
 uint64_t shmring_now_ns(void);
 
+// Fills `opts` with the defaults (50 ms liveness checks, 64 spins).
+enum shmring_status shmring_consumer_options_init(struct shmring_consumer_options *opts);
+
+// Becomes the ring's consumer (taking over from a dead one). `opts` may be NULL
+// for the defaults.
+enum shmring_status shmring_consumer_attach(const struct shmring_segment *seg, const struct shmring_consumer_options *opts, struct shmring_consumer **out);
+
+// Detaches the consumer. Every frame it handed out becomes invalid. NULL is a no-op.
+enum shmring_status shmring_consumer_close(struct shmring_consumer *c);
+
+// The next frame, waiting up to `timeout_ns` (0: do not wait; negative, e.g.
+// SHMRING_WAIT_FOREVER: no limit). SHMRING_OK: `*out` is a frame, valid until
+// shmring_consumer_release (or consumer close). SHMRING_TIMEOUT: none arrived.
+enum shmring_status shmring_consumer_next(struct shmring_consumer *c, int64_t timeout_ns, struct shmring_frame *out);
+
+// Releases a frame handed out by this consumer; frames may be released in any
+// order. SHMRING_ERR_NOT_HELD: released already, or handed out by another
+// consumer. The frame's data pointer is invalid afterwards.
+enum shmring_status shmring_consumer_release(struct shmring_consumer *c, const struct shmring_frame *frame);
+
+// Frames handed out and not yet released.
+enum shmring_status shmring_consumer_outstanding(struct shmring_consumer *c, uint64_t *out);
+
+// Resets the ring by hand (a consumer does this by itself on corruption unless
+// `manual_reset` is set): forgets every claim in flight. Frames still held stay
+// valid; release them as usual. SHMRING_ERR_CORRUPT while frames held from before
+// an earlier reset are still out.
+enum shmring_status shmring_consumer_reset(struct shmring_consumer *c);
+
+// `*resets` receives how many times this consumer reset the ring (by itself or
+// through shmring_consumer_reset()); a change means corruption was found and
+// recovered from. If `cause` is not NULL, why the last reset was made is copied
+// into it as a NUL-terminated string, truncated to `cause_len` bytes ("" if none).
+enum shmring_status shmring_consumer_resets(const struct shmring_consumer *c, uint64_t *resets, char *cause, size_t cause_len);
+
+// Frees the slots of dead producers that hold nothing; `*freed` (may be NULL)
+// receives how many.
+enum shmring_status shmring_consumer_reap(struct shmring_consumer *c, uint32_t *freed);
+
+// For an eventfd ring driven by epoll/poll: announces that the consumer is about to
+// wait. `*ready` non-zero: a frame is already there (do not wait; call next).
+// Otherwise wait for the eventfd, then call shmring_consumer_disarm.
+enum shmring_status shmring_consumer_arm(struct shmring_consumer *c, uint32_t *ready);
+
+// Ends a wait begun with shmring_consumer_arm (clears the flag, drains the eventfd).
+enum shmring_status shmring_consumer_disarm(struct shmring_consumer *c);
+
+// Builds a video header (tight strides, 64-byte-aligned planes after the header)
+// for SHMRING_FORMAT_I420, _NV12 or _RGBA. SHMRING_ERR_INVALID_ARGUMENT for
+// another format or a width or height outside 1..16384.
+enum shmring_status shmring_media_video(uint32_t format, uint32_t width, uint32_t height, uint64_t pts_ns, uint64_t sequence, struct shmring_media_header *out);
+
+// Builds an audio header (interleaved samples right after the header) for
+// SHMRING_FORMAT_PCM_S16 or _PCM_F32; `samples` is per channel.
+// SHMRING_ERR_INVALID_ARGUMENT for another format, channels outside 1..64, a
+// sample rate outside 1000..768000 Hz, or more than 2^24 samples.
+enum shmring_status shmring_media_audio(uint32_t format, uint32_t sample_rate, uint32_t channels, uint32_t samples, uint64_t pts_ns, uint64_t sequence, struct shmring_media_header *out);
+
+// Payload bytes a header describes (header plus planes): reserve this many.
+enum shmring_status shmring_media_payload_len(const struct shmring_media_header *hdr, size_t *out);
+
+// Writes the header's 128 bytes at the start of `payload` (`len` bytes, which must
+// hold every plane the header describes). Allocates nothing.
+enum shmring_status shmring_media_write(const struct shmring_media_header *hdr, uint8_t *payload, size_t len);
+
+// Reads and validates the header at the start of `payload` (`len` bytes; e.g. a
+// frame's data and len): every plane is checked to lie inside the payload. The
+// bytes are read once, so a peer changing them cannot invalidate `*out`.
+enum shmring_status shmring_media_parse(const uint8_t *payload, size_t len, struct shmring_media_header *out);
+
+// Plane `index` of a payload whose header `hdr` was parsed from (`len` bytes):
+// `*data`, `*size` (checked to lie inside the payload).
+enum shmring_status shmring_media_plane(const struct shmring_media_header *hdr, const uint8_t *payload, size_t len, uint32_t index, const uint8_t **data, size_t *size);
+
+// Attaches a producer to a ring (takes one producer slot, held until close). May
+// allocate; nothing after it on the producer path does.
+enum shmring_status shmring_producer_attach(const struct shmring_segment *seg, struct shmring_producer **out);
+
+// Detaches: aborts an open reservation and frees the slot. NULL is a no-op.
+enum shmring_status shmring_producer_close(struct shmring_producer *p);
+
+// Sets what reserve() does when the ring is full: SHMRING_POLICY_FAIL (fail at
+// once with SHMRING_ERR_FULL) or SHMRING_POLICY_BLOCK (wait up to `timeout_ns`,
+// then SHMRING_TIMEOUT or SHMRING_ERR_NO_CONSUMER). Default: block 1 s.
+enum shmring_status shmring_producer_set_policy(struct shmring_producer *p, uint32_t policy, uint64_t timeout_ns);
+
+// The producer slot this producer occupies.
+enum shmring_status shmring_producer_slot(const struct shmring_producer *p, uint32_t *out);
+
+// Reserves `len` payload bytes, following the producer's full-ring policy. On
+// SHMRING_OK, `out->data` points at `len` writable bytes in the ring: fill them in
+// place, then call shmring_producer_commit or shmring_producer_abort. One
+// reservation at a time per producer.
+enum shmring_status shmring_producer_reserve(struct shmring_producer *p, size_t len, struct shmring_reservation *out);
+
+// Like shmring_producer_reserve, waiting at most `timeout_ns` for space
+// (0: fail at once with SHMRING_ERR_FULL).
+enum shmring_status shmring_producer_reserve_timeout(struct shmring_producer *p, size_t len, uint64_t timeout_ns, struct shmring_reservation *out);
+
+// Publishes the open reservation with `meta`. The reservation's data pointer is
+// invalid afterwards. SHMRING_ERR_ABANDONED: the claim was taken from us (nothing
+// published).
+enum shmring_status shmring_producer_commit(struct shmring_producer *p, const struct shmring_meta *meta);
+
+// Gives the open reservation's space back without publishing anything.
+enum shmring_status shmring_producer_abort(struct shmring_producer *p);
+
+// Copies `len` bytes into the ring as one record (reserve + copy + commit).
+// `data` may be NULL when `len` is 0.
+enum shmring_status shmring_producer_send(struct shmring_producer *p, const uint8_t *data, size_t len, const struct shmring_meta *meta);
+
 // Fills `cfg` with the library's defaults (a 16 MiB ring, 64 producers, futex
 // wake-ups).
 enum shmring_status shmring_config_init(struct shmring_config *cfg);
@@ -452,114 +577,6 @@ enum shmring_status shmring_segment_mapping(const struct shmring_segment *seg, c
 
 // A snapshot of the ring's counters.
 enum shmring_status shmring_segment_stats(const struct shmring_segment *seg, struct shmring_stats *out);
-
-// Attaches a producer to a ring (takes one producer slot, held until close). May
-// allocate; nothing after it on the producer path does.
-enum shmring_status shmring_producer_attach(const struct shmring_segment *seg, struct shmring_producer **out);
-
-// Detaches: aborts an open reservation and frees the slot. NULL is a no-op.
-enum shmring_status shmring_producer_close(struct shmring_producer *p);
-
-// Sets what reserve() does when the ring is full: SHMRING_POLICY_FAIL (fail at
-// once with SHMRING_ERR_FULL) or SHMRING_POLICY_BLOCK (wait up to `timeout_ns`,
-// then SHMRING_TIMEOUT or SHMRING_ERR_NO_CONSUMER). Default: block 1 s.
-enum shmring_status shmring_producer_set_policy(struct shmring_producer *p, uint32_t policy, uint64_t timeout_ns);
-
-// The producer slot this producer occupies.
-enum shmring_status shmring_producer_slot(const struct shmring_producer *p, uint32_t *out);
-
-// Reserves `len` payload bytes, following the producer's full-ring policy. On
-// SHMRING_OK, `out->data` points at `len` writable bytes in the ring: fill them in
-// place, then call shmring_producer_commit or shmring_producer_abort. One
-// reservation at a time per producer.
-enum shmring_status shmring_producer_reserve(struct shmring_producer *p, size_t len, struct shmring_reservation *out);
-
-// Like shmring_producer_reserve, waiting at most `timeout_ns` for space
-// (0: fail at once with SHMRING_ERR_FULL).
-enum shmring_status shmring_producer_reserve_timeout(struct shmring_producer *p, size_t len, uint64_t timeout_ns, struct shmring_reservation *out);
-
-// Publishes the open reservation with `meta`. The reservation's data pointer is
-// invalid afterwards. SHMRING_ERR_ABANDONED: the claim was taken from us (nothing
-// published).
-enum shmring_status shmring_producer_commit(struct shmring_producer *p, const struct shmring_meta *meta);
-
-// Gives the open reservation's space back without publishing anything.
-enum shmring_status shmring_producer_abort(struct shmring_producer *p);
-
-// Copies `len` bytes into the ring as one record (reserve + copy + commit).
-// `data` may be NULL when `len` is 0.
-enum shmring_status shmring_producer_send(struct shmring_producer *p, const uint8_t *data, size_t len, const struct shmring_meta *meta);
-
-// Fills `opts` with the defaults (50 ms liveness checks, 64 spins).
-enum shmring_status shmring_consumer_options_init(struct shmring_consumer_options *opts);
-
-// Becomes the ring's consumer (taking over from a dead one). `opts` may be NULL
-// for the defaults.
-enum shmring_status shmring_consumer_attach(const struct shmring_segment *seg, const struct shmring_consumer_options *opts, struct shmring_consumer **out);
-
-// Detaches the consumer. Every frame it handed out becomes invalid. NULL is a no-op.
-enum shmring_status shmring_consumer_close(struct shmring_consumer *c);
-
-// The next frame, waiting up to `timeout_ns` (0: do not wait; negative, e.g.
-// SHMRING_WAIT_FOREVER: no limit). SHMRING_OK: `*out` is a frame, valid until
-// shmring_consumer_release (or consumer close). SHMRING_TIMEOUT: none arrived.
-enum shmring_status shmring_consumer_next(struct shmring_consumer *c, int64_t timeout_ns, struct shmring_frame *out);
-
-// Releases a frame handed out by this consumer; frames may be released in any
-// order. SHMRING_ERR_NOT_HELD: released already, or handed out by another
-// consumer. The frame's data pointer is invalid afterwards.
-enum shmring_status shmring_consumer_release(struct shmring_consumer *c, const struct shmring_frame *frame);
-
-// Frames handed out and not yet released.
-enum shmring_status shmring_consumer_outstanding(struct shmring_consumer *c, uint64_t *out);
-
-// Resets the ring by hand (a consumer does this by itself on corruption unless
-// `manual_reset` is set): forgets every claim in flight. Frames still held stay
-// valid; release them as usual. SHMRING_ERR_CORRUPT while frames held from before
-// an earlier reset are still out.
-enum shmring_status shmring_consumer_reset(struct shmring_consumer *c);
-
-// `*resets` receives how many times this consumer reset the ring (by itself or
-// through shmring_consumer_reset()); a change means corruption was found and
-// recovered from. If `cause` is not NULL, why the last reset was made is copied
-// into it as a NUL-terminated string, truncated to `cause_len` bytes ("" if none).
-enum shmring_status shmring_consumer_resets(const struct shmring_consumer *c, uint64_t *resets, char *cause, size_t cause_len);
-
-// Frees the slots of dead producers that hold nothing; `*freed` (may be NULL)
-// receives how many.
-enum shmring_status shmring_consumer_reap(struct shmring_consumer *c, uint32_t *freed);
-
-// For an eventfd ring driven by epoll/poll: announces that the consumer is about to
-// wait. `*ready` non-zero: a frame is already there (do not wait; call next).
-// Otherwise wait for the eventfd, then call shmring_consumer_disarm.
-enum shmring_status shmring_consumer_arm(struct shmring_consumer *c, uint32_t *ready);
-
-// Ends a wait begun with shmring_consumer_arm (clears the flag, drains the eventfd).
-enum shmring_status shmring_consumer_disarm(struct shmring_consumer *c);
-
-// Builds a video header (tight strides, 64-byte-aligned planes after the header)
-// for SHMRING_FORMAT_I420, _NV12 or _RGBA.
-enum shmring_status shmring_media_video(uint32_t format, uint32_t width, uint32_t height, uint64_t pts_ns, uint64_t sequence, struct shmring_media_header *out);
-
-// Builds an audio header (interleaved samples right after the header) for
-// SHMRING_FORMAT_PCM_S16 or _PCM_F32; `samples` is per channel.
-enum shmring_status shmring_media_audio(uint32_t format, uint32_t sample_rate, uint32_t channels, uint32_t samples, uint64_t pts_ns, uint64_t sequence, struct shmring_media_header *out);
-
-// Payload bytes a header describes (header plus planes): reserve this many.
-enum shmring_status shmring_media_payload_len(const struct shmring_media_header *hdr, size_t *out);
-
-// Writes the header's 128 bytes at the start of `payload` (`len` bytes, which must
-// hold every plane the header describes). Allocates nothing.
-enum shmring_status shmring_media_write(const struct shmring_media_header *hdr, uint8_t *payload, size_t len);
-
-// Reads and validates the header at the start of `payload` (`len` bytes; e.g. a
-// frame's data and len): every plane is checked to lie inside the payload. The
-// bytes are read once, so a peer changing them cannot invalidate `*out`.
-enum shmring_status shmring_media_parse(const uint8_t *payload, size_t len, struct shmring_media_header *out);
-
-// Plane `index` of a payload whose header `hdr` was parsed from (`len` bytes):
-// `*data`, `*size` (checked to lie inside the payload).
-enum shmring_status shmring_media_plane(const struct shmring_media_header *hdr, const uint8_t *payload, size_t len, uint32_t index, const uint8_t **data, size_t *size);
 
 // Fills `opts` with the library's defaults.
 enum shmring_status shmring_listen_options_init(struct shmring_listen_options *opts);

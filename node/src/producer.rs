@@ -334,16 +334,6 @@ impl JsProducer {
             u32_arg(env, v.width, "width")?,
             u32_arg(env, v.height, "height")?,
         );
-        if !f.is_video() || w == 0 || h == 0 {
-            return Err(error(
-                env,
-                INVALID_ARG,
-                &format!(
-                    "reserveVideo: {} {w}x{h} is not a video format and a positive size",
-                    crate::media::format_name(f)
-                ),
-            ));
-        }
         let pts = v
             .pts_ns
             .as_ref()
@@ -356,7 +346,9 @@ impl JsProducer {
             .map(|b| big_u64(env, b, "sequence"))
             .transpose()?
             .unwrap_or(0);
-        let hd = MediaHeader::video(f, w, h, pts, seq);
+        // The core checks the format and the size (one set of limits).
+        let hd = MediaHeader::video(f, w, h, pts, seq)
+            .map_err(|e| error(env, INVALID_ARG, &format!("reserveVideo: {e}")))?;
         self.reserve_impl(env, hd.payload_len() as u64, v.timeout_ms, Some(hd))
     }
 
@@ -367,12 +359,6 @@ impl JsProducer {
         let samples = u32_arg(env, a.samples, "samples")?;
         let channels = u32_arg(env, a.channels, "channels")?;
         let rate = u32_arg(env, a.sample_rate, "sampleRate")?;
-        if !f.is_audio() || channels == 0 {
-            return Err(error(env, INVALID_ARG, &format!(
-                "reserveAudio: {} with {channels} channels is not an audio format and channel count",
-                crate::media::format_name(f)
-            )));
-        }
         let pts = a
             .pts_ns
             .as_ref()
@@ -385,15 +371,9 @@ impl JsProducer {
             .map(|b| big_u64(env, b, "sequence"))
             .transpose()?
             .unwrap_or(0);
-        let bytes = (f.sample_bytes() as u64) * channels as u64 * samples as u64;
-        if bytes > u32::MAX as u64 {
-            return Err(error(
-                env,
-                INVALID_ARG,
-                &format!("reserveAudio: {samples} samples x {channels} channels is too large"),
-            ));
-        }
-        let hd = MediaHeader::audio(f, rate, channels, samples, pts, seq);
+        // The core checks the format, rate, channels and size (one set of limits).
+        let hd = MediaHeader::audio(f, rate, channels, samples, pts, seq)
+            .map_err(|e| error(env, INVALID_ARG, &format!("reserveAudio: {e}")))?;
         self.reserve_impl(env, hd.payload_len() as u64, a.timeout_ms, Some(hd))
     }
 

@@ -137,21 +137,14 @@ pub fn plane_layouts(h: &MediaHeader) -> ([PlaneLayout; 3], usize) {
     }
 }
 
-/// Parses the media header of a record of `kind` VIDEO or AUDIO.
+/// Parses the media header of a record of `kind` (VIDEO and AUDIO: with the
+/// core's checks for that kind; any other kind: the header alone).
 pub fn parse_for(kind_: u32, payload: &[u8]) -> PyResult<MediaHeader> {
-    let h = MediaHeader::parse(payload).map_err(|e| BadMediaHeader::new_err(e.to_string()))?;
-    let ok = match kind_ {
-        kind::VIDEO => h.format.is_video(),
-        kind::AUDIO => h.format.is_audio(),
-        _ => true,
-    };
-    if !ok {
-        return Err(BadMediaHeader::new_err(format!(
-            "record of kind {kind_} carries a {} header",
-            format_name(h.format)
-        )));
+    match kind_ {
+        kind::VIDEO | kind::AUDIO => MediaHeader::parse_for(kind_, payload),
+        _ => MediaHeader::parse(payload),
     }
-    Ok(h)
+    .map_err(|e| BadMediaHeader::new_err(e.to_string()))
 }
 
 /// Parses and validates the media header of a media record's payload (header and
@@ -179,12 +172,9 @@ fn parse_media_header<'py>(
 #[pyo3(signature = (width, height, format = "i420"))]
 fn video_payload_len(width: u32, height: u32, format: &str) -> PyResult<usize> {
     let f = parse_format(format)?;
-    if !f.is_video() {
-        return Err(ConfigError::new_err(format!(
-            "{format} is not a video format"
-        )));
-    }
-    Ok(MediaHeader::video(f, width, height, 0, 0).payload_len())
+    MediaHeader::video(f, width, height, 0, 0)
+        .map(|h| h.payload_len())
+        .map_err(|e| ConfigError::new_err(format!("video_payload_len: {e}")))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

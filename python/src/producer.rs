@@ -1,6 +1,6 @@
 //! `Producer` and `Reservation`.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, Ref, RefCell, RefMut};
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
@@ -9,7 +9,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyMemoryView, PyTuple, PyWeakrefMethods, PyWeakrefReference};
 use shmring::media::{kind, MediaHeader};
-use shmring::{FullPolicy, Meta, Producer, Reservation, Segment};
+use shmring::{FullPolicy, Meta, Producer, Segment};
 
 use crate::consumer::{own_fd, secs, stats_dict, PyConsumer};
 use crate::errors::{Closed, ConfigError, Error, IntoPy, Released};
@@ -40,21 +40,9 @@ use crate::views::{array_of, make_readonly, Plane};
 /// ``send(data)`` copies a bytes-like object in as one record.
 #[pyclass(unsendable, module = "shmring._shmring", name = "Producer")]
 pub struct PyProducer {
-    /// Owned (from `Box::into_raw`); null once closed. A reservation borrows it
-    /// while `busy`.
-    inner: Cell<*mut Producer>,
-    busy: Cell<bool>,
-}
-
-impl Drop for PyProducer {
-    fn drop(&mut self) {
-        let p = self.inner.replace(std::ptr::null_mut());
-        if !p.is_null() {
-            // SAFETY: from Box::into_raw, dropped once; no reservation is alive (a
-            // reservation holds a strong reference to this object).
-            drop(unsafe { Box::from_raw(p) });
-        }
-    }
+    /// None once closed. A reservation open in it (from `reserve_raw`) belongs to
+    /// the one live `PyReservation` that made it.
+    inner: RefCell<Option<Producer>>,
 }
 
 impl PyProducer {
@@ -62,8 +50,7 @@ impl PyProducer {
         let mut p = Producer::new(seg).py_err()?;
         p.set_policy(policy);
         Ok(PyProducer {
-            inner: Cell::new(Box::into_raw(Box::new(p))),
-            busy: Cell::new(false),
+            inner: RefCell::new(Some(p)),
         })
     }
 }
@@ -79,31 +66,28 @@ fn policy_from(on_full: &str, timeout: f64) -> PyResult<FullPolicy> {
 }
 
 impl PyProducer {
-    fn producer(&self) -> PyResult<&Producer> {
-        let p = self.inner.get();
-        if p.is_null() {
-            return Err(Closed::new_err("the producer is closed"));
-        }
-        // SAFETY: owned by self, alive until close/drop; shared use only while no
-        // reservation is active (checked by callers that need exclusivity).
-        Ok(unsafe { &*p })
+    fn producer(&self) -> PyResult<Ref<'_, Producer>> {
+        let g = self
+            .inner
+            .try_borrow()
+            .map_err(|_| Error::new_err("the producer is in use"))?;
+        Ref::filter_map(g, Option::as_ref).map_err(|_| Closed::new_err("the producer is closed"))
     }
 
-    /// Exclusive access for a new reservation.
-    fn take(&self, what: &str) -> PyResult<&'static mut Producer> {
-        let p = self.inner.get();
-        if p.is_null() {
-            return Err(Closed::new_err("the producer is closed"));
-        }
-        if self.busy.get() {
+    /// Exclusive access for a new reservation (or a policy change, or a send).
+    fn take(&self, what: &str) -> PyResult<RefMut<'_, Producer>> {
+        let g = self
+            .inner
+            .try_borrow_mut()
+            .map_err(|_| Error::new_err(format!("{what}: the producer is in use")))?;
+        let p = RefMut::filter_map(g, Option::as_mut)
+            .map_err(|_| Closed::new_err("the producer is closed"))?;
+        if p.has_reservation() {
             return Err(Error::new_err(format!(
                 "{what}: this producer has an open reservation; commit or abort it first"
             )));
         }
-        // SAFETY: the Box lives until this object is dropped, and a reservation made
-        // from this reference holds a strong reference to this object; `busy`
-        // ensures only one such reference exists at a time.
-        Ok(unsafe { &mut *p })
+        Ok(p)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -118,31 +102,34 @@ impl PyProducer {
     ) -> PyResult<Bound<'py, PyReservation>> {
         let py = slf.py();
         let this = slf.borrow();
-        let p = this.take(what)?;
+        let mut p = this.take(what)?;
         let policy = match timeout {
             None => p.policy(),
             Some(t) if t <= 0.0 => FullPolicy::Fail,
             Some(t) => FullPolicy::Block(secs(t, "timeout")?),
         };
-        this.busy.set(true);
-        let r = py.detach(move || p.reserve_with(len, policy));
-        let mut r = match r {
-            Ok(r) => r,
-            Err(e) => {
-                this.busy.set(false);
-                return Err(crate::errors::to_py(e));
-            }
-        };
-        let ptr = r.as_mut_ptr();
+        let prod: &mut Producer = &mut p;
+        // The address crosses the GIL-free closure as an integer.
+        let (addr, len) = py
+            .detach(move || {
+                prod.reserve_raw(len, policy)
+                    .map(|r| (r.ptr as usize, r.len))
+            })
+            .map_err(crate::errors::to_py)?;
+        let ptr = addr as *mut u8;
         if let Some(h) = &media {
+            // SAFETY: `ptr` points at `len` writable bytes of ring, ours until commit
+            // or abort; nothing else refers to them yet.
+            let payload = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
             // The record is at least payload_len() bytes; write the header in place.
-            if let Err(e) = h.write_to(r.payload()) {
-                this.busy.set(false);
+            if let Err(e) = h.write_to(payload) {
+                p.abort_raw();
                 return Err(ConfigError::new_err(e.to_string()));
             }
         }
+        drop(p);
         let res = PyReservation {
-            res: RefCell::new(Some(r)),
+            open: Cell::new(true),
             meta: Cell::new(meta),
             stamp,
             media,
@@ -296,13 +283,9 @@ impl PyProducer {
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyReservation>> {
         let f = parse_format(format)?;
-        if !f.is_video() || width == 0 || height == 0 || width > 1 << 15 || height > 1 << 15 {
-            return Err(ConfigError::new_err(format!(
-                "reserve_video: {format} {width}x{height} is not a video format and size"
-            )));
-        }
         let ts = timestamp.unwrap_or_else(shmring::now_ns);
-        let h = MediaHeader::video(f, width, height, pts_ns.unwrap_or(ts), sequence);
+        let h = MediaHeader::video(f, width, height, pts_ns.unwrap_or(ts), sequence)
+            .map_err(|e| ConfigError::new_err(format!("reserve_video: {format}: {e}")))?;
         let (meta, _) = meta_of(stream, kind::VIDEO, Some(ts), flags);
         let stamp = timestamp.is_none();
         Self::reserve_impl(
@@ -339,11 +322,6 @@ impl PyProducer {
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyReservation>> {
         let f = parse_format(format)?;
-        if !f.is_audio() || channels == 0 || channels > 64 || samples > 1 << 24 {
-            return Err(ConfigError::new_err(format!(
-                "reserve_audio: {format} with {channels} channels x {samples} samples is not valid"
-            )));
-        }
         let ts = timestamp.unwrap_or_else(shmring::now_ns);
         let h = MediaHeader::audio(
             f,
@@ -352,7 +330,8 @@ impl PyProducer {
             samples,
             pts_ns.unwrap_or(ts),
             sequence,
-        );
+        )
+        .map_err(|e| ConfigError::new_err(format!("reserve_audio: {format}: {e}")))?;
         let (meta, _) = meta_of(stream, kind::AUDIO, Some(ts), flags);
         let stamp = timestamp.is_none();
         Self::reserve_impl(
@@ -385,16 +364,16 @@ impl PyProducer {
     ) -> PyResult<()> {
         let buf = BufferGuard::get(data)?;
         let (src, len) = buf.bytes();
-        let p = self.take("send")?;
+        let mut p = self.take("send")?;
         let policy = match timeout {
             None => p.policy(),
             Some(t) if t <= 0.0 => FullPolicy::Fail,
             Some(t) => FullPolicy::Block(secs(t, "timeout")?),
         };
         let src = src as usize;
-        self.busy.set(true);
+        let prod: &mut Producer = &mut p;
         let r = py.detach(move || -> shmring::Result<()> {
-            let mut r = p.reserve_with(len, policy)?;
+            let mut r = prod.reserve_with(len, policy)?;
             // SAFETY: `src` is the exported buffer (held by `buf` until after this
             // call), `len` bytes; the reservation is `len` bytes of ring.
             unsafe { std::ptr::copy_nonoverlapping(src as *const u8, r.as_mut_ptr(), len) };
@@ -406,7 +385,7 @@ impl PyProducer {
                 flags,
             })
         });
-        self.busy.set(false);
+        drop(p);
         drop(buf);
         r.py_err()
     }
@@ -468,22 +447,22 @@ impl PyProducer {
 
     /// close(): detaches from the ring (frees the producer slot).
     fn close(&self) -> PyResult<()> {
-        if self.busy.get() {
+        let mut g = self
+            .inner
+            .try_borrow_mut()
+            .map_err(|_| Error::new_err("close: the producer is in use"))?;
+        if g.as_ref().is_some_and(Producer::has_reservation) {
             return Err(Error::new_err(
                 "close: this producer has an open reservation; commit or abort it first",
             ));
         }
-        let p = self.inner.replace(std::ptr::null_mut());
-        if !p.is_null() {
-            // SAFETY: from Box::into_raw, not borrowed (not busy), dropped once.
-            drop(unsafe { Box::from_raw(p) });
-        }
+        drop(g.take());
         Ok(())
     }
 
     #[getter]
     fn closed(&self) -> bool {
-        self.inner.get().is_null()
+        self.inner.try_borrow().is_ok_and(|g| g.is_none())
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -521,8 +500,8 @@ impl PyProducer {
 /// view never writes into space that was handed on.
 #[pyclass(unsendable, module = "shmring._shmring", name = "Reservation")]
 pub struct PyReservation {
-    // Declared first: dropped (aborting an open claim) before `producer`.
-    res: RefCell<Option<Reservation<'static>>>,
+    /// The claim is still open in the producer (from `reserve_raw`).
+    open: Cell<bool>,
     meta: Cell<Meta>,
     /// Stamp the timestamp at commit.
     stamp: bool,
@@ -538,12 +517,16 @@ pub struct PyReservation {
 
 impl Drop for PyReservation {
     fn drop(&mut self) {
-        let open = self.res.get_mut().take();
-        if let Some(r) = open {
-            r.abort();
+        if self.open.replace(false) {
             Python::attach(|py| {
                 if let Ok(p) = self.producer.bind(py).try_borrow() {
-                    p.busy.set(false);
+                    // If the producer is busy right now, its next reservation (or its
+                    // close) aborts this claim.
+                    if let Ok(mut g) = p.inner.try_borrow_mut() {
+                        if let Some(p) = g.as_mut() {
+                            p.abort_raw();
+                        }
+                    }
                 }
             });
         }
@@ -552,7 +535,7 @@ impl Drop for PyReservation {
 
 impl PyReservation {
     fn check_open(&self) -> PyResult<()> {
-        if self.res.borrow().is_some() {
+        if self.open.get() {
             Ok(())
         } else {
             Err(Released::new_err(
@@ -592,16 +575,24 @@ impl PyReservation {
                 make_readonly(&a);
             }
         }
-        let r = self.res.borrow_mut().take().expect("checked open");
-        self.producer.bind(py).borrow().busy.set(false);
+        let producer = self.producer.bind(py).borrow();
+        let mut g = producer
+            .inner
+            .try_borrow_mut()
+            .map_err(|_| Error::new_err("the producer is in use"))?;
+        self.open.set(false);
+        // The producer cannot be closed while this claim is open.
+        let Some(p) = g.as_mut() else {
+            return Err(Closed::new_err("the producer is closed"));
+        };
         if commit {
             let mut meta = self.meta.get();
             if self.stamp {
                 meta.timestamp_ns = shmring::now_ns();
             }
-            r.commit(meta).py_err()
+            p.commit_raw(self.len as usize, meta).py_err()
         } else {
-            r.abort();
+            p.abort_raw();
             Ok(())
         }
     }
@@ -688,7 +679,7 @@ impl PyReservation {
     /// True while the reservation can still be written and committed.
     #[getter]
     fn open(&self) -> bool {
-        self.res.borrow().is_some()
+        self.open.get()
     }
 
     fn __len__(&self) -> usize {

@@ -291,6 +291,7 @@ impl Input {
                     pts_ns,
                     sequence,
                 )
+                .map_err(|e| e.to_string())?
             }
         };
         if hd.payload_len() > MEDIA_HEADER_SIZE + size {

@@ -213,7 +213,7 @@ fn hostile_producer_headers_are_dropped_counted_and_warned() {
     let p = src(&ring, "");
     let seg = Segment::open_named(&ring.0).expect("open");
     let mut producer = seg.producer().expect("producer");
-    let good = MediaHeader::video(Format::I420, 64, 64, 0, 0);
+    let good = MediaHeader::video(Format::I420, 64, 64, 0, 0).unwrap();
     let mut payload = vec![0u8; good.payload_len()];
     let mut send = |bytes: &[u8]| {
         producer
@@ -223,6 +223,7 @@ fn hostile_producer_headers_are_dropped_counted_and_warned() {
     for (i, fill) in [1u8, 2, 3].iter().enumerate() {
         payload.fill(*fill);
         MediaHeader::video(Format::I420, 64, 64, i as u64, i as u64)
+            .unwrap()
             .write_to(&mut payload)
             .unwrap();
         send(&payload);
@@ -415,7 +416,7 @@ fn a_corrupted_record_resets_the_ring_and_the_source_goes_on() {
     let seg = Segment::open_named(&ring.0).expect("open");
     let mut producer = seg.producer().expect("producer");
     let frame = |fill: u8, seq: u64| {
-        let h = MediaHeader::video(Format::I420, 64, 64, seq, seq);
+        let h = MediaHeader::video(Format::I420, 64, 64, seq, seq).unwrap();
         let mut b = vec![fill; h.payload_len()];
         h.write_to(&mut b).unwrap();
         b
@@ -515,7 +516,7 @@ fn strides_other_than_gstreamers_travel_as_video_meta() {
     let mut producer = seg.producer().expect("producer");
     // The core's layout: tight strides (322 and 161), where GStreamer's default for
     // I420 322x4 is 324 and 164.
-    let hd = MediaHeader::video(Format::I420, 322, 4, 0, 0);
+    let hd = MediaHeader::video(Format::I420, 322, 4, 0, 0).unwrap();
     let mut payload = vec![0u8; hd.payload_len()];
     hd.write_to(&mut payload).unwrap();
     for p in 0..3 {

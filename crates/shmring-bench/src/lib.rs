@@ -26,7 +26,7 @@ pub use alloc::{alloc_count, counting_installed, CountingAlloc};
 /// For tools and tests that read the `--json` output.
 pub use serde_json;
 /// CPU time of a process (also the demo's status line).
-pub use sys::cpu_ns;
+pub use sys::{cpu_ns, proc_memory, rusage, ProcMemory, Rusage};
 pub use work::{checksum, expected_checksum, fill_frame, FRAME_1080P_I420};
 
 /// `shmring bench ARGS...`; returns the process exit code.

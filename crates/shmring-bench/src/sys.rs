@@ -3,13 +3,104 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+/// CPU time and peak memory from `getrusage`.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Rusage {
+    /// User CPU seconds.
+    pub user_s: f64,
+    /// System CPU seconds.
+    pub system_s: f64,
+    /// Peak resident set, KiB.
+    pub max_rss_kb: u64,
+}
+
+impl Rusage {
+    /// User + system CPU seconds.
+    pub fn cpu_s(&self) -> f64 {
+        self.user_s + self.system_s
+    }
+}
+
+/// `getrusage` of this process (`children`: false) or of its reaped children
+/// (true). All zero if the call fails.
+pub fn rusage(children: bool) -> Rusage {
+    let who = if children {
+        libc::RUSAGE_CHILDREN
+    } else {
+        libc::RUSAGE_SELF
+    };
+    // SAFETY: an all-zero rusage is a valid value to be overwritten.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage.
+    if unsafe { libc::getrusage(who, &mut ru) } != 0 {
+        return Rusage::default();
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    Rusage {
+        user_s: tv(ru.ru_utime),
+        system_s: tv(ru.ru_stime),
+        max_rss_kb: ru.ru_maxrss as u64,
+    }
+}
+
 /// (user s, system s, max RSS KiB) of this process.
 pub fn rusage_self() -> (f64, f64, u64) {
-    // SAFETY: getrusage fills the zeroed struct we pass.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    (tv(ru.ru_utime), tv(ru.ru_stime), ru.ru_maxrss as u64)
+    let r = rusage(false);
+    (r.user_s, r.system_s, r.max_rss_kb)
+}
+
+/// Memory of a process, in KiB, from `/proc/PID/status`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ProcMemory {
+    /// VmRSS: everything resident.
+    pub rss_kb: u64,
+    /// RssAnon: heap, stacks.
+    pub anon_kb: u64,
+    /// RssFile: the program and its libraries.
+    pub file_kb: u64,
+    /// RssShmem: shared memory mapped (the ring).
+    pub shmem_kb: u64,
+}
+
+impl ProcMemory {
+    /// Resident memory that is the process's own: everything but shared memory.
+    pub fn private_kb(&self) -> u64 {
+        self.anon_kb + self.file_kb
+    }
+}
+
+/// The memory of process `pid` (None: this process), from `/proc/PID/status`;
+/// None if it cannot be read or has no VmRSS line.
+pub fn proc_memory(pid: Option<u32>) -> Option<ProcMemory> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/status"),
+        None => "/proc/self/status".to_string(),
+    };
+    parse_status(&std::fs::read_to_string(path).ok()?)
+}
+
+fn parse_status(s: &str) -> Option<ProcMemory> {
+    let mut m = ProcMemory::default();
+    let mut seen = false;
+    for line in s.lines() {
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        let Ok(v) = v.trim().trim_end_matches("kB").trim().parse::<u64>() else {
+            continue;
+        };
+        match k {
+            "VmRSS" => {
+                m.rss_kb = v;
+                seen = true
+            }
+            "RssAnon" => m.anon_kb = v,
+            "RssFile" => m.file_kb = v,
+            "RssShmem" => m.shmem_kb = v,
+            _ => {}
+        }
+    }
+    seen.then_some(m)
 }
 
 /// Sleeps until CLOCK_MONOTONIC reaches `ns` (the clock of `shmring::now_ns`).
@@ -86,13 +177,7 @@ pub fn grow_pipe(fd: &impl AsRawFd, bytes: i32) {
 /// CPU time in nanoseconds and RSS (KiB) of a process, from /proc.
 pub fn sample_proc(pid: u32) -> Option<(u64, u64)> {
     let cpu = cpu_ns(pid)?;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let rss = proc_memory(Some(pid)).map_or(0, |m| m.rss_kb);
     Some((cpu, rss))
 }
 
@@ -133,5 +218,22 @@ pub fn clock_ticks_per_s() -> f64 {
         t as f64
     } else {
         100.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_parser_reads_the_memory_lines() {
+        let s = "Name:\tx\nVmRSS:\t  1000 kB\nRssAnon:\t 300 kB\nRssFile:\t 200 kB\nRssShmem:\t 500 kB\n";
+        let m = parse_status(s).expect("parsed");
+        assert_eq!((m.rss_kb, m.private_kb(), m.shmem_kb), (1000, 500, 500));
+        assert_eq!(parse_status("Name:\tx\n"), None);
+        let short = parse_status("VmRSS:\t  1234 kB\nRssAnon:\t 10 kB\n").expect("parsed");
+        assert_eq!(short.rss_kb, 1234);
+        let own = proc_memory(None).expect("own /proc status");
+        assert!(own.rss_kb > 0);
     }
 }

@@ -152,7 +152,7 @@ mod tests {
     fn frame_number_round_trips_at_several_sizes() {
         for (w, h) in [(1920, 1080), (320, 240), (64, 16), (101, 77)] {
             let p = Pattern::new(w, h).unwrap();
-            let hd = MediaHeader::video(Format::I420, w, h, 0, 0);
+            let hd = MediaHeader::video(Format::I420, w, h, 0, 0).unwrap();
             let mut buf = vec![0u8; hd.payload_len()];
             for n in [0u64, 1, 2, 0x8000_0001, 123_456, u32::MAX as u64] {
                 p.draw(n, &hd, &mut buf);

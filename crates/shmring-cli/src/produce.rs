@@ -11,15 +11,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use shmring::media::{kind, Format, MediaHeader};
+use shmring::media::{kind, Format, MediaHeader, MAX_DIMENSION};
 use shmring::{FullPolicy, Meta, Segment};
 
 use crate::cli::{Policy, ProduceArgs};
 use crate::pattern::{Pattern, Tone};
 use crate::{fail, procinfo, stop_flag, CmdError};
 
-/// Largest width and height of the test pattern.
-const MAX_SIDE: u32 = 16384;
 /// Frame rates `produce` paces.
 const FPS: std::ops::RangeInclusive<u32> = 1..=1000;
 
@@ -34,9 +32,9 @@ pub fn parse_video(s: &str) -> Result<Option<(u32, u32, u32)>, String> {
     let (w, h) = size.split_once('x').ok_or_else(form)?;
     let side = |what: &str, v: &str| -> Result<u32, String> {
         match v.parse::<u32>() {
-            Ok(n) if (1..=MAX_SIDE).contains(&n) => Ok(n),
+            Ok(n) if (1..=MAX_DIMENSION).contains(&n) => Ok(n),
             _ => Err(bad(format!(
-                "{what} {v:?} is not a whole number from 1 to {MAX_SIDE}"
+                "{what} {v:?} is not a whole number from 1 to {MAX_DIMENSION}"
             ))),
         }
     };
@@ -154,7 +152,14 @@ fn video_thread(
     };
     prod.set_policy(policy);
     let pattern = Pattern::new(w, h).expect("size checked by parse_video");
-    let len = MediaHeader::video(Format::I420, w, h, 0, 0).payload_len();
+    let base = match MediaHeader::video(Format::I420, w, h, 0, 0) {
+        Ok(hd) => hd,
+        Err(e) => {
+            res.error = Some(format!("video stream {stream}: {e}"));
+            return res;
+        }
+    };
+    let len = base.payload_len();
     let pace = Pace {
         start,
         period: Duration::from_secs(1) / fps,
@@ -186,7 +191,11 @@ fn video_thread(
                 break;
             }
         };
-        let hd = MediaHeader::video(Format::I420, w, h, pts, i);
+        let hd = MediaHeader {
+            pts_ns: pts,
+            sequence: i,
+            ..base
+        };
         let p = r.payload();
         hd.write_to(p).expect("reserved the header's payload_len");
         pattern.draw(i, &hd, p);
@@ -226,7 +235,14 @@ fn audio_thread(
     };
     prod.set_policy(policy);
     let samples = rate / 100;
-    let len = MediaHeader::audio(Format::PcmS16, rate, channels, samples, 0, 0).payload_len();
+    let base = match MediaHeader::audio(Format::PcmS16, rate, channels, samples, 0, 0) {
+        Ok(hd) => hd,
+        Err(e) => {
+            res.error = Some(format!("audio stream {stream}: {e}"));
+            return res;
+        }
+    };
+    let len = base.payload_len();
     let mut tone = Tone::new(440.0, rate);
     let pace = Pace {
         start,
@@ -259,7 +275,11 @@ fn audio_thread(
                 break;
             }
         };
-        let hd = MediaHeader::audio(Format::PcmS16, rate, channels, samples, pts, i);
+        let hd = MediaHeader {
+            pts_ns: pts,
+            sequence: i,
+            ..base
+        };
         let p = r.payload();
         hd.write_to(p).expect("reserved the header's payload_len");
         let (o, s) = (hd.offset[0] as usize, hd.size[0] as usize);
@@ -326,7 +346,9 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
         (None, None) => return Err(fail(2, "give --ring NAME or --connect PATH")),
     };
     if let Some((w, h, _)) = video {
-        let len = MediaHeader::video(Format::I420, w, h, 0, 0).payload_len() as u64;
+        let len = MediaHeader::video(Format::I420, w, h, 0, 0)
+            .map_err(|e| fail(2, format!("--video: {e}")))?
+            .payload_len() as u64;
         let max = seg.geometry().max_record;
         if len > max {
             return Err(fail(

@@ -39,7 +39,9 @@ pub fn handoff_json(s: &ListenerStats) -> serde_json::Value {
 /// The ring the recorder creates: `capacity_mib` MiB, records up to a quarter of it
 /// and never less than one 1080p I420 frame with its media header.
 pub fn ring_config(capacity_mib: u64) -> Config {
-    let frame = MediaHeader::video(Format::I420, 1920, 1080, 0, 0).payload_len() as u64;
+    let frame = MediaHeader::video(Format::I420, 1920, 1080, 0, 0)
+        .expect("1080p I420 is within the media limits")
+        .payload_len() as u64;
     Config::for_records(capacity_mib << 20, frame)
 }
 

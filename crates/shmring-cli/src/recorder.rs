@@ -264,12 +264,8 @@ impl Recorder {
                 hd.sequence = u64::from_le_bytes(local[40..48].try_into().unwrap());
                 hd
             }
-            _ => match MediaHeader::parse(payload) {
+            _ => match MediaHeader::parse_for(meta.kind, payload) {
                 Ok(hd) => {
-                    if let Err(why) = sane(&hd, meta.kind) {
-                        self.note_malformed(si, &meta, &why);
-                        return Ok(Outcome::Malformed);
-                    }
                     self.streams[si].cache = Some(HeaderCache {
                         hd,
                         bytes: hd.to_bytes(),
@@ -433,38 +429,6 @@ impl Recorder {
     }
 }
 
-/// Checks the recorder adds on top of [`MediaHeader::parse`].
-fn sane(hd: &MediaHeader, k: u32) -> Result<(), String> {
-    if k == kind::VIDEO {
-        if !hd.format.is_video() {
-            return Err(format!(
-                "video record carries audio format {}",
-                hd.format.name()
-            ));
-        }
-        if hd.width == 0 || hd.height == 0 || hd.width > 16384 || hd.height > 16384 {
-            return Err(format!(
-                "video size {}x{} outside 1x1..16384x16384",
-                hd.width, hd.height
-            ));
-        }
-    } else {
-        if !hd.format.is_audio() {
-            return Err(format!(
-                "audio record carries video format {}",
-                hd.format.name()
-            ));
-        }
-        if !(1..=64).contains(&hd.channels) || !(1000..=768_000).contains(&hd.sample_rate) {
-            return Err(format!(
-                "audio of {} channels at {} Hz is outside 1..64 channels, 1000..768000 Hz",
-                hd.channels, hd.sample_rate
-            ));
-        }
-    }
-    Ok(())
-}
-
 pub fn kind_name(k: u32) -> &'static str {
     match k {
         kind::VIDEO => "video",
@@ -521,7 +485,7 @@ mod tests {
     }
 
     fn frame(format: Format, w: u32, h: u32, seq: u64, fill: u8) -> Vec<u8> {
-        let hd = MediaHeader::video(format, w, h, 0, seq);
+        let hd = MediaHeader::video(format, w, h, 0, seq).unwrap();
         let mut b = vec![fill; hd.payload_len()];
         hd.write_to(&mut b).unwrap();
         b
@@ -551,7 +515,7 @@ mod tests {
             Outcome::Malformed
         );
         // An audio format on a video record.
-        let hd = MediaHeader::audio(Format::PcmS16, 48000, 2, 10, 0, 0);
+        let hd = MediaHeader::audio(Format::PcmS16, 48000, 2, 10, 0, 0).unwrap();
         let mut a = vec![0u8; hd.payload_len()];
         hd.write_to(&mut a).unwrap();
         assert_eq!(r.process(m, &a).unwrap(), Outcome::Malformed);
@@ -619,7 +583,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut r = rec(dir.path());
         // NV12 4x2: Y = 1..8, UV row = (10,20),(11,21)
-        let mut hd = MediaHeader::video(Format::Nv12, 4, 2, 0, 0);
+        let mut hd = MediaHeader::video(Format::Nv12, 4, 2, 0, 0).unwrap();
         let mut b = vec![0u8; hd.payload_len()];
         hd.write_to(&mut b).unwrap();
         let (y0, c0) = (hd.offset[0] as usize, hd.offset[1] as usize);
@@ -627,7 +591,7 @@ mod tests {
         b[c0..c0 + 4].copy_from_slice(&[10, 20, 11, 21]);
         r.process(Meta::new(1, kind::VIDEO), &b).unwrap();
         // I420 4x2 with a luma stride of 8.
-        hd = MediaHeader::video(Format::I420, 4, 2, 0, 0);
+        hd = MediaHeader::video(Format::I420, 4, 2, 0, 0).unwrap();
         hd.stride[0] = 8;
         hd.size[0] = 16;
         hd.offset[1] = 256;
@@ -652,7 +616,7 @@ mod tests {
     fn float_audio_gets_an_ieee_float_wav() {
         let dir = tempfile::tempdir().unwrap();
         let mut r = rec(dir.path());
-        let hd = MediaHeader::audio(Format::PcmF32, 44100, 1, 100, 0, 0);
+        let hd = MediaHeader::audio(Format::PcmF32, 44100, 1, 100, 0, 0).unwrap();
         let mut b = vec![0u8; hd.payload_len()];
         hd.write_to(&mut b).unwrap();
         for _ in 0..3 {

@@ -3,9 +3,8 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::{self, Receiver};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -13,119 +12,8 @@ use shmring::media::{kind, Format, MediaHeader};
 use shmring::{Meta, Segment};
 use shmring_cli::pattern::decode_frame_number;
 
-const EXE: &str = env!("CARGO_BIN_EXE_shmring");
-/// Upper bound on any wait, so a broken build fails instead of hanging.
-const PATIENCE: Duration = Duration::from_secs(60);
-
-/// A unique ring name, removed from /dev/shm on drop.
-struct Ring(String);
-
-impl Ring {
-    fn new(tag: &str) -> Ring {
-        static N: AtomicU32 = AtomicU32::new(0);
-        Ring(format!(
-            "shmring-clitest-{}-{tag}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ))
-    }
-    fn path(&self) -> PathBuf {
-        Path::new("/dev/shm").join(&self.0)
-    }
-}
-
-impl Drop for Ring {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(self.path());
-    }
-}
-
-/// A child killed and reaped on drop; its stdout JSON lines arrive on `lines`.
-struct Proc {
-    child: Child,
-    lines: Receiver<Value>,
-}
-
-impl Proc {
-    fn spawn(args: &[&str]) -> Proc {
-        let mut child = Command::new(EXE)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&l) {
-                    if tx.send(v).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
-        Proc { child, lines }
-    }
-
-    /// The next JSON line that has `key`, within PATIENCE.
-    fn expect(&self, key: &str) -> Value {
-        let until = Instant::now() + PATIENCE;
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            let v = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("no {key:?} line from the child"));
-            if let Some(x) = v.get(key) {
-                return x.clone();
-            }
-        }
-    }
-
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill has no memory preconditions; the child is not reaped yet.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, sig);
-        }
-    }
-
-    /// Waits for exit (within PATIENCE); returns (exit code, stderr).
-    fn wait(&mut self) -> (Option<i32>, String) {
-        let until = Instant::now() + PATIENCE;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                let mut err = String::new();
-                use std::io::Read;
-                self.child
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut err)
-                    .unwrap();
-                return (s.code(), err);
-            }
-            assert!(Instant::now() < until, "child did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(EXE)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
+mod common;
+use common::{ring_name, run, Proc, Ring, EXE, PATIENCE};
 
 fn start_recorder(ring: &Ring, out: &Path) -> Proc {
     let rec = Proc::spawn(&[
@@ -202,7 +90,7 @@ fn no_part_files(dir: &Path) {
 
 #[test]
 fn record_and_produce_end_to_end_with_stat() {
-    let ring = Ring::new("e2e");
+    let ring = ring_name("e2e");
     let dir = tempfile::tempdir().unwrap();
     let mut rec = start_recorder(&ring, dir.path());
     let mut prod = Proc::spawn(&[
@@ -238,8 +126,12 @@ fn record_and_produce_end_to_end_with_stat() {
     let n = |v: &Value, k: &str| v[k].as_u64().unwrap();
     let sent: u64 = video.iter().map(|v| n(v, "sent")).sum::<u64>() + n(audio, "sent");
     let dropped: u64 = video.iter().map(|v| n(v, "dropped")).sum::<u64>() + n(audio, "dropped");
-    let vlen = MediaHeader::video(Format::I420, 320, 240, 0, 0).payload_len() as u64;
-    let alen = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, 0, 0).payload_len() as u64;
+    let vlen = MediaHeader::video(Format::I420, 320, 240, 0, 0)
+        .unwrap()
+        .payload_len() as u64;
+    let alen = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, 0, 0)
+        .unwrap()
+        .payload_len() as u64;
     assert_eq!(n(&stat, "records_committed"), sent);
     assert_eq!(n(&stat, "records_consumed"), sent);
     assert_eq!(n(&stat, "drops_full"), dropped);
@@ -284,13 +176,13 @@ fn record_and_produce_end_to_end_with_stat() {
 
 #[test]
 fn malformed_media_headers_are_counted_skipped_and_reported() {
-    let ring = Ring::new("malformed");
+    let ring = ring_name("malformed");
     let dir = tempfile::tempdir().unwrap();
     let mut rec = start_recorder(&ring, dir.path());
     {
         let seg = Segment::open_named(&ring.0).unwrap();
         let mut p = seg.producer().unwrap();
-        let hd = MediaHeader::video(Format::I420, 64, 16, 0, 0);
+        let hd = MediaHeader::video(Format::I420, 64, 16, 0, 0).unwrap();
         let mut good = vec![0u8; hd.payload_len()];
         hd.write_to(&mut good).unwrap();
         let mut bad = good.clone();
@@ -322,7 +214,7 @@ fn malformed_media_headers_are_counted_skipped_and_reported() {
 
 #[test]
 fn a_killed_producer_does_not_stop_the_recorder() {
-    let ring = Ring::new("killed");
+    let ring = ring_name("killed");
     let dir = tempfile::tempdir().unwrap();
     let mut rec = start_recorder(&ring, dir.path());
     let video = ["--video", "320x240@30", "--audio", "48000x1"];
@@ -338,8 +230,7 @@ fn a_killed_producer_does_not_stop_the_recorder() {
     while rec.expect("progress")["video_frames"].as_u64().unwrap() < 5 {
         assert!(Instant::now() < until);
     }
-    let _ = a.child.kill();
-    let _ = a.child.wait();
+    a.kill();
     // The recorder goes on: a second producer's frames are recorded too.
     let mut b = Proc::spawn(
         &[
@@ -384,7 +275,7 @@ fn a_killed_producer_does_not_stop_the_recorder() {
 
 #[test]
 fn record_stops_by_itself_after_seconds() {
-    let ring = Ring::new("seconds");
+    let ring = ring_name("seconds");
     let dir = tempfile::tempdir().unwrap();
     let ready = dir.path().join("ready");
     let o = run(&[
@@ -451,7 +342,7 @@ fn assert_fails(o: &Output, needles: &[&str]) {
 
 #[test]
 fn unknown_ring_is_named() {
-    let ring = Ring::new("absent");
+    let ring = ring_name("absent");
     assert_fails(
         &run(&["stat", "--json", &ring.0]),
         &[&ring.0, "does not exist"],
@@ -464,7 +355,7 @@ fn unknown_ring_is_named() {
 
 #[test]
 fn ring_of_another_layout_is_refused() {
-    let ring = Ring::new("foreign");
+    let ring = ring_name("foreign");
     std::fs::write(ring.path(), vec![0x5au8; 1 << 20]).unwrap();
     assert_fails(
         &run(&["stat", &ring.0]),
@@ -475,7 +366,7 @@ fn ring_of_another_layout_is_refused() {
         &[&ring.0, "not a shmring ring"],
     );
     // A real ring whose layout version is not ours.
-    let other = Ring::new("version");
+    let other = ring_name("version");
     let seg = Segment::create_named(&other.0, &shmring::Config::with_capacity(1 << 20)).unwrap();
     {
         use std::io::{Seek, SeekFrom, Write};
@@ -495,7 +386,7 @@ fn ring_of_another_layout_is_refused() {
 
 #[test]
 fn unusable_output_directory_fails_before_the_ring_exists() {
-    let ring = Ring::new("badout");
+    let ring = ring_name("badout");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("not-a-dir");
     std::fs::write(&file, b"").unwrap();
@@ -513,7 +404,7 @@ fn unusable_output_directory_fails_before_the_ring_exists() {
 
 #[test]
 fn existing_ring_name_is_refused() {
-    let ring = Ring::new("exists");
+    let ring = ring_name("exists");
     std::fs::write(ring.path(), b"").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let o = run(&[
@@ -529,7 +420,7 @@ fn existing_ring_name_is_refused() {
 #[test]
 fn a_ring_too_small_for_a_1080p_frame_is_refused() {
     for mib in ["4", "12"] {
-        let ring = Ring::new("small");
+        let ring = ring_name("small");
         let dir = tempfile::tempdir().unwrap();
         let o = run(&[
             "record",
@@ -549,7 +440,7 @@ fn a_ring_too_small_for_a_1080p_frame_is_refused() {
 #[test]
 #[cfg(not(feature = "gst"))] // with GStreamer, --encode needs no ffmpeg
 fn encode_without_ffmpeg_says_so() {
-    let ring = Ring::new("noffmpeg");
+    let ring = ring_name("noffmpeg");
     let dir = tempfile::tempdir().unwrap();
     let o = Command::new(EXE)
         .args(["record", "--encode", "--create", &ring.0, "--out"])
@@ -578,7 +469,7 @@ fn bad_arguments_are_rejected() {
 #[test]
 fn a_full_disk_stops_the_recording_with_whole_frames_only() {
     use std::os::unix::process::CommandExt;
-    let ring = Ring::new("full");
+    let ring = ring_name("full");
     let dir = tempfile::tempdir().unwrap();
     // A 16 MiB file size limit stands in for a full disk (writes fail with EFBIG).
     let mut cmd = Command::new(EXE);
@@ -606,17 +497,7 @@ fn a_full_disk_stops_the_recording_with_whole_frames_only() {
             Ok(())
         });
     }
-    let mut child = cmd.spawn().unwrap();
-    let out = BufReader::new(child.stdout.take().unwrap());
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for l in out.lines().map_while(Result::ok) {
-            if let Ok(v) = serde_json::from_str::<Value>(&l) {
-                let _ = tx.send(v);
-            }
-        }
-    });
-    let mut rec = Proc { child, lines };
+    let mut rec = Proc::command(cmd);
     rec.expect("ready");
     let _prod = Proc::spawn(&[
         "produce",
@@ -659,7 +540,7 @@ fn encode_writes_h264_mp4_when_ffmpeg_is_installed() {
         eprintln!("ffmpeg is not installed: --encode not exercised");
         return;
     }
-    let ring = Ring::new("encode");
+    let ring = ring_name("encode");
     let dir = tempfile::tempdir().unwrap();
     let mut rec = Proc::spawn(&[
         "record",
@@ -707,15 +588,14 @@ fn encode_writes_h264_mp4_when_ffmpeg_is_installed() {
 #[test]
 fn interrupted_demo_stops_its_children_and_removes_its_ring() {
     let dir = tempfile::tempdir().unwrap();
-    let mut demo = Command::new(EXE)
-        .args(["demo", "--seconds", "60", "--video", "320x240@30", "--out"])
+    let mut cmd = Command::new(EXE);
+    cmd.args(["demo", "--seconds", "60", "--video", "320x240@30", "--out"])
         .arg(dir.path())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = BufReader::new(demo.stdout.take().unwrap());
+        .stderr(Stdio::piped());
+    let mut kid = shmring_testkit::spawn_cmd(cmd, &[]).unwrap();
+    let out = BufReader::new(kid.child.stdout.take().unwrap());
     let (tx, lines) = mpsc::channel::<String>();
     std::thread::spawn(move || {
         for l in out.lines().map_while(Result::ok) {
@@ -723,7 +603,7 @@ fn interrupted_demo_stops_its_children_and_removes_its_ring() {
         }
     });
     let mut demo = Proc {
-        child: demo,
+        kid,
         lines: mpsc::channel().1,
     };
     // The first line says where the files go; the next names the children.
@@ -769,7 +649,7 @@ fn interrupted_demo_stops_its_children_and_removes_its_ring() {
 /// restart of anything.
 #[test]
 fn the_recorder_carries_on_after_a_peer_scribbles_the_ring() {
-    let ring = Ring::new("scribbled");
+    let ring = ring_name("scribbled");
     let dir = tempfile::tempdir().unwrap();
     let mut rec = start_recorder(&ring, dir.path());
     {

@@ -1,18 +1,12 @@
 //! The command over the secure hand-off: `record --listen`, `produce --connect`,
 //! `stat --connect` (read-only observer), a refused uid, and bad input.
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::{self, Receiver};
-use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
-const EXE: &str = env!("CARGO_BIN_EXE_shmring");
-/// Upper bound on any wait, so a broken build fails instead of hanging.
-const PATIENCE: Duration = Duration::from_secs(60);
+mod common;
+use common::{last_json, run, Proc, EXE};
 
 /// A private directory for the socket and the recordings, removed on drop.
 struct Dir(PathBuf);
@@ -42,88 +36,6 @@ impl Drop for Dir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// A child killed and reaped on drop; its stdout JSON lines arrive on `lines`.
-struct Proc {
-    child: Child,
-    lines: Receiver<Value>,
-}
-
-impl Proc {
-    fn spawn(args: &[&str]) -> Proc {
-        let mut child = Command::new(EXE)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&l) {
-                    if tx.send(v).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
-        Proc { child, lines }
-    }
-
-    fn expect(&self, key: &str) -> Value {
-        let until = Instant::now() + PATIENCE;
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            let v = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("no {key:?} line from the child"));
-            if let Some(x) = v.get(key) {
-                return x.clone();
-            }
-        }
-    }
-
-    fn wait(&mut self) -> (Option<i32>, String) {
-        let until = Instant::now() + PATIENCE;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                let mut err = String::new();
-                self.child
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut err)
-                    .unwrap();
-                return (s.code(), err);
-            }
-            assert!(Instant::now() < until, "child did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(EXE)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn last_json(out: &Output) -> Value {
-    let s = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(s.lines().last().expect("a JSON line")).unwrap()
 }
 
 #[test]
@@ -168,8 +80,7 @@ fn record_listen_produce_connect_stat_connect() {
     assert_eq!(st["consumer_attached"], true);
 
     // SIGTERM ends the recording; the summary counts the hand-offs.
-    // SAFETY: kill has no memory preconditions; the child is not reaped yet.
-    unsafe { libc::kill(rec.child.id() as libc::pid_t, libc::SIGTERM) };
+    rec.signal(libc::SIGTERM);
     let recorded = rec.expect("recorded");
     let (code, err) = rec.wait();
     assert_eq!(code, Some(0), "{err}");
@@ -236,8 +147,7 @@ fn a_uid_not_allowed_is_refused_with_the_rule_named() {
         err.contains("rule: peer-credentials") && err.contains("uid 4243"),
         "{err}"
     );
-    // SAFETY: as above.
-    unsafe { libc::kill(rec.child.id() as libc::pid_t, libc::SIGTERM) };
+    rec.signal(libc::SIGTERM);
     let recorded = rec.expect("recorded");
     rec.wait();
     assert_eq!(recorded["handoff"]["producers"], 1, "{recorded}");

@@ -54,20 +54,20 @@ fn steady_state_records_allocate_nothing() {
     .unwrap();
     let (w, h) = (1920, 1080);
     let pattern = Pattern::new(w, h).unwrap();
-    let vhd = MediaHeader::video(Format::I420, w, h, 0, 0);
+    let vhd = MediaHeader::video(Format::I420, w, h, 0, 0).unwrap();
     let mut video = vec![0u8; vhd.payload_len()];
-    let ahd = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, 0, 0);
+    let ahd = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, 0, 0).unwrap();
     let mut audio = vec![0u8; ahd.payload_len()];
     let mut tone = Tone::new(440.0, 48000);
 
     let mut run = |rec: &mut Recorder, i: u64| {
-        let hd = MediaHeader::video(Format::I420, w, h, i * 33_000_000, i);
+        let hd = MediaHeader::video(Format::I420, w, h, i * 33_000_000, i).unwrap();
         hd.write_to(&mut video).unwrap();
         pattern.draw(i, &hd, &mut video);
         let o = rec.process(Meta::new(0, kind::VIDEO), &video).unwrap();
         assert_eq!(o, Outcome::Written);
         for k in 0..3 {
-            let hd = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, 0, i * 3 + k);
+            let hd = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, 0, i * 3 + k).unwrap();
             hd.write_to(&mut audio).unwrap();
             tone.fill_s16(&mut audio[128..], 2);
             let o = rec.process(Meta::new(0, kind::AUDIO), &audio).unwrap();
@@ -114,7 +114,7 @@ fn steady_state_records_allocate_nothing() {
 /// `MediaHeader::parse` itself allocates nothing (the recorder may call it per frame).
 #[test]
 fn media_header_parse_allocates_nothing() {
-    let hd = MediaHeader::video(Format::I420, 64, 64, 0, 0);
+    let hd = MediaHeader::video(Format::I420, 64, 64, 0, 0).unwrap();
     let mut buf = vec![0u8; hd.payload_len()];
     hd.write_to(&mut buf).unwrap();
     let before = allocs();

@@ -32,7 +32,8 @@ fn rust_child(frames: u64) -> i32 {
     let mut p = seg.producer().expect("producer");
     let ramp = pattern::ramp();
     for i in 0..frames {
-        let h = MediaHeader::video(Format::I420, 1920, 1080, shmring::now_ns(), i);
+        let h =
+            MediaHeader::video(Format::I420, 1920, 1080, shmring::now_ns(), i).expect("1080p I420");
         let mut r = p.reserve(h.payload_len()).expect("reserve");
         h.write_to(r.payload()).expect("header");
         pattern::fill(&h, r.payload(), &ramp);

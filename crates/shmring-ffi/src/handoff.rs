@@ -10,12 +10,11 @@ use std::time::Duration;
 use shmring::handoff::{ListenerOptions, ListenerThread, DEFAULT_CONNECT_TIMEOUT};
 use shmring::{Listener, ReadOnlySegment, Segment};
 
-use super::fail;
-use super::shmring_status::{self, *};
-use super::{
-    c_geometry, c_stats, c_str, close, core_err, entry, lease, new_segment, ok, out_ptr, register,
-    shmring_geometry, shmring_segment, shmring_stats, Handle, Kind, Res,
-};
+use crate::handles::{c_str, close, lease, out_ptr, register, Handle, Kind};
+use crate::segment::{c_geometry, new_segment, shmring_geometry, shmring_segment};
+use crate::stats::{c_stats, shmring_stats};
+use crate::status::shmring_status::{self, *};
+use crate::status::{core_err, entry, ok, Res};
 
 /// Options of shmring_listen. Initialise with shmring_listen_options_init(), which
 /// sets the library's defaults (this process's uid only, the default bounds).

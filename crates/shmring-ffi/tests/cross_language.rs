@@ -81,7 +81,7 @@ fn send_frames(seg: &std::sync::Arc<Segment>, n: u64, corrupt: Option<u64>) {
     let mut producer = seg.producer().unwrap();
     let ramp = ramp();
     for i in 0..n {
-        let h = MediaHeader::video(Format::I420, 1280, 720, shmring::now_ns(), i);
+        let h = MediaHeader::video(Format::I420, 1280, 720, shmring::now_ns(), i).unwrap();
         let mut r = producer.reserve(h.payload_len()).unwrap();
         h.write_to(r.payload()).unwrap();
         fill(&h, r.payload(), &ramp);

@@ -3,43 +3,18 @@
 //! memory figures, and the report every subcommand prints.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-// ---- random numbers ------------------------------------------------------------------
+pub use shmring_testkit::{checksum, mix, spawn_cmd, spawn_self, Kid, Rng};
 
-/// splitmix64.
-#[derive(Clone)]
-pub struct Rng(pub u64);
+/// A `/dev/shm` name unique to this process, unlinked on drop.
+pub type ShmName = shmring_testkit::ShmName;
 
-impl Rng {
-    pub fn seeded() -> Rng {
-        Rng(shmring::now_ns() ^ ((std::process::id() as u64) << 32))
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        mix(self.0)
-    }
-    /// Uniform in `0..n` (0 if `n` is 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-    /// Uniform in `lo..=hi`.
-    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi.saturating_sub(lo) + 1)
-    }
-}
-
-pub fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+/// A unique ring name for this suite (see [`ShmName`]).
+pub fn shm_name(tag: &str) -> ShmName {
+    ShmName::new("verify", tag)
 }
 
 // ---- records -------------------------------------------------------------------------
@@ -68,20 +43,6 @@ impl std::fmt::Display for BadRecord {
             BadRecord::Checksum => "checksum mismatch",
         })
     }
-}
-
-/// 64-bit multiply-rotate hash of `b`.
-pub fn checksum(b: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ b.len() as u64;
-    let mut words = b.chunks_exact(8);
-    for w in &mut words {
-        let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
-        h = (h ^ w).wrapping_mul(0x0100_0000_01b3).rotate_left(23);
-    }
-    for &x in words.remainder() {
-        h = (h ^ x as u64).wrapping_mul(0x0100_0000_01b3);
-    }
-    h
 }
 
 /// Fills `buf[REC_HDR..]` with the pattern of record (instance, seq), in chunks of
@@ -138,7 +99,7 @@ pub fn verify_record(p: &[u8]) -> Result<(u32, u64), BadRecord> {
 }
 
 /// Claim sequence numbers are compared modulo 2^28 (the ring's wrap).
-pub const SEQ_MASK: u64 = (1 << 28) - 1;
+pub use shmring::layout::SEQ_MASK;
 
 /// Is claim `a` after claim `b` (modulo 2^28)?
 pub fn seq_after(a: u64, b: u64) -> bool {
@@ -274,178 +235,6 @@ impl Drop for Flags {
     }
 }
 
-// ---- child processes -------------------------------------------------------------------
-
-/// A child process (this executable with a hidden subcommand): SIGKILLed and reaped
-/// on drop, and killed by the kernel if the thread that spawned it goes away.
-pub struct Kid {
-    pub child: std::process::Child,
-    pub pid: i32,
-    reaped: bool,
-}
-
-/// Spawns this executable with `args`, keeping `inherit` open across exec.
-pub fn spawn_self(args: &[String], inherit: &[RawFd], piped_stdout: bool) -> std::io::Result<Kid> {
-    let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.args(args).stdin(Stdio::null());
-    if piped_stdout {
-        cmd.stdout(Stdio::piped());
-    }
-    spawn_cmd(cmd, inherit)
-}
-
-pub fn spawn_cmd(mut cmd: Command, inherit: &[RawFd]) -> std::io::Result<Kid> {
-    let fds = inherit.to_vec();
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: runs in the forked child before exec and makes only async-signal-safe
-    // system calls (prctl, getppid, fcntl) on the child's own state.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                return Err(std::io::Error::other("parent exited during spawn"));
-            }
-            for &fd in &fds {
-                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    let child = cmd.spawn()?;
-    let pid = child.id() as i32;
-    Ok(Kid {
-        child,
-        pid,
-        reaped: false,
-    })
-}
-
-impl Kid {
-    pub fn signal(&self, sig: i32) {
-        if !self.reaped {
-            // SAFETY: our own, not yet reaped child.
-            unsafe { libc::kill(self.pid, sig) };
-        }
-    }
-
-    /// SIGKILL and reap.
-    pub fn kill(&mut self) {
-        if !self.reaped {
-            self.signal(libc::SIGKILL);
-            let _ = self.child.wait();
-            self.reaped = true;
-        }
-    }
-
-    /// Stops the child (SIGSTOP) and waits until it is stopped. False if it exited.
-    pub fn stop(&mut self) -> bool {
-        if self.reaped {
-            return false;
-        }
-        self.signal(libc::SIGSTOP);
-        loop {
-            let mut st = 0;
-            // SAFETY: waits for our own child; WUNTRACED reports the stop without
-            // reaping.
-            let r = unsafe { libc::waitpid(self.pid, &mut st, libc::WUNTRACED) };
-            if r == self.pid {
-                if libc::WIFSTOPPED(st) {
-                    return true;
-                }
-                // It exited (and is reaped now).
-                self.reaped = true;
-                return false;
-            }
-            if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                return false;
-            }
-        }
-    }
-
-    pub fn cont(&self) {
-        self.signal(libc::SIGCONT);
-    }
-
-    /// Waits up to `guard` for the child to exit; returns its status, or None (then
-    /// it is killed).
-    pub fn wait_exit(&mut self, guard: Duration) -> Option<std::process::ExitStatus> {
-        let t = Instant::now();
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(st)) => {
-                    self.reaped = true;
-                    return Some(st);
-                }
-                Ok(None) => {}
-                Err(_) => {
-                    self.reaped = true;
-                    return None;
-                }
-            }
-            if t.elapsed() > guard {
-                self.kill();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
-
-    /// Has it exited (reaping it if so)?
-    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        if self.reaped {
-            return None;
-        }
-        match self.child.try_wait() {
-            Ok(Some(st)) => {
-                self.reaped = true;
-                Some(st)
-            }
-            _ => None,
-        }
-    }
-
-    pub fn is_reaped(&self) -> bool {
-        self.reaped
-    }
-}
-
-impl Drop for Kid {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// A `/dev/shm` name unique to this process, unlinked on drop.
-pub struct ShmName(pub String);
-
-impl ShmName {
-    pub fn new(tag: &str) -> ShmName {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        ShmName(format!("shmring-verify-{}-{tag}-{n}", std::process::id()))
-    }
-    pub fn path(&self) -> std::path::PathBuf {
-        std::path::Path::new("/dev/shm").join(&self.0)
-    }
-}
-
-impl Drop for ShmName {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(self.path());
-    }
-}
-
 // ---- process memory --------------------------------------------------------------------
 
 /// Resident memory of a process from /proc/PID/status, in bytes.
@@ -457,28 +246,11 @@ pub struct Rss {
 }
 
 pub fn read_rss(pid: i32) -> Option<Rss> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let mut r = Rss::default();
-    let mut found = 0;
-    for line in s.lines() {
-        let mut it = line.split_whitespace();
-        let (Some(k), Some(v)) = (it.next(), it.next()) else {
-            continue;
-        };
-        let kb: u64 = v.parse().unwrap_or(0);
-        match k {
-            "VmRSS:" => {
-                r.vm_rss = kb * 1024;
-                found += 1;
-            }
-            "RssAnon:" | "RssFile:" => {
-                r.private += kb * 1024;
-                found += 1;
-            }
-            _ => {}
-        }
-    }
-    (found == 3).then_some(r)
+    let m = shmring_bench::proc_memory(Some(u32::try_from(pid).ok()?))?;
+    Some(Rss {
+        vm_rss: m.rss_kb * 1024,
+        private: m.private_kb() * 1024,
+    })
 }
 
 // ---- statistics ------------------------------------------------------------------------

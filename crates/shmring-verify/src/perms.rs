@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use shmring::{Config, Error, Segment};
 
-use crate::common::{spawn_cmd, Report, ShmName};
+use crate::common::{shm_name, spawn_cmd, Report};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -52,7 +52,7 @@ fn nobody() -> Option<(u32, u32)> {
 
 pub fn run(a: Args) -> i32 {
     let mut rep = Report::new("perms");
-    let name = ShmName::new("perms");
+    let name = shm_name("perms");
     let seg = match Segment::create_named(&name.0, &Config::with_capacity(64 << 10)) {
         Ok(s) => s,
         Err(e) => {

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use shmring::{Config, Meta, Segment};
 
-use crate::common::{spawn_cmd, Report, ShmName};
+use crate::common::{shm_name, spawn_cmd, Report};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -234,7 +234,7 @@ pub fn run(a: Args) -> i32 {
 /// truncates the file to one page, and lets the consumer read. Returns the child's
 /// exit status and its last line.
 fn truncate_under_consumer(foreign: bool) -> (Option<std::process::ExitStatus>, String) {
-    let name = ShmName::new(if foreign { "trunc-foreign" } else { "trunc" });
+    let name = shm_name(if foreign { "trunc-foreign" } else { "trunc" });
     let seg = match Segment::create_named(&name.0, &Config::with_capacity(64 << 10)) {
         Ok(s) => s,
         Err(e) => return (None, format!("create: {e}")),

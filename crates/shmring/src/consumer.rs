@@ -340,7 +340,7 @@ impl Consumer {
         match self.seg.eventfd() {
             Some(fd) => wake::sleep_eventfd(fd, max),
             None => wake::sleep(f, seen, max),
-        };
+        }
         wake::disarm(f);
     }
 

@@ -9,13 +9,13 @@
 //!  |  line 2  read cursor    u64 = seq:28 | pos:36      (consumer, store)         |
 //!  |          peek cursor    u64 = seq:28 | pos:36      (consumer, store; stats)  |
 //!  |  line 3  data futex u32, consumer-waiting u32      (producers wake consumer) |
-//!  |  line 4  space futex u32, producers-waiting u32, need u32 (wakes producers)|
+//!  |  line 4  space futex u32, producers-waiting u32, need u32 (wakes producers)  |
 //!  |  line 5  consumer role: state u32                                             |
 //!  |  line 6-7 consumer counters                                                   |
 //!  |  line 8  claim health: stalled claims, oldest pending claim (since, slot, pid)|
 //!  +-------------------------------------------------------------------------------+
 //!  | SLOT TABLE  max_producers x SLOT_SIZE (128 bytes): one per attached producer  |
-//!  |  state u32 | generation u32 | open claim u64 | space-waiting u32 | counters   |
+//!  |  state u32 | (pad) u32 | open claim u64 | space-waiting u32 | counters       |
 //!  +-------------------------------------------------------------------------------+
 //!  | CLAIM LOG   log_entries x u64 (power of two): entry for claim seq k at k % N  |
 //!  |  bit 63..36 stamp (k mod 2^28) | 35..34 state | 33..26 slot | 25..0 units    |
@@ -312,14 +312,13 @@ pub struct ProducerCounters {
     pub drops_full: AtomicU64,
     pub waits: AtomicU64,
     pub wakes_sent: AtomicU64,
-    pub attaches: AtomicU64,
-    pub _reserved: AtomicU64,
+    pub _reserved: [AtomicU64; 2],
 }
 
 #[repr(C, align(64))]
 pub struct Slot {
     pub state: AtomicU32,
-    pub generation: AtomicU32,
+    pub _pad0: u32,
     /// The log entry value of the owner's open claim (0: none), stored (Release)
     /// before the claim's CAS and cleared (Release) after its commit or abort. A
     /// claim naming this slot that is not this value was not made by the owner.

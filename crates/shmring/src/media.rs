@@ -40,6 +40,16 @@ pub const MEDIA_MAGIC: u32 = u32::from_le_bytes(*b"SMH1");
 pub const MEDIA_VERSION: u16 = 1;
 pub const MEDIA_HEADER_SIZE: usize = 128;
 
+/// Largest width and height of a video frame, in pixels (an RGBA frame this size
+/// is 1 GiB, so every plane size and offset fits the header's u32 fields).
+pub const MAX_DIMENSION: u32 = 16384;
+/// Most channels of an audio packet.
+pub const MAX_CHANNELS: u32 = 64;
+/// Most samples (per channel) of an audio packet.
+pub const MAX_SAMPLES: u32 = 1 << 24;
+/// Audio sample rates accepted, in Hz.
+pub const SAMPLE_RATES: std::ops::RangeInclusive<u32> = 1000..=768_000;
+
 /// Sample and pixel formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
@@ -114,14 +124,64 @@ pub struct MediaHeader {
 #[error("malformed media header: {0}")]
 pub struct MediaError(pub String);
 
+fn check_video_size(width: u32, height: u32) -> Result<(), MediaError> {
+    let ok = 1..=MAX_DIMENSION;
+    if !ok.contains(&width) || !ok.contains(&height) {
+        return Err(MediaError(format!(
+            "video size {width}x{height} outside 1x1..{MAX_DIMENSION}x{MAX_DIMENSION}"
+        )));
+    }
+    Ok(())
+}
+
+fn check_audio_shape(sample_rate: u32, channels: u32, samples: u32) -> Result<(), MediaError> {
+    if !(1..=MAX_CHANNELS).contains(&channels)
+        || !SAMPLE_RATES.contains(&sample_rate)
+        || samples > MAX_SAMPLES
+    {
+        return Err(MediaError(format!(
+            "audio of {channels} channels x {samples} samples at {sample_rate} Hz is outside \
+             1..{MAX_CHANNELS} channels, 0..{MAX_SAMPLES} samples, {}..{} Hz",
+            SAMPLE_RATES.start(),
+            SAMPLE_RATES.end()
+        )));
+    }
+    Ok(())
+}
+
+fn to_u32(v: u64, what: &str) -> Result<u32, MediaError> {
+    u32::try_from(v).map_err(|_| MediaError(format!("{what} of {v} bytes does not fit 4 GiB")))
+}
+
 fn align64(v: u64) -> u64 {
     v.next_multiple_of(64)
 }
 
 impl MediaHeader {
     /// A video header with tight strides and 64-byte-aligned planes after the header.
-    pub fn video(format: Format, width: u32, height: u32, pts_ns: u64, sequence: u64) -> Self {
-        assert!(format.is_video(), "video() needs a video format");
+    /// [`MediaError`] for an audio format or a size outside 1..=[`MAX_DIMENSION`].
+    ///
+    /// ```
+    /// use shmring::media::{Format, MediaHeader};
+    /// let h = MediaHeader::video(Format::I420, 1920, 1080, 0, 0).unwrap();
+    /// assert_eq!(h.payload_len(), 128 + 1920 * 1080 * 3 / 2);
+    /// assert!(MediaHeader::video(Format::I420, 0, 1080, 0, 0).is_err());
+    /// assert!(MediaHeader::video(Format::PcmS16, 64, 64, 0, 0).is_err());
+    /// ```
+    pub fn video(
+        format: Format,
+        width: u32,
+        height: u32,
+        pts_ns: u64,
+        sequence: u64,
+    ) -> Result<Self, MediaError> {
+        if !format.is_video() {
+            return Err(MediaError(format!(
+                "{} is not a video format",
+                format.name()
+            )));
+        }
+        check_video_size(width, height)?;
         let (w, h) = (width as u64, height as u64);
         let (cw, ch) = (w.div_ceil(2), h.div_ceil(2));
         let plane_dims: &[(u64, u64)] = match format {
@@ -146,12 +206,13 @@ impl MediaHeader {
         let mut at = MEDIA_HEADER_SIZE as u64;
         for (i, &(stride, rows)) in plane_dims.iter().enumerate() {
             at = align64(at);
-            hd.stride[i] = stride as u32;
-            hd.offset[i] = at as u32;
-            hd.size[i] = (stride * rows) as u32;
+            hd.stride[i] = to_u32(stride, "stride")?;
+            hd.offset[i] = to_u32(at, "plane offset")?;
+            hd.size[i] = to_u32(stride * rows, "plane size")?;
             at += stride * rows;
         }
-        hd
+        to_u32(at, "payload")?;
+        Ok(hd)
     }
 
     /// A video header for planes laid out by someone else (another library's strides
@@ -173,7 +234,7 @@ impl MediaHeader {
                 format.name()
             )));
         }
-        let mut hd = MediaHeader::video(format, width, height, pts_ns, sequence);
+        let mut hd = MediaHeader::video(format, width, height, pts_ns, sequence)?;
         let (want, count) = Self::expected(&hd);
         if stride.len() != count || offset.len() != count {
             return Err(MediaError(format!(
@@ -212,10 +273,18 @@ impl MediaHeader {
         samples: u32,
         pts_ns: u64,
         sequence: u64,
-    ) -> Self {
-        assert!(format.is_audio(), "audio() needs an audio format");
+    ) -> Result<Self, MediaError> {
+        if !format.is_audio() {
+            return Err(MediaError(format!(
+                "{} is not an audio format",
+                format.name()
+            )));
+        }
+        check_audio_shape(sample_rate, channels, samples)?;
         let frame = format.sample_bytes() * channels;
-        MediaHeader {
+        let size = to_u32(frame as u64 * samples as u64, "audio data")?;
+        to_u32(MEDIA_HEADER_SIZE as u64 + size as u64, "payload")?;
+        Ok(MediaHeader {
             format,
             width: 0,
             height: 0,
@@ -227,8 +296,41 @@ impl MediaHeader {
             planes: 1,
             stride: [frame, 0, 0, 0],
             offset: [MEDIA_HEADER_SIZE as u32, 0, 0, 0],
-            size: [frame * samples, 0, 0, 0],
+            size: [size, 0, 0, 0],
+        })
+    }
+
+    /// [`MediaHeader::parse`], then the checks for a record of `kind`
+    /// ([`kind::VIDEO`] or [`kind::AUDIO`]): a format of that kind and the sizes the
+    /// constructors accept. What every reader of media records calls.
+    pub fn parse_for(k: u32, payload: &[u8]) -> Result<MediaHeader, MediaError> {
+        let hd = MediaHeader::parse(payload)?;
+        match k {
+            kind::VIDEO => {
+                if !hd.format.is_video() {
+                    return Err(MediaError(format!(
+                        "video record carries audio format {}",
+                        hd.format.name()
+                    )));
+                }
+                check_video_size(hd.width, hd.height)?;
+            }
+            kind::AUDIO => {
+                if !hd.format.is_audio() {
+                    return Err(MediaError(format!(
+                        "audio record carries video format {}",
+                        hd.format.name()
+                    )));
+                }
+                check_audio_shape(hd.sample_rate, hd.channels, hd.samples)?;
+            }
+            other => {
+                return Err(MediaError(format!(
+                    "record kind {other} carries no media header (expected video or audio)"
+                )))
+            }
         }
+        Ok(hd)
     }
 
     /// Payload bytes needed: header plus planes.
@@ -402,7 +504,7 @@ mod tests {
 
     #[test]
     fn video_round_trip_and_layout() {
-        let h = MediaHeader::video(Format::I420, 1920, 1080, 5, 6);
+        let h = MediaHeader::video(Format::I420, 1920, 1080, 5, 6).unwrap();
         assert_eq!(h.offset[0], 128);
         assert_eq!(h.size[0], 1920 * 1080);
         assert_eq!(h.stride[1], 960);
@@ -449,7 +551,7 @@ mod tests {
 
     #[test]
     fn audio_round_trip() {
-        let h = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, 1, 2);
+        let h = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, 1, 2).unwrap();
         let mut buf = vec![0u8; h.payload_len()];
         h.write_to(&mut buf).unwrap();
         let p = MediaHeader::parse(&buf).unwrap();
@@ -459,7 +561,7 @@ mod tests {
 
     #[test]
     fn rejects_planes_outside_payload_and_bad_fields() {
-        let h = MediaHeader::video(Format::I420, 64, 64, 0, 0);
+        let h = MediaHeader::video(Format::I420, 64, 64, 0, 0).unwrap();
         let mut buf = vec![0u8; h.payload_len()];
         h.write_to(&mut buf).unwrap();
         assert!(MediaHeader::parse(&buf[..buf.len() - 1]).is_err());
@@ -475,5 +577,57 @@ mod tests {
         let mut bad = buf;
         bad[12..16].copy_from_slice(&1_000_000u32.to_le_bytes()); // width no longer fits
         assert!(MediaHeader::parse(&bad).is_err());
+    }
+
+    #[test]
+    fn constructors_refuse_bad_shapes_instead_of_truncating() {
+        let too_big = MAX_DIMENSION + 1;
+        for (w, h) in [
+            (0, 1),
+            (1, 0),
+            (too_big, 1),
+            (1, too_big),
+            (u32::MAX, u32::MAX),
+        ] {
+            let e = MediaHeader::video(Format::Rgba, w, h, 0, 0).unwrap_err();
+            assert!(e.0.contains(&format!("{w}x{h}")), "{e}");
+        }
+        let big = MediaHeader::video(Format::Rgba, MAX_DIMENSION, MAX_DIMENSION, 0, 0).unwrap();
+        assert_eq!(big.size[0] as u64, 4 * (MAX_DIMENSION as u64).pow(2));
+        let e = MediaHeader::video(Format::PcmF32, 64, 64, 0, 0).unwrap_err();
+        assert!(e.0.contains("not a video format"), "{e}");
+        let e = MediaHeader::audio(Format::I420, 48000, 2, 480, 0, 0).unwrap_err();
+        assert!(e.0.contains("not an audio format"), "{e}");
+        for (rate, ch, n) in [
+            (48000, 0, 1),
+            (48000, 65, 1),
+            (0, 2, 1),
+            (48000, 2, MAX_SAMPLES + 1),
+        ] {
+            assert!(MediaHeader::audio(Format::PcmS16, rate, ch, n, 0, 0).is_err());
+        }
+        // The largest packet: 64 channels of f32 x 2^24 samples is 4 GiB: refused.
+        let e =
+            MediaHeader::audio(Format::PcmF32, 48000, MAX_CHANNELS, MAX_SAMPLES, 0, 0).unwrap_err();
+        assert!(e.0.contains("4 GiB"), "{e}");
+    }
+
+    #[test]
+    fn parse_for_checks_the_kind_and_the_limits() {
+        let v = MediaHeader::video(Format::Nv12, 64, 32, 0, 0).unwrap();
+        let mut buf = vec![0u8; v.payload_len()];
+        v.write_to(&mut buf).unwrap();
+        assert_eq!(MediaHeader::parse_for(kind::VIDEO, &buf).unwrap(), v);
+        let e = MediaHeader::parse_for(kind::AUDIO, &buf).unwrap_err();
+        assert!(e.0.contains("audio record carries video format"), "{e}");
+        assert!(MediaHeader::parse_for(kind::RAW, &buf).is_err());
+        let a = MediaHeader::audio(Format::PcmS16, 48000, 2, 10, 0, 0).unwrap();
+        let mut abuf = vec![0u8; a.payload_len()];
+        a.write_to(&mut abuf).unwrap();
+        assert_eq!(MediaHeader::parse_for(kind::AUDIO, &abuf).unwrap(), a);
+        // A header that parse() accepts but whose rate is outside the limits.
+        abuf[20..24].copy_from_slice(&5u32.to_le_bytes());
+        assert!(MediaHeader::parse(&abuf).is_ok());
+        assert!(MediaHeader::parse_for(kind::AUDIO, &abuf).is_err());
     }
 }

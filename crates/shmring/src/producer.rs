@@ -334,7 +334,7 @@ impl Producer {
         let c = &self.seg.slot(self.slot).counters;
         bump(&c.records_committed, 1);
         bump(&c.bytes_committed, len as u64);
-        let ok = self.finish(&claim, ClaimState::Committed);
+        let ok = self.settle(&claim, ClaimState::Committed);
         if !ok {
             let c = &self.my_slot().counters;
             bump(&c.records_committed, u64::MAX);
@@ -354,16 +354,17 @@ impl Producer {
     }
 
     fn abort_claim(&mut self, claim: Claim) {
-        self.finish(&claim, ClaimState::Aborted);
+        self.settle(&claim, ClaimState::Aborted);
         bump(&self.my_slot().counters.aborted, 1);
     }
 
-    fn finish(&mut self, claim: &Claim, state: ClaimState) -> bool {
+    /// Settles our claim (commit or abort) and wakes the consumer if it sleeps.
+    fn settle(&mut self, claim: &Claim, state: ClaimState) -> bool {
         self.active = None;
         let ok = self
             .seg
             .shared()
-            .finish(claim, state, &self.my_slot().open_claim);
+            .settle(claim, state, &self.my_slot().open_claim);
         let f = &self.seg.control().data.0;
         if wake::notify(f, false, self.seg.eventfd()) {
             bump(&self.my_slot().counters.wakes_sent, 1);
@@ -383,7 +384,7 @@ impl Drop for Producer {
         if let Some(c) = self.active {
             self.abort_claim(c);
         }
-        slots::release(&self.seg, self.slot);
+        slots::detach(&self.seg, self.slot);
     }
 }
 

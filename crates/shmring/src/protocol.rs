@@ -200,7 +200,7 @@ impl<'a> Shared<'a> {
 
     /// Moves our claim to `Committed` or `Aborted`, then clears our `open_claim`
     /// word. `false`: it was taken from us.
-    pub fn finish(&self, claim: &Claim, state: ClaimState, open: &AtomicU64) -> bool {
+    pub fn settle(&self, claim: &Claim, state: ClaimState, open: &AtomicU64) -> bool {
         let le = LogEntry::unpack(claim.claimed);
         let new = LogEntry { state, ..le }.pack();
         // AcqRel: the Release half publishes the record written before the commit.
@@ -223,7 +223,7 @@ impl<'a> Shared<'a> {
 /// claim or commit overwrites it.)
 pub fn is_forged(sh: &Shared<'_>, seq: u64, value: u64, open: &AtomicU64) -> bool {
     // Acquire: pairs with the owner's Release stores of `open` (see `try_claim` and
-    // `finish`), so a cleared word means the entry we load next is resolved.
+    // `settle`), so a cleared word means the entry we load next is resolved.
     if open.load(Ordering::Acquire) == value {
         return false;
     }
@@ -261,9 +261,10 @@ pub enum Poll {
     Corrupt(&'static str),
 }
 
-/// Per log index: not handed out / handed out and held / released, read not past yet
+/// Per log index (the consumer's own bookkeeping, not the slot state `SLOT_FREE`):
+/// not handed out / handed out and held / released, read not past yet
 /// / pending claim the peek cursor stepped over (see [`ConsumerCursor::park`]).
-const FREE: u8 = 0;
+const IDLE: u8 = 0;
 const HELD: u8 = 1;
 const DONE: u8 = 2;
 const PARKED: u8 = 3;
@@ -306,7 +307,7 @@ impl ConsumerCursor {
             peek_pos: pos,
             read_seq: seq,
             read_pos: pos,
-            state: vec![FREE; log_entries].into_boxed_slice(),
+            state: vec![IDLE; log_entries].into_boxed_slice(),
             units: vec![0; log_entries].into_boxed_slice(),
             held: 0,
             gap: None,
@@ -529,7 +530,7 @@ impl ConsumerCursor {
             if self.state[i] != DONE {
                 break;
             }
-            self.state[i] = FREE;
+            self.state[i] = IDLE;
             self.read_pos += self.units[i] as u64;
             self.read_seq += 1;
             moved = true;
@@ -650,7 +651,7 @@ impl ConsumerCursor {
             }
         }
         if self.held == 0 {
-            self.state.fill(FREE);
+            self.state.fill(IDLE);
             self.read_seq = base_seq;
             self.read_pos = base_pos;
             self.gap = None;

@@ -56,8 +56,6 @@ pub(crate) fn acquire(seg: &Segment) -> Result<u32> {
             seg.local().set_slot(i, true);
             s.open_claim.store(0, Ordering::Relaxed);
             s.space_waiting.store(0, Ordering::Relaxed);
-            s.generation.fetch_add(1, Ordering::Relaxed);
-            s.counters.attaches.fetch_add(1, Ordering::Relaxed);
             // Release: the token is visible before the slot reads ACTIVE.
             s.state.store(SLOT_ACTIVE, Ordering::Release);
             return Ok(i);
@@ -73,7 +71,7 @@ pub(crate) fn acquire(seg: &Segment) -> Result<u32> {
 }
 
 /// Gives a slot back (its claims must be finished).
-pub(crate) fn release(seg: &Segment, slot: u32) {
+pub(crate) fn detach(seg: &Segment, slot: u32) {
     let _g = attach_guard();
     let s = seg.slot(slot);
     s.open_claim.store(0, Ordering::Relaxed);

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use crate::layout::Futex;
 use crate::sync::{fence, Ordering};
-use crate::sys::futex::{self, Woken};
+use crate::sys::futex;
 
 /// Signals a waiter on `f`, if any; `eventfd` too when given. Returns whether a
 /// wake-up was sent.
@@ -54,25 +54,22 @@ pub(crate) fn disarm(f: &Futex) {
     f.waiting.fetch_sub(1, Ordering::Relaxed);
 }
 
-/// Sleeps on `f` while its value is `seen`, at most `timeout`.
-pub(crate) fn sleep(f: &Futex, seen: u32, timeout: Duration) -> Woken {
-    futex::wait(&f.seq, seen, timeout)
+/// Sleeps on `f` while its value is `seen`, at most `timeout`; the caller then looks
+/// again.
+pub(crate) fn sleep(f: &Futex, seen: u32, timeout: Duration) {
+    futex::wait(&f.seq, seen, timeout);
 }
 
 /// Sleeps until `fd` (an eventfd) is readable, at most `timeout`, and drains it.
-pub(crate) fn sleep_eventfd(fd: impl AsFd, timeout: Duration) -> Woken {
+pub(crate) fn sleep_eventfd(fd: impl AsFd, timeout: Duration) {
     use rustix::event::{poll, PollFd, PollFlags};
     let ts = rustix::time::Timespec {
         tv_sec: timeout.as_secs() as _,
         tv_nsec: timeout.subsec_nanos() as _,
     };
     let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-    match poll(&mut fds, Some(&ts)) {
-        Ok(0) => Woken::TimedOut,
-        _ => {
-            drain_eventfd(fd);
-            Woken::Maybe
-        }
+    if !matches!(poll(&mut fds, Some(&ts)), Ok(0)) {
+        drain_eventfd(fd);
     }
 }
 

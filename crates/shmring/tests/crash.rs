@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{retry_full, spawn, wait_until, write_record, Checker, ShmName};
+use common::{retry_full, shm_name, spawn, wait_until, write_record, Checker};
 use shmring::{Config, Error, FullPolicy, Segment};
 
 const ENTRY: &str = "child_process_entry";
@@ -97,7 +97,7 @@ fn producer_killed_holding_a_reservation_is_skipped() {
 
 #[test]
 fn producer_killed_between_records_loses_nothing() {
-    let name = ShmName::new("crash-idle");
+    let name = shm_name("crash-idle");
     let seg = Segment::create_named(&name.0, &Config::with_capacity(1 << 20)).unwrap();
     let consumer = seg.consumer().unwrap();
     let mut child = spawn(

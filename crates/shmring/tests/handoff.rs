@@ -481,7 +481,7 @@ fn a_live_socket_is_not_taken_over_and_a_stale_one_is_replaced() {
     assert!(Listener::bind(&seg2, &file, ListenerOptions::default()).is_err());
     assert!(file.exists());
     // A named segment is not served.
-    let name = common::ShmName::new("handoff-named");
+    let name = common::shm_name("handoff-named");
     let named = Segment::create_named(&name.0, &Config::with_capacity(1 << 20)).unwrap();
     match Listener::bind(&named, dir.0.join("n.sock"), ListenerOptions::default()) {
         Err(Error::Config(m)) => assert!(m.contains("not a sealed memfd"), "{m}"),

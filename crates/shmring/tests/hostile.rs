@@ -15,23 +15,9 @@ use std::time::{Duration, Instant};
 
 use shmring::layout::{cursor_seq, ClaimState, Geometry, LogEntry, RecordHeader, SEQ_MASK, UNIT};
 use shmring::{Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, Segment};
+use shmring_testkit::Rng;
 
 /// splitmix64: small, seedable, good enough to pick offsets and bytes.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// A hostile peer's view of the segment: raw writes anywhere a producer can write.
 #[derive(Clone, Copy)]
 struct Peer {

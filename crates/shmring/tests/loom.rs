@@ -83,7 +83,7 @@ mod model {
                                 if c.seq >= 2 {
                                     REUSED.fetch_add(1, Relaxed);
                                 }
-                                assert!(sh.finish(
+                                assert!(sh.settle(
                                     &c,
                                     ClaimState::Committed,
                                     &ring.open[slot as usize]
@@ -181,7 +181,7 @@ mod model {
                 let ring = ring.clone();
                 loom::thread::spawn(move || {
                     ring.shared()
-                        .finish(&c0, ClaimState::Committed, &ring.open[2])
+                        .settle(&c0, ClaimState::Committed, &ring.open[2])
                 })
             };
             let aborter = {
@@ -191,7 +191,7 @@ mod model {
                     let c = sh
                         .try_claim(2, 0, &ring.open[0])
                         .expect("room for three claims");
-                    assert!(sh.finish(&c, ClaimState::Aborted, &ring.open[0]));
+                    assert!(sh.settle(&c, ClaimState::Aborted, &ring.open[0]));
                     c.seq
                 })
             };
@@ -202,7 +202,7 @@ mod model {
                     let c = sh
                         .try_claim(2, 1, &ring.open[1])
                         .expect("room for three claims");
-                    assert!(sh.finish(&c, ClaimState::Committed, &ring.open[1]));
+                    assert!(sh.settle(&c, ClaimState::Committed, &ring.open[1]));
                     c.seq
                 })
             };
@@ -265,7 +265,7 @@ mod model {
     /// checking the claim at its peek cursor for forgery, as it does for a pending
     /// claim of a live producer. In no interleaving is an honest claim judged
     /// forged: the owner's `open_claim` word holds the entry value from before the
-    /// claim's CAS until after its finishing CAS.
+    /// claim's CAS until after its settling CAS.
     #[test]
     fn an_honest_claim_is_never_judged_forged() {
         static CHECKED: AtomicUsize = AtomicUsize::new(0);
@@ -281,7 +281,7 @@ mod model {
                     {
                         let c = sh.try_claim(2, 1, &ring.open[1]).expect("room");
                         assert_eq!(c.seq, i as u64);
-                        assert!(sh.finish(&c, state, &ring.open[1]));
+                        assert!(sh.settle(&c, state, &ring.open[1]));
                     }
                 })
             };

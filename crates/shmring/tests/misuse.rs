@@ -6,7 +6,7 @@ mod common;
 
 use std::os::unix::fs::FileExt;
 
-use common::ShmName;
+use common::{shm_name, ShmName};
 use shmring::{Config, Error, Meta, Segment};
 
 fn small() -> Config {
@@ -135,7 +135,7 @@ fn oversize_record_is_too_large() {
 
 #[test]
 fn opening_a_missing_name_is_not_found() {
-    let name = ShmName::new("missing");
+    let name = shm_name("missing");
     let e = Segment::open_named(&name.0).expect_err("no such segment");
     assert!(
         matches!(&e, Error::NotFound(n) if n.contains(&name.0)),
@@ -167,7 +167,7 @@ fn mismatch_field(e: Error) -> (&'static str, String, String) {
 
 #[test]
 fn segment_of_another_layout_is_a_layout_mismatch() {
-    let name = ShmName::new("layout");
+    let name = shm_name("layout");
     let seg = Segment::create_named(&name.0, &small()).unwrap();
     // Offsets in the identity line (see layout.rs): magic 0, version 8,
     // capacity 16, total_size 56.
@@ -237,7 +237,7 @@ fn segment_of_another_layout_is_a_layout_mismatch() {
 #[test]
 fn foreign_files_are_layout_mismatches() {
     // Not ours at all: wrong magic.
-    let name = ShmName::new("foreign");
+    let name = shm_name("foreign");
     std::fs::write(name.path(), vec![b'x'; 8192]).unwrap();
     let e = Segment::open_named(&name.0).err().unwrap().to_string();
     assert!(e.contains("not a shmring ring (bad magic"), "{e}");
@@ -383,7 +383,7 @@ fn raw_reservations_are_one_at_a_time_and_commit_at_most_their_length() {
 
 #[test]
 fn consumer_alive_and_unlink_named() {
-    let name = ShmName::new("unlink");
+    let name = shm_name("unlink");
     let seg = Segment::create_named(&name.0, &small()).unwrap();
     seg.persist();
     assert!(!seg.consumer_alive(), "no consumer yet");

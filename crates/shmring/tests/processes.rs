@@ -11,7 +11,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{consume_all, spawn, Checker, Child, ShmName};
+use common::{consume_all, shm_name, spawn, Checker, Child};
 use shmring::{Config, Segment};
 
 const ENTRY: &str = "child_process_entry";
@@ -131,7 +131,7 @@ fn eventfd_ring_sent_over_unix_socket() {
 
 #[test]
 fn named_segment_opened_by_name() {
-    let name = ShmName::new("named");
+    let name = shm_name("named");
     let seg = Segment::create_named(&name.0, &cfg()).unwrap();
     assert!(name.exists());
     let mut children: Vec<Child> = (0..CHILDREN)
@@ -153,7 +153,7 @@ fn named_segment_opened_by_name() {
 /// neither behind: the guards kill and reap the child and unlink the name.
 #[test]
 fn failing_test_leaves_no_child_and_no_segment() {
-    let name = ShmName::new("guard");
+    let name = shm_name("guard");
     let path = name.path();
     let mut pid = 0;
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

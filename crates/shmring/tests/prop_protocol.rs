@@ -366,7 +366,7 @@ fn finish(m: &mut Model, ring: &mut Ring, s: usize, state: ClaimState) {
             ring.data[u as usize] = i as u64 + 1;
         }
     }
-    let ok = ring.shared().finish(&c, state, &ring.open[s]);
+    let ok = ring.shared().settle(&c, state, &ring.open[s]);
     if m.claims[i].dead {
         // A zombie finishing a claim: it wins unless the consumer abandoned it.
         assert_eq!(ok, !abandoned, "zombie finish of claim {i}");

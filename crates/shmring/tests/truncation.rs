@@ -7,7 +7,7 @@ mod common;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use common::ShmName;
+use common::{shm_name, ShmName};
 use shmring::{Config, Error, Meta, Segment};
 
 fn truncate(name: &ShmName, len: u64) {
@@ -24,7 +24,7 @@ fn is_truncation(e: &Error) -> bool {
 
 #[test]
 fn consumer_of_a_truncated_named_segment_gets_an_error_not_sigbus() {
-    let name = ShmName::new("trunc");
+    let name = shm_name("trunc");
     let seg = Segment::create_named(&name.0, &Config::with_capacity(1 << 20)).unwrap();
     let consumer = seg.consumer().unwrap();
     let mut prod = seg.producer().unwrap();
@@ -48,7 +48,7 @@ fn consumer_of_a_truncated_named_segment_gets_an_error_not_sigbus() {
 
 #[test]
 fn truncation_to_zero_is_reported_too() {
-    let name = ShmName::new("trunc0");
+    let name = shm_name("trunc0");
     let seg = Segment::create_named(&name.0, &Config::with_capacity(1 << 20)).unwrap();
     let consumer = seg.consumer().unwrap();
     truncate(&name, 0);
@@ -59,8 +59,8 @@ fn truncation_to_zero_is_reported_too() {
 
 #[test]
 fn a_guarded_segment_leaves_other_segments_alone() {
-    let a = ShmName::new("trunc-a");
-    let b = ShmName::new("trunc-b");
+    let a = shm_name("trunc-a");
+    let b = shm_name("trunc-b");
     let seg_a = Segment::create_named(&a.0, &Config::with_capacity(1 << 20)).unwrap();
     let seg_b = Segment::create_named(&b.0, &Config::with_capacity(1 << 20)).unwrap();
     let (ca, cb) = (seg_a.consumer().unwrap(), seg_b.consumer().unwrap());

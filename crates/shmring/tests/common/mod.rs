@@ -7,9 +7,8 @@
 use std::io::{BufRead, BufReader, Read};
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -18,58 +17,15 @@ use shmring::{Consumer, Error, FullPolicy, Meta, Producer, Segment};
 
 // ---- names and cleanup -------------------------------------------------------------
 
-static COUNTER: AtomicU32 = AtomicU32::new(0);
+#[allow(unused_imports)] // each test binary uses its own part
+pub use shmring_testkit::{checksum, mix, pid_gone, Kid, Rng, ShmName};
 
-/// A `/dev/shm` name unique to this process and call, unlinked when dropped (so a
-/// failing test leaves nothing behind either).
-pub struct ShmName(pub String);
-
-impl ShmName {
-    pub fn new(tag: &str) -> ShmName {
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        ShmName(format!("shmring-test-{}-{tag}-{n}", std::process::id()))
-    }
-    pub fn path(&self) -> std::path::PathBuf {
-        std::path::Path::new("/dev/shm").join(&self.0)
-    }
-    pub fn exists(&self) -> bool {
-        self.path().exists()
-    }
-}
-
-impl Drop for ShmName {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(self.path());
-    }
+/// A `/dev/shm` name unique to this process and call, unlinked when dropped.
+pub fn shm_name(tag: &str) -> ShmName {
+    ShmName::new("test", tag)
 }
 
 // ---- deterministic records -------------------------------------------------------
-
-/// splitmix64: a tiny, good-enough generator for test data.
-#[derive(Clone)]
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        mix(self.0)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    pub fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.below(i as u64 + 1) as usize;
-            v.swap(i, j);
-        }
-    }
-}
-
-pub fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
 
 /// Random bytes every record's payload is cut from (4 MiB + 64 KiB).
 pub const POOL_LEN: usize = (4 << 20) + (64 << 10);
@@ -82,23 +38,6 @@ pub fn pool() -> &'static [u8] {
     });
     // SAFETY: a u64 slice viewed as bytes; the Vec lives for the whole process.
     unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len() * 8) }
-}
-
-/// A 64-bit checksum of a payload (word-wise multiply-xor, then the tail).
-pub fn checksum(b: &[u8]) -> u64 {
-    // SAFETY: every bit pattern is a valid u64.
-    let (head, words, tail) = unsafe { b.align_to::<u64>() };
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ b.len() as u64;
-    for &x in head {
-        h = (h ^ x as u64).wrapping_mul(0x0100_0000_01b3);
-    }
-    for &w in words {
-        h = (h ^ w).wrapping_mul(0x0100_0000_01b3).rotate_left(23);
-    }
-    for &x in tail {
-        h = (h ^ x as u64).wrapping_mul(0x0100_0000_01b3);
-    }
-    h
 }
 
 /// Payload length of record `i` of producer `p`: mostly small, some large, the
@@ -274,10 +213,9 @@ pub const ROLE_ENV: &str = "SHMRING_TEST_ROLE";
 
 /// The test binary re-executed to run one role; killed (SIGKILL) and reaped on drop.
 pub struct Child {
-    child: std::process::Child,
+    kid: Kid,
     lines: mpsc::Receiver<String>,
     pub pid: i32,
-    reaped: bool,
 }
 
 /// Spawns `entry` (the name of the test function that calls [`child_entry`]) with
@@ -292,21 +230,8 @@ pub fn spawn(entry: &str, role: &str, env: &[(&str, String)], inherit: &[RawFd])
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let fds = inherit.to_vec();
-    // SAFETY: runs in the forked child before exec; fcntl is async-signal-safe and
-    // only changes the child's copy of the descriptor table.
-    unsafe {
-        cmd.pre_exec(move || {
-            for &fd in &fds {
-                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn().expect("spawn child process");
-    let out = child.stdout.take().expect("child stdout");
+    let mut kid = shmring_testkit::spawn_cmd(cmd, inherit).expect("spawn child process");
+    let out = kid.child.stdout.take().expect("child stdout");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(out).lines() {
@@ -318,12 +243,11 @@ pub fn spawn(entry: &str, role: &str, env: &[(&str, String)], inherit: &[RawFd])
             }
         }
     });
-    let pid = child.id() as i32;
+    let pid = kid.pid;
     Child {
-        child,
+        kid,
         lines: rx,
         pid,
-        reaped: false,
     }
 }
 
@@ -366,42 +290,16 @@ impl Child {
 
     /// SIGKILL and reap.
     pub fn kill(&mut self) {
-        if !self.reaped {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-            self.reaped = true;
-        }
+        self.kid.kill();
     }
 
     /// Waits for a successful exit; kills the child and panics after `guard`.
     pub fn wait_ok(&mut self, guard: Duration) {
-        let t = Instant::now();
-        loop {
-            if let Some(st) = self.child.try_wait().expect("waitpid") {
-                self.reaped = true;
-                assert!(st.success(), "child {} failed: {st}", self.pid);
-                return;
-            }
-            if t.elapsed() > guard {
-                self.kill();
-                panic!("child {} did not finish within {guard:?}", self.pid);
-            }
-            std::thread::sleep(Duration::from_millis(5));
+        match self.kid.wait_exit(guard) {
+            Some(st) => assert!(st.success(), "child {} failed: {st}", self.pid),
+            None => panic!("child {} did not finish within {guard:?}", self.pid),
         }
     }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// Is a process with this pid gone (not even a zombie of ours)?
-pub fn pid_gone(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    let r = unsafe { libc::kill(pid, 0) };
-    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
 fn env(k: &str) -> String {

@@ -1,0 +1,128 @@
+//! A bench worker process: supervised (killed and reaped on drop), its report
+//! and its stderr gathered.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::report::WorkerReport;
+
+/// A worker process, killed if still running when dropped.
+pub(super) struct Worker {
+    child: Child,
+    lines: Receiver<String>,
+    stderr: Option<JoinHandle<String>>,
+    pub(super) status: Option<std::process::ExitStatus>,
+    pub(super) report: Option<WorkerReport>,
+}
+
+impl Worker {
+    pub(super) fn spawn(args: &[String]) -> Result<Worker, String> {
+        let exe =
+            std::env::current_exe().map_err(|e| format!("cannot find the shmring binary: {e}"))?;
+        let mut child = Command::new(exe)
+            .arg("bench-worker")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start a worker: {e}"))?;
+        let out = child.stdout.take().expect("piped stdout");
+        let mut err = child.stderr.take().expect("piped stderr");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Some(std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        }));
+        Ok(Worker {
+            child,
+            lines,
+            stderr,
+            status: None,
+            report: None,
+        })
+    }
+
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for the worker's "ready" line.
+    pub(super) fn wait_ready(&mut self, timeout: Duration) -> Result<(), String> {
+        match self.lines.recv_timeout(timeout) {
+            Ok(l) if l == "ready" => Ok(()),
+            Ok(l) => Err(format!("unexpected output from the consumer: {l}")),
+            Err(RecvTimeoutError::Timeout) => Err("the consumer did not get ready".into()),
+            Err(RecvTimeoutError::Disconnected) => Err(self.failure()),
+        }
+    }
+
+    /// Has it exited? Collects its status and report when it has.
+    pub(super) fn poll(&mut self) -> bool {
+        if self.status.is_none() {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                self.status = Some(st);
+                while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
+                    if l.starts_with('{') {
+                        self.report = serde_json::from_str(&l).ok();
+                    }
+                }
+            }
+        }
+        self.status.is_some()
+    }
+
+    pub(super) fn ok(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+
+    pub(super) fn kill(&mut self) {
+        if self.status.is_none() {
+            let _ = self.child.kill();
+            self.status = self.child.wait().ok();
+        }
+    }
+
+    /// Its error output, or its exit status.
+    pub(super) fn failure(&mut self) -> String {
+        self.kill();
+        let err = self
+            .stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        let err = err.trim();
+        if !err.is_empty() {
+            err.lines()
+                .rev()
+                .take(3)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("; ")
+        } else {
+            match self.status {
+                Some(s) => format!("worker exited with {s}"),
+                None => "worker failed".into(),
+            }
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,117 @@
+//! Helpers shared by the `shmring` command's end-to-end tests: the command run as a
+//! supervised child (killed and reaped on drop) whose JSON lines arrive on a
+//! channel, and unique ring names removed on drop.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use shmring_testkit::Kid;
+
+pub use shmring_testkit::ShmName as Ring;
+
+pub const EXE: &str = env!("CARGO_BIN_EXE_shmring");
+/// Upper bound on any wait, so a broken build fails instead of hanging.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A unique ring name, removed from /dev/shm on drop.
+pub fn ring_name(tag: &str) -> Ring {
+    Ring::new("clitest", tag)
+}
+
+/// The command as a child, killed and reaped on drop; its stdout JSON lines arrive
+/// on `lines`.
+pub struct Proc {
+    pub kid: Kid,
+    pub lines: Receiver<Value>,
+}
+
+impl Proc {
+    pub fn spawn(args: &[&str]) -> Proc {
+        let mut cmd = Command::new(EXE);
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        Proc::command(cmd)
+    }
+
+    /// Runs `cmd` (which pipes stdout) supervised; its JSON lines go to `lines`.
+    pub fn command(cmd: Command) -> Proc {
+        let mut kid = shmring_testkit::spawn_cmd(cmd, &[]).unwrap();
+        let out = kid.child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&l) {
+                    if tx.send(v).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Proc { kid, lines }
+    }
+
+    /// The next JSON line that has `key`, within PATIENCE.
+    pub fn expect(&self, key: &str) -> Value {
+        let until = Instant::now() + PATIENCE;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let v = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no {key:?} line from the child"));
+            if let Some(x) = v.get(key) {
+                return x.clone();
+            }
+        }
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        self.kid.kill();
+    }
+
+    pub fn signal(&self, sig: i32) {
+        self.kid.signal(sig);
+    }
+
+    /// Waits for exit (within PATIENCE); returns (exit code, stderr).
+    pub fn wait(&mut self) -> (Option<i32>, String) {
+        let until = Instant::now() + PATIENCE;
+        loop {
+            if let Some(s) = self.kid.exited() {
+                let mut err = String::new();
+                self.kid
+                    .child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+                return (s.code(), err);
+            }
+            assert!(Instant::now() < until, "child did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+pub fn run(args: &[&str]) -> Output {
+    Command::new(EXE)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// The last line of a command's stdout, as JSON.
+pub fn last_json(out: &Output) -> Value {
+    let s = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(s.lines().last().expect("a JSON line")).unwrap()
+}

@@ -1,0 +1,300 @@
+//! The consumer: frames, release, resets, wake-ups.
+
+use std::cell::UnsafeCell;
+use std::ffi::c_char;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use shmring::{Consumer, ConsumerOptions};
+
+use crate::handles::*;
+use crate::status::shmring_status::*;
+use crate::status::*;
+use crate::{producer::*, segment::*};
+
+/// A frame handed out by a consumer.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct shmring_frame {
+    /// The payload, in shared memory (64-byte aligned, read-only). Valid until the
+    /// frame is released or its consumer is closed. A hostile producer could still
+    /// change these bytes: copy what you validate.
+    pub data: *const u8,
+    pub len: usize,
+    pub meta: shmring_meta,
+    /// Identifies the frame for release.
+    pub seq: u64,
+    /// Identifies the consumer that handed it out (checked at release).
+    pub owner: u64,
+}
+
+/// Consumer tuning. Initialise with shmring_consumer_options_init().
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct shmring_consumer_options {
+    /// How often a pending claim's producer is checked for liveness (default 50 ms).
+    pub liveness_interval_ns: u64,
+    /// Polls to spin before sleeping in a blocking wait (default 64).
+    pub spin: u32,
+    /// Non-zero: report SHMRING_ERR_CORRUPT and wait for shmring_consumer_reset()
+    /// instead of resetting the ring by itself (default 0).
+    pub manual_reset: u32,
+    /// Deliver committed records behind a claim pending this long (0, the default:
+    /// always in claim order). Each producer's records stay in its commit order.
+    pub overtake_after_ns: u64,
+}
+
+/// Pass as a timeout to wait forever.
+pub const SHMRING_WAIT_FOREVER: i64 = -1;
+
+pub(crate) static NEXT_CONSUMER_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The consumer of a ring (opaque). One thread at a time.
+pub struct shmring_consumer {
+    users: AtomicU32,
+    id: u64,
+    consumer: UnsafeCell<Consumer>,
+}
+
+impl Handle for shmring_consumer {
+    const KIND: Kind = Kind::Consumer;
+    const TYPE_NAME: &'static str = "shmring_consumer";
+    const EXCLUSIVE: bool = true;
+    fn users(&self) -> &AtomicU32 {
+        &self.users
+    }
+}
+
+impl shmring_consumer {
+    /// SAFETY: call only while holding the exclusive lease.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn get(&self) -> &mut Consumer {
+        // SAFETY: the exclusive lease makes us the only user.
+        unsafe { &mut *self.consumer.get() }
+    }
+}
+
+/// Fills `opts` with the defaults (50 ms liveness checks, 64 spins).
+#[no_mangle]
+pub unsafe extern "C" fn shmring_consumer_options_init(
+    opts: *mut shmring_consumer_options,
+) -> shmring_status {
+    entry("shmring_consumer_options_init", || {
+        let d = ConsumerOptions::default();
+        *out_ptr(opts, "opts")? = shmring_consumer_options {
+            liveness_interval_ns: d.liveness_interval.as_nanos() as u64,
+            spin: d.spin,
+            manual_reset: u32::from(!d.auto_reset),
+            overtake_after_ns: d.overtake_after.map_or(0, |t| t.as_nanos() as u64),
+        };
+        ok()
+    })
+}
+
+/// Becomes the ring's consumer (taking over from a dead one). `opts` may be NULL
+/// for the defaults.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_consumer_attach(
+    seg: *const shmring_segment,
+    opts: *const shmring_consumer_options,
+    out: *mut *mut shmring_consumer,
+) -> shmring_status {
+    entry("shmring_consumer_attach", || {
+        let out = out_ptr(out, "out")?;
+        *out = std::ptr::null_mut();
+        let (h, _l) = lease(seg)?;
+        let o = if opts.is_null() {
+            ConsumerOptions::default()
+        } else {
+            // SAFETY: non-null; the caller promises a valid struct.
+            let o = unsafe { &*opts };
+            ConsumerOptions {
+                liveness_interval: Duration::from_nanos(o.liveness_interval_ns),
+                spin: o.spin,
+                auto_reset: o.manual_reset == 0,
+                overtake_after: (o.overtake_after_ns != 0)
+                    .then(|| Duration::from_nanos(o.overtake_after_ns)),
+            }
+        };
+        let c = Consumer::with_options(h.seg.clone(), o).map_err(core_err)?;
+        *out = register(Box::new(shmring_consumer {
+            users: AtomicU32::new(0),
+            id: NEXT_CONSUMER_ID.fetch_add(1, Ordering::Relaxed),
+            consumer: UnsafeCell::new(c),
+        }));
+        ok()
+    })
+}
+
+/// Detaches the consumer. Every frame it handed out becomes invalid. NULL is a no-op.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_consumer_close(c: *mut shmring_consumer) -> shmring_status {
+    entry("shmring_consumer_close", || close(c))
+}
+
+/// The next frame, waiting up to `timeout_ns` (0: do not wait; negative, e.g.
+/// SHMRING_WAIT_FOREVER: no limit). SHMRING_OK: `*out` is a frame, valid until
+/// shmring_consumer_release (or consumer close). SHMRING_TIMEOUT: none arrived.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_consumer_next(
+    c: *mut shmring_consumer,
+    timeout_ns: i64,
+    out: *mut shmring_frame,
+) -> shmring_status {
+    entry("shmring_consumer_next", || {
+        let (h, _l) = lease(c as *const shmring_consumer)?;
+        let out = out_ptr(out, "out")?;
+        let timeout = (timeout_ns >= 0).then(|| Duration::from_nanos(timeout_ns as u64));
+        // SAFETY: exclusive lease.
+        let cons = unsafe { h.get() };
+        match cons.next_raw(timeout).map_err(core_err)? {
+            Some(f) => {
+                *out = shmring_frame {
+                    data: f.ptr,
+                    len: f.len,
+                    meta: shmring_meta::from_core(f.meta),
+                    seq: f.seq,
+                    owner: h.id,
+                };
+                ok()
+            }
+            None => {
+                set_error(format_args!("no frame within {timeout_ns} ns"));
+                Ok(SHMRING_TIMEOUT)
+            }
+        }
+    })
+}
+
+/// Releases a frame handed out by this consumer; frames may be released in any
+/// order. SHMRING_ERR_NOT_HELD: released already, or handed out by another
+/// consumer. The frame's data pointer is invalid afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_consumer_release(
+    c: *mut shmring_consumer,
+    frame: *const shmring_frame,
+) -> shmring_status {
+    entry("shmring_consumer_release", || {
+        let (h, _l) = lease(c as *const shmring_consumer)?;
+        let f = in_ptr(frame, "frame")?;
+        if f.owner != h.id {
+            return Err(fail!(
+                SHMRING_ERR_NOT_HELD,
+                "frame {} was handed out by another consumer (owner {}, this is {})",
+                f.seq,
+                f.owner,
+                h.id
+            ));
+        }
+        // SAFETY: exclusive lease.
+        unsafe { h.get() }.release_raw(f.seq).map_err(core_err)?;
+        ok()
+    })
+}
+
+/// Frames handed out and not yet released.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_consumer_outstanding(
+    c: *mut shmring_consumer,
+    out: *mut u64,
+) -> shmring_status {
+    entry("shmring_consumer_outstanding", || {
+        let (h, _l) = lease(c as *const shmring_consumer)?;
+        let out = out_ptr(out, "out")?;
+        // SAFETY: exclusive lease.
+        *out = unsafe { h.get() }.outstanding();
+        ok()
+    })
+}
+
+/// Resets the ring by hand (a consumer does this by itself on corruption unless
+/// `manual_reset` is set): forgets every claim in flight. Frames still held stay
+/// valid; release them as usual. SHMRING_ERR_CORRUPT while frames held from before
+/// an earlier reset are still out.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_consumer_reset(c: *mut shmring_consumer) -> shmring_status {
+    entry("shmring_consumer_reset", || {
+        let (h, _l) = lease(c as *const shmring_consumer)?;
+        // SAFETY: exclusive lease.
+        unsafe { h.get() }.reset().map_err(core_err)?;
+        ok()
+    })
+}
+
+/// `*resets` receives how many times this consumer reset the ring (by itself or
+/// through shmring_consumer_reset()); a change means corruption was found and
+/// recovered from. If `cause` is not NULL, why the last reset was made is copied
+/// into it as a NUL-terminated string, truncated to `cause_len` bytes ("" if none).
+#[no_mangle]
+pub unsafe extern "C" fn shmring_consumer_resets(
+    c: *const shmring_consumer,
+    resets: *mut u64,
+    cause: *mut c_char,
+    cause_len: usize,
+) -> shmring_status {
+    entry("shmring_consumer_resets", || {
+        let out = out_ptr(resets, "resets")?;
+        let (h, _l) = lease(c)?;
+        // SAFETY: lease held; `health` reads only.
+        let health = unsafe { h.get() }.health();
+        *out = health.resets;
+        if !cause.is_null() && cause_len > 0 {
+            let text = health.last_corruption.unwrap_or("").as_bytes();
+            let n = text.len().min(cause_len - 1);
+            // SAFETY: the caller promises `cause_len` writable bytes at `cause`; we
+            // write n + 1 <= cause_len of them.
+            unsafe {
+                std::ptr::copy_nonoverlapping(text.as_ptr(), cause.cast::<u8>(), n);
+                *cause.add(n) = 0;
+            }
+        }
+        ok()
+    })
+}
+
+/// Frees the slots of dead producers that hold nothing; `*freed` (may be NULL)
+/// receives how many.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_consumer_reap(
+    c: *mut shmring_consumer,
+    freed: *mut u32,
+) -> shmring_status {
+    entry("shmring_consumer_reap", || {
+        let (h, _l) = lease(c as *const shmring_consumer)?;
+        // SAFETY: exclusive lease.
+        let n = unsafe { h.get() }.reap();
+        if !freed.is_null() {
+            // SAFETY: non-null, the caller promises a writable u32.
+            unsafe { *freed = n };
+        }
+        ok()
+    })
+}
+
+/// For an eventfd ring driven by epoll/poll: announces that the consumer is about to
+/// wait. `*ready` non-zero: a frame is already there (do not wait; call next).
+/// Otherwise wait for the eventfd, then call shmring_consumer_disarm.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_consumer_arm(
+    c: *mut shmring_consumer,
+    ready: *mut u32,
+) -> shmring_status {
+    entry("shmring_consumer_arm", || {
+        let (h, _l) = lease(c as *const shmring_consumer)?;
+        let ready = out_ptr(ready, "ready")?;
+        // SAFETY: exclusive lease.
+        *ready = unsafe { h.get() }.arm() as u32;
+        ok()
+    })
+}
+
+/// Ends a wait begun with shmring_consumer_arm (clears the flag, drains the eventfd).
+#[no_mangle]
+pub unsafe extern "C" fn shmring_consumer_disarm(c: *mut shmring_consumer) -> shmring_status {
+    entry("shmring_consumer_disarm", || {
+        let (h, _l) = lease(c as *const shmring_consumer)?;
+        // SAFETY: exclusive lease.
+        unsafe { h.get() }.disarm();
+        ok()
+    })
+}

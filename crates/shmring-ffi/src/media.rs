@@ -1,0 +1,308 @@
+//! The media header: build, parse and locate planes (the rules are the core's,
+//! `shmring::media`).
+
+use shmring::media::{Format, MediaHeader, MEDIA_HEADER_SIZE, MEDIA_MAGIC, MEDIA_VERSION};
+
+use crate::handles::*;
+use crate::status::shmring_status::*;
+use crate::status::*;
+
+/// Meta.kind: opaque bytes.
+pub const SHMRING_KIND_RAW: u32 = 0;
+
+/// Meta.kind: a media header, then video planes.
+pub const SHMRING_KIND_VIDEO: u32 = 1;
+
+/// Meta.kind: a media header, then interleaved samples.
+pub const SHMRING_KIND_AUDIO: u32 = 2;
+
+/// Media format: planar YUV 4:2:0 (Y, U, V).
+pub const SHMRING_FORMAT_I420: u32 = 1;
+
+/// Media format: Y plane, then interleaved UV.
+pub const SHMRING_FORMAT_NV12: u32 = 2;
+
+/// Media format: packed 8-bit RGBA.
+pub const SHMRING_FORMAT_RGBA: u32 = 3;
+
+/// Media format: interleaved signed 16-bit PCM.
+pub const SHMRING_FORMAT_PCM_S16: u32 = 16;
+
+/// Media format: interleaved 32-bit float PCM.
+pub const SHMRING_FORMAT_PCM_F32: u32 = 17;
+
+/// "SMH1" little-endian.
+pub const SHMRING_MEDIA_MAGIC: u32 = 0x3148_4d53;
+
+pub const SHMRING_MEDIA_VERSION: u16 = 1;
+
+pub const SHMRING_MEDIA_HEADER_SIZE: usize = 128;
+
+// The header's literals must be the core's values.
+const _: () = {
+    use shmring::media::kind;
+    assert!(SHMRING_KIND_RAW == kind::RAW);
+    assert!(SHMRING_KIND_VIDEO == kind::VIDEO);
+    assert!(SHMRING_KIND_AUDIO == kind::AUDIO);
+    assert!(SHMRING_FORMAT_I420 == Format::I420 as u32);
+    assert!(SHMRING_FORMAT_NV12 == Format::Nv12 as u32);
+    assert!(SHMRING_FORMAT_RGBA == Format::Rgba as u32);
+    assert!(SHMRING_FORMAT_PCM_S16 == Format::PcmS16 as u32);
+    assert!(SHMRING_FORMAT_PCM_F32 == Format::PcmF32 as u32);
+    assert!(SHMRING_MEDIA_MAGIC == MEDIA_MAGIC);
+    assert!(SHMRING_MEDIA_VERSION == MEDIA_VERSION);
+    assert!(SHMRING_MEDIA_HEADER_SIZE == MEDIA_HEADER_SIZE);
+};
+
+/// The media header at the start of a video/audio payload, byte for byte
+/// (little-endian, 128 bytes; see crates/shmring/src/media.rs). Build and parse it
+/// with the shmring_media_* functions, which validate it.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct shmring_media_header {
+    /// SHMRING_MEDIA_MAGIC.
+    pub magic: u32,
+    /// SHMRING_MEDIA_VERSION.
+    pub version: u16,
+    /// SHMRING_MEDIA_HEADER_SIZE.
+    pub header_size: u16,
+    /// SHMRING_FORMAT_*.
+    pub format: u32,
+    pub width: u32,
+    pub height: u32,
+    pub sample_rate: u32,
+    pub channels: u32,
+    /// Per channel.
+    pub samples: u32,
+    pub pts_ns: u64,
+    pub sequence: u64,
+    /// Planes used (video 1..3, audio 1).
+    pub planes: u32,
+    pub reserved0: u32,
+    /// Bytes per row (audio: bytes per sample frame).
+    pub stride: [u32; 4],
+    /// Byte offset of each plane from the payload start.
+    pub offset: [u32; 4],
+    /// Byte size of each plane.
+    pub size: [u32; 4],
+    pub reserved: [u8; 24],
+}
+
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<shmring_media_header>() == MEDIA_HEADER_SIZE);
+    assert!(offset_of!(shmring_media_header, format) == 8);
+    assert!(offset_of!(shmring_media_header, pts_ns) == 32);
+    assert!(offset_of!(shmring_media_header, planes) == 48);
+    assert!(offset_of!(shmring_media_header, stride) == 56);
+    assert!(offset_of!(shmring_media_header, offset) == 72);
+    assert!(offset_of!(shmring_media_header, size) == 88);
+    assert!(offset_of!(shmring_media_header, reserved) == 104);
+};
+
+impl shmring_media_header {
+    pub(crate) fn from_core(h: &MediaHeader) -> Self {
+        shmring_media_header {
+            magic: MEDIA_MAGIC,
+            version: MEDIA_VERSION,
+            header_size: MEDIA_HEADER_SIZE as u16,
+            format: h.format as u32,
+            width: h.width,
+            height: h.height,
+            sample_rate: h.sample_rate,
+            channels: h.channels,
+            samples: h.samples,
+            pts_ns: h.pts_ns,
+            sequence: h.sequence,
+            planes: h.planes,
+            reserved0: 0,
+            stride: h.stride,
+            offset: h.offset,
+            size: h.size,
+            reserved: [0; 24],
+        }
+    }
+
+    pub(crate) fn to_core(self) -> Res<MediaHeader> {
+        let format = Format::from_u32(self.format)
+            .ok_or_else(|| fail!(SHMRING_ERR_MEDIA, "unknown media format {}", self.format))?;
+        if self.planes == 0 || self.planes > 4 {
+            return Err(fail!(
+                SHMRING_ERR_MEDIA,
+                "{} planes, expected 1 to 4",
+                self.planes
+            ));
+        }
+        Ok(MediaHeader {
+            format,
+            width: self.width,
+            height: self.height,
+            sample_rate: self.sample_rate,
+            channels: self.channels,
+            samples: self.samples,
+            pts_ns: self.pts_ns,
+            sequence: self.sequence,
+            planes: self.planes,
+            stride: self.stride,
+            offset: self.offset,
+            size: self.size,
+        })
+    }
+}
+
+/// Builds a video header (tight strides, 64-byte-aligned planes after the header)
+/// for SHMRING_FORMAT_I420, _NV12 or _RGBA. SHMRING_ERR_INVALID_ARGUMENT for
+/// another format or a width or height outside 1..16384.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_media_video(
+    format: u32,
+    width: u32,
+    height: u32,
+    pts_ns: u64,
+    sequence: u64,
+    out: *mut shmring_media_header,
+) -> shmring_status {
+    entry("shmring_media_video", || {
+        let out = out_ptr(out, "out")?;
+        let f = Format::from_u32(format)
+            .filter(|f| f.is_video())
+            .ok_or_else(|| {
+                fail!(
+                    SHMRING_ERR_INVALID_ARGUMENT,
+                    "format {format} is not a video format (I420, NV12, RGBA)"
+                )
+            })?;
+        let h = MediaHeader::video(f, width, height, pts_ns, sequence)
+            .map_err(|e| fail!(SHMRING_ERR_INVALID_ARGUMENT, "{e}"))?;
+        *out = shmring_media_header::from_core(&h);
+        ok()
+    })
+}
+
+/// Builds an audio header (interleaved samples right after the header) for
+/// SHMRING_FORMAT_PCM_S16 or _PCM_F32; `samples` is per channel.
+/// SHMRING_ERR_INVALID_ARGUMENT for another format, channels outside 1..64, a
+/// sample rate outside 1000..768000 Hz, or more than 2^24 samples.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_media_audio(
+    format: u32,
+    sample_rate: u32,
+    channels: u32,
+    samples: u32,
+    pts_ns: u64,
+    sequence: u64,
+    out: *mut shmring_media_header,
+) -> shmring_status {
+    entry("shmring_media_audio", || {
+        let out = out_ptr(out, "out")?;
+        let f = Format::from_u32(format)
+            .filter(|f| f.is_audio())
+            .ok_or_else(|| {
+                fail!(
+                    SHMRING_ERR_INVALID_ARGUMENT,
+                    "format {format} is not an audio format (PCM s16, PCM f32)"
+                )
+            })?;
+        let h = MediaHeader::audio(f, sample_rate, channels, samples, pts_ns, sequence)
+            .map_err(|e| fail!(SHMRING_ERR_INVALID_ARGUMENT, "{e}"))?;
+        *out = shmring_media_header::from_core(&h);
+        ok()
+    })
+}
+
+/// Payload bytes a header describes (header plus planes): reserve this many.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_media_payload_len(
+    hdr: *const shmring_media_header,
+    out: *mut usize,
+) -> shmring_status {
+    entry("shmring_media_payload_len", || {
+        let h = in_ptr(hdr, "hdr")?.to_core()?;
+        *out_ptr(out, "out")? = h.payload_len();
+        ok()
+    })
+}
+
+/// Writes the header's 128 bytes at the start of `payload` (`len` bytes, which must
+/// hold every plane the header describes). Allocates nothing.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_media_write(
+    hdr: *const shmring_media_header,
+    payload: *mut u8,
+    len: usize,
+) -> shmring_status {
+    entry("shmring_media_write", || {
+        let h = in_ptr(hdr, "hdr")?.to_core()?;
+        if payload.is_null() {
+            return Err(fail!(SHMRING_ERR_NULL, "payload is NULL"));
+        }
+        // SAFETY: the caller promises `len` writable bytes at `payload`.
+        let buf = unsafe { std::slice::from_raw_parts_mut(payload, len) };
+        h.write_to(buf)
+            .map_err(|e| fail!(SHMRING_ERR_MEDIA, "{e}"))?;
+        ok()
+    })
+}
+
+/// Reads and validates the header at the start of `payload` (`len` bytes; e.g. a
+/// frame's data and len): every plane is checked to lie inside the payload. The
+/// bytes are read once, so a peer changing them cannot invalidate `*out`.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_media_parse(
+    payload: *const u8,
+    len: usize,
+    out: *mut shmring_media_header,
+) -> shmring_status {
+    entry("shmring_media_parse", || {
+        let out = out_ptr(out, "out")?;
+        if payload.is_null() {
+            return Err(fail!(SHMRING_ERR_NULL, "payload is NULL"));
+        }
+        // SAFETY: the caller promises `len` readable bytes at `payload`.
+        let buf = unsafe { std::slice::from_raw_parts(payload, len) };
+        let h = MediaHeader::parse(buf).map_err(|e| fail!(SHMRING_ERR_MEDIA, "{e}"))?;
+        *out = shmring_media_header::from_core(&h);
+        ok()
+    })
+}
+
+/// Plane `index` of a payload whose header `hdr` was parsed from (`len` bytes):
+/// `*data`, `*size` (checked to lie inside the payload).
+#[no_mangle]
+pub unsafe extern "C" fn shmring_media_plane(
+    hdr: *const shmring_media_header,
+    payload: *const u8,
+    len: usize,
+    index: u32,
+    data: *mut *const u8,
+    size: *mut usize,
+) -> shmring_status {
+    entry("shmring_media_plane", || {
+        let h = in_ptr(hdr, "hdr")?;
+        if payload.is_null() {
+            return Err(fail!(SHMRING_ERR_NULL, "payload is NULL"));
+        }
+        if index >= h.planes.min(4) {
+            return Err(fail!(
+                SHMRING_ERR_INVALID_ARGUMENT,
+                "plane {index}: the header has {} planes",
+                h.planes
+            ));
+        }
+        let (o, s) = (
+            h.offset[index as usize] as usize,
+            h.size[index as usize] as usize,
+        );
+        if o + s > len {
+            return Err(fail!(
+                SHMRING_ERR_MEDIA,
+                "plane {index} at {o}..{} lies outside the {len}-byte payload",
+                o + s
+            ));
+        }
+        // SAFETY: o + s <= len, inside the caller's payload.
+        *out_ptr(data, "data")? = unsafe { payload.add(o) };
+        *out_ptr(size, "size")? = s;
+        ok()
+    })
+}

@@ -1,0 +1,381 @@
+//! Ring configuration and segments: create, open, attach, send and receive
+//! descriptors, geometry.
+
+use std::ffi::{c_char, c_int, CString};
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+
+use shmring::{Config, Segment};
+
+use crate::handles::*;
+use crate::stats::*;
+use crate::status::shmring_status::*;
+use crate::status::*;
+
+/// How to size a ring. Initialise with shmring_config_init(), then change fields.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct shmring_config {
+    /// Data ring bytes: a power of two, 64 KiB to 2 GiB (default: the core's
+    /// `Config::DEFAULT_CAPACITY`, set by shmring_config_init()).
+    pub capacity: u64,
+    /// Largest payload; 0: capacity / 4. At most capacity / 2 - 64.
+    pub max_record: u64,
+    /// Records in flight at once; 0: capacity / 4096 clamped to 64..65536.
+    pub log_entries: u32,
+    /// Producer slots, 1..256 (default 64).
+    pub max_producers: u32,
+    /// Non-zero: producers wake the consumer through an eventfd (for epoll).
+    pub eventfd: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+impl shmring_config {
+    pub(crate) fn to_core(self) -> Config {
+        Config {
+            capacity: self.capacity,
+            max_record: (self.max_record != 0).then_some(self.max_record),
+            log_entries: (self.log_entries != 0).then_some(self.log_entries),
+            max_producers: self.max_producers,
+            eventfd: self.eventfd != 0,
+        }
+    }
+}
+
+/// The validated layout of an attached segment.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct shmring_geometry {
+    pub capacity: u64,
+    pub max_record: u64,
+    pub log_entries: u32,
+    pub max_producers: u32,
+    /// Bit 0: the ring uses eventfd wake-ups.
+    pub flags: u32,
+    pub reserved: u32,
+    /// Bytes of shared memory the segment takes.
+    pub total_size: u64,
+}
+
+/// An attached shared-memory segment (opaque).
+pub struct shmring_segment {
+    users: AtomicU32,
+    pub(crate) seg: Arc<Segment>,
+    name: CString,
+}
+
+impl Handle for shmring_segment {
+    const KIND: Kind = Kind::Segment;
+    const TYPE_NAME: &'static str = "shmring_segment";
+    const EXCLUSIVE: bool = false;
+    fn users(&self) -> &AtomicU32 {
+        &self.users
+    }
+}
+
+pub(crate) fn new_segment(
+    seg: Arc<Segment>,
+    out: &mut *mut shmring_segment,
+) -> Res<shmring_status> {
+    let name = CString::new(seg.name().replace('\0', "?")).unwrap_or_default();
+    *out = register(Box::new(shmring_segment {
+        users: AtomicU32::new(0),
+        seg,
+        name,
+    }));
+    ok()
+}
+
+/// Fills `cfg` with the library's defaults (a 16 MiB ring, 64 producers, futex
+/// wake-ups).
+#[no_mangle]
+pub unsafe extern "C" fn shmring_config_init(cfg: *mut shmring_config) -> shmring_status {
+    entry("shmring_config_init", || {
+        let d = shmring::Config::default();
+        *out_ptr(cfg, "cfg")? = shmring_config {
+            capacity: d.capacity,
+            max_record: d.max_record.unwrap_or(0),
+            log_entries: d.log_entries.unwrap_or(0),
+            max_producers: d.max_producers,
+            eventfd: u32::from(d.eventfd),
+            reserved: 0,
+        };
+        ok()
+    })
+}
+
+/// Bytes of shared memory a ring of this configuration takes.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_config_segment_size(
+    cfg: *const shmring_config,
+    out: *mut u64,
+) -> shmring_status {
+    entry("shmring_config_segment_size", || {
+        let cfg = in_ptr(cfg, "cfg")?.to_core();
+        let out = out_ptr(out, "out")?;
+        *out = cfg.segment_size().map_err(core_err)?;
+        ok()
+    })
+}
+
+/// Creates an anonymous ring backed by a sealed memfd. Hand its descriptor
+/// (shmring_segment_fd) to producers. `name` labels it (no file is created).
+#[no_mangle]
+pub unsafe extern "C" fn shmring_segment_create_memfd(
+    name: *const c_char,
+    cfg: *const shmring_config,
+    out: *mut *mut shmring_segment,
+) -> shmring_status {
+    entry("shmring_segment_create_memfd", || {
+        let out = out_ptr(out, "out")?;
+        *out = std::ptr::null_mut();
+        let name = c_str(name, "name")?;
+        let cfg = in_ptr(cfg, "cfg")?.to_core();
+        let seg = Segment::create_memfd(name, &cfg).map_err(core_err)?;
+        new_segment(seg, out)
+    })
+}
+
+/// Creates a named ring (/dev/shm/NAME, mode 0600). It is removed when the handle
+/// is closed unless shmring_segment_persist() was called.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_segment_create_named(
+    name: *const c_char,
+    cfg: *const shmring_config,
+    out: *mut *mut shmring_segment,
+) -> shmring_status {
+    entry("shmring_segment_create_named", || {
+        let out = out_ptr(out, "out")?;
+        *out = std::ptr::null_mut();
+        let name = c_str(name, "name")?;
+        let cfg = in_ptr(cfg, "cfg")?.to_core();
+        let seg = Segment::create_named(name, &cfg).map_err(core_err)?;
+        new_segment(seg, out)
+    })
+}
+
+/// Opens an existing named ring. `eventfd`: the ring's eventfd for an eventfd ring
+/// (ownership passes to the library, as for shmring_segment_attach_fd), or -1.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_segment_open_named(
+    name: *const c_char,
+    eventfd: c_int,
+    out: *mut *mut shmring_segment,
+) -> shmring_status {
+    entry("shmring_segment_open_named", || {
+        let out = out_ptr(out, "out")?;
+        *out = std::ptr::null_mut();
+        let name = c_str(name, "name")?;
+        let seg = if eventfd >= 0 {
+            let efd = own_fd(eventfd, "eventfd")?;
+            Segment::open_named_with_eventfd(name, efd)
+        } else {
+            Segment::open_named(name)
+        }
+        .map_err(core_err)?;
+        new_segment(seg, out)
+    })
+}
+
+/// Attaches to a ring from a descriptor (inherited or received): the sandbox-friendly
+/// way, no file-system access. `eventfd` is the ring's eventfd, or -1.
+///
+/// OWNERSHIP: the library takes ownership of `fd` (and of `eventfd` if >= 0) as soon
+/// as they are checked to be open, whether the call succeeds or not: do not close
+/// them, and do not close any other descriptor of the same segment while producers
+/// are attached in this process (closing any descriptor of a file drops the
+/// process's record locks, which are its liveness signal).
+#[no_mangle]
+pub unsafe extern "C" fn shmring_segment_attach_fd(
+    fd: c_int,
+    eventfd: c_int,
+    out: *mut *mut shmring_segment,
+) -> shmring_status {
+    entry("shmring_segment_attach_fd", || {
+        let out = out_ptr(out, "out")?;
+        *out = std::ptr::null_mut();
+        let fd = own_fd(fd, "fd")?;
+        let efd = if eventfd >= 0 {
+            Some(own_fd(eventfd, "eventfd")?)
+        } else {
+            None
+        };
+        let seg = Segment::from_fds(fd, efd).map_err(core_err)?;
+        new_segment(seg, out)
+    })
+}
+
+/// Receives a ring's descriptors sent with shmring_segment_send over a Unix socket,
+/// and attaches to it.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_segment_recv(
+    sock: c_int,
+    out: *mut *mut shmring_segment,
+) -> shmring_status {
+    entry("shmring_segment_recv", || {
+        let out = out_ptr(out, "out")?;
+        *out = std::ptr::null_mut();
+        if sock < 0 {
+            return Err(fail!(
+                SHMRING_ERR_INVALID_ARGUMENT,
+                "socket {sock} is invalid"
+            ));
+        }
+        // SAFETY: borrowed for the call only; recvmsg reports EBADF for a closed fd.
+        let s = unsafe { BorrowedFd::borrow_raw(sock) };
+        let mut fds = shmring::recv_fds(s)
+            .map_err(|e| {
+                fail!(
+                    SHMRING_ERR_OS,
+                    "receiving descriptors on socket {sock}: {e}"
+                )
+            })?
+            .into_iter();
+        let fd = fds.next().ok_or_else(|| {
+            fail!(
+                SHMRING_ERR_OS,
+                "socket {sock}: message carried no descriptors"
+            )
+        })?;
+        let seg = Segment::from_fds(fd, fds.next()).map_err(core_err)?;
+        new_segment(seg, out)
+    })
+}
+
+/// Sends the ring's descriptor (and eventfd) over a connected Unix socket.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_segment_send(
+    sock: c_int,
+    seg: *const shmring_segment,
+) -> shmring_status {
+    entry("shmring_segment_send", || {
+        let (h, _l) = lease(seg)?;
+        if sock < 0 {
+            return Err(fail!(
+                SHMRING_ERR_INVALID_ARGUMENT,
+                "socket {sock} is invalid"
+            ));
+        }
+        // SAFETY: borrowed for the call only; sendmsg reports EBADF for a closed fd.
+        let s = unsafe { BorrowedFd::borrow_raw(sock) };
+        let mut fds = vec![h.seg.fd()];
+        fds.extend(h.seg.eventfd());
+        shmring::send_fds(s, &fds)
+            .map_err(|e| fail!(SHMRING_ERR_OS, "sending descriptors on socket {sock}: {e}"))?;
+        ok()
+    })
+}
+
+/// Closes a segment handle. Producers and consumers attached through it keep the
+/// mapping alive until they are closed too. NULL is accepted (no-op).
+#[no_mangle]
+pub unsafe extern "C" fn shmring_segment_close(seg: *mut shmring_segment) -> shmring_status {
+    entry("shmring_segment_close", || close(seg))
+}
+
+/// Keep a named segment after its creator closes it.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_segment_persist(seg: *const shmring_segment) -> shmring_status {
+    entry("shmring_segment_persist", || {
+        let (h, _l) = lease(seg)?;
+        h.seg.persist();
+        ok()
+    })
+}
+
+/// The segment's descriptor, owned by the segment (do not close it). To hand it to
+/// a child process, dup() it or clear FD_CLOEXEC on a dup.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_segment_fd(
+    seg: *const shmring_segment,
+    out: *mut c_int,
+) -> shmring_status {
+    entry("shmring_segment_fd", || {
+        let (h, _l) = lease(seg)?;
+        *out_ptr(out, "out")? = h.seg.fd().as_raw_fd();
+        ok()
+    })
+}
+
+/// The ring's eventfd (readable when data is ready), or -1 for a futex ring. Owned
+/// by the segment: do not close it.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_segment_eventfd(
+    seg: *const shmring_segment,
+    out: *mut c_int,
+) -> shmring_status {
+    entry("shmring_segment_eventfd", || {
+        let (h, _l) = lease(seg)?;
+        *out_ptr(out, "out")? = h.seg.eventfd().map_or(-1, |f| f.as_raw_fd());
+        ok()
+    })
+}
+
+/// The segment's name for messages ("/name", "memfd:name" or "fd:N"). Owned by the
+/// handle: valid until shmring_segment_close.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_segment_name(seg: *const shmring_segment) -> *const c_char {
+    let mut p: *const c_char = std::ptr::null();
+    let _ = entry("shmring_segment_name", || {
+        let (h, _l) = lease(seg)?;
+        p = h.name.as_ptr();
+        ok()
+    });
+    p
+}
+
+/// The segment's validated layout.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_segment_geometry(
+    seg: *const shmring_segment,
+    out: *mut shmring_geometry,
+) -> shmring_status {
+    entry("shmring_segment_geometry", || {
+        let (h, _l) = lease(seg)?;
+        *out_ptr(out, "out")? = c_geometry(h.seg.geometry());
+        ok()
+    })
+}
+
+/// The mapping's address range (for zero-copy checks).
+#[no_mangle]
+pub unsafe extern "C" fn shmring_segment_mapping(
+    seg: *const shmring_segment,
+    base: *mut *const u8,
+    len: *mut usize,
+) -> shmring_status {
+    entry("shmring_segment_mapping", || {
+        let (h, _l) = lease(seg)?;
+        let (b, l) = h.seg.mapping();
+        *out_ptr(base, "base")? = b;
+        *out_ptr(len, "len")? = l;
+        ok()
+    })
+}
+
+/// A snapshot of the ring's counters.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_segment_stats(
+    seg: *const shmring_segment,
+    out: *mut shmring_stats,
+) -> shmring_status {
+    entry("shmring_segment_stats", || {
+        let (h, _l) = lease(seg)?;
+        *out_ptr(out, "out")? = c_stats(&h.seg.stats());
+        ok()
+    })
+}
+
+pub(crate) fn c_geometry(g: &shmring::layout::Geometry) -> shmring_geometry {
+    shmring_geometry {
+        capacity: g.capacity,
+        max_record: g.max_record,
+        log_entries: g.log_entries,
+        max_producers: g.max_producers,
+        flags: g.flags,
+        reserved: 0,
+        total_size: g.total_size,
+    }
+}
