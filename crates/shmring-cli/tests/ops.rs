@@ -3,11 +3,9 @@
 //! and exit codes of bad input. (The Prometheus output is also parsed by a real
 //! parser in python/tests/test_cli_metrics.py.)
 
-use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::mpsc::{self, Receiver};
+use std::path::Path;
+use std::process::Output;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,113 +13,18 @@ use serde_json::Value;
 use shmring::handoff::{Listener, ListenerOptions};
 use shmring::{Config, Consumer, ConsumerOptions, Meta, Segment};
 
-const EXE: &str = env!("CARGO_BIN_EXE_shmring");
-/// Upper bound on any wait, so a broken build fails instead of hanging.
-const PATIENCE: Duration = Duration::from_secs(60);
+mod common;
 
-/// A unique ring name, removed from /dev/shm on drop.
-struct Ring(String);
+use common::{run, Proc, Ring, PATIENCE};
 
-impl Ring {
-    fn new(tag: &str) -> Ring {
-        static N: AtomicU32 = AtomicU32::new(0);
-        Ring(format!(
-            "shmring-opstest-{}-{tag}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ))
-    }
-    fn path(&self) -> PathBuf {
-        Path::new("/dev/shm").join(&self.0)
-    }
-}
-
-impl Drop for Ring {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(self.path());
-    }
+/// A unique ring name for these tests, removed from /dev/shm on drop.
+fn new_ring(tag: &str) -> Ring {
+    Ring::new("opstest", tag)
 }
 
 /// The prefix every ring of this test process starts with.
 fn prefix() -> String {
     format!("shmring-opstest-{}-", std::process::id())
-}
-
-/// A child killed and reaped on drop; its stdout JSON lines arrive on `lines`.
-struct Proc {
-    child: Child,
-    lines: Receiver<Value>,
-}
-
-impl Proc {
-    fn spawn(args: &[&str]) -> Proc {
-        let mut child = Command::new(EXE)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str::<Value>(&l) {
-                    if tx.send(v).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
-        Proc { child, lines }
-    }
-
-    fn expect(&self, key: &str) -> Value {
-        let until = Instant::now() + PATIENCE;
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            let v = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("no {key:?} line from the child"));
-            if let Some(x) = v.get(key) {
-                return x.clone();
-            }
-        }
-    }
-
-    fn wait(&mut self) -> (Option<i32>, String) {
-        let until = Instant::now() + PATIENCE;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                let mut err = String::new();
-                self.child
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut err)
-                    .unwrap();
-                return (s.code(), err);
-            }
-            assert!(Instant::now() < until, "child did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(EXE)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
 }
 
 /// Fails with exit code `code` and one line of stderr holding every needle.
@@ -149,11 +52,10 @@ fn start_recorder(ring: &str, out: &Path) -> Proc {
 
 /// A recorder killed with SIGKILL: its ring stays behind with no consumer.
 fn stale_ring(tag: &str) -> Ring {
-    let ring = Ring::new(tag);
+    let ring = new_ring(tag);
     let dir = tempfile::tempdir().unwrap();
     let mut rec = start_recorder(&ring.0, dir.path());
-    let _ = rec.child.kill();
-    let _ = rec.child.wait();
+    rec.kill();
     assert!(ring.path().exists(), "a killed recorder leaves its ring");
     ring
 }
@@ -167,7 +69,7 @@ fn by_ring<'a>(rows: &'a [Value], ring: &Ring) -> &'a Value {
 #[test]
 fn top_shows_every_ring_and_the_error_of_each_bad_one() {
     // Healthy: a consumer in this process, a producer thread writing throughout.
-    let healthy = Ring::new("healthy");
+    let healthy = new_ring("healthy");
     let seg = Segment::create_named(&healthy.0, &Config::with_capacity(1 << 20)).unwrap();
     let consumer = seg.consumer().unwrap();
     let mut producer = seg.producer().unwrap();
@@ -197,7 +99,7 @@ fn top_shows_every_ring_and_the_error_of_each_bad_one() {
         })
     };
     // Garbage: random-looking bytes.
-    let garbage = Ring::new("garbage");
+    let garbage = new_ring("garbage");
     let bytes: Vec<u8> = (0..65536u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
@@ -205,7 +107,7 @@ fn top_shows_every_ring_and_the_error_of_each_bad_one() {
     // Dead consumer: its recorder was killed.
     let dead = stale_ring("dead");
     // Truncated by another program after it was made.
-    let cut = Ring::new("cut");
+    let cut = new_ring("cut");
     let c = Segment::create_named(&cut.0, &Config::with_capacity(1 << 20)).unwrap();
     c.persist();
     drop(c);
@@ -324,7 +226,7 @@ fn by_socket<'a>(rows: &'a [Value], sock: &Path) -> &'a Value {
 fn top_observes_rings_on_sockets_beside_named_rings() {
     let dir = tempfile::tempdir().unwrap();
     // A named ring with a consumer, beside the sockets.
-    let named = Ring::new("beside");
+    let named = new_ring("beside");
     let nseg = Segment::create_named(&named.0, &Config::with_capacity(1 << 20)).unwrap();
     let _nconsumer = nseg.consumer().unwrap();
 
@@ -369,8 +271,7 @@ fn top_observes_rings_on_sockets_beside_named_rings() {
         "--progress",
     ]);
     rec.expect("ready");
-    let _ = rec.child.kill();
-    let _ = rec.child.wait();
+    rec.kill();
     assert!(dead.exists(), "a killed recorder leaves its socket");
 
     // A socket that is not a shmring consumer at all.
@@ -461,7 +362,7 @@ fn top_observes_rings_on_sockets_beside_named_rings() {
 
 #[test]
 fn top_names_a_ring_that_vanished() {
-    let gone = Ring::new("vanished");
+    let gone = new_ring("vanished");
     let o = run(&["top", "--json", "--interval", "0.05", "--ring", &gone.0]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let rows: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
@@ -486,7 +387,7 @@ fn top_without_a_terminal_says_to_use_once() {
 
 #[test]
 fn stat_prometheus_prints_the_cores_counters_with_the_ring_label() {
-    let ring = Ring::new("prom");
+    let ring = new_ring("prom");
     let seg = Segment::create_named(&ring.0, &Config::with_capacity(1 << 20)).unwrap();
     let consumer = seg.consumer().unwrap();
     let mut producer = seg.producer().unwrap();
@@ -525,7 +426,7 @@ fn stat_prometheus_prints_the_cores_counters_with_the_ring_label() {
     assert!(text.ends_with("# EOF\n"));
     drop((consumer, producer, seg));
 
-    let garbage = Ring::new("promgarbage");
+    let garbage = new_ring("promgarbage");
     std::fs::write(garbage.path(), vec![0xa5u8; 8192]).unwrap();
     assert_fails(
         &run(&["stat", "--prometheus", &garbage.0]),
@@ -536,7 +437,7 @@ fn stat_prometheus_prints_the_cores_counters_with_the_ring_label() {
 
 #[test]
 fn stat_on_random_bytes_says_not_a_ring() {
-    let ring = Ring::new("random");
+    let ring = new_ring("random");
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let bytes: Vec<u8> = (0..(1 << 20))
         .map(|_| {
@@ -600,8 +501,7 @@ fn a_stale_ring_is_named_removed_by_rm_or_replaced() {
         &[&ring.0, "already exists and its consumer is alive"],
     );
     assert!(ring.path().exists());
-    let _ = rec.child.kill();
-    let _ = rec.child.wait();
+    rec.kill();
 
     // Killed again: rm removes it.
     let o = run(&["rm", &ring.0]);
@@ -637,7 +537,7 @@ fn seconds_are_range_checked_in_every_command() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("never");
     let out_s = out.to_str().unwrap();
-    let ring = Ring::new("seconds");
+    let ring = new_ring("seconds");
     for bad in ["-1", "0", "nan"] {
         assert_fails(
             &run(&[
@@ -699,7 +599,7 @@ fn video_sizes_say_which_part_is_wrong() {
 
 #[test]
 fn capacity_errors_speak_mib() {
-    let ring = Ring::new("mib");
+    let ring = new_ring("mib");
     let dir = tempfile::tempdir().unwrap();
     let o = run(&[
         "record",
@@ -721,7 +621,7 @@ fn capacity_errors_speak_mib() {
 
 #[test]
 fn the_producer_stops_when_the_recorder_is_gone() {
-    let ring = Ring::new("gone");
+    let ring = new_ring("gone");
     let dir = tempfile::tempdir().unwrap();
     let mut rec = start_recorder(&ring.0, dir.path());
     let mut prod = Proc::spawn(&[
@@ -739,8 +639,7 @@ fn the_producer_stops_when_the_recorder_is_gone() {
     while rec.expect("progress")["video_frames"].as_u64().unwrap() < 3 {
         assert!(Instant::now() < until);
     }
-    let _ = rec.child.kill();
-    let _ = rec.child.wait();
+    rec.kill();
     let produced = prod.expect("produced");
     let (code, err) = prod.wait();
     assert_eq!(code, Some(1), "{err}");
@@ -762,7 +661,7 @@ fn the_producer_stops_when_the_recorder_is_gone() {
 
 #[test]
 fn produce_seconds_is_wall_time() {
-    let ring = Ring::new("wall");
+    let ring = new_ring("wall");
     let dir = tempfile::tempdir().unwrap();
     let mut rec = start_recorder(&ring.0, dir.path());
     // 1080p at 1000 fps: no machine draws that; the run still ends at 0.5 s and
@@ -786,8 +685,7 @@ fn produce_seconds_is_wall_time() {
     assert_eq!(n("attempted") + n("missed"), 500, "{v}");
     assert!(n("missed") > 0, "{v}");
     assert!(err.contains("not made in time"), "{err}");
-    let _ = rec.child.kill();
-    let _ = rec.child.wait();
+    rec.kill();
 }
 
 #[test]
