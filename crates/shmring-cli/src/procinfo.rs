@@ -43,7 +43,9 @@ impl CpuMeter {
     /// CPU % (of one core) since the previous call.
     pub fn sample(&mut self) -> Option<f64> {
         let now = Instant::now();
-        let cpu = cpu_seconds(self.pid)?;
+        // The per-thread run times shrink when a thread exits (its time leaves
+        // /proc/PID/task): never let the total go back, so no interval is negative.
+        let cpu = cpu_seconds(self.pid)?.max(self.last.map_or(0.0, |(_, c)| c));
         self.first.get_or_insert((now, cpu));
         let pct = self.last.map(|(t, c)| {
             let dt = now.duration_since(t).as_secs_f64();
@@ -68,6 +70,17 @@ impl CpuMeter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_percent_is_never_negative() {
+        let mut m = CpuMeter::new(std::process::id());
+        m.sample();
+        // As if a thread had exited with a second of CPU time since the last look.
+        m.last = m.last.map(|(t, c)| (t, c + 1.0));
+        let pct = m.sample().unwrap();
+        assert!(pct >= 0.0, "{pct}");
+        assert!(m.average().unwrap() >= 0.0);
+    }
 
     #[test]
     fn reads_own_process() {

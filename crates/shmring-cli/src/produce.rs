@@ -319,6 +319,12 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
     let stop = stop_flag()?;
     let video = parse_video(&a.video).map_err(|m| fail(2, m))?;
     let audio = parse_audio(&a.audio).map_err(|m| fail(2, m))?;
+    if video.is_none() && audio.is_none() {
+        return Err(fail(
+            2,
+            "--video none and --audio none: nothing to produce; give a video size or an audio rate",
+        ));
+    }
     if !(a.seconds > 0.0 && a.seconds <= 1e6) {
         return Err(fail(
             2,

@@ -462,6 +462,10 @@ fn bad_arguments_are_rejected() {
         &run(&["produce", "--ring", "x", "--audio", "44100x0"]),
         &["--audio"],
     );
+    // Nothing to produce is a usage error (exit 2), before any ring is opened.
+    let o = run(&["produce", "--ring", "x", "--video", "none", "--audio", "none"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("nothing to produce"));
     let o = run(&["frobnicate"]);
     assert!(!o.status.success());
 }
