@@ -463,7 +463,9 @@ fn bad_arguments_are_rejected() {
         &["--audio"],
     );
     // Nothing to produce is a usage error (exit 2), before any ring is opened.
-    let o = run(&["produce", "--ring", "x", "--video", "none", "--audio", "none"]);
+    let o = run(&[
+        "produce", "--ring", "x", "--video", "none", "--audio", "none",
+    ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("nothing to produce"));
     let o = run(&["frobnicate"]);
