@@ -685,7 +685,11 @@ fn produce_seconds_is_wall_time() {
     let n = |k: &str| v[k].as_u64().unwrap();
     assert_eq!(n("attempted") + n("missed"), 500, "{v}");
     // Frames not made in time are said, never silently dropped.
-    assert_eq!(n("missed") > 0, err.contains("not made in time"), "{v} {err}");
+    assert_eq!(
+        n("missed") > 0,
+        err.contains("not made in time"),
+        "{v} {err}"
+    );
     rec.kill();
 }
 
