@@ -216,8 +216,10 @@ impl Consumer {
             published_since: Cell::new(0),
         };
         // A predecessor may have died holding a ring that a peer then scribbled on:
-        // look before the first frame.
-        c.audit()?;
+        // look before the first frame. (With `auto_reset` off, what it finds is
+        // reported by the first `next` instead, so the application can attach and
+        // then reset.)
+        let _ = c.audit();
         Ok(c)
     }
 
