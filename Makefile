@@ -80,4 +80,4 @@ bench-node:
 
 clean:
 	$(CARGO) clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) node/shmring.node
