@@ -77,11 +77,14 @@ async fn stream_delivers_every_record_exactly_once() {
             "records of producer {p} in order, none twice"
         );
         next[p as usize] += 1;
-        // Hold a few frames and release them out of order, from another task.
+        // Hold a few frames and release them out of order, from another task (awaited,
+        // so the frames held stay below what the claim log tracks).
         held.push(f);
         if i % 7 == 6 {
             let batch = std::mem::take(&mut held);
-            tokio::spawn(async move { drop(batch.into_iter().rev().collect::<Vec<_>>()) });
+            tokio::spawn(async move { drop(batch.into_iter().rev().collect::<Vec<_>>()) })
+                .await
+                .unwrap();
         }
     }
     drop(held);
