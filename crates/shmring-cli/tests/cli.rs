@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -13,7 +13,7 @@ use shmring::{Meta, Segment};
 use shmring_cli::pattern::decode_frame_number;
 
 mod common;
-use common::{ring_name, run, Proc, Ring, EXE, PATIENCE};
+use common::{assert_fails, ring_name, run, Proc, Ring, EXE, PATIENCE};
 
 fn start_recorder(ring: &Ring, out: &Path) -> Proc {
     let rec = Proc::spawn(&[
@@ -328,15 +328,6 @@ fn demo_runs_two_processes_and_cleans_up() {
             !n.to_string_lossy().starts_with(&prefix),
             "{n:?} left in /dev/shm"
         );
-    }
-}
-
-fn assert_fails(o: &Output, needles: &[&str]) {
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "succeeded: {err}");
-    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
-    for n in needles {
-        assert!(err.contains(n), "{n:?} not in {err:?}");
     }
 }
 

@@ -4,7 +4,6 @@
 //! parser in python/tests/test_cli_metrics.py.)
 
 use std::path::Path;
-use std::process::Output;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +14,7 @@ use shmring::{Config, Consumer, ConsumerOptions, Meta, Segment};
 
 mod common;
 
-use common::{run, Proc, Ring, PATIENCE};
+use common::{assert_fails_with as assert_fails, run, Proc, Ring, PATIENCE};
 
 /// A unique ring name for these tests, removed from /dev/shm on drop.
 fn new_ring(tag: &str) -> Ring {
@@ -25,16 +24,6 @@ fn new_ring(tag: &str) -> Ring {
 /// The prefix every ring of this test process starts with.
 fn prefix() -> String {
     format!("shmring-opstest-{}-", std::process::id())
-}
-
-/// Fails with exit code `code` and one line of stderr holding every needle.
-fn assert_fails(o: &Output, code: i32, needles: &[&str]) {
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(code), "stderr: {err}");
-    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
-    for n in needles {
-        assert!(err.contains(n), "{n:?} not in {err:?}");
-    }
 }
 
 fn start_recorder(ring: &str, out: &Path) -> Proc {

@@ -115,3 +115,24 @@ pub fn last_json(out: &Output) -> Value {
     let s = String::from_utf8_lossy(&out.stdout);
     serde_json::from_str(s.lines().last().expect("a JSON line")).unwrap()
 }
+
+/// The command failed, with one line on stderr holding every needle.
+pub fn assert_fails(o: &Output, needles: &[&str]) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "succeeded: {err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{n:?} not in {err:?}");
+    }
+}
+
+/// As [`assert_fails`], with exit code `code`.
+pub fn assert_fails_with(o: &Output, code: i32, needles: &[&str]) {
+    assert_eq!(
+        o.status.code(),
+        Some(code),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_fails(o, needles);
+}
