@@ -167,6 +167,11 @@ typedef enum shmring_status {
   SHMRING_ERR_REFUSED = -24,
   // The hand-off over a socket broke (closed early, not a shmring socket...).
   SHMRING_ERR_HANDOFF = -25,
+  // This tethered consumer was detached by the ring's consumer (it stopped
+  // releasing frames for too long); attach again.
+  SHMRING_ERR_DETACHED = -26,
+  // Every tethered-consumer line of the ring is taken.
+  SHMRING_ERR_NO_TETHER_LINE = -27,
 } shmring_status;
 
 // The consumer of a ring (opaque). One thread at a time.
@@ -336,6 +341,10 @@ typedef struct shmring_stats {
   uint32_t oldest_pending_slot;
   // The pid holding that slot (0: unknown).
   uint32_t oldest_pending_pid;
+  // Tethered consumers attached and alive.
+  uint32_t tethered_consumers;
+  // Tethered consumers the consumer detached (dead, or stopped releasing).
+  uint64_t tethers_detached;
 } shmring_stats;
 
 // Options of shmring_listen. Initialise with shmring_listen_options_init(), which

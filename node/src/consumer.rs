@@ -177,6 +177,7 @@ impl JsConsumer {
                 None => d.overtake_after,
             },
             auto_reset: init.auto_reset.unwrap_or(d.auto_reset),
+            ..d
         };
         let create = init.create.unwrap_or(false);
         let seg = if let Some(fd) = init.fd {

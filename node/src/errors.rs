@@ -30,6 +30,8 @@ pub fn code_of(e: &shmring::Error) -> &'static str {
         E::EventfdRequired(_) => "SHMRING_EVENTFD_REQUIRED",
         E::Refused { .. } => "SHMRING_REFUSED",
         E::Handoff { .. } => "SHMRING_HANDOFF",
+        E::Detached(_) => "SHMRING_DETACHED",
+        E::NoTetherLine { .. } => "SHMRING_NO_TETHER_LINE",
     }
 }
 

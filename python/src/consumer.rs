@@ -256,6 +256,7 @@ impl PyConsumer {
                 .map(|t| secs(t, "overtake_after"))
                 .transpose()?,
             auto_reset: !manual_reset,
+            ..ConsumerOptions::default()
         };
         let seg: Arc<Segment> = if let Some(fd) = fd {
             if create {

@@ -95,6 +95,12 @@ create_exception!(
 );
 create_exception!(
     shmring,
+    Detached,
+    Error,
+    "This tethered consumer was detached by the ring's consumer (it stopped releasing frames for too long); attach again."
+);
+create_exception!(
+    shmring,
     Released,
     Error,
     "The frame or reservation was already released."
@@ -152,6 +158,8 @@ pub fn to_py(e: shmring::Error) -> PyErr {
         E::ReservationOpen(_) | E::NoReservation(_) => Error::new_err(msg),
         E::Refused { .. } => Refused::new_err(msg),
         E::Handoff { .. } => HandoffError::new_err(msg),
+        E::Detached(_) => Detached::new_err(msg),
+        E::NoTetherLine { .. } => NoSlot::new_err(msg),
     }
 }
 
@@ -190,6 +198,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         TooManyHeld,
         NotHeld,
         EventfdRequired,
+        Detached,
         Released,
         Closed,
         BadMediaHeader,

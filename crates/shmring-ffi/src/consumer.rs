@@ -114,6 +114,7 @@ pub unsafe extern "C" fn shmring_consumer_attach(
                 auto_reset: o.manual_reset == 0,
                 overtake_after: (o.overtake_after_ns != 0)
                     .then(|| Duration::from_nanos(o.overtake_after_ns)),
+                ..ConsumerOptions::default()
             }
         };
         let c = Consumer::with_options(h.seg.clone(), o).map_err(core_err)?;

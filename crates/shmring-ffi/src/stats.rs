@@ -39,6 +39,10 @@ pub struct shmring_stats {
     pub oldest_pending_slot: u32,
     /// The pid holding that slot (0: unknown).
     pub oldest_pending_pid: u32,
+    /// Tethered consumers attached and alive.
+    pub tethered_consumers: u32,
+    /// Tethered consumers the consumer detached (dead, or stopped releasing).
+    pub tethers_detached: u64,
 }
 
 /// The core's snapshot as the C struct (its fields are `Stats::fields()`, in that
@@ -72,5 +76,7 @@ pub(crate) fn c_stats(s: &shmring::Stats) -> shmring_stats {
         oldest_pending_age_ns: s.oldest_pending_age_ns,
         oldest_pending_slot: s.oldest_pending_slot,
         oldest_pending_pid: s.oldest_pending_pid,
+        tethered_consumers: s.tethered_consumers,
+        tethers_detached: s.tethers_detached,
     }
 }

@@ -74,6 +74,11 @@ pub enum shmring_status {
     SHMRING_ERR_REFUSED = -24,
     /// The hand-off over a socket broke (closed early, not a shmring socket...).
     SHMRING_ERR_HANDOFF = -25,
+    /// This tethered consumer was detached by the ring's consumer (it stopped
+    /// releasing frames for too long); attach again.
+    SHMRING_ERR_DETACHED = -26,
+    /// Every tethered-consumer line of the ring is taken.
+    SHMRING_ERR_NO_TETHER_LINE = -27,
 }
 
 use shmring_status::*;
@@ -100,6 +105,8 @@ pub(crate) fn status_of(e: &Error) -> shmring_status {
         Error::ReservationOpen(_) | Error::NoReservation(_) => SHMRING_ERR_STATE,
         Error::Refused { .. } => SHMRING_ERR_REFUSED,
         Error::Handoff { .. } => SHMRING_ERR_HANDOFF,
+        Error::Detached(_) => SHMRING_ERR_DETACHED,
+        Error::NoTetherLine { .. } => SHMRING_ERR_NO_TETHER_LINE,
     }
 }
 

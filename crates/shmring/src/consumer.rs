@@ -9,12 +9,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::layout::{cursor_pos, pack_cursor, pos_diff, ClaimState, RecordHeader, SEQ_MASK, UNIT};
+use crate::layout::{
+    cursor_pos, cursor_seq, pack_cursor, pos_diff, seq_diff, ClaimState, ConsumerCounters,
+    RecordHeader, SEQ_MASK, UNIT,
+};
 use crate::producer::{bump, Meta};
 use crate::protocol::{is_forged, ConsumerCursor, Poll};
 use crate::segment::Segment;
-use crate::sync::Ordering;
+use crate::sync::{fence, Ordering};
 use crate::sys::now_ns;
+use crate::tether::{self, Supervisor};
 use crate::{slots, wake};
 
 /// Tuning for a consumer.
@@ -54,6 +58,11 @@ pub struct ConsumerOptions {
     /// across a reset stay valid. `false`: report [`Error::Corrupt`] instead, and
     /// leave resetting to [`Consumer::reset`].
     pub auto_reset: bool,
+    /// The ring's consumer detaches a tethered consumer whose read cursor stays
+    /// behind its own without moving for this long (it gets [`Error::Detached`]),
+    /// so a stuck reader stops holding the ring after this bound. Its death is
+    /// found within one `liveness_interval`, like a producer's.
+    pub tether_stall_limit: Duration,
 }
 
 impl Default for ConsumerOptions {
@@ -63,8 +72,22 @@ impl Default for ConsumerOptions {
             spin: 64,
             overtake_after: None,
             auto_reset: true,
+            tether_stall_limit: Duration::from_millis(500),
         }
     }
+}
+
+/// Which of a ring's consumers this is.
+enum Role {
+    /// The ring's consumer: it alone writes the ring's read cursor, judges
+    /// producers, audits and resets, and supervises the tethered consumers.
+    Owner {
+        tethers: Box<RefCell<Supervisor>>,
+        /// The ring's read cursor as last published (for the audit).
+        published: Cell<u64>,
+    },
+    /// A tethered consumer on this tether line.
+    Tethered(u32),
 }
 
 /// A pending claim the consumer is watching: the one at its peek cursor, or one it
@@ -109,10 +132,15 @@ pub struct RawFrame {
     pub meta: Meta,
 }
 
-/// The single consumer of a ring. Not `Sync`: one thread reads. Frames borrow it
-/// and release themselves on drop.
+/// A consumer of a ring: the ring's own ([`Consumer::new`]) or a tethered one
+/// ([`Consumer::tethered`]). Not `Sync`: one thread reads. Frames borrow it and
+/// release themselves on drop.
 pub struct Consumer {
     seg: Arc<Segment>,
+    role: Role,
+    /// A tethered consumer: adopted by the ring's consumer (its cursors start
+    /// then). Always true for the ring's consumer.
+    joined: Cell<bool>,
     cur: RefCell<ConsumerCursor>,
     opts: ConsumerOptions,
     /// The pending claim at the peek cursor.
@@ -201,10 +229,35 @@ impl Consumer {
 
     pub fn with_options(seg: Arc<Segment>, opts: ConsumerOptions) -> Result<Consumer> {
         slots::take_consumer(&seg)?;
-        let read = seg.control().cursors.0.read.load(Ordering::Acquire);
+        let c = seg.control();
+        let mut read = c.cursors.0.read.load(Ordering::Acquire);
+        let mut tethers = Supervisor::new();
+        if tethers.take_over(&seg) {
+            // A predecessor with tethered consumers published the farthest behind of
+            // all as the ring's read cursor: carry on from its own, if it is sane.
+            let own = c.cursors.0.owner_read.load(Ordering::Acquire);
+            let w = c.write.0.load(Ordering::Acquire);
+            let n = seg.geometry().log_entries as u64;
+            let (ds, dp) = (
+                seq_diff(cursor_seq(w), cursor_seq(own)),
+                pos_diff(cursor_pos(w), cursor_pos(own)),
+            );
+            if ds <= seq_diff(cursor_seq(w), cursor_seq(read))
+                && dp <= pos_diff(cursor_pos(w), cursor_pos(read))
+                && ds <= n
+            {
+                read = own;
+            }
+        }
         let cur = ConsumerCursor::new(seg.geometry().log_entries as usize, read);
+        let published = c.cursors.0.read.load(Ordering::Relaxed);
         let c = Consumer {
             seg,
+            role: Role::Owner {
+                tethers: Box::new(RefCell::new(tethers)),
+                published: Cell::new(published),
+            },
+            joined: Cell::new(true),
             cur: RefCell::new(cur),
             opts,
             pending: Cell::new(None),
@@ -221,6 +274,125 @@ impl Consumer {
         // then reset.)
         let _ = c.audit();
         Ok(c)
+    }
+
+    /// Attaches a *tethered* consumer: a full consumer beside the ring's own, with
+    /// its own cursors, that gets every record from where it starts (the ring
+    /// consumer's read cursor when that one next looks at the ring and adopts this
+    /// one: at its next poll, or within its liveness interval when idle; until
+    /// then this one sees no records) and holds their space until it releases
+    /// them, like the ring's consumer. At most [`crate::layout::MAX_TETHERS`] per
+    /// ring; the ring's consumer must be alive ([`Error::NoConsumer`]).
+    ///
+    /// The ring's consumer detaches a tethered consumer that dies (within one
+    /// liveness interval) or whose read cursor stays behind without moving for its
+    /// [`ConsumerOptions::tether_stall_limit`]; calls then fail with
+    /// [`Error::Detached`]. A tethered consumer does not judge producers or reset
+    /// the ring (the ring's consumer does both); after a reset it carries on from
+    /// the new generation, frames it holds staying valid.
+    ///
+    /// ```
+    /// # use shmring::{Config, Segment, Meta, Consumer, ConsumerOptions};
+    /// let seg = Segment::create_memfd("doc-tether", &Config::with_capacity(1 << 20)).unwrap();
+    /// let recorder = seg.consumer().unwrap();
+    /// let preview = Consumer::tethered(seg.clone(), ConsumerOptions::default()).unwrap();
+    /// let mut producer = seg.producer().unwrap();
+    /// producer.send(b"frame", Meta::new(0, 1)).unwrap();
+    /// assert_eq!(recorder.try_next().unwrap().unwrap().payload(), b"frame");
+    /// assert_eq!(preview.try_next().unwrap().unwrap().payload(), b"frame");
+    /// ```
+    pub fn tethered(seg: Arc<Segment>, opts: ConsumerOptions) -> Result<Consumer> {
+        let line = tether::attach(&seg)?;
+        // The real start comes with the adoption (see `Consumer::join`).
+        let cur = ConsumerCursor::new(seg.geometry().log_entries as usize, 0);
+        Ok(Consumer {
+            seg,
+            role: Role::Tethered(line),
+            joined: Cell::new(false),
+            cur: RefCell::new(cur),
+            opts,
+            pending: Cell::new(None),
+            parked: RefCell::new(Vec::with_capacity(MAX_PARKED)),
+            last_reap: Cell::new(None),
+            last_audit: Cell::new(Instant::now()),
+            since_audit: Cell::new(0),
+            health: Cell::new(Health::default()),
+            published_since: Cell::new(0),
+        })
+    }
+
+    /// The ring's consumer: adopts tethered consumers that asked (one load when
+    /// none did). A tethered consumer: has it been adopted (its cursors set)?
+    fn join(&self) -> Result<bool> {
+        match &self.role {
+            Role::Owner { tethers, .. } => {
+                if tethers.borrow().asked(&self.seg) {
+                    let cur = self.cur.borrow();
+                    // With a reset's gap open, our read cursor is two cursors: adopt
+                    // once it is one again.
+                    if cur.can_reset() && tethers.borrow_mut().adopt(&self.seg, cur.published()) {
+                        self.publish(&cur);
+                        wake::notify(&self.seg.control().tether_data.0, true, None);
+                    }
+                }
+                Ok(true)
+            }
+            Role::Tethered(j) => {
+                if self.joined.get() {
+                    return Ok(true);
+                }
+                match tether::joined(&self.seg, *j)? {
+                    Some(read) => {
+                        *self.cur.borrow_mut() =
+                            ConsumerCursor::new(self.seg.geometry().log_entries as usize, read);
+                        self.joined.set(true);
+                        Ok(true)
+                    }
+                    None => Ok(false),
+                }
+            }
+        }
+    }
+
+    /// Is this a tethered consumer (see [`Consumer::tethered`])?
+    pub fn is_tethered(&self) -> bool {
+        matches!(self.role, Role::Tethered(_))
+    }
+
+    /// The ring's consumer's counters; `None` for a tethered consumer (it keeps
+    /// its own in its tether line).
+    fn owner_counters(&self) -> Option<&ConsumerCounters> {
+        match self.role {
+            Role::Owner { .. } => Some(&self.seg.control().counters.0),
+            Role::Tethered(_) => None,
+        }
+    }
+
+    /// Publishes our read cursor: a tethered consumer in its line; the ring's
+    /// consumer as the ring's read cursor, or, with tethered consumers, the
+    /// farthest behind of theirs and its own (adopting any that asked).
+    fn publish(&self, cur: &ConsumerCursor) {
+        let own = cur.published();
+        let c = self.seg.control();
+        match &self.role {
+            Role::Tethered(j) => {
+                tether::publish(&self.seg, *j, own, pack_cursor(cur.peek_seq, cur.peek_pos))
+            }
+            Role::Owner { tethers, published } => {
+                // Release: tethered consumers adopted from now on start here.
+                c.cursors.0.owner_read.store(own, Ordering::Release);
+                let t = tethers.borrow();
+                let ring = if t.any() {
+                    t.ring_read(&self.seg, own)
+                } else {
+                    own
+                };
+                // Release: everything we (and the tethered consumers whose cursors we
+                // loaded with Acquire) did with the released bytes comes first.
+                c.cursors.0.read.store(ring, Ordering::Release);
+                published.set(ring);
+            }
+        }
     }
 
     pub fn segment(&self) -> &Arc<Segment> {
@@ -260,7 +432,24 @@ impl Consumer {
         let mut start: Option<Instant> = None;
         let mut spins = 0u32;
         let mut skips = 0u32;
+        if let Role::Tethered(j) = self.role {
+            tether::check(&self.seg, j)?;
+        }
         loop {
+            if !self.join()? {
+                if timeout == Some(Duration::ZERO) {
+                    return Ok(None);
+                }
+                self.sleep(
+                    timeout
+                        .unwrap_or(Duration::MAX)
+                        .min(self.opts.liveness_interval),
+                );
+                if timeout.is_some_and(|t| start.get_or_insert_with(Instant::now).elapsed() >= t) {
+                    return Ok(None);
+                }
+                continue;
+            }
             let n = self.since_audit.get() + 1;
             self.since_audit.set(n);
             if n >= AUDIT_EVERY {
@@ -330,18 +519,45 @@ impl Consumer {
 
     /// Sleeps until a producer signals data (or `max` passes).
     fn sleep(&self, max: Duration) {
-        let f = &self.seg.control().data.0;
+        let c = self.seg.control();
+        let tethered = self.is_tethered();
+        let f = if tethered {
+            &c.tether_data.0
+        } else {
+            &c.data.0
+        };
         let seen = wake::arm(f);
-        // Re-check after arming so a commit made just before cannot be missed.
-        if self.peek_is_final() {
+        // Re-check after arming so a commit made just before (or, for a tethered
+        // consumer not adopted yet, the adoption) cannot be missed.
+        let ready = match self.role {
+            Role::Tethered(j) if !self.joined.get() => {
+                !matches!(tether::joined(&self.seg, j), Ok(None))
+            }
+            _ => self.peek_is_final(),
+        };
+        if ready {
             wake::disarm(f);
             return;
         }
-        bump(&self.seg.control().counters.0.waits, 1);
+        match &self.role {
+            // After arming: a tethered consumer that released space producers wait
+            // for either sees us armed (and wakes us) or we see its cursor here.
+            Role::Owner { tethers, .. } if tethers.borrow().any() => {
+                let cur = self.cur.borrow();
+                self.publish(&cur);
+                self.wake_producers(&cur);
+            }
+            // Not adopted yet: make sure the ring's consumer looks.
+            Role::Tethered(_) if !self.joined.get() => tether::poke_consumer(&self.seg),
+            _ => {}
+        }
+        if let Some(cc) = self.owner_counters() {
+            bump(&cc.waits, 1);
+        }
         // Woken or timed out, the caller looks again.
         match self.seg.eventfd() {
-            Some(fd) => wake::sleep_eventfd(fd, max),
-            None => wake::sleep(f, seen, max),
+            Some(fd) if !tethered => wake::sleep_eventfd(fd, max),
+            _ => wake::sleep(f, seen, max),
         }
         wake::disarm(f);
     }
@@ -400,7 +616,7 @@ impl Consumer {
         parked: Option<(usize, u64)>,
     ) -> Result<Step> {
         let sh = self.seg.shared();
-        let counters = &self.seg.control().counters.0;
+        let counters = self.owner_counters();
         match poll {
             Poll::Record {
                 seq,
@@ -421,7 +637,7 @@ impl Consumer {
                 let room = (rec_units - 1) * UNIT;
                 if h.len > room || h.seq != seq & SEQ_MASK {
                     let _ = cur.release(seq);
-                    cur.publish(&sh);
+                    self.publish(cur);
                     let what = if h.len > room {
                         "record length exceeds its claim"
                     } else {
@@ -435,7 +651,9 @@ impl Consumer {
                     }
                     // One bad record in a ring whose claims still add up: skip it
                     // (counted), no reset, so the records after it are not lost.
-                    bump(&counters.corruption, 1);
+                    if let Some(cc) = counters {
+                        bump(&cc.corruption, 1);
+                    }
                     let mut health = self.health.get();
                     health.last_corruption = Some(what);
                     self.health.set(health);
@@ -448,14 +666,25 @@ impl Consumer {
                         what,
                     });
                 }
-                let w = sh.write.load(Ordering::Relaxed);
-                let ahead = pos_diff(cursor_pos(w), cur.peek_pos);
-                let occ = (cur.held_units() + ahead.min(sh.cap_units)).min(sh.cap_units) * UNIT;
-                if occ > counters.peak_occupancy.load(Ordering::Relaxed) {
-                    counters.peak_occupancy.store(occ, Ordering::Relaxed);
+                match (counters, &self.role) {
+                    (Some(cc), _) => {
+                        let w = sh.write.load(Ordering::Relaxed);
+                        let ahead = pos_diff(cursor_pos(w), cur.peek_pos);
+                        let occ =
+                            (cur.held_units() + ahead.min(sh.cap_units)).min(sh.cap_units) * UNIT;
+                        if occ > cc.peak_occupancy.load(Ordering::Relaxed) {
+                            cc.peak_occupancy.store(occ, Ordering::Relaxed);
+                        }
+                        bump(&cc.records_consumed, 1);
+                        bump(&cc.bytes_consumed, h.len);
+                    }
+                    (None, Role::Tethered(j)) => {
+                        let l = tether::counters(&self.seg, *j);
+                        bump(&l.records_consumed, 1);
+                        bump(&l.bytes_consumed, h.len);
+                    }
+                    (None, Role::Owner { .. }) => {}
                 }
-                bump(&counters.records_consumed, 1);
-                bump(&counters.bytes_consumed, h.len);
                 // SAFETY: the payload follows the header inside the record (len <= room).
                 let ptr = unsafe { self.seg.data().add(((rec_off + 1) * UNIT) as usize) };
                 Ok(Step::Frame(RawFrame {
@@ -474,10 +703,10 @@ impl Consumer {
                 if parked.is_none() {
                     self.set_pending(None);
                 }
-                if state != ClaimState::Abandoned {
-                    bump(&counters.skipped_aborted, 1);
+                if let (Some(cc), true) = (counters, state != ClaimState::Abandoned) {
+                    bump(&cc.skipped_aborted, 1);
                 }
-                cur.publish(&sh);
+                self.publish(cur);
                 self.wake_producers(cur);
                 Ok(Step::Again)
             }
@@ -535,8 +764,12 @@ impl Consumer {
             None => self.pending.set(Some(w)),
         }
         let sh = self.seg.shared();
-        let alive = slots::is_alive(&self.seg, slot);
-        let forged = alive && is_forged(&sh, w.seq, value, &self.seg.slot(slot).open_claim);
+        // Only the ring's consumer judges producers; a tethered one waits for its
+        // verdict (the claim turns abandoned) like for the producer's commit.
+        let owner = !self.is_tethered();
+        let alive = !owner || slots::is_alive(&self.seg, slot);
+        let forged =
+            owner && alive && is_forged(&sh, w.seq, value, &self.seg.slot(slot).open_claim);
         if !alive || forged {
             if ConsumerCursor::abandon_at(&sh, w.seq, value) {
                 if forged {
@@ -550,7 +783,9 @@ impl Consumer {
             slots::reap(&self.seg);
             return Ok(Step::Again);
         }
-        self.publish_oldest_pending();
+        if owner {
+            self.publish_oldest_pending();
+        }
         if parked.is_none() {
             if let Some(limit) = self.opts.overtake_after {
                 if now.duration_since(w.since) >= limit && self.parked.borrow().len() < MAX_PARKED {
@@ -558,7 +793,9 @@ impl Consumer {
                     let (seq, pos) = cur.park(units);
                     self.parked.borrow_mut().push(Watched { seq, pos, ..w });
                     self.set_pending(None);
-                    bump(&self.seg.control().health.0.stalled_claims, 1);
+                    if owner {
+                        bump(&self.seg.control().health.0.stalled_claims, 1);
+                    }
                     let mut h = self.health.get();
                     h.stalled_claims += 1;
                     self.health.set(h);
@@ -579,8 +816,12 @@ impl Consumer {
         }
     }
 
-    /// Writes the oldest pending claim (peek or parked) to the segment, for `stat`.
+    /// Writes the oldest pending claim (peek or parked) to the segment, for `stat`
+    /// (the ring's consumer's only).
     fn publish_oldest_pending(&self) {
+        if self.is_tethered() {
+            return;
+        }
         let oldest = self.parked.borrow().first().copied().or(self.pending.get());
         let h = &self.seg.control().health.0;
         self.published_since.set(oldest.map_or(0, |w| w.since_ns));
@@ -602,6 +843,19 @@ impl Consumer {
     /// Something in shared memory cannot have been written by an honest peer: count
     /// it and, with `auto_reset`, reset and carry on.
     fn corrupt(&self, cur: &mut ConsumerCursor, seq: u64, what: &'static str) -> Result<Step> {
+        if let Role::Tethered(j) = self.role {
+            // The ring's consumer resets the ring (or finds it intact); we follow
+            // the write cursor from here once our held frames allow it.
+            if cur.can_reset() {
+                self.resync(cur, j, what);
+                return Ok(Step::Again);
+            }
+            return Err(Error::Corrupt {
+                segment: self.seg.label(),
+                seq,
+                what,
+            });
+        }
         bump(&self.seg.control().counters.0.corruption, 1);
         if self.opts.auto_reset && cur.can_reset() {
             self.reset_cursor(cur, what);
@@ -612,6 +866,25 @@ impl Consumer {
             seq,
             what,
         })
+    }
+
+    /// A tethered consumer that finds the ring contradicting its cursors (the ring
+    /// was reset, or scribbled and about to be): carry on from the write cursor,
+    /// counting the records not read as lost. Frames held stay valid.
+    fn resync(&self, cur: &mut ConsumerCursor, j: u32, why: &'static str) {
+        let w = self.seg.shared().write.load(Ordering::Acquire);
+        let lost = seq_diff(cursor_seq(w), cur.peek_seq);
+        if lost <= self.seg.geometry().log_entries as u64 {
+            bump(&tether::counters(&self.seg, j).lost, lost);
+        }
+        cur.rebase(cursor_seq(w), cursor_pos(w));
+        self.parked.borrow_mut().clear();
+        self.pending.set(None);
+        let mut h = self.health.get();
+        h.resets += 1;
+        h.last_corruption = Some(why);
+        self.health.set(h);
+        self.publish(cur);
     }
 
     /// Runs [`Consumer::audit`] if a liveness interval has passed since the last one.
@@ -632,6 +905,9 @@ impl Consumer {
     pub fn audit(&self) -> Result<bool> {
         self.last_audit.set(Instant::now());
         self.since_audit.set(0);
+        if let Role::Tethered(j) = self.role {
+            return self.audit_tethered(j);
+        }
         let c = self.seg.control();
         let repair = |what: &'static str| {
             bump(&c.health.0.repairs, 1);
@@ -653,10 +929,21 @@ impl Consumer {
         }
         let mut cur = self.cur.borrow_mut();
         let sh = self.seg.shared();
-        let read = pack_cursor(cur.published_read_seq(), cur.read_pos);
-        if c.cursors.0.read.load(Ordering::Relaxed) != read {
-            cur.publish(&sh);
-            repair("read cursor changed");
+        if let Role::Owner { tethers, published } = &self.role {
+            let own = cur.published();
+            if c.cursors.0.read.load(Ordering::Relaxed) != published.get()
+                || c.cursors.0.owner_read.load(Ordering::Relaxed) != own
+            {
+                self.publish(&cur);
+                repair("read cursor changed");
+            }
+            let limit = self.opts.tether_stall_limit;
+            let detached = tethers.borrow_mut().audit(&self.seg, own, limit);
+            let asked = c.tethers.0.mask.load(Ordering::Relaxed) != 0;
+            if detached > 0 || asked {
+                self.publish(&cur);
+                self.wake_producers(&cur);
+            }
         }
         let peek = pack_cursor(cur.peek_seq, cur.peek_pos);
         if c.cursors.0.peek.load(Ordering::Relaxed) != peek {
@@ -672,12 +959,49 @@ impl Consumer {
         Ok(false)
     }
 
+    /// A tethered consumer's audit: is it still attached, is its line as it left
+    /// it, do the write cursor and claim log agree with its cursors? `Ok(true)`: it
+    /// resynchronised.
+    fn audit_tethered(&self, j: u32) -> Result<bool> {
+        tether::check(&self.seg, j)?;
+        if !self.joined.get() {
+            return Ok(false);
+        }
+        let mut cur = self.cur.borrow_mut();
+        let l = tether::counters(&self.seg, j);
+        if l.read.load(Ordering::Relaxed) != cur.published() {
+            self.publish(&cur);
+        }
+        let sh = self.seg.shared();
+        if let Err(what) = cur.audit_write_cursor(&sh) {
+            let seq = cur.peek_seq;
+            return match self.corrupt(&mut cur, seq, what)? {
+                Step::Again => Ok(true),
+                _ => Ok(false),
+            };
+        }
+        Ok(false)
+    }
+
     /// Resets the ring (see [`ConsumerCursor::reset`]), counted, and wakes producers.
     fn reset_cursor(&self, cur: &mut ConsumerCursor, why: &'static str) {
         let sh = self.seg.shared();
         let c = self.seg.control();
         self.seg.restore_identity();
-        cur.reset(&sh);
+        let floor = match &self.role {
+            Role::Owner { tethers, .. } if tethers.borrow().any() => {
+                tethers.borrow().floor_pos(&self.seg, cur.read_pos)
+            }
+            _ => cur.read_pos,
+        };
+        cur.reset(&sh, floor);
+        c.cursors
+            .0
+            .owner_read
+            .store(cur.published(), Ordering::Release);
+        if let Role::Owner { published, .. } = &self.role {
+            published.set(c.cursors.0.read.load(Ordering::Relaxed));
+        }
         c.cursors
             .0
             .peek
@@ -705,8 +1029,7 @@ impl Consumer {
         match cur.release(seq) {
             Ok(moved) => {
                 if moved {
-                    let sh = self.seg.shared();
-                    cur.publish(&sh);
+                    self.publish(&cur);
                     self.wake_producers(&cur);
                 }
                 Ok(())
@@ -720,6 +1043,15 @@ impl Consumer {
 
     fn wake_producers(&self, cur: &ConsumerCursor) {
         let f = &self.seg.control().space.0;
+        if self.is_tethered() {
+            // SeqCst: our published cursor before the flag (see `Consumer::sleep`):
+            // producers wait for space and the ring's consumer publishes it.
+            fence(Ordering::SeqCst);
+            if f.waiting.load(Ordering::Relaxed) != 0 {
+                tether::poke_consumer(&self.seg);
+            }
+            return;
+        }
         // Someone seems to wait for space. If it is a producer that died asleep, its
         // count stays raised until its slot is reaped: look for such slots, at most
         // once per liveness interval, so waking is free again soon after a crash.
@@ -748,17 +1080,18 @@ impl Consumer {
 
     /// Is there room for what the waiting producers need: their largest record,
     /// at least 1/16 of the ring, and 1/16 of the claim log? (Or is the ring empty?)
-    fn enough_room(&self, cur: &ConsumerCursor, f: &crate::layout::Futex) -> bool {
+    fn enough_room(&self, _cur: &ConsumerCursor, f: &crate::layout::Futex) -> bool {
         let sh = self.seg.shared();
         let w = sh.write.load(Ordering::Relaxed);
-        let used = pos_diff(cursor_pos(w), cur.read_pos);
+        // The ring's read cursor as we published it (ours, or the farthest behind).
+        let r = sh.read.load(Ordering::Relaxed);
+        let used = pos_diff(cursor_pos(w), cursor_pos(r));
         if used == 0 {
             return true;
         }
         let cap = sh.cap_units;
         let n = self.seg.geometry().log_entries as u64;
-        let records =
-            crate::layout::seq_diff(crate::layout::cursor_seq(w), cur.published_read_seq());
+        let records = seq_diff(cursor_seq(w), cursor_seq(r));
         // `need` is a peer's hint: no honest producer needs more than the largest record.
         let largest = crate::layout::record_units(self.seg.geometry().max_record);
         let want = (f.need.load(Ordering::Relaxed) as u64)
@@ -784,6 +1117,11 @@ impl Consumer {
     /// a producer still holding one gets [`Error::Abandoned`] at commit. Refused
     /// ([`Error::Corrupt`]) while frames held from before an earlier reset are out.
     pub fn reset(&mut self) -> Result<()> {
+        if self.is_tethered() {
+            return Err(Error::Config(
+                "a tethered consumer cannot reset the ring; the ring's consumer does".into(),
+            ));
+        }
         let mut cur = self.cur.borrow_mut();
         if !cur.can_reset() {
             return Err(Error::Corrupt {
@@ -863,7 +1201,10 @@ enum Step {
 
 impl Drop for Consumer {
     fn drop(&mut self) {
-        slots::drop_consumer(&self.seg);
+        match self.role {
+            Role::Owner { .. } => slots::drop_consumer(&self.seg),
+            Role::Tethered(j) => tether::leave(&self.seg, j),
+        }
     }
 }
 

@@ -61,6 +61,16 @@ pub enum Error {
     /// No consumer is attached (it died, or never came).
     #[error("ring {0}: no live consumer is attached")]
     NoConsumer(Name),
+    /// A tethered consumer was detached by the ring's consumer (it stopped releasing
+    /// frames for longer than the consumer allows); frames it still holds are no
+    /// longer protected. Attach again to carry on from the newest records.
+    #[error(
+        "ring {0}: this tethered consumer was detached (it stopped releasing frames for too long)"
+    )]
+    Detached(Name),
+    /// Every tether line is taken.
+    #[error("ring {segment}: all {max} tethered consumer lines are in use")]
+    NoTetherLine { segment: Name, max: u32 },
     /// Something in shared memory cannot have been written by an honest peer.
     #[error("ring {segment}: corruption detected at claim {seq}: {what}; reset the ring")]
     Corrupt {

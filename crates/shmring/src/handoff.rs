@@ -1247,6 +1247,25 @@ pub struct ReadOnlySegment {
 }
 
 impl ReadOnlySegment {
+    /// Opens a named ring (`/dev/shm/NAME`) read-only: `O_RDONLY` and `PROT_READ`.
+    pub fn open_named(name: &str) -> Result<ReadOnlySegment> {
+        Ok(ReadOnlySegment {
+            seg: Segment::open_named_read_only(name)?,
+        })
+    }
+
+    /// Maps a ring read-only from a descriptor (a sealed memfd, e.g. one received
+    /// from [`Segment::read_only_fd`] of the ring's owner).
+    pub fn from_fd(fd: std::os::fd::OwnedFd) -> Result<ReadOnlySegment> {
+        Ok(ReadOnlySegment {
+            seg: Segment::attach_read_only(fd)?,
+        })
+    }
+
+    pub(crate) fn segment(&self) -> &Segment {
+        &self.seg
+    }
+
     /// A snapshot of the ring's counters.
     pub fn stats(&self) -> Stats {
         self.seg.stats()
@@ -1255,6 +1274,11 @@ impl ReadOnlySegment {
     /// The validated layout.
     pub fn geometry(&self) -> &Geometry {
         self.seg.geometry()
+    }
+
+    /// The tethered consumers attached (see [`Segment::tethers`]).
+    pub fn tethers(&self) -> Vec<crate::TetherInfo> {
+        self.seg.tethers()
     }
 
     /// The segment's name, for messages.

@@ -8,11 +8,15 @@
 //!  |  line 1  write cursor   u64 = seq:28 | pos:36      (producers, CAS)          |
 //!  |  line 2  read cursor    u64 = seq:28 | pos:36      (consumer, store)         |
 //!  |          peek cursor    u64 = seq:28 | pos:36      (consumer, store; stats)  |
+//!  |          owner read     u64 = seq:28 | pos:36      (consumer, store)         |
 //!  |  line 3  data futex u32, consumer-waiting u32      (producers wake consumer) |
 //!  |  line 4  space futex u32, producers-waiting u32, need u32 (wakes producers)  |
 //!  |  line 5  consumer role: state u32                                             |
 //!  |  line 6-7 consumer counters                                                   |
 //!  |  line 8  claim health: stalled claims, oldest pending claim (since, slot, pid)|
+//!  |  line 9  tether futex u32, tethers-waiting u32     (producers wake tethers)   |
+//!  |  line 10 tethers: mask u32 (requested or active), detached u64 (consumer)     |
+//!  |  line 11-18 one per tethered consumer: state u32, read, peek, counters        |
 //!  +-------------------------------------------------------------------------------+
 //!  | SLOT TABLE  max_producers x SLOT_SIZE (128 bytes): one per attached producer  |
 //!  |  state u32 | (pad) u32 | open claim u64 | space-waiting u32 | counters       |
@@ -41,7 +45,7 @@ use crate::sync::{AtomicU32, AtomicU64};
 /// `b"SHMRING1"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING1");
 /// Bumped on any change to this file's layout or to the protocol.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// Record alignment, record header size and the unit of all positions.
 pub const UNIT: u64 = 64;
 /// Size of the control block at offset 0.
@@ -56,6 +60,9 @@ pub const MIN_CAPACITY: u64 = 64 * 1024;
 pub const MAX_CAPACITY: u64 = 1 << 31;
 /// Most producer slots (the log entry's slot field is 8 bits).
 pub const MAX_PRODUCERS: u32 = 256;
+/// Most tethered consumers beside the ring's own consumer (one bit each in
+/// [`Tethers::mask`]).
+pub const MAX_TETHERS: u32 = 8;
 /// Fewest and most claim-log entries (records in flight at once).
 pub const MIN_LOG_ENTRIES: u32 = 16;
 pub const MAX_LOG_ENTRIES: u32 = 1 << 22;
@@ -220,10 +227,15 @@ pub struct Identity {
 #[repr(C, align(64))]
 pub struct Line<T>(pub T);
 
+/// The consumer's cursors. `read` is *the ring's* read cursor, the only one
+/// producers look at: no consumer needs a byte or a claim before it. With no
+/// tethered consumer it is the consumer's own read cursor (`owner_read`); with
+/// some, the consumer publishes the farthest behind of its own and theirs.
 #[repr(C)]
 pub struct Cursors {
     pub read: AtomicU64,
     pub peek: AtomicU64,
+    pub owner_read: AtomicU64,
 }
 
 #[repr(C)]
@@ -285,6 +297,44 @@ pub struct ClaimHealth {
     pub oldest_pending_pid: AtomicU32,
 }
 
+/// Which tether lines are in use. Written by tethered consumers (setting their
+/// bit when they ask to attach, clearing it when they leave) and by the consumer
+/// (clearing the bit of one it detaches).
+#[repr(C)]
+#[derive(Default)]
+pub struct Tethers {
+    /// Bit `j`: tether line `j` is requested or active.
+    pub mask: AtomicU32,
+    pub _pad: u32,
+    /// Tethered consumers the consumer detached (dead, or stopped releasing).
+    pub detached: AtomicU64,
+}
+
+/// Tether line states.
+pub const TETHER_FREE: u32 = 0;
+/// Asked to attach; the consumer sets `read` and makes it ACTIVE.
+pub const TETHER_REQUESTED: u32 = 1;
+pub const TETHER_ACTIVE: u32 = 2;
+/// Detached by the consumer; its owner is told and frees the line.
+pub const TETHER_DETACHED: u32 = 3;
+
+/// One tethered consumer: a full consumer beside the ring's own, with its own
+/// cursors, holding space until it releases it.
+#[repr(C)]
+#[derive(Default)]
+pub struct TetherLine {
+    pub state: AtomicU32,
+    pub _pad: u32,
+    /// Its read cursor (its own store, Release; the consumer's at adoption).
+    pub read: AtomicU64,
+    /// Its peek cursor (statistics).
+    pub peek: AtomicU64,
+    pub records_consumed: AtomicU64,
+    pub bytes_consumed: AtomicU64,
+    /// Records it lost by resynchronising after the ring was reset.
+    pub lost: AtomicU64,
+}
+
 #[repr(C)]
 pub struct Control {
     pub identity: Line<Identity>,
@@ -295,6 +345,10 @@ pub struct Control {
     pub consumer: Line<ConsumerRole>,
     pub counters: Line<ConsumerCounters>,
     pub health: Line<ClaimHealth>,
+    /// Tethered consumers sleep here (producers wake them all).
+    pub tether_data: Line<Futex>,
+    pub tethers: Line<Tethers>,
+    pub tether: [Line<TetherLine>; MAX_TETHERS as usize],
 }
 
 /// Slot states. Any other value is treated like ACTIVE (and reaped once its lock

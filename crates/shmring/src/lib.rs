@@ -51,6 +51,10 @@ mod stats;
 #[cfg(not(loom))]
 pub mod sys;
 #[cfg(not(loom))]
+mod tap;
+#[cfg(not(loom))]
+mod tether;
+#[cfg(not(loom))]
 mod wake;
 
 /// Async consumer and producer for tokio (feature `tokio`).
@@ -75,6 +79,10 @@ pub use stats::{Field, FieldKind, Stats};
 pub use sys::fdpass::{recv_fds, send_fds};
 #[cfg(not(loom))]
 pub use sys::now_ns;
+#[cfg(not(loom))]
+pub use tap::{Tap, TapFrame, TapOptions, TapStats};
+#[cfg(not(loom))]
+pub use tether::TetherInfo;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -365,8 +365,8 @@ impl Producer {
             .seg
             .shared()
             .settle(claim, state, &self.my_slot().open_claim);
-        let f = &self.seg.control().data.0;
-        if wake::notify(f, false, self.seg.eventfd()) {
+        let c = self.seg.control();
+        if wake::notify_consumers(&c.data.0, &c.tether_data.0, self.seg.eventfd()) {
             bump(&self.my_slot().counters.wakes_sent, 1);
         }
         ok

@@ -45,7 +45,7 @@ use crate::layout::{
     claim_geometry, claim_total, cursor_pos, cursor_seq, pack_cursor, pos_diff, seq_diff,
     ClaimState, LogEntry, SEQ_MASK,
 };
-use crate::sync::{spin, AtomicU64, Ordering};
+use crate::sync::{fence, spin, AtomicU64, Ordering};
 
 /// References to the shared words the protocol runs on.
 pub struct Shared<'a> {
@@ -186,6 +186,11 @@ impl<'a> Shared<'a> {
                 );
                 let (rec_off, rec_units) =
                     claim_geometry(p, total, cap).expect("a claim we computed is well formed");
+                // Release: the claim (and the write cursor past it) before every byte
+                // we write into it, for taps, which read without any claim: a tap
+                // that sees one of our bytes sees the cursor past our claim (see
+                // `crate::tap`). Free on x86.
+                fence(Ordering::Release);
                 return Ok(Claim {
                     seq: k,
                     pos: p,
@@ -229,6 +234,28 @@ pub fn is_forged(sh: &Shared<'_>, seq: u64, value: u64, open: &AtomicU64) -> boo
     }
     // Acquire: see the owner's finishing CAS if that is why the word changed.
     sh.entry(seq).load(Ordering::Acquire) == value
+}
+
+/// The ring's read cursor for a consumer whose own read cursor is `own` and whose
+/// tethered consumers' are `others`: the farthest behind the write cursor `w`, for
+/// claims and for bytes separately (after a reset, a tethered consumer's claim
+/// number belongs to the old generation while its bytes still need protecting).
+/// A cursor that cannot be behind `w` (more than `n` claims or `cap` units) is
+/// ignored for that part. `own` always counts.
+pub fn farthest_behind(own: u64, others: &[u64], w: u64, n: u64, cap: u64) -> u64 {
+    let (ws, wp) = (cursor_seq(w), cursor_pos(w));
+    let (mut s, mut p) = (cursor_seq(own), cursor_pos(own));
+    for &c in others {
+        let (cs, cp) = (cursor_seq(c), cursor_pos(c));
+        let (ds, dp) = (seq_diff(ws, cs), pos_diff(wp, cp));
+        if ds <= n && ds > seq_diff(ws, s) {
+            s = cs;
+        }
+        if dp <= cap && dp > pos_diff(wp, p) {
+            p = cp;
+        }
+    }
+    pack_cursor(s, p)
 }
 
 #[inline]
@@ -538,13 +565,18 @@ impl ConsumerCursor {
         moved
     }
 
-    /// Publishes the read cursor (Release: everything we did with the released bytes
-    /// happens before a producer can claim them again).
+    /// Our read cursor as others must see it (see
+    /// [`ConsumerCursor::published_read_seq`]).
+    pub fn published(&self) -> u64 {
+        pack_cursor(self.published_read_seq(), self.read_pos)
+    }
+
+    /// Publishes our read cursor as the ring's (Release: everything we did with the
+    /// released bytes happens before a producer can claim them again). A consumer
+    /// with tethered consumers publishes the farthest behind of theirs and ours
+    /// instead (see [`farthest_behind`]).
     pub fn publish(&self, sh: &Shared<'_>) {
-        sh.read.store(
-            pack_cursor(self.published_read_seq(), self.read_pos),
-            Ordering::Release,
-        );
+        sh.read.store(self.published(), Ordering::Release);
     }
 
     /// Marks the pending claim at the peek cursor abandoned. `false`: it changed
@@ -623,8 +655,11 @@ impl ConsumerCursor {
     /// half-done reset retry). Records still held stay valid: their space stays
     /// behind the published read cursor until they are released, and the read
     /// cursor then jumps to the new generation. Pending and parked claims are
-    /// forgotten (their producers' commits fail). Returns the new base cursor.
-    pub fn reset(&mut self, sh: &Shared<'_>) -> u64 {
+    /// forgotten (their producers' commits fail). `floor_pos` is the farthest-behind
+    /// byte any reader still holds (our read position with no tethered consumer):
+    /// the new generation starts no more than a ring ahead of it, and the ring's
+    /// read cursor keeps it. Returns the new base cursor.
+    pub fn reset(&mut self, sh: &Shared<'_>, floor_pos: u64) -> u64 {
         let n = self.state.len() as u64;
         let base_seq = self.peek_seq + 2 * n;
         // Start after whatever producers had claimed, if the write cursor is sane and
@@ -632,8 +667,9 @@ impl ConsumerCursor {
         // scribble on new records soon.
         let w = sh.write.load(Ordering::Acquire);
         let ahead = pos_diff(cursor_pos(w), self.peek_pos);
+        let behind = pos_diff(self.peek_pos, floor_pos).max(self.held_units());
         let base_pos = self.peek_pos
-            + if self.held_units() + ahead <= sh.cap_units {
+            + if behind + ahead <= sh.cap_units {
                 ahead
             } else {
                 0
@@ -642,7 +678,29 @@ impl ConsumerCursor {
             sh.entry(k)
                 .store(LogEntry::initial(k, n), Ordering::Release);
         }
-        debug_assert!(self.can_reset(), "reset while a reset's gap is open");
+        self.rebase(base_seq, base_pos);
+        // The ring's read cursor: our new claim number, the farthest-behind byte.
+        let pos = if pos_diff(self.read_pos, floor_pos) <= sh.cap_units {
+            floor_pos
+        } else {
+            self.read_pos
+        };
+        sh.read.store(
+            pack_cursor(self.published_read_seq(), pos),
+            Ordering::Release,
+        );
+        let base = pack_cursor(base_seq, base_pos);
+        sh.write.store(base, Ordering::Release);
+        base
+    }
+
+    /// Moves the peek cursor to (`base_seq`, `base_pos`), a new generation: what is
+    /// not held is done; records still held stay valid (their space stays behind
+    /// our read position, and the read cursor jumps to the new generation once they
+    /// are released: the gap). For a reset, and for a tethered consumer following
+    /// one (it rebases on the write cursor, losing what it had not read).
+    pub fn rebase(&mut self, base_seq: u64, base_pos: u64) {
+        debug_assert!(self.can_reset(), "rebase while a reset's gap is open");
         // What is not held any more (released out of order, parked, skipped) is done.
         for seq in self.read_seq..self.peek_seq {
             let i = self.idx(seq);
@@ -669,9 +727,5 @@ impl ConsumerCursor {
         }
         self.peek_seq = base_seq;
         self.peek_pos = base_pos;
-        self.publish(sh);
-        let base = pack_cursor(base_seq, base_pos);
-        sh.write.store(base, Ordering::Release);
-        base
     }
 }

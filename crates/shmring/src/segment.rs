@@ -130,6 +130,8 @@ pub(crate) struct LocalRoles {
     generation: std::sync::atomic::AtomicU32,
     slots: [std::sync::atomic::AtomicU64; 4],
     consumer: std::sync::atomic::AtomicBool,
+    /// Bit `j`: a tethered consumer of this process holds tether line `j`.
+    tethers: std::sync::atomic::AtomicU32,
 }
 
 impl LocalRoles {
@@ -144,6 +146,7 @@ impl LocalRoles {
             w.store(0, Relaxed);
         }
         self.consumer.store(false, Relaxed);
+        self.tethers.store(0, Relaxed);
         self.generation.store(me, Release);
         false
     }
@@ -172,6 +175,19 @@ impl LocalRoles {
         self.current();
         self.consumer
             .store(held, std::sync::atomic::Ordering::Release);
+    }
+    /// Does a tethered consumer of this process hold tether line `j`?
+    pub(crate) fn has_tether(&self, j: u32) -> bool {
+        self.current() && self.tethers.load(std::sync::atomic::Ordering::Acquire) & (1 << j) != 0
+    }
+    pub(crate) fn set_tether(&self, j: u32, held: bool) {
+        use std::sync::atomic::Ordering::AcqRel;
+        self.current();
+        if held {
+            self.tethers.fetch_or(1 << j, AcqRel);
+        } else {
+            self.tethers.fetch_and(!(1 << j), AcqRel);
+        }
     }
 }
 
@@ -327,6 +343,18 @@ impl Segment {
                 e => os("shm_open", &path, e),
             })?;
         Self::attach(fd, path, Backing::Named { owner: false }).map(Arc::new)
+    }
+
+    /// Opens an existing named segment read-only (`O_RDONLY`, `PROT_READ`): for
+    /// taps and observers, which must not be able to write a byte of it.
+    pub(crate) fn open_named_read_only(name: &str) -> Result<Segment> {
+        let path = shm_name(name)?;
+        let fd = rustix::shm::open(path.as_str(), rustix::shm::OFlags::RDONLY, Mode::empty())
+            .map_err(|e| match e {
+                rustix::io::Errno::NOENT => Error::NotFound(path.as_str().into()),
+                e => os("shm_open", &path, e),
+            })?;
+        Self::attach_prot(fd, path, Backing::Named { owner: false }, ProtFlags::READ)
     }
 
     /// Attaches to a segment from a descriptor (inherited or received). A memfd must
@@ -695,6 +723,11 @@ impl Segment {
     }
 
     /// A snapshot of the counters in the segment.
+    /// The tethered consumers attached, each with its lag behind the write cursor.
+    pub fn tethers(&self) -> Vec<crate::TetherInfo> {
+        crate::tether::infos(self)
+    }
+
     pub fn stats(&self) -> Stats {
         Stats::read(self)
     }

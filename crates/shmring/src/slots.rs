@@ -26,7 +26,7 @@ pub(crate) fn slot_byte(slot: u32) -> i64 {
 /// Serialises slot and consumer-role changes within this process.
 static ATTACH: Mutex<()> = Mutex::new(());
 
-fn attach_guard() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn attach_guard() -> std::sync::MutexGuard<'static, ()> {
     ATTACH.lock().unwrap_or_else(|p| p.into_inner())
 }
 

@@ -64,6 +64,10 @@ pub struct Stats {
     /// The pid holding that slot, as the kernel told the consumer (0: unknown,
     /// e.g. a producer in another pid namespace).
     pub oldest_pending_pid: u32,
+    /// Tethered consumers attached and alive (see `Consumer::tethered`).
+    pub tethered_consumers: u32,
+    /// Tethered consumers the consumer detached (dead, or stopped releasing).
+    pub tethers_detached: u64,
 }
 
 impl Stats {
@@ -94,6 +98,8 @@ impl Stats {
             },
             oldest_pending_slot: h.oldest_pending_slot.load(Ordering::Relaxed),
             oldest_pending_pid: h.oldest_pending_pid.load(Ordering::Relaxed),
+            tethered_consumers: crate::tether::infos(seg).len() as u32,
+            tethers_detached: c.tethers.0.detached.load(Ordering::Relaxed),
             ..Default::default()
         };
         for i in 0..seg.geometry().max_producers {
@@ -327,6 +333,18 @@ impl Stats {
                 "Pid holding the oldest pending claim's slot (0: unknown).",
                 self.oldest_pending_pid as u64,
             ),
+            f(
+                "tethered_consumers",
+                Gauge,
+                "Tethered consumers attached and alive.",
+                self.tethered_consumers as u64,
+            ),
+            f(
+                "tethers_detached",
+                Counter,
+                "Tethered consumers detached (dead, or stopped releasing).",
+                self.tethers_detached,
+            ),
         ]
         .into_iter()
     }
@@ -366,13 +384,15 @@ mod tests {
             oldest_pending_age_ns: 25,
             oldest_pending_slot: 26,
             oldest_pending_pid: 27,
+            tethered_consumers: 28,
+            tethers_detached: 29,
         };
         let got: Vec<(&str, u64)> = s.fields().map(|f| (f.name, f.value)).collect();
-        // Every field of the struct appears, each with its own value (1..=27 above),
+        // Every field of the struct appears, each with its own value (1..=29 above),
         // so a field added to Stats but not to fields() fails here.
         let mut values: Vec<u64> = got.iter().map(|g| g.1).collect();
         values.sort_unstable();
-        assert_eq!(values, (1..=27).collect::<Vec<_>>());
+        assert_eq!(values, (1..=29).collect::<Vec<_>>());
         assert_eq!(
             format!("{s:?}").matches(": ").count(),
             got.len(),

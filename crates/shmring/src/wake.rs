@@ -39,6 +39,37 @@ pub(crate) fn notify(f: &Futex, all: bool, eventfd: Option<BorrowedFd<'_>>) -> b
     true
 }
 
+/// After a commit: signals the ring's consumer (on `data`, and `eventfd` when
+/// given) and every tethered consumer (on `tethers`) that sleeps, with one fence.
+/// Returns whether a wake-up was sent. With no tethered consumer asleep this costs
+/// what [`notify`] costs, plus one load from a line nobody writes.
+#[inline]
+pub(crate) fn notify_consumers(
+    data: &Futex,
+    tethers: &Futex,
+    eventfd: Option<BorrowedFd<'_>>,
+) -> bool {
+    // SeqCst: order our commit before reading the flags (see the module doc).
+    fence(Ordering::SeqCst);
+    let mut sent = false;
+    if data.waiting.load(Ordering::Relaxed) != 0 {
+        data.seq.fetch_add(1, Ordering::Release);
+        match eventfd {
+            Some(fd) => {
+                let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+            }
+            None => futex::wake(&data.seq, 1),
+        }
+        sent = true;
+    }
+    if tethers.waiting.load(Ordering::Relaxed) != 0 {
+        tethers.seq.fetch_add(1, Ordering::Release);
+        futex::wake(&tethers.seq, i32::MAX as u32);
+        sent = true;
+    }
+    sent
+}
+
 /// Announces a waiter on `f` and returns the value to sleep on. Call [`disarm`]
 /// after the wait (or when the re-check succeeds).
 #[inline]

@@ -293,6 +293,13 @@ impl Child {
         self.kid.kill();
     }
 
+    /// Waits for the child to end, however it ends; kills it and panics after `guard`.
+    pub fn wait_status(&mut self, guard: Duration) -> std::process::ExitStatus {
+        self.kid
+            .wait_exit(guard)
+            .unwrap_or_else(|| panic!("child {} did not finish within {guard:?}", self.pid))
+    }
+
     /// Waits for a successful exit; kills the child and panics after `guard`.
     pub fn wait_ok(&mut self, guard: Duration) {
         match self.kid.wait_exit(guard) {
@@ -366,9 +373,80 @@ pub fn child_entry() {
     std::process::exit(0);
 }
 
+/// Roles that only read: they map the ring read-only and never open it writable.
+fn run_tap_role(role: &str) -> bool {
+    match role {
+        // Tap every record from an inherited read-only descriptor until delivered +
+        // lost reaches N, checking each delivered one.
+        "tap-check" => {
+            // SAFETY: the parent left this descriptor open for us; nobody else owns it.
+            let fd = unsafe { OwnedFd::from_raw_fd(env_num("SHMRING_TEST_RO") as RawFd) };
+            let ro = shmring::ReadOnlySegment::from_fd(fd).expect("map read-only");
+            let (n, max) = (env_num("N"), env_num("MAX") as usize);
+            let mut tap = shmring::Tap::new(ro, shmring::TapOptions::default());
+            println!("@@ATTACHED");
+            let mut buf = Vec::new();
+            loop {
+                let st = tap.stats();
+                if st.delivered + st.lost >= n {
+                    break;
+                }
+                if let Some(f) = tap
+                    .next_into(&mut buf, Some(Duration::from_millis(50)))
+                    .unwrap()
+                {
+                    verify(&buf, f.meta, max);
+                }
+            }
+            let st = tap.stats();
+            println!("@@TAPPED {} {} {}", st.delivered, st.lost, st.torn);
+            true
+        }
+        // Map a named ring read-only, try to make it writable, then write to it.
+        "tap-write" => {
+            let name = env("SHMRING_TEST_SEG");
+            let name = name.strip_prefix("name:").expect("a named ring");
+            let ro = shmring::ReadOnlySegment::open_named(name).expect("open read-only");
+            let (ptr, len) = ro.mapping();
+            // SAFETY: asking the kernel to change the protection of our own mapping.
+            let r =
+                unsafe { libc::mprotect(ptr as *mut _, len, libc::PROT_READ | libc::PROT_WRITE) };
+            let err = std::io::Error::last_os_error();
+            println!("@@MPROTECT {r} {err}");
+            // SAFETY: deliberately writing through a read-only mapping: the kernel
+            // must stop us (SIGSEGV), which the parent checks.
+            unsafe { std::ptr::write_volatile(ptr.add(4096 + 64) as *mut u8, 0xff) };
+            println!("@@WROTE");
+            true
+        }
+        _ => false,
+    }
+}
+
 fn run_role(role: &str) {
+    if run_tap_role(role) {
+        return;
+    }
     let seg = open_segment(&env("SHMRING_TEST_SEG"));
     match role {
+        // A tethered consumer that takes one frame and holds it forever.
+        "tether-hold" => {
+            let c = Consumer::tethered(seg.clone(), shmring::ConsumerOptions::default()).unwrap();
+            let mut prod = seg.producer().unwrap();
+            prod.send(b"held", Meta::new(9, 9)).unwrap();
+            let f = c.recv().unwrap();
+            println!("@@HOLDING {}", f.seq());
+            sleep_forever();
+        }
+        // A tethered consumer checking P producers' N records each, then reporting.
+        "tether-check" => {
+            let (p, n, max) = (env_num("P") as usize, env_num("N"), env_num("MAX") as usize);
+            let c = Consumer::tethered(seg.clone(), shmring::ConsumerOptions::default()).unwrap();
+            println!("@@ATTACHED");
+            let mut ck = Checker::new(p, max);
+            consume_all(&c, &mut ck, n, std::process::id() as u64, 256 << 10);
+            println!("@@CHECKED {} {}", ck.records, ck.bytes);
+        }
         // Write records 0..N of producer P, then exit.
         "produce" => {
             let (p, n, max) = (env_num("P") as u32, env_num("N"), env_num("MAX") as usize);

@@ -1,0 +1,386 @@
+//! Taps: read-only observers that read records as they go by, never slowing
+//! producers or consumers (they write nothing: their mapping is `PROT_READ`).
+//!
+//! A tap keeps its own cursor, walking the claim log from the write cursor it
+//! found at attach. Nothing protects the bytes it reads, so it reads like a seqlock
+//! reader: it loads the claim's log entry, reads the record, then (after an
+//! Acquire fence) loads the entry and the write cursor again. The record was intact
+//! if the entry still holds the same claim and the write cursor has not gone a
+//! whole ring past the claim's first byte (no producer can have claimed any of its
+//! bytes again; producers write a record only after moving the write cursor past
+//! it, and fence before writing). Otherwise it is counted lost, never delivered. A
+//! tap that finds itself lapped (the write cursor a ring or a claim log ahead)
+//! skips to the newest record and counts what it skipped.
+//!
+//! ```
+//! # use shmring::{Config, Meta, ReadOnlySegment, Segment, Tap, TapOptions};
+//! # use std::time::Duration;
+//! let seg = Segment::create_memfd("doc-tap", &Config::with_capacity(1 << 20)).unwrap();
+//! let consumer = seg.consumer().unwrap();
+//! let ro = ReadOnlySegment::from_fd(seg.read_only_fd().unwrap().try_clone_to_owned().unwrap()).unwrap();
+//! let mut tap = Tap::new(ro, TapOptions::default());
+//! let mut producer = seg.producer().unwrap();
+//! producer.send(b"frame", Meta::new(0, 1)).unwrap();
+//! let mut copy = Vec::new();
+//! let got = tap.next_into(&mut copy, Some(Duration::from_secs(1))).unwrap().unwrap();
+//! assert_eq!((copy.as_slice(), got.meta.stream), (&b"frame"[..], 0));
+//! assert_eq!(consumer.try_next().unwrap().unwrap().payload(), b"frame");
+//! ```
+
+use std::time::{Duration, Instant};
+
+use crate::error::Result;
+use crate::handoff::ReadOnlySegment;
+use crate::layout::{
+    claim_geometry, cursor_pos, cursor_seq, pos_diff, seq_diff, ClaimState, LogEntry, RecordHeader,
+    POS_MASK, SEQ_MASK, UNIT,
+};
+use crate::producer::Meta;
+use crate::sync::{fence, Ordering};
+
+/// What a tap takes and how it waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TapOptions {
+    /// Deliver every n-th record that matches `kind` and `stream` (1: all). The
+    /// others cost a look at their 64-byte header.
+    pub every: u32,
+    /// Only records of this kind (see [`crate::media::kind`]).
+    pub kind: Option<u32>,
+    /// Only records of this stream.
+    pub stream: Option<u32>,
+    /// How long an idle tap sleeps between looks: it cannot ask producers for a
+    /// wake-up (that would be a write), so it polls.
+    pub poll_interval: Duration,
+    /// Step over a claim still pending after this long (counted lost), as the
+    /// ring's consumer may overtake it.
+    pub skip_pending_after: Duration,
+}
+
+impl Default for TapOptions {
+    fn default() -> Self {
+        TapOptions {
+            every: 1,
+            kind: None,
+            stream: None,
+            poll_interval: Duration::from_millis(1),
+            skip_pending_after: Duration::from_millis(200),
+        }
+    }
+}
+
+/// A record a tap delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TapFrame {
+    /// Its claim sequence number (low 28 bits).
+    pub seq: u64,
+    pub meta: Meta,
+    /// Payload length in bytes.
+    pub len: usize,
+}
+
+/// What a tap has seen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TapStats {
+    /// Records delivered intact.
+    pub delivered: u64,
+    /// Records lost: overwritten while read (torn, never delivered), skipped when
+    /// the tap fell a ring behind, or stepped over while pending.
+    pub lost: u64,
+    /// Of `lost`, records found overwritten after they were read.
+    pub torn: u64,
+    /// Records not taken because of `every`, `kind` or `stream`.
+    pub filtered: u64,
+    /// Times the tap jumped to the newest record (lapped, or the ring was reset).
+    pub skips: u64,
+}
+
+/// A read-only tap on a ring. See the [module documentation](self).
+pub struct Tap {
+    ro: ReadOnlySegment,
+    opts: TapOptions,
+    /// The next claim to look at (masked) and its first unit.
+    seq: u64,
+    pos: u64,
+    stats: TapStats,
+    /// Matching records seen (for `every`).
+    matched: u64,
+    /// The claim found pending at `seq`, and since when.
+    pending: Option<(u64, Instant)>,
+    /// The ring's reset count when the tap last jumped (or started).
+    resets_seen: u64,
+}
+
+enum Look {
+    Taken(TapFrame),
+    Again,
+    Wait,
+}
+
+impl Tap {
+    /// A tap starting at the newest record (the write cursor now).
+    pub fn new(ro: ReadOnlySegment, opts: TapOptions) -> Tap {
+        let w = ro.segment().shared().write.load(Ordering::Acquire);
+        Tap {
+            ro,
+            opts: TapOptions {
+                every: opts.every.max(1),
+                ..opts
+            },
+            seq: cursor_seq(w),
+            pos: cursor_pos(w),
+            stats: TapStats::default(),
+            matched: 0,
+            pending: None,
+            resets_seen: 0,
+        }
+        .started()
+    }
+
+    fn started(mut self) -> Self {
+        self.resets_seen = self.resets();
+        self
+    }
+
+    /// The ring consumer's reset count (statistics: only used to tell a reset's
+    /// jump of claim numbers from records gone by).
+    fn resets(&self) -> u64 {
+        self.ro
+            .segment()
+            .control()
+            .counters
+            .0
+            .resets
+            .load(Ordering::Relaxed)
+    }
+
+    pub fn stats(&self) -> TapStats {
+        self.stats
+    }
+
+    /// Records between this tap and the write cursor now.
+    pub fn lag(&self) -> u64 {
+        let w = self.ro.segment().shared().write.load(Ordering::Relaxed);
+        seq_diff(cursor_seq(w), self.seq)
+    }
+
+    /// The read-only ring.
+    pub fn segment(&self) -> &ReadOnlySegment {
+        &self.ro
+    }
+
+    /// The next record taken, copied into `buf` (resized to the payload; its
+    /// capacity is kept, so a reused buffer allocates only to grow), waiting up to
+    /// `timeout` (`None`: forever). `Ok(None)` on timeout. Never delivers a record
+    /// that was overwritten while it was copied.
+    pub fn next_into(
+        &mut self,
+        buf: &mut Vec<u8>,
+        timeout: Option<Duration>,
+    ) -> Result<Option<TapFrame>> {
+        self.next_with(timeout, |payload, _| {
+            buf.clear();
+            buf.extend_from_slice(payload);
+        })
+        .map(|r| r.map(|(f, ())| f))
+    }
+
+    /// Zero copy: runs `f` on each chosen record's payload in place and returns the
+    /// first result whose record was still intact after `f` returned (waiting up to
+    /// `timeout`). `f` may see bytes being overwritten (then its result is
+    /// discarded, the record counted lost, and `f` runs on the next one), so it must
+    /// only compute from them: no side effect that cannot be thrown away.
+    pub fn next_with<R>(
+        &mut self,
+        timeout: Option<Duration>,
+        mut f: impl FnMut(&[u8], &Meta) -> R,
+    ) -> Result<Option<(TapFrame, R)>> {
+        let start = Instant::now();
+        let mut out = None;
+        loop {
+            if self.ro.segment().truncated() {
+                return Err(self.ro.segment().truncated_error());
+            }
+            match self.look(&mut |p: &[u8], m: &Meta| out = Some(f(p, m))) {
+                Look::Taken(frame) => {
+                    return Ok(Some((frame, out.take().expect("taken records ran f"))));
+                }
+                Look::Again => continue,
+                Look::Wait => {
+                    let left = match timeout {
+                        Some(t) => match t.checked_sub(start.elapsed()) {
+                            Some(l) if !l.is_zero() => l,
+                            _ => return Ok(None),
+                        },
+                        None => self.opts.poll_interval,
+                    };
+                    std::thread::sleep(left.min(self.opts.poll_interval));
+                }
+            }
+        }
+    }
+
+    /// Jumps to the write cursor `w`, counting the claims skipped as lost.
+    fn skip_to(&mut self, w: u64) {
+        // After a reset the new generation's claim numbers start far ahead: those
+        // were never used, so a jump across a reset counts nothing (the consumer
+        // counts what the reset dropped).
+        let resets = self.resets();
+        if resets == self.resets_seen {
+            self.stats.lost += seq_diff(cursor_seq(w), self.seq);
+        }
+        self.resets_seen = resets;
+        self.stats.skips += 1;
+        self.seq = cursor_seq(w);
+        self.pos = cursor_pos(w);
+        self.pending = None;
+    }
+
+    fn step(&mut self, units: u64) {
+        self.seq = (self.seq + 1) & SEQ_MASK;
+        self.pos = (self.pos + units) & POS_MASK;
+        self.pending = None;
+    }
+
+    /// Is the tap behind by more than the ring holds (claims or bytes) at `w`?
+    fn lapped(&self, w: u64) -> bool {
+        let n = self.ro.geometry().log_entries as u64;
+        let sh = self.ro.segment().shared();
+        seq_diff(cursor_seq(w), self.seq) > n || pos_diff(cursor_pos(w), self.pos) > sh.cap_units
+    }
+
+    /// Looks at the claim at the tap's cursor once.
+    fn look(&mut self, take: &mut dyn FnMut(&[u8], &Meta)) -> Look {
+        let seg = self.ro.segment();
+        let sh = seg.shared();
+        let cap = sh.cap_units;
+        // Acquire: pairs with the producer's committing CAS (the record is written).
+        let v = sh.entry(self.seq).load(Ordering::Acquire);
+        let e = LogEntry::unpack(v);
+        if e.stamp != self.seq {
+            // Not claimed yet, or we were lapped (or the ring was reset).
+            let w = sh.write.load(Ordering::Acquire);
+            if self.lapped(w) || cursor_seq(w) == self.seq && cursor_pos(w) != self.pos {
+                self.skip_to(w);
+                return Look::Again;
+            }
+            return Look::Wait;
+        }
+        if e.units == 0 || e.units > cap {
+            let w = sh.write.load(Ordering::Acquire);
+            self.skip_to(w);
+            return Look::Again;
+        }
+        match e.state {
+            ClaimState::Claimed => {
+                let now = Instant::now();
+                match self.pending {
+                    Some((s, since)) if s == self.seq => {
+                        if now.duration_since(since) >= self.opts.skip_pending_after {
+                            self.stats.lost += 1;
+                            self.step(e.units);
+                            return Look::Again;
+                        }
+                    }
+                    _ => self.pending = Some((self.seq, now)),
+                }
+                let w = sh.write.load(Ordering::Acquire);
+                if self.lapped(w) {
+                    self.skip_to(w);
+                    return Look::Again;
+                }
+                Look::Wait
+            }
+            ClaimState::Aborted | ClaimState::Abandoned => {
+                self.step(e.units);
+                Look::Again
+            }
+            ClaimState::Committed => self.read_committed(v, e.units, take),
+        }
+    }
+
+    fn read_committed(&mut self, v: u64, units: u64, take: &mut dyn FnMut(&[u8], &Meta)) -> Look {
+        let seg = self.ro.segment();
+        let sh = seg.shared();
+        let cap = sh.cap_units;
+        let Some((rec_off, rec_units)) = claim_geometry(self.pos, units, cap) else {
+            self.step(units);
+            return Look::Again;
+        };
+        // Still in the ring before we start?
+        let w = sh.write.load(Ordering::Acquire);
+        if self.lapped(w) {
+            self.skip_to(w);
+            return Look::Again;
+        }
+        // SAFETY: rec_off + rec_units <= cap_units (claim_geometry), so the header
+        // lies inside the data ring of the mapping. It may be changing under us: one
+        // volatile read into a local, judged by the re-check below.
+        let h: RecordHeader = unsafe {
+            std::ptr::read_volatile(seg.data().add((rec_off * UNIT) as usize) as *const RecordHeader)
+        };
+        let room = (rec_units - 1) * UNIT;
+        let meta = Meta {
+            stream: h.stream,
+            kind: h.kind,
+            timestamp_ns: h.timestamp_ns,
+            flags: h.flags,
+        };
+        let sane = h.len <= room && h.seq == self.seq;
+        let wanted = self.opts.kind.is_none_or(|k| k == h.kind)
+            && self.opts.stream.is_none_or(|s| s == h.stream);
+        let seq = self.seq;
+        let mut chosen = false;
+        if sane && wanted {
+            self.matched += 1;
+            chosen = (self.matched - 1) % self.opts.every as u64 == 0;
+        }
+        if !chosen {
+            if sane {
+                self.stats.filtered += 1;
+            } else {
+                self.stats.lost += 1;
+            }
+            self.step(units);
+            return Look::Again;
+        }
+        // SAFETY: the payload follows the header inside the record (len <= room),
+        // inside the mapping, which outlives this call. Its bytes may be overwritten
+        // by a producer while `take` reads them: the re-check below discards the
+        // result then.
+        let payload = unsafe {
+            std::slice::from_raw_parts(
+                seg.data().add(((rec_off + 1) * UNIT) as usize),
+                h.len as usize,
+            )
+        };
+        take(payload, &meta);
+        // Acquire: the reads above happen before the loads below, so if they saw a
+        // producer's bytes, these see the claim that let it write them (the
+        // producer fences after claiming, before writing).
+        fence(Ordering::Acquire);
+        let intact = sh.entry(seq).load(Ordering::Relaxed) == v
+            && pos_diff(cursor_pos(sh.write.load(Ordering::Relaxed)), self.pos) <= cap;
+        self.step(units);
+        if !intact {
+            self.stats.lost += 1;
+            self.stats.torn += 1;
+            return Look::Again;
+        }
+        self.stats.delivered += 1;
+        Look::Taken(TapFrame {
+            seq,
+            meta,
+            len: h.len as usize,
+        })
+    }
+}
+
+impl std::fmt::Debug for Tap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tap")
+            .field("segment", &self.ro.name())
+            .field("seq", &self.seq)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}

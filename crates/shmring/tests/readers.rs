@@ -1,0 +1,508 @@
+//! More than one reader on a ring: tethered consumers (full consumers beside the
+//! ring's own, each getting every record) and read-only taps (records as they go
+//! by, never torn, losses counted exactly).
+
+mod common;
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{consume_all, shm_name, spawn, wait_until, write_record, Checker, Child};
+use shmring::{
+    Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, ReadOnlySegment, Segment, Tap,
+    TapOptions,
+};
+
+const ENTRY: &str = "child_process_entry";
+const MAX: usize = 64 << 10;
+const GUARD: Duration = Duration::from_secs(120);
+
+/// Not a test: the body of child processes (returns at once in the test run).
+#[test]
+fn child_process_entry() {
+    common::child_entry();
+}
+
+/// A ring of `capacity` bytes taking records of up to `MAX` bytes when it can.
+fn cfg(capacity: u64) -> Config {
+    Config {
+        capacity,
+        max_record: Some((MAX as u64).min(shmring::layout::Geometry::largest_record(capacity))),
+        ..Config::default()
+    }
+}
+
+/// A read-only view of `seg` (a descriptor re-opened `O_RDONLY`, mapped `PROT_READ`).
+fn read_only(seg: &Segment) -> ReadOnlySegment {
+    let fd = seg.read_only_fd().unwrap().try_clone_to_owned().unwrap();
+    ReadOnlySegment::from_fd(fd).unwrap()
+}
+
+/// The ring's consumer, in a thread, consuming (and checking) until `stop`.
+fn owner_thread(
+    seg: Arc<Segment>,
+    opts: ConsumerOptions,
+    producers: usize,
+    per: u64,
+) -> std::thread::JoinHandle<Checker> {
+    std::thread::spawn(move || {
+        let c = Consumer::with_options(seg, opts).unwrap();
+        let mut ck = Checker::new(producers, MAX);
+        consume_all(&c, &mut ck, per, 7, 1 << 20);
+        ck
+    })
+}
+
+#[test]
+fn every_tethered_consumer_gets_every_record_once_in_order() {
+    const P: u32 = 3;
+    const PER: u64 = 20_000;
+    let seg = Segment::create_memfd("tethers", &cfg(1 << 20)).unwrap();
+    // The owner first (it adopts the tethered consumers), then two tethered ones.
+    let started = Arc::new(AtomicBool::new(false));
+    let owner = {
+        let (seg, started) = (seg.clone(), started.clone());
+        std::thread::spawn(move || {
+            let c = seg.consumer().unwrap();
+            started.store(true, Ordering::Release);
+            let mut ck = Checker::new(P as usize, MAX);
+            consume_all(&c, &mut ck, PER, 1, 1 << 20);
+            ck
+        })
+    };
+    wait_until("the owner attached", GUARD, || {
+        started.load(Ordering::Acquire)
+    });
+    let tethered: Vec<_> = (0..2)
+        .map(|t| {
+            let c = Consumer::tethered(seg.clone(), ConsumerOptions::default()).unwrap();
+            assert!(c.is_tethered());
+            std::thread::spawn(move || {
+                let mut ck = Checker::new(P as usize, MAX);
+                consume_all(&c, &mut ck, PER, 100 + t, 256 << 10);
+                ck
+            })
+        })
+        .collect();
+    wait_until("both tethered consumers adopted", GUARD, || {
+        seg.stats().tethered_consumers == 2
+    });
+    let producers: Vec<_> = (0..P)
+        .map(|p| {
+            let seg = seg.clone();
+            std::thread::spawn(move || {
+                let mut prod = seg.producer().unwrap();
+                prod.set_policy(FullPolicy::Block(Duration::from_secs(60)));
+                for i in 0..PER {
+                    write_record(&mut prod, p, i, MAX).unwrap();
+                }
+            })
+        })
+        .collect();
+    for p in producers {
+        p.join().unwrap();
+    }
+    let ck = owner.join().unwrap();
+    assert_eq!(ck.records, P as u64 * PER);
+    for t in tethered {
+        let got = t.join().unwrap();
+        assert_eq!((got.records, got.bytes), (ck.records, ck.bytes));
+    }
+    let s = seg.stats();
+    assert_eq!(s.records_consumed, P as u64 * PER);
+    assert_eq!(s.tethers_detached, 0);
+    // Gone with their threads: the lines are free again.
+    assert_eq!(s.tethered_consumers, 0);
+}
+
+#[test]
+fn a_tethered_consumer_holds_space_until_it_releases() {
+    let seg = Segment::create_memfd("tether-holds", &cfg(1 << 16)).unwrap();
+    let owner = seg.consumer().unwrap();
+    let t = Consumer::tethered(seg.clone(), ConsumerOptions::default()).unwrap();
+    // Not adopted yet: it sees nothing until the ring's consumer looks.
+    assert!(t.try_next().unwrap().is_none());
+    assert!(owner.try_next().unwrap().is_none());
+    assert_eq!(seg.stats().tethered_consumers, 1);
+    let mut prod = seg.producer().unwrap();
+    prod.set_policy(FullPolicy::Fail);
+    let held = {
+        prod.send(&[1u8; 1000], Meta::new(0, 0)).unwrap();
+        t.try_next().unwrap().unwrap().into_raw()
+    };
+    // The owner reads and releases everything; the tethered consumer holds the
+    // first record (and has not read the rest): the ring fills up to it.
+    let mut sent = 1;
+    loop {
+        match prod.send(&[2u8; 1000], Meta::new(0, sent)) {
+            Ok(()) => sent += 1,
+            Err(Error::Full { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
+        while let Some(f) = owner.try_next().unwrap() {
+            f.release();
+        }
+    }
+    assert!(sent > 10 && (sent as u64) * 1088 <= 1 << 16);
+    // SAFETY: the frame is still held by the tethered consumer.
+    let first = unsafe { std::slice::from_raw_parts(held.ptr, held.len) };
+    assert!(first.iter().all(|&b| b == 1), "held frame overwritten");
+    // It catches up and releases: space returns (the owner publishes it).
+    t.release_raw(held.seq).unwrap();
+    let mut n = 1;
+    while let Some(f) = t.try_next().unwrap() {
+        assert_eq!(f.meta().kind, n);
+        n += 1;
+    }
+    assert_eq!(n, sent);
+    let _ = owner.next_timeout(Some(Duration::from_millis(1))).unwrap();
+    prod.send(&[3u8; 1000], Meta::new(0, 0)).unwrap();
+}
+
+#[test]
+fn a_tethered_consumer_that_stops_releasing_is_detached() {
+    let seg = Segment::create_memfd("tether-stall", &cfg(1 << 16)).unwrap();
+    let opts = ConsumerOptions {
+        liveness_interval: Duration::from_millis(10),
+        tether_stall_limit: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let owner = {
+        let (seg, stop) = (seg.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let c = Consumer::with_options(seg, opts).unwrap();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                if c.next_timeout(Some(Duration::from_millis(5)))
+                    .unwrap()
+                    .is_some()
+                {
+                    n += 1;
+                }
+            }
+            n
+        })
+    };
+    wait_until("the owner attached", GUARD, || seg.consumer_alive());
+    let t = Consumer::tethered(seg.clone(), ConsumerOptions::default()).unwrap();
+    let mut prod = seg.producer().unwrap();
+    prod.set_policy(FullPolicy::Block(Duration::from_secs(30)));
+    prod.send(&[1u8; 100], Meta::new(0, 0)).unwrap();
+    let frame = t.recv().unwrap(); // held forever
+                                   // The producer fills the ring and blocks on the stuck reader until it is
+                                   // detached; then every record goes through.
+    let t0 = Instant::now();
+    for i in 1..2000u32 {
+        prod.send(&[2u8; 1000], Meta::new(0, i)).unwrap();
+    }
+    assert!(t0.elapsed() < Duration::from_secs(25));
+    drop(frame);
+    match t.try_next() {
+        Err(Error::Detached(_)) => {}
+        other => panic!("expected Detached, got {other:?}"),
+    }
+    let s = seg.stats();
+    assert_eq!((s.tethers_detached, s.tethered_consumers), (1, 0));
+    drop(t);
+    // It may attach again: it starts where the ring's consumer is.
+    wait_until("the owner read everything", GUARD, || {
+        seg.stats().records_consumed == 2000
+    });
+    let again = Consumer::tethered(seg.clone(), ConsumerOptions::default()).unwrap();
+    prod.send(b"after", Meta::new(0, 9)).unwrap();
+    assert_eq!(again.recv().unwrap().payload(), b"after");
+    stop.store(true, Ordering::Release);
+    assert_eq!(owner.join().unwrap(), 2000 + 1);
+}
+
+#[test]
+fn a_killed_tethered_consumer_is_detached_and_producers_carry_on() {
+    let seg = Segment::create_memfd("tether-kill", &cfg(1 << 16)).unwrap();
+    let opts = ConsumerOptions {
+        liveness_interval: Duration::from_millis(10),
+        // Only its death can detach it here.
+        tether_stall_limit: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let owner = {
+        let (seg, stop) = (seg.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let c = Consumer::with_options(seg, opts).unwrap();
+            while !stop.load(Ordering::Acquire) {
+                let _ = c.next_timeout(Some(Duration::from_millis(5))).unwrap();
+            }
+        })
+    };
+    wait_until("the owner attached", GUARD, || seg.consumer_alive());
+    let fd = seg.fd().as_raw_fd();
+    let mut child: Child = spawn(
+        ENTRY,
+        "tether-hold",
+        &[("SHMRING_TEST_SEG", format!("fd:{fd}"))],
+        &[fd],
+    );
+    child.expect("HOLDING", GUARD);
+    assert_eq!(seg.stats().tethered_consumers, 1);
+    let mut prod = seg.producer().unwrap();
+    prod.set_policy(FullPolicy::Block(Duration::from_secs(60)));
+    // Fill the ring behind the held frame, then kill the reader: producers go on.
+    let filler = {
+        let seg = seg.clone();
+        std::thread::spawn(move || {
+            let mut p = seg.producer().unwrap();
+            p.set_policy(FullPolicy::Block(Duration::from_secs(60)));
+            for i in 0..1000u32 {
+                p.send(&[7u8; 2000], Meta::new(1, i)).unwrap();
+            }
+        })
+    };
+    wait_until("the producer waits for space", GUARD, || {
+        seg.stats().producer_waits > 0
+    });
+    child.kill();
+    filler.join().unwrap();
+    let s = seg.stats();
+    assert_eq!((s.tethers_detached, s.tethered_consumers), (1, 0));
+    prod.send(b"more", Meta::new(0, 0)).unwrap();
+    stop.store(true, Ordering::Release);
+    owner.join().unwrap();
+}
+
+#[test]
+fn a_tethered_consumer_needs_the_rings_consumer() {
+    let seg = Segment::create_memfd("tether-alone", &cfg(1 << 16)).unwrap();
+    match Consumer::tethered(seg.clone(), ConsumerOptions::default()) {
+        Err(Error::NoConsumer(_)) => {}
+        other => panic!("expected NoConsumer, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn a_tap_sees_records_as_they_go_by_and_never_slows_anyone() {
+    let seg = Segment::create_memfd("tap", &cfg(1 << 20)).unwrap();
+    let consumer = seg.consumer().unwrap();
+    let mut tap = Tap::new(read_only(&seg), TapOptions::default());
+    let mut prod = seg.producer().unwrap();
+    let mut buf = Vec::new();
+    for i in 0..100u32 {
+        let (meta, bytes) = common::record(0, i as u64, MAX);
+        prod.send(bytes, meta).unwrap();
+        let f = consumer.try_next().unwrap().unwrap();
+        common::verify(f.payload(), f.meta(), MAX);
+        drop(f); // released before the tap looks: it does not hold anything
+        let got = tap
+            .next_into(&mut buf, Some(Duration::ZERO))
+            .unwrap()
+            .unwrap();
+        assert_eq!(common::verify(&buf, got.meta, MAX), (0, i as u64));
+    }
+    assert_eq!(tap.stats().delivered, 100);
+    assert_eq!(tap.stats().lost, 0);
+    assert!(tap
+        .next_into(&mut buf, Some(Duration::ZERO))
+        .unwrap()
+        .is_none());
+}
+
+#[test]
+fn a_lagging_tap_skips_to_the_newest_and_counts_exactly_what_it_lost() {
+    let seg = Segment::create_memfd("tap-lag", &cfg(1 << 16)).unwrap();
+    let consumer = seg.consumer().unwrap();
+    let mut tap = Tap::new(read_only(&seg), TapOptions::default());
+    let mut prod = seg.producer().unwrap();
+    // Ten rings' worth go by while the tap does not look.
+    let n = 10 * (1 << 16) / 1088;
+    for i in 0..n {
+        prod.send(&[i as u8; 1000], Meta::new(0, i)).unwrap();
+        consumer.try_next().unwrap().unwrap().release();
+    }
+    let mut buf = Vec::new();
+    assert!(tap
+        .next_into(&mut buf, Some(Duration::ZERO))
+        .unwrap()
+        .is_none());
+    assert_eq!(tap.stats().lost, n as u64);
+    assert_eq!(tap.stats().skips, 1);
+    prod.send(b"newest", Meta::new(0, 0)).unwrap();
+    tap.next_into(&mut buf, Some(Duration::from_secs(5)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(buf, b"newest");
+    assert_eq!(tap.stats().delivered, 1);
+    let _ = consumer.try_next();
+}
+
+#[test]
+fn a_record_overwritten_while_a_tap_reads_it_is_lost_not_delivered() {
+    let seg = Segment::create_memfd("tap-torn", &cfg(1 << 16)).unwrap();
+    let consumer = seg.consumer().unwrap();
+    let mut tap = Tap::new(read_only(&seg), TapOptions::default());
+    let mut prod = seg.producer().unwrap();
+    prod.send(&[1u8; 1000], Meta::new(0, 1)).unwrap();
+    consumer.try_next().unwrap().unwrap().release();
+    let mut calls = 0;
+    let got = tap
+        .next_with(Some(Duration::ZERO), |payload, meta| {
+            calls += 1;
+            if calls == 1 {
+                // While the tap reads record 0, producers go a whole ring further.
+                for i in 0..100u32 {
+                    prod.send(&[9u8; 1000], Meta::new(0, 100 + i)).unwrap();
+                    consumer.try_next().unwrap().unwrap().release();
+                }
+            }
+            (meta.kind, payload[0])
+        })
+        .unwrap();
+    // Nothing delivered: record 0 was torn, the hundred after it gone by.
+    assert!(got.is_none());
+    let st = tap.stats();
+    assert_eq!((st.torn, st.lost, st.delivered, calls), (1, 101, 0, 1));
+    prod.send(&[5u8; 1000], Meta::new(0, 7)).unwrap();
+    let got = tap
+        .next_with(Some(Duration::from_secs(5)), |payload, meta| {
+            (meta.kind, payload[0])
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.1, (7, 5));
+    let _ = consumer.try_next();
+}
+
+#[test]
+fn a_tap_takes_every_nth_frame_of_one_kind() {
+    let seg = Segment::create_memfd("tap-every", &cfg(1 << 20)).unwrap();
+    let consumer = seg.consumer().unwrap();
+    let opts = TapOptions {
+        every: 3,
+        kind: Some(shmring::media::kind::VIDEO),
+        ..Default::default()
+    };
+    let mut tap = Tap::new(read_only(&seg), opts);
+    let mut prod = seg.producer().unwrap();
+    for i in 0..30u32 {
+        let kind = if i % 2 == 0 {
+            shmring::media::kind::VIDEO
+        } else {
+            shmring::media::kind::AUDIO
+        };
+        prod.send(&i.to_le_bytes(), Meta::new(0, kind)).unwrap();
+        consumer.try_next().unwrap().unwrap().release();
+    }
+    let mut buf = Vec::new();
+    let mut got = Vec::new();
+    while let Some(f) = tap.next_into(&mut buf, Some(Duration::ZERO)).unwrap() {
+        assert_eq!(f.meta.kind, shmring::media::kind::VIDEO);
+        got.push(u32::from_le_bytes(buf[..4].try_into().unwrap()));
+    }
+    // Video records are 0, 2, 4, ... 28: every third of those.
+    assert_eq!(got, vec![0, 6, 12, 18, 24]);
+    assert_eq!(tap.stats().filtered, 25);
+}
+
+#[test]
+fn a_tap_cannot_write_the_ring() {
+    let name = shm_name("tap-ro");
+    let seg = Segment::create_named(&name.0, &cfg(1 << 16)).unwrap();
+    let _consumer = seg.consumer().unwrap();
+    let mut child = spawn(
+        ENTRY,
+        "tap-write",
+        &[("SHMRING_TEST_SEG", format!("name:{}", name.0))],
+        &[],
+    );
+    // mprotect to writable is refused, and a write faults.
+    let said = child.expect("MPROTECT", GUARD);
+    assert!(
+        said.contains("EACCES") || said.contains("Permission denied"),
+        "{said}"
+    );
+    let status = child.wait_status(GUARD);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGSEGV), "{status:?}");
+    // The ring is untouched.
+    let mut prod = seg.producer().unwrap();
+    prod.send(b"still fine", Meta::new(0, 0)).unwrap();
+    assert_eq!(
+        _consumer.try_next().unwrap().unwrap().payload(),
+        b"still fine"
+    );
+}
+
+/// The owner, a tethered consumer and a tap in three processes, producers in two
+/// more: each consumer gets every record once (checksums, per-producer order); the
+/// tap's records are never torn (checksums) and delivered + lost is exactly what
+/// was produced.
+#[test]
+fn owner_tethered_recorder_and_tap_in_separate_processes() {
+    const P: u32 = 2;
+    const PER: u64 = 30_000;
+    let seg = Segment::create_memfd("readers-procs", &cfg(1 << 20)).unwrap();
+    let owner = owner_thread(seg.clone(), ConsumerOptions::default(), P as usize, PER);
+    wait_until("the owner attached", GUARD, || seg.consumer_alive());
+    let fd = seg.fd().as_raw_fd();
+    let ro = seg.read_only_fd().unwrap().as_raw_fd();
+    let total = (P as u64 * PER).to_string();
+    let per = PER.to_string();
+    let mut tethered = spawn(
+        ENTRY,
+        "tether-check",
+        &[
+            ("SHMRING_TEST_SEG", format!("fd:{fd}")),
+            ("P", P.to_string()),
+            ("N", per.clone()),
+            ("MAX", MAX.to_string()),
+        ],
+        &[fd],
+    );
+    let mut tap = spawn(
+        ENTRY,
+        "tap-check",
+        &[
+            ("SHMRING_TEST_SEG", format!("fd:{fd}")),
+            ("SHMRING_TEST_RO", ro.to_string()),
+            ("N", total.clone()),
+            ("MAX", MAX.to_string()),
+        ],
+        &[fd, ro],
+    );
+    tethered.expect("ATTACHED", GUARD);
+    tap.expect("ATTACHED", GUARD);
+    let mut producers: Vec<Child> = (0..P)
+        .map(|p| {
+            spawn(
+                ENTRY,
+                "produce",
+                &[
+                    ("SHMRING_TEST_SEG", format!("fd:{fd}")),
+                    ("P", p.to_string()),
+                    ("N", per.clone()),
+                    ("MAX", MAX.to_string()),
+                ],
+                &[fd],
+            )
+        })
+        .collect();
+    for p in producers.iter_mut() {
+        p.expect("DONE", GUARD);
+        p.wait_ok(GUARD);
+    }
+    let ck = owner.join().unwrap();
+    assert_eq!(ck.records, P as u64 * PER);
+    let said = tethered.expect("CHECKED", GUARD);
+    assert_eq!(said, format!("{} {}", ck.records, ck.bytes));
+    tethered.wait_ok(GUARD);
+    let said = tap.expect("TAPPED", GUARD);
+    let v: Vec<u64> = said
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let (delivered, lost) = (v[0], v[1]);
+    assert_eq!(delivered + lost, P as u64 * PER, "{said}");
+    assert!(delivered > 0, "{said}");
+    tap.wait_ok(GUARD);
+}
