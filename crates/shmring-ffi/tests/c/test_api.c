@@ -16,29 +16,10 @@
 #include <unistd.h>
 
 #include "frame_pattern.h"
+#include "check.h"
 #include "shmring.h"
 
-static int passed, failed, current_ok;
-
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "  %s:%d: check failed: %s (last error: %s)\n", __FILE__, \
-                    __LINE__, #cond, shmring_last_error());                           \
-            current_ok = 0;                                                           \
-        }                                                                             \
-    } while (0)
-#define CHECK_ST(call, want) CHECK((call) == (want))
 #define CHECK_MSG(needle) CHECK(strstr(shmring_last_error(), (needle)) != NULL)
-
-#define RUN(fn)                                                         \
-    do {                                                                \
-        current_ok = 1;                                                 \
-        fn();                                                           \
-        if (current_ok) passed++; else failed++;                        \
-        printf("%s %s\n", current_ok ? "ok  " : "FAIL", #fn);           \
-        fflush(stdout);                                                 \
-    } while (0)
 
 static shmring_segment *make_ring(uint64_t capacity) {
     shmring_config cfg;
@@ -487,6 +468,5 @@ int main(void) {
     RUN(test_fd_passing);
     RUN(test_concurrent_use_is_refused);
     RUN(test_named_ring_and_info);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_summary();
 }
