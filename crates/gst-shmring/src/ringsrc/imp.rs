@@ -547,7 +547,7 @@ impl ShmRingSrc {
         // SAFETY: ptr/len come from the consumer, validated to lie inside the mapping
         // the ring keeps alive; the frame is held until released below or by `Held`.
         let payload = unsafe { std::slice::from_raw_parts(f.ptr, f.len) };
-        let hd = match MediaHeader::parse(payload) {
+        let hd = match MediaHeader::parse_for(f.meta.kind, payload) {
             Ok(h) => h,
             Err(e) => {
                 let _ = c.release_raw(f.seq);
@@ -558,20 +558,6 @@ impl ShmRingSrc {
                 return Ok(Got::Nothing);
             }
         };
-        if hd.format.is_video() != (f.meta.kind == kind::VIDEO) {
-            let _ = c.release_raw(f.seq);
-            self.warn_malformed(
-                st,
-                &format!(
-                    "stream {} record {}: a {} header in a record of kind {}",
-                    f.meta.stream,
-                    f.seq,
-                    hd.format.name(),
-                    f.meta.kind
-                ),
-            );
-            return Ok(Got::Nothing);
-        }
         let mut new_caps = None;
         let changed = st.current.as_ref().is_none_or(|(h, _)| !same_shape(h, &hd));
         if changed {
