@@ -482,6 +482,13 @@ enum shmring_status shmring_media_write(const struct shmring_media_header *hdr, 
 // bytes are read once, so a peer changing them cannot invalidate `*out`.
 enum shmring_status shmring_media_parse(const uint8_t *payload, size_t len, struct shmring_media_header *out);
 
+// shmring_media_parse, then the checks for a record of `kind` (a frame's
+// meta.kind): SHMRING_KIND_VIDEO needs a video format and a size the builders
+// accept, SHMRING_KIND_AUDIO an audio format and shape; any other kind carries no
+// media header. SHMRING_ERR_MEDIA, with the reason, otherwise. The one check for
+// a reader of media records.
+enum shmring_status shmring_media_parse_for(uint32_t kind, const uint8_t *payload, size_t len, struct shmring_media_header *out);
+
 // Plane `index` of a payload whose header `hdr` was parsed from (`len` bytes):
 // `*data`, `*size` (checked to lie inside the payload).
 enum shmring_status shmring_media_plane(const struct shmring_media_header *hdr, const uint8_t *payload, size_t len, uint32_t index, const uint8_t **data, size_t *size);

@@ -193,10 +193,11 @@ class frame {
     const uint8_t *data() const noexcept { return f_.data; }
     size_t size() const noexcept { return f_.len; }
     const shmring_meta &meta() const noexcept { return f_.meta; }
-    /// The media header (throws shmring::error SHMRING_ERR_MEDIA if malformed).
+    /// The media header, checked against the frame's kind (throws shmring::error
+    /// SHMRING_ERR_MEDIA if malformed or not what a record of that kind carries).
     shmring_media_header media() const {
         shmring_media_header h;
-        check(shmring_media_parse(f_.data, f_.len, &h));
+        check(shmring_media_parse_for(f_.meta.kind, f_.data, f_.len, &h));
         return h;
     }
     void release() {

@@ -112,7 +112,7 @@ int main(int argc, char **argv) {
         const char *verdict = "raw";
         if (f.meta.kind == SHMRING_KIND_VIDEO || f.meta.kind == SHMRING_KIND_AUDIO) {
             shmring_media_header h;
-            if (shmring_media_parse(f.data, f.len, &h) != SHMRING_OK) {
+            if (shmring_media_parse_for(f.meta.kind, f.data, f.len, &h) != SHMRING_OK) {
                 fprintf(stderr, "consumer: frame %lld: %s\n", got, shmring_last_error());
                 verdict = "bad header";
                 bad++;

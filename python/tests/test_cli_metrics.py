@@ -74,8 +74,12 @@ def check(values: dict[tuple[str, str], float], ring: str, consumer: shmring.Con
     assert v["shmring_capacity"] == 1 << 20
     assert v["shmring_drops_full_total"] == 0
     assert v["shmring_ring_readable"] == 1
-    # Every counter the bindings report, under the same name.
+    # Every counter the bindings report, under the same name; a duration in ns
+    # is served in seconds.
     for name, x in consumer.stats().items():
+        if name.endswith("_ns"):
+            assert v[f"shmring_{name[:-3]}_seconds"] == int(x) / 1e9, name
+            continue
         key = f"shmring_{name}_total" if f"shmring_{name}_total" in v else f"shmring_{name}"
         assert v[key] == int(x), name
 
@@ -163,7 +167,7 @@ def test_exporter_observes_rings_on_sockets(cli: str, children: Children) -> Non
             with urllib.request.urlopen(url, timeout=30) as resp:
                 again = samples(resp.read().decode())
             assert again[("shmring_records_committed_total", sock)] == 9
-            assert again[("shmring_oldest_pending_age_ns", sock)] == 0
+            assert again[("shmring_oldest_pending_age_seconds", sock)] == 0
             # A reservation held open: the consumer, having read everything before
             # it, waits on it and publishes it as the oldest open claim.
             for _ in range(7):
@@ -174,7 +178,7 @@ def test_exporter_observes_rings_on_sockets(cli: str, children: Children) -> Non
             assert ring.next(timeout=0.2) is None
             with urllib.request.urlopen(url, timeout=30) as resp:
                 claim = samples(resp.read().decode())
-            assert claim[("shmring_oldest_pending_age_ns", sock)] > 0
+            assert claim[("shmring_oldest_pending_age_seconds", sock)] > 0
             assert claim[("shmring_oldest_pending_slot", sock)] == p.slot
             assert claim[("shmring_oldest_pending_pid", sock)] == os.getpid()
             held.abort()

@@ -116,12 +116,7 @@ fn role(args: &[String]) -> Result<(), String> {
 }
 
 fn children_cpu() -> f64 {
-    // SAFETY: getrusage writes into the struct we pass; zeroed is a valid rusage.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
-    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    t(ru.ru_utime) + t(ru.ru_stime)
+    shmring_bench::rusage(true).cpu_s()
 }
 
 /// What one case measured.

@@ -6,12 +6,20 @@
 //! `GST_PLUGIN_PATH` at `target/release`, or register the elements in a process of
 //! your own with [`plugin_register_static`].
 
+use std::sync::{Mutex, MutexGuard};
+
 use gst::glib;
 
 mod media;
 mod ring;
 pub mod ringsink;
 pub mod ringsrc;
+
+/// The mutex's value, even if a thread panicked while holding it (the elements'
+/// state stays consistent at every unlock).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     ringsrc::register(plugin)?;

@@ -1,12 +1,16 @@
-//! Opening a ring from element properties.
+//! The ring both elements name in their properties: the properties themselves
+//! (`ring`, `fd`, and the source's `create` and `capacity`), their values, and
+//! opening the ring they name.
 
 use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::Arc;
 
+use gst::glib;
+use gst::prelude::*;
 use shmring::{Config, Segment};
 
 /// Where an element finds its ring.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Location {
     /// `/dev/shm/NAME`.
     pub name: Option<String>,
@@ -18,7 +22,102 @@ pub struct Location {
     pub capacity: u64,
 }
 
+impl Default for Location {
+    fn default() -> Self {
+        Location {
+            name: None,
+            fd: -1,
+            create: false,
+            capacity: 0,
+        }
+    }
+}
+
+/// The properties of [`Location`]: `ring` and `fd`, described as the ring to
+/// `purpose` ("consume", "write into"), and with `create` also `create` and
+/// `capacity`.
+pub fn properties(purpose: &str, create: bool) -> Vec<glib::ParamSpec> {
+    let mut props = vec![
+        glib::ParamSpecString::builder("ring")
+            .nick("Ring")
+            .blurb(&format!("Name of the ring (/dev/shm/NAME) to {purpose}"))
+            .mutable_ready()
+            .build(),
+        glib::ParamSpecInt::builder("fd")
+            .nick("File descriptor")
+            .blurb(&format!(
+                "An inherited descriptor of the ring (a memfd) to {purpose} instead of a named ring; -1: none"
+            ))
+            .minimum(-1)
+            .default_value(-1)
+            .mutable_ready()
+            .build(),
+    ];
+    if create {
+        props.extend([
+            glib::ParamSpecBoolean::builder("create")
+                .nick("Create")
+                .blurb("Create the named ring (removed when the element stops) instead of opening an existing one")
+                .default_value(false)
+                .mutable_ready()
+                .build(),
+            glib::ParamSpecUInt64::builder("capacity")
+                .nick("Capacity")
+                .blurb("Ring bytes when creating (a power of two); 0: the library's default")
+                .default_value(0)
+                .mutable_ready()
+                .build(),
+        ]);
+    }
+    props
+}
+
 impl Location {
+    /// Sets the property `name` if it is one of [`properties`]; false otherwise.
+    pub fn set_property(&mut self, name: &str, value: &glib::Value) -> bool {
+        const CHECKED: &str = "type checked upstream";
+        match name {
+            "ring" => self.name = value.get().expect(CHECKED),
+            "fd" => self.fd = value.get().expect(CHECKED),
+            "create" => self.create = value.get().expect(CHECKED),
+            "capacity" => self.capacity = value.get().expect(CHECKED),
+            _ => return false,
+        }
+        true
+    }
+
+    /// The value of the property `name` if it is one of [`properties`].
+    pub fn property(&self, name: &str) -> Option<glib::Value> {
+        Some(match name {
+            "ring" => self.name.to_value(),
+            "fd" => self.fd.to_value(),
+            "create" => self.create.to_value(),
+            "capacity" => self.capacity.to_value(),
+            _ => return None,
+        })
+    }
+
+    /// The ring's name, or "fd N", for messages.
+    pub fn describe(&self) -> String {
+        self.name
+            .clone()
+            .unwrap_or_else(|| format!("fd {}", self.fd))
+    }
+
+    /// The ring, or the element error `kind` naming `element`, the ring and the cause.
+    pub fn open_for(
+        &self,
+        element: &str,
+        kind: gst::ResourceError,
+    ) -> Result<Arc<Segment>, gst::ErrorMessage> {
+        self.open().map_err(|e| {
+            gst::error_msg!(
+                kind,
+                ("{}: cannot open ring {}: {}", element, self.describe(), e)
+            )
+        })
+    }
+
     /// The ring, or an error naming it and the cause.
     pub fn open(&self) -> Result<Arc<Segment>, String> {
         if self.fd >= 0 {

@@ -235,11 +235,21 @@ fn hostile_producer_headers_are_dropped_counted_and_warned() {
             bad[72..76].copy_from_slice(&u32::MAX.to_le_bytes());
             send(&bad);
             send(&payload[..100]);
+            // Well-formed headers a video record must not carry: an audio format,
+            // and a width of 0 (the core's parse_for refuses both).
+            let audio = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, 0, 0).unwrap();
+            let mut abuf = vec![0u8; audio.payload_len()];
+            audio.write_to(&mut abuf).unwrap();
+            send(&abuf);
+            let mut empty = payload.clone();
+            empty[12..16].copy_from_slice(&0u32.to_le_bytes());
+            assert!(MediaHeader::parse(&empty).is_ok());
+            send(&empty);
         }
     }
     let got = pull(&p.appsink("out"), 3, LIMIT);
     assert_eq!(got.len(), 3);
-    assert_eq!(p.u64("src", "malformed"), 3);
+    assert_eq!(p.u64("src", "malformed"), 5);
     let warnings = p.messages(gst::MessageType::Warning);
     assert!(
         warnings.iter().any(|w| w.contains("record dropped")),

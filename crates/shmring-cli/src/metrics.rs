@@ -2,15 +2,18 @@
 //! `prometheus-client` crate. The metric names, kinds and help texts are the core's
 //! ([`shmring::Stats::fields`]): a counter `records_committed` becomes
 //! `shmring_records_committed_total`, a gauge `occupancy` becomes
-//! `shmring_occupancy`; every sample has the label `ring`. The core keeps no
-//! per-stream counters in shared memory, so there is no `stream` label.
+//! `shmring_occupancy`; a field in nanoseconds is served in seconds, Prometheus'
+//! base unit (`oldest_pending_age_ns` becomes the float gauge
+//! `shmring_oldest_pending_age_seconds`). Every sample has the label `ring`. The
+//! core keeps no per-stream counters in shared memory, so there is no `stream`
+//! label.
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
-use shmring::{FieldKind, Stats};
+use prometheus_client::registry::{Registry, Unit};
+use shmring::{Field, FieldKind, Stats};
 
 use crate::rings::Reading;
 
@@ -22,6 +25,8 @@ type Labels = Vec<(String, String)>;
 enum Metric {
     Counter(Family<Labels, Counter>),
     Gauge(Family<Labels, Gauge<u64, std::sync::atomic::AtomicU64>>),
+    /// A gauge in nanoseconds, served in seconds.
+    Seconds(Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>),
 }
 
 /// One scrape: every ring that could be read with all its counters and gauges, and
@@ -38,15 +43,21 @@ pub fn encode_readings(readings: &[Reading]) -> String {
     let metrics: Vec<Metric> = Stats::default()
         .fields()
         .map(|f| {
-            let m = match f.kind {
-                FieldKind::Counter => Metric::Counter(Family::default()),
-                FieldKind::Gauge | FieldKind::Flag => Metric::Gauge(Family::default()),
+            let m = match (f.kind, f.unit) {
+                (FieldKind::Counter, _) => Metric::Counter(Family::default()),
+                (FieldKind::Gauge, Field::NANOSECONDS) => Metric::Seconds(Family::default()),
+                (FieldKind::Gauge | FieldKind::Flag, _) => Metric::Gauge(Family::default()),
             };
             // The encoder ends the help text with its own full stop.
             let help = f.help.trim_end_matches('.');
             match &m {
                 Metric::Counter(c) => registry.register(f.name, help, c.clone()),
                 Metric::Gauge(g) => registry.register(f.name, help, g.clone()),
+                // The encoder appends the unit to the name: `_ns` becomes `_seconds`.
+                Metric::Seconds(g) => {
+                    let stem = f.name.strip_suffix("_ns").unwrap_or(f.name);
+                    registry.register_with_unit(stem, help, Unit::Seconds, g.clone())
+                }
             }
             m
         })
@@ -65,6 +76,9 @@ pub fn encode_readings(readings: &[Reading]) -> String {
                 }
                 Metric::Gauge(g) => {
                     g.get_or_create(&labels).set(f.value);
+                }
+                Metric::Seconds(g) => {
+                    g.get_or_create(&labels).set(f.value as f64 / 1e9);
                 }
             }
         }

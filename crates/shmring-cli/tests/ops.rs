@@ -400,18 +400,29 @@ fn stat_prometheus_prints_the_cores_counters_with_the_ring_label() {
         let want = format!("{name}{label} {v}\n");
         assert!(text.contains(&want), "{want:?} not in\n{text}");
     }
-    // Every counter and gauge of the core is there, with its type.
+    // Every counter and gauge of the core is there, with its type; a field in
+    // nanoseconds in seconds, Prometheus' base unit.
     for f in seg.stats().fields() {
         let ty = match f.kind {
             shmring::FieldKind::Counter => "counter",
             _ => "gauge",
         };
+        let name = match f.unit {
+            shmring::Field::NANOSECONDS => format!("{}_seconds", &f.name[..f.name.len() - 3]),
+            _ => f.name.to_string(),
+        };
         assert!(
-            text.contains(&format!("# TYPE shmring_{} {ty}\n", f.name)),
-            "{} missing",
-            f.name
+            text.contains(&format!("# TYPE shmring_{name} {ty}\n")),
+            "{name} missing"
         );
     }
+    assert!(
+        text.contains(&format!(
+            "# UNIT shmring_oldest_pending_age_seconds seconds\nshmring_oldest_pending_age_seconds{label} 0.0\n"
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("_ns"), "{text}");
     assert!(text.ends_with("# EOF\n"));
     drop((consumer, producer, seg));
 

@@ -17,14 +17,7 @@ use std::time::{Duration, Instant};
 
 use shmring::media::{kind, Format, MediaHeader};
 use shmring::{Config, Meta, Segment};
-
-fn cpu(who: i32) -> Duration {
-    // SAFETY: getrusage fills the struct we own.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(who, &mut u) };
-    let t = |tv: libc::timeval| Duration::new(tv.tv_sec as u64, tv.tv_usec as u32 * 1000);
-    t(u.ru_utime) + t(u.ru_stime)
-}
+use shmring_bench::rusage;
 
 fn rust_child(frames: u64) -> i32 {
     // SAFETY: the parent placed the ring's descriptor at 3 for us.
@@ -79,7 +72,7 @@ fn main() {
             Ok(())
         });
     }
-    let cpu0 = cpu(libc::RUSAGE_SELF);
+    let cpu0 = rusage(false).cpu_s();
     let start = Instant::now();
     let mut child = cmd.spawn().expect("spawn producer");
     let (mut bytes, mut bad) = (0u64, 0u64);
@@ -96,8 +89,8 @@ fn main() {
     }
     let wall = start.elapsed();
     let status = child.wait().unwrap();
-    let cons_cpu = cpu(libc::RUSAGE_SELF) - cpu0;
-    let prod_cpu = cpu(libc::RUSAGE_CHILDREN);
+    let cons_cpu = rusage(false).cpu_s() - cpu0;
+    let prod_cpu = rusage(true).cpu_s();
     let gib = bytes as f64 / (1u64 << 30) as f64;
     println!(
         "{} producer: {frames} frames, {:.2} GiB in {:.3} s = {:.2} GiB/s ({:.0} frames/s); \
@@ -108,8 +101,8 @@ fn main() {
         wall.as_secs_f64(),
         gib / wall.as_secs_f64(),
         frames as f64 / wall.as_secs_f64(),
-        prod_cpu.as_secs_f64() / gib,
-        cons_cpu.as_secs_f64() / gib,
-        (prod_cpu + cons_cpu).as_secs_f64() / gib,
+        prod_cpu / gib,
+        cons_cpu / gib,
+        (prod_cpu + cons_cpu) / gib,
     );
 }

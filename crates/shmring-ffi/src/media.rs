@@ -1,7 +1,9 @@
 //! The media header: build, parse and locate planes (the rules are the core's,
 //! `shmring::media`).
 
-use shmring::media::{Format, MediaHeader, MEDIA_HEADER_SIZE, MEDIA_MAGIC, MEDIA_VERSION};
+use shmring::media::{
+    Format, MediaError, MediaHeader, MEDIA_HEADER_SIZE, MEDIA_MAGIC, MEDIA_VERSION,
+};
 
 use crate::handles::*;
 use crate::status::shmring_status::*;
@@ -254,16 +256,48 @@ pub unsafe extern "C" fn shmring_media_parse(
     out: *mut shmring_media_header,
 ) -> shmring_status {
     entry("shmring_media_parse", || {
-        let out = out_ptr(out, "out")?;
-        if payload.is_null() {
-            return Err(fail!(SHMRING_ERR_NULL, "payload is NULL"));
-        }
-        // SAFETY: the caller promises `len` readable bytes at `payload`.
-        let buf = unsafe { std::slice::from_raw_parts(payload, len) };
-        let h = MediaHeader::parse(buf).map_err(|e| fail!(SHMRING_ERR_MEDIA, "{e}"))?;
-        *out = shmring_media_header::from_core(&h);
-        ok()
+        // SAFETY: the caller's promise on `payload` and `len`, passed on.
+        unsafe { parse_into(payload, len, out, MediaHeader::parse) }
     })
+}
+
+/// shmring_media_parse, then the checks for a record of `kind` (a frame's
+/// meta.kind): SHMRING_KIND_VIDEO needs a video format and a size the builders
+/// accept, SHMRING_KIND_AUDIO an audio format and shape; any other kind carries no
+/// media header. SHMRING_ERR_MEDIA, with the reason, otherwise. The one check for
+/// a reader of media records.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_media_parse_for(
+    kind: u32,
+    payload: *const u8,
+    len: usize,
+    out: *mut shmring_media_header,
+) -> shmring_status {
+    entry("shmring_media_parse_for", || {
+        // SAFETY: the caller's promise on `payload` and `len`, passed on.
+        unsafe { parse_into(payload, len, out, |buf| MediaHeader::parse_for(kind, buf)) }
+    })
+}
+
+/// `parse` on the `len` bytes at `payload`, the header into `*out`.
+///
+/// # Safety
+/// `payload` is NULL or points to `len` readable bytes.
+unsafe fn parse_into(
+    payload: *const u8,
+    len: usize,
+    out: *mut shmring_media_header,
+    parse: impl FnOnce(&[u8]) -> Result<MediaHeader, MediaError>,
+) -> Res<shmring_status> {
+    let out = out_ptr(out, "out")?;
+    if payload.is_null() {
+        return Err(fail!(SHMRING_ERR_NULL, "payload is NULL"));
+    }
+    // SAFETY: the caller promises `len` readable bytes at `payload`.
+    let buf = unsafe { std::slice::from_raw_parts(payload, len) };
+    let h = parse(buf).map_err(|e| fail!(SHMRING_ERR_MEDIA, "{e}"))?;
+    *out = shmring_media_header::from_core(&h);
+    ok()
 }
 
 /// Plane `index` of a payload whose header `hdr` was parsed from (`len` bytes):

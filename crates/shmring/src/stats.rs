@@ -155,6 +155,22 @@ pub struct Field {
     pub help: &'static str,
     /// Its value in the snapshot (a flag is 0 or 1).
     pub value: u64,
+    /// The unit of `value`: [`Field::BYTES`], [`Field::NANOSECONDS`], or `""` for a
+    /// count or a plain number. A field in nanoseconds has a name ending in `_ns`;
+    /// a report in other units converts the value and renames it (the Prometheus
+    /// exporter serves `oldest_pending_age_ns` as `shmring_oldest_pending_age_seconds`).
+    pub unit: &'static str,
+}
+
+impl Field {
+    /// [`Field::unit`] of a size in bytes.
+    pub const BYTES: &'static str = "bytes";
+    /// [`Field::unit`] of a duration in nanoseconds.
+    pub const NANOSECONDS: &'static str = "ns";
+
+    fn in_unit(self, unit: &'static str) -> Field {
+        Field { unit, ..self }
+    }
 }
 
 impl Stats {
@@ -174,9 +190,11 @@ impl Stats {
             kind,
             help,
             value,
+            unit: "",
         };
+        let bytes = Field::BYTES;
         [
-            f("capacity", Gauge, "Data ring size in bytes.", self.capacity),
+            f("capacity", Gauge, "Data ring size in bytes.", self.capacity).in_unit(bytes),
             f(
                 "records_committed",
                 Counter,
@@ -188,7 +206,8 @@ impl Stats {
                 Counter,
                 "Payload bytes producers committed.",
                 self.bytes_committed,
-            ),
+            )
+            .in_unit(bytes),
             f(
                 "records_aborted",
                 Counter,
@@ -224,7 +243,8 @@ impl Stats {
                 Counter,
                 "Payload bytes handed out to the consumer.",
                 self.bytes_consumed,
-            ),
+            )
+            .in_unit(bytes),
             f(
                 "abandoned",
                 Counter,
@@ -260,13 +280,15 @@ impl Stats {
                 Gauge,
                 "Highest occupancy the consumer observed, in bytes.",
                 self.peak_occupancy,
-            ),
+            )
+            .in_unit(bytes),
             f(
                 "occupancy",
                 Gauge,
                 "Bytes between the read and write cursors now.",
                 self.occupancy,
-            ),
+            )
+            .in_unit(bytes),
             f(
                 "records_in_flight",
                 Gauge,
@@ -318,9 +340,10 @@ impl Stats {
             f(
                 "oldest_pending_age_ns",
                 Gauge,
-                "How long the oldest pending claim has been pending, in ns (0: none).",
+                "How long the oldest pending claim has been pending (0: none).",
                 self.oldest_pending_age_ns,
-            ),
+            )
+            .in_unit(Field::NANOSECONDS),
             f(
                 "oldest_pending_slot",
                 Gauge,
@@ -404,6 +427,32 @@ mod tests {
         assert_eq!(names.len(), got.len());
         for (name, _) in &got {
             assert!(format!("{s:?}").contains(&format!("{name}: ")), "{name}");
+        }
+    }
+
+    #[test]
+    fn fields_carry_their_units() {
+        let unit = |name: &str| {
+            Stats::default()
+                .fields()
+                .find(|f| f.name == name)
+                .unwrap()
+                .unit
+        };
+        assert_eq!(unit("oldest_pending_age_ns"), Field::NANOSECONDS);
+        assert_eq!(unit("occupancy"), Field::BYTES);
+        assert_eq!(unit("bytes_committed"), Field::BYTES);
+        assert_eq!(unit("records_committed"), "");
+        for f in Stats::default().fields() {
+            assert_eq!(
+                f.unit == Field::NANOSECONDS,
+                f.name.ends_with("_ns"),
+                "{}: a duration in ns, and only that, is named *_ns",
+                f.name
+            );
+            if f.kind == FieldKind::Flag {
+                assert_eq!(f.unit, "", "{}", f.name);
+            }
         }
     }
 }

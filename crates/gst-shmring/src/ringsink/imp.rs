@@ -1,7 +1,7 @@
 //! The sink's implementation.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use gst::glib;
@@ -13,8 +13,9 @@ use shmring::media::{kind, MEDIA_HEADER_SIZE};
 use shmring::{Error, FullPolicy, Meta, Producer, Segment};
 
 use super::pool::{Core, RingPool};
+use crate::lock;
 use crate::media::{supported_caps, Input};
-use crate::ring::Location;
+use crate::ring::{self, Location};
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -53,10 +54,7 @@ struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            location: Location {
-                fd: -1,
-                ..Default::default()
-            },
+            location: Location::default(),
             stream: 0,
             full: FullMode::Block,
             timeout_ms: 0,
@@ -87,10 +85,6 @@ pub struct ShmRingSink {
     settings: Mutex<Settings>,
     state: Mutex<Option<State>>,
     counters: Counters,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl ShmRingSink {
@@ -147,19 +141,8 @@ impl ObjectSubclass for ShmRingSink {
 impl ObjectImpl for ShmRingSink {
     fn properties() -> &'static [glib::ParamSpec] {
         static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            vec![
-                glib::ParamSpecString::builder("ring")
-                    .nick("Ring")
-                    .blurb("Name of the ring (/dev/shm/NAME) to write into")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecInt::builder("fd")
-                    .nick("File descriptor")
-                    .blurb("An inherited descriptor of the ring (a memfd) to write into instead of a named ring; -1: none")
-                    .minimum(-1)
-                    .default_value(-1)
-                    .mutable_ready()
-                    .build(),
+            let mut props = ring::properties("write into", false);
+            props.extend([
                 glib::ParamSpecUInt::builder("stream")
                     .nick("Stream")
                     .blurb("Stream id written in every record (give each producer of a ring its own)")
@@ -197,16 +180,18 @@ impl ObjectImpl for ShmRingSink {
                     .blurb("Buffers dropped because the ring was full or had no consumer")
                     .read_only()
                     .build(),
-            ]
+            ]);
+            props
         });
         PROPS.as_ref()
     }
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
+        if s.location.set_property(pspec.name(), value) {
+            return;
+        }
         match pspec.name() {
-            "ring" => s.location.name = value.get().expect("type checked upstream"),
-            "fd" => s.location.fd = value.get().expect("type checked upstream"),
             "stream" => s.stream = value.get().expect("type checked upstream"),
             "full-policy" => s.full = value.get().expect("type checked upstream"),
             "timeout" => s.timeout_ms = value.get().expect("type checked upstream"),
@@ -217,9 +202,10 @@ impl ObjectImpl for ShmRingSink {
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
         let s = lock(&self.settings);
         let c = &self.counters;
+        if let Some(v) = s.location.property(pspec.name()) {
+            return v;
+        }
         match pspec.name() {
-            "ring" => s.location.name.to_value(),
-            "fd" => s.location.fd.to_value(),
             "stream" => s.stream.to_value(),
             "full-policy" => s.full.to_value(),
             "timeout" => s.timeout_ms.to_value(),
@@ -283,21 +269,10 @@ impl ElementImpl for ShmRingSink {
 impl BaseSinkImpl for ShmRingSink {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
-        let what = s
+        let what = s.location.describe();
+        let seg = s
             .location
-            .name
-            .clone()
-            .unwrap_or_else(|| format!("fd {}", s.location.fd));
-        let loc = Location {
-            create: false,
-            ..s.location.clone()
-        };
-        let seg = loc.open().map_err(|e| {
-            gst::error_msg!(
-                gst::ResourceError::OpenWrite,
-                ("shmringsink: cannot open ring {}: {}", what, e)
-            )
-        })?;
+            .open_for("shmringsink", gst::ResourceError::OpenWrite)?;
         let mut producer = seg.producer().map_err(|e| {
             gst::error_msg!(
                 gst::ResourceError::OpenWrite,

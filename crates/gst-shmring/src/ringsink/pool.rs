@@ -9,12 +9,14 @@
 //! producer is busy, or the ring has no room, the pool hands out an ordinary buffer
 //! instead, which `render` copies (and counts).
 
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use gst::glib;
 use gst::subclass::prelude::*;
 use shmring::media::{MediaHeader, MEDIA_HEADER_SIZE};
 use shmring::{Error, FullPolicy, Meta, Producer, Segment};
+
+use crate::lock;
 
 struct Slot {
     /// `None` while the pool reserves through it (outside the lock).
@@ -29,10 +31,6 @@ struct Slot {
 pub struct Core {
     slots: Mutex<Vec<Slot>>,
     policy: FullPolicy,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Core {

@@ -11,7 +11,7 @@
 //! never allocates and never fails.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
@@ -24,8 +24,9 @@ use gst_base::subclass::prelude::*;
 use shmring::media::{kind, MediaHeader};
 use shmring::{Consumer, ConsumerOptions, Error, RawFrame, Segment};
 
+use crate::lock;
 use crate::media::{output_for, same_shape, supported_caps, Output};
-use crate::ring::Location;
+use crate::ring::{self, Location};
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -97,10 +98,7 @@ struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            location: Location {
-                fd: -1,
-                ..Default::default()
-            },
+            location: Location::default(),
             stream: -1,
             kind: KindFilter::Any,
             timestamp_mode: TimestampMode::Capture,
@@ -128,10 +126,6 @@ struct Ring {
     held_bytes: AtomicU64,
     held_frames: AtomicU64,
     seg: Arc<Segment>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Ring {
@@ -244,31 +238,8 @@ impl ObjectSubclass for ShmRingSrc {
 impl ObjectImpl for ShmRingSrc {
     fn properties() -> &'static [glib::ParamSpec] {
         static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            vec![
-                glib::ParamSpecString::builder("ring")
-                    .nick("Ring")
-                    .blurb("Name of the ring (/dev/shm/NAME) to consume")
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecInt::builder("fd")
-                    .nick("File descriptor")
-                    .blurb("An inherited descriptor of the ring (a memfd) to consume instead of a named ring; -1: none")
-                    .minimum(-1)
-                    .default_value(-1)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecBoolean::builder("create")
-                    .nick("Create")
-                    .blurb("Create the named ring (removed when the element stops) instead of opening an existing one")
-                    .default_value(false)
-                    .mutable_ready()
-                    .build(),
-                glib::ParamSpecUInt64::builder("capacity")
-                    .nick("Capacity")
-                    .blurb("Ring bytes when creating (a power of two); 0: the library's default")
-                    .default_value(0)
-                    .mutable_ready()
-                    .build(),
+            let mut props = ring::properties("consume", true);
+            props.extend([
                 glib::ParamSpecInt64::builder("stream")
                     .nick("Stream")
                     .blurb("Output only records of this stream id; -1: every stream")
@@ -326,18 +297,18 @@ impl ObjectImpl for ShmRingSrc {
                     .blurb("Records skipped by the stream and kind filters")
                     .read_only()
                     .build(),
-            ]
+            ]);
+            props
         });
         PROPS.as_ref()
     }
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         let mut s = lock(&self.settings);
+        if s.location.set_property(pspec.name(), value) {
+            return;
+        }
         match pspec.name() {
-            "ring" => s.location.name = value.get().expect("type checked upstream"),
-            "fd" => s.location.fd = value.get().expect("type checked upstream"),
-            "create" => s.location.create = value.get().expect("type checked upstream"),
-            "capacity" => s.location.capacity = value.get().expect("type checked upstream"),
             "stream" => s.stream = value.get().expect("type checked upstream"),
             "kind" => s.kind = value.get().expect("type checked upstream"),
             "timestamp-mode" => s.timestamp_mode = value.get().expect("type checked upstream"),
@@ -350,11 +321,10 @@ impl ObjectImpl for ShmRingSrc {
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
         let s = lock(&self.settings);
         let c = &self.counters;
+        if let Some(v) = s.location.property(pspec.name()) {
+            return v;
+        }
         match pspec.name() {
-            "ring" => s.location.name.to_value(),
-            "fd" => s.location.fd.to_value(),
-            "create" => s.location.create.to_value(),
-            "capacity" => s.location.capacity.to_value(),
             "stream" => s.stream.to_value(),
             "kind" => s.kind.to_value(),
             "timestamp-mode" => s.timestamp_mode.to_value(),
@@ -413,17 +383,10 @@ impl ElementImpl for ShmRingSrc {
 impl BaseSrcImpl for ShmRingSrc {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
-        let what = s
+        let what = s.location.describe();
+        let seg = s
             .location
-            .name
-            .clone()
-            .unwrap_or_else(|| format!("fd {}", s.location.fd));
-        let seg = s.location.open().map_err(|e| {
-            gst::error_msg!(
-                gst::ResourceError::OpenRead,
-                ("shmringsrc: cannot open ring {}: {}", what, e)
-            )
-        })?;
+            .open_for("shmringsrc", gst::ResourceError::OpenRead)?;
         let consumer = Consumer::with_options(
             seg.clone(),
             ConsumerOptions {
@@ -584,7 +547,7 @@ impl ShmRingSrc {
         // SAFETY: ptr/len come from the consumer, validated to lie inside the mapping
         // the ring keeps alive; the frame is held until released below or by `Held`.
         let payload = unsafe { std::slice::from_raw_parts(f.ptr, f.len) };
-        let hd = match MediaHeader::parse(payload) {
+        let hd = match MediaHeader::parse_for(f.meta.kind, payload) {
             Ok(h) => h,
             Err(e) => {
                 let _ = c.release_raw(f.seq);
@@ -595,20 +558,6 @@ impl ShmRingSrc {
                 return Ok(Got::Nothing);
             }
         };
-        if hd.format.is_video() != (f.meta.kind == kind::VIDEO) {
-            let _ = c.release_raw(f.seq);
-            self.warn_malformed(
-                st,
-                &format!(
-                    "stream {} record {}: a {} header in a record of kind {}",
-                    f.meta.stream,
-                    f.seq,
-                    hd.format.name(),
-                    f.meta.kind
-                ),
-            );
-            return Ok(Got::Nothing);
-        }
         let mut new_caps = None;
         let changed = st.current.as_ref().is_none_or(|(h, _)| !same_shape(h, &hd));
         if changed {

@@ -17,28 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "shmring.h"
-
-static int passed, failed, current_ok;
-
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "  %s:%d: check failed: %s (last error: %s)\n", __FILE__, \
-                    __LINE__, #cond, shmring_last_error());                           \
-            current_ok = 0;                                                           \
-        }                                                                             \
-    } while (0)
-#define CHECK_ST(call, want) CHECK((call) == (want))
-
-#define RUN(fn)                                                         \
-    do {                                                                \
-        current_ok = 1;                                                 \
-        fn();                                                           \
-        if (current_ok) passed++; else failed++;                        \
-        printf("%s %s\n", current_ok ? "ok  " : "FAIL", #fn);           \
-        fflush(stdout);                                                 \
-    } while (0)
 
 static char dir[64], sock[96];
 
@@ -241,6 +221,5 @@ int main(int argc, char **argv) {
     RUN(test_refused_peer);
     unlink(sock);
     rmdir(dir);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_summary();
 }
