@@ -63,6 +63,14 @@ pub struct ConsumerOptions {
     /// so a stuck reader stops holding the ring after this bound. Its death is
     /// found within one `liveness_interval`, like a producer's.
     pub tether_stall_limit: Duration,
+    /// Let a record wait up to this long before the consumer sees it (`None`, the
+    /// default: a producer wakes a sleeping consumer at every commit). With a
+    /// budget, a consumer whose last wake found records sleeps on its own timer
+    /// for at most the budget, and producers do not wake it unless the ring is
+    /// half full (bytes or claim log): one wake-up then serves every record that
+    /// came meanwhile. After a wake that found nothing it sleeps as without a
+    /// budget, so the first record of a burst wakes it at once.
+    pub latency_budget: Option<Duration>,
 }
 
 impl Default for ConsumerOptions {
@@ -73,6 +81,7 @@ impl Default for ConsumerOptions {
             overtake_after: None,
             auto_reset: true,
             tether_stall_limit: Duration::from_millis(500),
+            latency_budget: None,
         }
     }
 }
@@ -147,6 +156,8 @@ pub struct Consumer {
     pending: Cell<Option<Watched>>,
     /// Pending claims the peek cursor stepped over, oldest first.
     parked: RefCell<Vec<Watched>>,
+    /// A record was handed out since the last sleep (see `latency_budget`).
+    found: Cell<bool>,
     /// When we last looked for dead producers because someone seemed to wait.
     last_reap: Cell<Option<Instant>>,
     /// When the shared state was last audited, and records handed out since.
@@ -262,6 +273,7 @@ impl Consumer {
             opts,
             pending: Cell::new(None),
             parked: RefCell::new(Vec::with_capacity(MAX_PARKED)),
+            found: Cell::new(false),
             last_reap: Cell::new(None),
             last_audit: Cell::new(Instant::now()),
             since_audit: Cell::new(0),
@@ -313,6 +325,7 @@ impl Consumer {
             opts,
             pending: Cell::new(None),
             parked: RefCell::new(Vec::with_capacity(MAX_PARKED)),
+            found: Cell::new(false),
             last_reap: Cell::new(None),
             last_audit: Cell::new(Instant::now()),
             since_audit: Cell::new(0),
@@ -461,6 +474,7 @@ impl Consumer {
             }
             let step = step?;
             if let Step::Frame(f) = step {
+                self.found.set(true);
                 return Ok(Some(f));
             }
             // Skipped an aborted or abandoned claim: look at the next one at once. A
@@ -526,6 +540,18 @@ impl Consumer {
         } else {
             &c.data.0
         };
+        // Under a latency budget, after a wake that found records: sleep on our
+        // timer, and let producers wake us only past the fill mark.
+        let lazy = !tethered && self.found.replace(false) && self.opts.latency_budget.is_some();
+        let max = match self.opts.latency_budget {
+            Some(b) if lazy => max.min(b),
+            _ => max,
+        };
+        if !tethered {
+            // Before arming (its fence orders it): the mark producers judge by.
+            f.need
+                .store(if lazy { self.wake_mark() } else { 0 }, Ordering::Relaxed);
+        }
         let seen = wake::arm(f);
         // Re-check after arming so a commit made just before (or, for a tethered
         // consumer not adopted yet, the adoption) cannot be missed.
@@ -560,6 +586,12 @@ impl Consumer {
             _ => wake::sleep(f, seen, max),
         }
         wake::disarm(f);
+    }
+
+    /// Under a latency budget: the fill (in units) past which a producer wakes us
+    /// anyway, half the ring. (Producers also wake us at half the claim log.)
+    fn wake_mark(&self) -> u32 {
+        (self.seg.shared().cap_units / 2).clamp(1, u32::MAX as u64) as u32
     }
 
     /// Is the entry at peek something other than "empty" or "claimed"?
@@ -1008,6 +1040,7 @@ impl Consumer {
             .store(pack_cursor(cur.peek_seq, cur.peek_pos), Ordering::Relaxed);
         // Nobody is asleep for data while we run; a peer may have raised these.
         c.data.0.waiting.store(0, Ordering::Relaxed);
+        c.data.0.need.store(0, Ordering::Relaxed);
         c.space.0.need.store(0, Ordering::Relaxed);
         bump(&c.counters.0.resets, 1);
         self.parked.borrow_mut().clear();
@@ -1165,6 +1198,8 @@ impl Consumer {
     /// [`Consumer::disarm`] after the wait.
     pub fn arm(&self) -> bool {
         let f = &self.seg.control().data.0;
+        // Every commit wakes an eventfd waiter (no latency budget here).
+        f.need.store(0, Ordering::Relaxed);
         wake::arm(f);
         let ready = self.peek_is_final();
         if ready {

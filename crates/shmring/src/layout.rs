@@ -244,9 +244,11 @@ pub struct Futex {
     pub seq: AtomicU32,
     /// Non-zero while someone is (about to be) asleep on `seq`.
     pub waiting: AtomicU32,
-    /// Space futex only: the most units a waiting producer needs (a hint; the
-    /// consumer wakes producers once that much, and at least 1/16 of the ring, is
-    /// free, so a full ring does not wake them for every released record).
+    /// Space futex: the most units a waiting producer needs (a hint; the consumer
+    /// wakes producers once that much, and at least 1/16 of the ring, is free, so a
+    /// full ring does not wake them for every released record). Data futex: the
+    /// consumer's wake mark under a latency budget (producers wake it only once
+    /// this many units are in the ring; 0: at every commit).
     pub need: AtomicU32,
 }
 

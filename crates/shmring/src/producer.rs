@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::layout::{record_units, ClaimState, RecordHeader, Slot, UNIT};
+use crate::layout::{
+    cursor_pos, cursor_seq, pos_diff, record_units, seq_diff, ClaimState, RecordHeader, Slot, UNIT,
+};
 use crate::protocol::{Claim, ClaimError};
 use crate::segment::Segment;
 use crate::sync::{AtomicU64, Ordering};
@@ -366,7 +368,18 @@ impl Producer {
             .shared()
             .settle(claim, state, &self.my_slot().open_claim);
         let c = self.seg.control();
-        if wake::notify_consumers(&c.data.0, &c.tether_data.0, self.seg.eventfd()) {
+        let past = |mark: u32| {
+            // Relaxed: a hint for when to wake; the consumer's timer bounds the rest.
+            let sh = self.seg.shared();
+            let (w, r) = (
+                sh.write.load(Ordering::Relaxed),
+                sh.read.load(Ordering::Relaxed),
+            );
+            let n = self.seg.geometry().log_entries as u64;
+            pos_diff(cursor_pos(w), cursor_pos(r)) >= mark as u64
+                || seq_diff(cursor_seq(w), cursor_seq(r)) >= n / 2
+        };
+        if wake::notify_consumers(&c.data.0, &c.tether_data.0, self.seg.eventfd(), past) {
             bump(&self.my_slot().counters.wakes_sent, 1);
         }
         ok

@@ -41,26 +41,33 @@ pub(crate) fn notify(f: &Futex, all: bool, eventfd: Option<BorrowedFd<'_>>) -> b
 
 /// After a commit: signals the ring's consumer (on `data`, and `eventfd` when
 /// given) and every tethered consumer (on `tethers`) that sleeps, with one fence.
-/// Returns whether a wake-up was sent. With no tethered consumer asleep this costs
-/// what [`notify`] costs, plus one load from a line nobody writes.
+/// A consumer sleeping under a latency budget set a wake mark (`data.need`, in
+/// units): it is woken only when `past(mark)` says the ring is filled past it (it
+/// wakes on its own timer otherwise). Returns whether a wake-up was sent. With no
+/// tethered consumer asleep this costs what [`notify`] costs, plus one load from a
+/// line nobody writes.
 #[inline]
 pub(crate) fn notify_consumers(
     data: &Futex,
     tethers: &Futex,
     eventfd: Option<BorrowedFd<'_>>,
+    past: impl FnOnce(u32) -> bool,
 ) -> bool {
     // SeqCst: order our commit before reading the flags (see the module doc).
     fence(Ordering::SeqCst);
     let mut sent = false;
     if data.waiting.load(Ordering::Relaxed) != 0 {
-        data.seq.fetch_add(1, Ordering::Release);
-        match eventfd {
-            Some(fd) => {
-                let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+        let mark = data.need.load(Ordering::Relaxed);
+        if mark == 0 || past(mark) {
+            data.seq.fetch_add(1, Ordering::Release);
+            match eventfd {
+                Some(fd) => {
+                    let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+                }
+                None => futex::wake(&data.seq, 1),
             }
-            None => futex::wake(&data.seq, 1),
+            sent = true;
         }
-        sent = true;
     }
     if tethers.waiting.load(Ordering::Relaxed) != 0 {
         tethers.seq.fetch_add(1, Ordering::Release);
