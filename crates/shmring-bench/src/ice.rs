@@ -82,22 +82,39 @@ pub fn producer(a: &WorkerArgs) -> Res<WorkerReport> {
         .notifier_builder()
         .create()
         .map_err(|x| e("notifier")(&x))?;
+    // iceoryx2 attaches a subscriber to a new publisher only when the subscriber
+    // next looks (receive); until then, once the subscriber's queue is full, `send`
+    // discards the sample, even with RetryUntilDelivered, and says so only by
+    // returning 0 recipients. So a sample that reached nobody is sent again; it is
+    // never counted as moved.
     let send = |seq: u64, flags: u64, fill: &mut dyn FnMut(&mut [u8])| -> Res<()> {
-        let mut sample = publisher
-            .loan_slice_uninit(a.size)
-            .map_err(|x| e("loan")(&x))?;
-        let payload = sample.payload_mut();
-        // SAFETY: u8 has no invalid values; `fill` writes every byte before assume_init.
-        let buf = unsafe {
-            std::slice::from_raw_parts_mut(payload.as_mut_ptr() as *mut u8, payload.len())
-        };
-        fill(buf);
-        *sample.user_header_mut() = [seq, shmring::now_ns(), flags];
-        // SAFETY: every byte was written above.
-        let sample = unsafe { sample.assume_init() };
-        sample.send().map_err(|x| e("send")(&x))?;
-        notifier.notify().map_err(|x| e("notify")(&x))?;
-        Ok(())
+        let first = shmring::now_ns();
+        loop {
+            let mut sample = publisher
+                .loan_slice_uninit(a.size)
+                .map_err(|x| e("loan")(&x))?;
+            let payload = sample.payload_mut();
+            // SAFETY: u8 has no invalid values; `fill` writes every byte before assume_init.
+            let buf = unsafe {
+                std::slice::from_raw_parts_mut(payload.as_mut_ptr() as *mut u8, payload.len())
+            };
+            fill(buf);
+            *sample.user_header_mut() = [seq, shmring::now_ns(), flags];
+            // SAFETY: every byte was written above.
+            let sample = unsafe { sample.assume_init() };
+            let delivered = sample.send().map_err(|x| e("send")(&x))?;
+            notifier.notify().map_err(|x| e("notify")(&x))?;
+            if delivered > 0 {
+                return Ok(());
+            }
+            if shmring::now_ns().saturating_sub(first) >= STALL.as_nanos() as u64 {
+                return Err(format!(
+                    "no subscriber took a sample for {} s",
+                    STALL.as_secs()
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
     };
     let rep = produce(a, |pacer, seq| send(seq, 0, &mut |b| pacer.make(b, seq)))?;
     send(0, END, &mut |b| b.fill(0)).map_err(|x| format!("end of stream: {x}"))?;
