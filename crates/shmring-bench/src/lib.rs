@@ -12,6 +12,7 @@
 
 mod alloc;
 mod args;
+mod child;
 #[cfg(feature = "iceoryx2")]
 mod ice;
 mod orchestrate;
@@ -23,6 +24,8 @@ mod transports;
 mod work;
 
 pub use alloc::{alloc_count, counting_installed, CountingAlloc};
+/// The supervisor of child processes (bench workers, the demo's recorder and producer).
+pub use child::ChildGuard;
 /// For tools and tests that read the `--json` output.
 pub use serde_json;
 /// CPU time of a process (also the demo's status line).
