@@ -15,12 +15,14 @@ mod args;
 mod child;
 #[cfg(feature = "iceoryx2")]
 mod ice;
+mod meeting;
 mod orchestrate;
 mod plot;
 mod python;
 pub mod report;
 mod sys;
 mod transports;
+mod wakeup;
 mod work;
 
 pub use alloc::{alloc_count, counting_installed, CountingAlloc};
