@@ -106,7 +106,8 @@ pub struct BenchArgs {
     /// Move exactly this many frames per run instead of running for --seconds.
     #[arg(long)]
     pub frames: Option<u64>,
-    /// Write the results as JSON (an array, one object per transport and run).
+    /// Write the results as JSON (an array, one object per transport, workload and
+    /// mode; with --repeat, the medians and ranges of its runs).
     #[arg(long, value_name = "FILE")]
     pub json: Option<std::path::PathBuf>,
     /// Draw CPU per GiB, latency, and CPU/RSS over time of the shmring run (SVG).

@@ -406,26 +406,44 @@ fn stream_consumer<C: Send>(n: u32, conns: Vec<C>, read: ReadConn<C>) -> Res<Wor
     Ok(ck.finish())
 }
 
+/// What a record's header says: the end of the connection, the end of a stream
+/// (recorded), or a record of `stream` with `len` bytes of payload.
+enum Next {
+    Done,
+    Again,
+    Record(usize),
+}
+
+fn next(h: &crate::transports::Header, ck: &mut Checker) -> Res<Next> {
+    let stream = h.stream as usize;
+    if h.flags & END_ALL != 0 {
+        return Ok(Next::Done);
+    }
+    if h.flags & END != 0 {
+        ck.end(stream);
+        return Ok(Next::Again);
+    }
+    if stream >= 2 * MAX_PARTICIPANTS as usize || h.len != stream_size(stream) as u64 {
+        return Err(format!("a record of {} bytes on stream {stream}", h.len));
+    }
+    Ok(Next::Record(stream))
+}
+
 fn read_frames<R: Read>(mut s: R, ck: &mut Checker) -> Res<()> {
     let mut buf = vec![0u8; HDR + VIDEO_BYTES.max(AUDIO_BYTES)];
     loop {
         s.read_exact(&mut buf[..HDR])
             .map_err(|e| format!("read: {e}"))?;
-        let now = shmring::now_ns();
         let h = parse_header(&buf[..HDR])?;
-        if h.flags & END_ALL != 0 {
-            return Ok(());
-        }
-        let stream = h.stream as usize;
-        if h.flags & END != 0 {
-            ck.end(stream);
-            continue;
-        }
-        if stream >= 2 * MAX_PARTICIPANTS as usize || h.len != stream_size(stream) as u64 {
-            return Err(format!("a record of {} bytes on stream {stream}", h.len));
-        }
+        let stream = match next(&h, ck)? {
+            Next::Done => return Ok(()),
+            Next::Again => continue,
+            Next::Record(stream) => stream,
+        };
         let body = &mut buf[HDR..HDR + h.len as usize];
         s.read_exact(body).map_err(|e| format!("read: {e}"))?;
+        // Arrived: the whole record is here.
+        let now = shmring::now_ns();
         ck.frame_on(stream, h.seq, u64::MAX, h.ts, now, body);
     }
 }
@@ -439,14 +457,11 @@ fn read_ws(s: TcpStream, ck: &mut Checker) -> Res<()> {
         };
         let now = shmring::now_ns();
         let h = parse_header(&b)?;
-        if h.flags & END_ALL != 0 {
-            return Ok(());
-        }
-        let stream = h.stream as usize;
-        if h.flags & END != 0 {
-            ck.end(stream);
-            continue;
-        }
+        let stream = match next(&h, ck)? {
+            Next::Done => return Ok(()),
+            Next::Again => continue,
+            Next::Record(stream) => stream,
+        };
         if b.len() != HDR + h.len as usize {
             return Err(format!("a message of {} bytes on stream {stream}", b.len()));
         }

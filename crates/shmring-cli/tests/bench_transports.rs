@@ -150,6 +150,22 @@ fn every_transport_moves_frames_with_checksums_verified() {
     }
 }
 
+/// The run failed, and said which transport found how many damaged frames.
+fn assert_caught(t: &str, o: &Outcome, what: &str) {
+    assert_ne!(
+        o.code,
+        Some(0),
+        "{t}: corruption went unnoticed:\n{}\n{}",
+        o.stdout,
+        o.stderr
+    );
+    assert!(
+        o.stderr.contains(t) && o.stderr.contains(what),
+        "{t}: unexpected message:\n{}",
+        o.stderr
+    );
+}
+
 #[test]
 fn a_corrupted_frame_is_detected_on_every_transport() {
     for t in TRANSPORTS {
@@ -174,18 +190,7 @@ fn a_corrupted_frame_is_detected_on_every_transport() {
                 json.to_str().unwrap(),
             ],
         );
-        assert_ne!(
-            o.code,
-            Some(0),
-            "{t}: corruption went unnoticed:\n{}\n{}",
-            o.stdout,
-            o.stderr
-        );
-        assert!(
-            o.stderr.contains(t) && o.stderr.contains("2 of 6 frames failed their checksum"),
-            "{t}: unexpected message:\n{}",
-            o.stderr
-        );
+        assert_caught(t, &o, "2 of 6 frames failed their checksum");
         let rows = rows(&json);
         assert!(row(&rows, t, "video")["error"].is_string());
     }
@@ -391,23 +396,14 @@ fn bad_arguments_are_refused() {
     assert!(o.stderr.contains("smell"), "{}", o.stderr);
 }
 
-/// Transports of the meeting in the default build, the wake-up row included.
-const MEETING: &[&str] = &[
-    "shmring",
-    "shmring-copy",
-    "uds",
-    "tcp",
-    "pipe",
-    "websocket",
-    "floor",
-    "wakeup",
-];
-
 #[test]
 fn the_meeting_reports_audio_and_video_latency_for_every_transport() {
     let dir = Scratch::new("meeting");
     let json = dir.path("out.json");
-    let list = MEETING.join(",");
+    // The meeting runs on every transport of the default build, and beside them the
+    // wake-up reference.
+    let meeting: Vec<&str> = TRANSPORTS.iter().copied().chain(["wakeup"]).collect();
+    let list = meeting.join(",");
     let o = bench(
         &dir,
         &[
@@ -440,10 +436,10 @@ fn the_meeting_reports_audio_and_video_latency_for_every_transport() {
     }
     assert!(o.stdout.contains("3 participants"), "{}", o.stdout);
     let rows = rows(&json);
-    assert_eq!(rows.len(), MEETING.len());
+    assert_eq!(rows.len(), meeting.len());
     // 3 participants: 3 video and 3 audio streams of 8 records each.
     let bytes = 3 * 8 * (1280 * 720 * 3 / 2 + 480 * 2 * 2);
-    for t in MEETING {
+    for t in &meeting {
         let r = row(&rows, t, "meeting");
         assert_eq!(r["error"], Value::Null, "{t}: {r}");
         assert!(r["lat_audio_p99_us"].is_number(), "{t}: {r}");
@@ -482,18 +478,8 @@ fn a_corrupted_meeting_record_is_detected() {
                 "3",
             ],
         );
-        assert_ne!(
-            o.code,
-            Some(0),
-            "{t}: corruption went unnoticed:\n{}",
-            o.stdout
-        );
         // 4 streams of 6 records, every third damaged.
-        assert!(
-            o.stderr.contains(t) && o.stderr.contains("8 of 24 frames failed their checksum"),
-            "{t}: unexpected message:\n{}",
-            o.stderr
-        );
+        assert_caught(t, &o, "8 of 24 frames failed their checksum");
     }
 }
 
