@@ -52,6 +52,16 @@ pub(super) fn fill_row(
     row.lat_audio_p99_us = at(recv.lat_audio_ns, 1);
     row.lat_video_p50_us = at(recv.lat_video_ns, 0);
     row.lat_video_p99_us = at(recv.lat_video_ns, 1);
+    if row.transport == "floor" {
+        // Written and read by the same thread: there is nothing in between to time.
+        row.lat_p50_us = None;
+        row.lat_p99_us = None;
+        row.lat_p999_us = None;
+        row.lat_audio_p50_us = None;
+        row.lat_audio_p99_us = None;
+        row.lat_video_p50_us = None;
+        row.lat_video_p99_us = None;
+    }
     if row.workload == "meeting" && row.transport == super::WAKEUP {
         // The wake-up row carries no kind: its latency stands beside both.
         (row.lat_audio_p50_us, row.lat_audio_p99_us) = (row.lat_p50_us, row.lat_p99_us);
