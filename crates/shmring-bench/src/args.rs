@@ -12,6 +12,7 @@ pub const ALL_TRANSPORTS: &[&str] = &[
     "pipe",
     "websocket",
     "floor",
+    "wakeup",
 ];
 
 /// The long help of `--transports`, from the lists themselves.
@@ -52,8 +53,12 @@ pub enum WorkloadArg {
     Video,
     /// 4 KiB records: per-record overhead.
     Audio,
-    /// Both.
+    /// Video and audio.
     All,
+    /// A video meeting: --participants each sending 1280x720@30 I420 and 10 ms of
+    /// 48 kHz stereo, from threads in two producer processes into one consumer, at
+    /// the real rate (--mode and --rate do not apply).
+    Meeting,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -87,13 +92,22 @@ pub struct BenchArgs {
     /// Seconds per transport and run.
     #[arg(long)]
     pub seconds: Option<f64>,
-    /// Short runs (1 s each; whole default suite under a minute on 2 cores).
+    /// Short runs (1 s each; whole default suite under a minute on 2 cores). The
+    /// figures of one-second runs are indicative only.
     #[arg(long)]
     pub quick: bool,
+    /// Run each transport N times, interleaved (every transport once, then again),
+    /// and report the median of each figure and its range over the runs.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub repeat: u32,
+    /// Participants of the meeting workload.
+    #[arg(long, default_value_t = 9, value_name = "N")]
+    pub participants: u32,
     /// Move exactly this many frames per run instead of running for --seconds.
     #[arg(long)]
     pub frames: Option<u64>,
-    /// Write the results as JSON (an array, one object per transport and run).
+    /// Write the results as JSON (an array, one object per transport, workload and
+    /// mode; with --repeat, the medians and ranges of its runs).
     #[arg(long, value_name = "FILE")]
     pub json: Option<std::path::PathBuf>,
     /// Draw CPU per GiB, latency, and CPU/RSS over time of the shmring run (SVG).
@@ -136,9 +150,10 @@ pub struct WorkerArgs {
     /// Bytes per second (0: unthrottled).
     #[arg(long, default_value_t = 0.0)]
     pub rate: f64,
-    /// Inherited descriptor: the memfd, socket, pipe end or listener.
+    /// Inherited descriptor: the memfd, socket, pipe end or listener (a consumer of
+    /// several producers gets one per producer).
     #[arg(long)]
-    pub fd: Option<i32>,
+    pub fd: Vec<i32>,
     /// Loopback TCP port to connect to.
     #[arg(long)]
     pub port: Option<u16>,
@@ -150,6 +165,15 @@ pub struct WorkerArgs {
     pub ring_mib: u64,
     #[arg(long)]
     pub corrupt_every: Option<u64>,
+    /// The meeting workload with this many participants (--size and --rate then
+    /// describe the wake-up row's schedule only).
+    #[arg(long)]
+    pub meeting: Option<u32>,
+    /// Producer processes of the meeting, and which one this is.
+    #[arg(long, default_value_t = 1)]
+    pub producers: u32,
+    #[arg(long, default_value_t = 0)]
+    pub part: u32,
 }
 
 pub fn parse<P: Parser>(argv0: &str, args: &[String]) -> Result<P, clap::Error> {

@@ -12,17 +12,22 @@
 
 mod alloc;
 mod args;
+mod child;
 #[cfg(feature = "iceoryx2")]
 mod ice;
+mod meeting;
 mod orchestrate;
 mod plot;
 mod python;
 pub mod report;
 mod sys;
 mod transports;
+mod wakeup;
 mod work;
 
 pub use alloc::{alloc_count, counting_installed, CountingAlloc};
+/// The supervisor of child processes (bench workers, the demo's recorder and producer).
+pub use child::ChildGuard;
 /// For tools and tests that read the `--json` output.
 pub use serde_json;
 /// CPU time of a process (also the demo's status line).

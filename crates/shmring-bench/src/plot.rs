@@ -266,11 +266,11 @@ pub fn svg(rows: &[Row], timelines: &[Timeline]) -> String {
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif">"#
     );
     let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    // Workload shown in the bar charts: video if present.
+    // Workload shown in the bar charts: video if present, else the first one run.
     let wl = if rows.iter().any(|r| r.workload == "video") {
         "video"
     } else {
-        "audio"
+        rows.first().map_or("audio", |r| r.workload.as_str())
     };
     let mut cats: Vec<String> = Vec::new();
     for r in rows.iter().filter(|r| r.workload == wl) {

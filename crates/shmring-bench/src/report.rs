@@ -27,13 +27,19 @@ pub struct WorkerReport {
     pub lat_p99_ns: Option<u64>,
     pub lat_p999_ns: Option<u64>,
     pub lat_max_ns: Option<u64>,
+    /// Consumer of the meeting: latency of the audio and of the video records
+    /// separately, [p50, p99, p99.9] in ns.
+    pub lat_audio_ns: Option<[u64; 3]>,
+    pub lat_video_ns: Option<[u64; 3]>,
     /// Consumer: frames whose checksum or sequence number was wrong.
     pub bad_checksums: u64,
     pub bad_sequence: u64,
 }
 
-/// One transport's figures for one workload and mode (the `--json` objects).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// One transport's figures for one workload and mode (the `--json` objects). With
+/// `--repeat N` every figure is the median of the N runs, and the `*_range` fields
+/// hold the smallest and the largest value measured.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Row {
     pub transport: String,
     pub workload: String,
@@ -53,6 +59,11 @@ pub struct Row {
     pub lat_p50_us: Option<f64>,
     pub lat_p99_us: Option<f64>,
     pub lat_p999_us: Option<f64>,
+    /// Meeting: latency per kind of record.
+    pub lat_audio_p50_us: Option<f64>,
+    pub lat_audio_p99_us: Option<f64>,
+    pub lat_video_p50_us: Option<f64>,
+    pub lat_video_p99_us: Option<f64>,
     pub allocs_per_frame_producer: Option<f64>,
     pub allocs_per_frame_consumer: Option<f64>,
     pub rss_producer_kib: Option<u64>,
@@ -60,6 +71,17 @@ pub struct Row {
     /// CPU per GiB relative to shmring / floor in the same run.
     pub cpu_vs_shmring: Option<f64>,
     pub cpu_vs_floor: Option<f64>,
+    /// CPU per GiB minus the floor's: what the transport itself costs.
+    pub cpu_s_per_gib_above_floor: Option<f64>,
+    /// Runs this row sums up (`--repeat`); the figures are their medians.
+    pub runs: u32,
+    /// [smallest, largest] over the runs.
+    pub cpu_s_per_gib_range: Option<[f64; 2]>,
+    pub gbps_range: Option<[f64; 2]>,
+    pub lat_p50_us_range: Option<[f64; 2]>,
+    pub lat_p99_us_range: Option<[f64; 2]>,
+    pub lat_audio_p99_us_range: Option<[f64; 2]>,
+    pub lat_video_p99_us_range: Option<[f64; 2]>,
     /// shmring rings: how often the producer waited for space / the consumer slept
     /// for data (futex waits), and the peak bytes in the ring.
     pub ring_producer_waits: Option<u64>,
@@ -77,28 +99,8 @@ impl Row {
             workload: workload.to_string(),
             mode: mode.to_string(),
             frame_bytes,
-            frames: 0,
-            bytes: 0,
-            seconds: 0.0,
-            gbps: 0.0,
-            frames_per_s: 0.0,
-            cpu_s_producer: 0.0,
-            cpu_s_consumer: 0.0,
-            cpu_s_per_gib: 0.0,
-            cpu_pct_at_rate: 0.0,
-            lat_p50_us: None,
-            lat_p99_us: None,
-            lat_p999_us: None,
-            allocs_per_frame_producer: None,
-            allocs_per_frame_consumer: None,
-            rss_producer_kib: None,
-            rss_consumer_kib: None,
-            cpu_vs_shmring: None,
-            cpu_vs_floor: None,
-            ring_producer_waits: None,
-            ring_consumer_waits: None,
-            ring_peak_occupancy: None,
-            error: None,
+            runs: 1,
+            ..Default::default()
         }
     }
 }
@@ -120,4 +122,9 @@ pub const JSON_FIELDS: &[&str] = &[
     "allocs_per_frame_consumer",
     "rss_producer_kib",
     "rss_consumer_kib",
+    "cpu_vs_shmring",
+    "cpu_vs_floor",
+    "cpu_s_per_gib_above_floor",
+    "runs",
+    "cpu_s_per_gib_range",
 ];

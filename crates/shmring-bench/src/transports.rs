@@ -20,11 +20,13 @@ type Res<T> = Result<T, String>;
 pub const HDR: usize = 64;
 const MAGIC: u32 = 0x424d_4853; // "SHMB"
 /// Header / Meta flag: end of stream.
-const END: u32 = 1;
+pub const END: u32 = 1;
+/// Header flag: the last frame of a producer process (the meeting's connections).
+pub const END_ALL: u32 = 2;
 /// Chromium splits WebSocket messages into frames of this many bytes.
 pub const WS_FRAGMENT: usize = 131_000;
 /// How long a consumer waits for the next frame before giving up.
-const STALL: Duration = Duration::from_secs(10);
+pub const STALL: Duration = Duration::from_secs(10);
 
 pub fn worker_main(args: &[String]) -> i32 {
     let a: WorkerArgs = match parse("shmring bench-worker", args) {
@@ -41,6 +43,9 @@ pub fn worker_main(args: &[String]) -> i32 {
     };
     let _ = allocs_now();
     let res = match (a.transport.as_str(), a.role) {
+        ("wakeup", Role::Producer) => crate::wakeup::producer(&a),
+        ("wakeup", Role::Consumer) => crate::wakeup::consumer(&a),
+        (_, role) if a.meeting.is_some() => crate::meeting::worker(&a, role),
         ("floor", _) => floor(&a),
         ("shmring" | "shmring-copy", Role::Producer) => shm_producer(&a),
         ("shmring" | "shmring-copy", Role::Consumer) => shm_consumer(&a),
@@ -82,8 +87,16 @@ pub fn worker_main(args: &[String]) -> i32 {
     }
 }
 
-fn fd_arg(a: &WorkerArgs) -> Res<OwnedFd> {
-    adopt_fd(a.fd.ok_or("--fd is required")?)
+pub fn fd_arg(a: &WorkerArgs) -> Res<OwnedFd> {
+    adopt_fd(*a.fd.first().ok_or("--fd is required")?)
+}
+
+/// Every `--fd` given (one per producer for a consumer of several).
+pub fn fd_args(a: &WorkerArgs) -> Res<Vec<OwnedFd>> {
+    if a.fd.is_empty() {
+        return Err("--fd is required".into());
+    }
+    a.fd.iter().map(|&n| adopt_fd(n)).collect()
 }
 
 /// Tells the parent this side is set up (the producer is started after this).
@@ -93,7 +106,7 @@ pub fn ready() {
     let _ = out.flush();
 }
 
-fn cpu_s() -> f64 {
+pub fn cpu_s() -> f64 {
     let (u, s, _) = rusage_self();
     u + s
 }
@@ -101,11 +114,11 @@ fn cpu_s() -> f64 {
 static COUNTING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
 /// Allocations so far, if they are counted (checked once, before any measurement).
-fn allocs_now() -> Option<u64> {
+pub fn allocs_now() -> Option<u64> {
     COUNTING.get_or_init(counting_installed).then(alloc_count)
 }
 
-fn media_kind(size: usize) -> u32 {
+pub fn media_kind(size: usize) -> u32 {
     if size <= AUDIO_RECORD {
         kind::AUDIO
     } else {
@@ -120,21 +133,35 @@ pub struct Pacer {
     deadline: u64,
     interval_ns: f64,
     corrupt_every: u64,
+    stream: usize,
 }
 
 impl Pacer {
     pub fn new(a: &WorkerArgs) -> Pacer {
         let start = shmring::now_ns();
+        let interval_ns = if a.rate > 0.0 {
+            a.size as f64 * 1e9 / a.rate
+        } else {
+            0.0
+        };
+        Pacer::stream(a, 0, start, start, interval_ns)
+    }
+    /// Stream `stream`'s schedule: its first record due at `first`, one every
+    /// `interval_ns` (0: unthrottled), until `start` + --seconds or --frames records.
+    pub fn stream(
+        a: &WorkerArgs,
+        stream: usize,
+        start: u64,
+        first: u64,
+        interval_ns: f64,
+    ) -> Pacer {
         Pacer {
-            start,
+            start: first,
             frames: a.frames,
             deadline: start + (a.seconds.max(0.0) * 1e9) as u64,
-            interval_ns: if a.rate > 0.0 {
-                a.size as f64 * 1e9 / a.rate
-            } else {
-                0.0
-            },
+            interval_ns,
             corrupt_every: a.corrupt_every.unwrap_or(0),
+            stream,
         }
     }
     /// Waits for frame `seq`'s turn; false when the run is over.
@@ -158,7 +185,7 @@ impl Pacer {
     /// Writes frame `seq` as a decoder would, damaged if `--corrupt-every` says so.
     #[inline]
     pub fn make(&self, buf: &mut [u8], seq: u64) {
-        fill_frame(buf, seq);
+        fill_frame(buf, pattern(self.stream, seq));
         if self.corrupt_every > 0 && seq % self.corrupt_every == self.corrupt_every - 1 {
             corrupt(buf);
         }
@@ -192,22 +219,44 @@ pub fn produce(a: &WorkerArgs, mut send: impl FnMut(&Pacer, u64) -> Res<()>) -> 
     })
 }
 
-/// The consumer's checks and latency histogram.
+/// The consumer's checks and latency histograms, for one stream or several (the
+/// meeting: each stream its own sequence, record size and end).
 pub struct Checker {
-    size: usize,
-    expected: u64,
+    sizes: Vec<usize>,
+    expected: Vec<u64>,
+    ended: Vec<bool>,
     hist: Histogram<u64>,
+    /// By kind when there are several streams: [audio, video].
+    by_kind: Option<[Histogram<u64>; 2]>,
     rep: WorkerReport,
     alloc0: Option<u64>,
     cpu0: f64,
 }
 
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("histogram bounds")
+}
+
+/// The fill pattern's number of record `seq` of stream `stream`: streams never
+/// share a pattern, so a record delivered to the wrong stream fails its checksum.
+#[inline]
+pub fn pattern(stream: usize, seq: u64) -> u64 {
+    seq ^ ((stream as u64) << 40)
+}
+
 impl Checker {
     pub fn new(size: usize) -> Checker {
+        Checker::streams(vec![size])
+    }
+    /// Stream `i` carries records of `sizes[i]` bytes.
+    pub fn streams(sizes: Vec<usize>) -> Checker {
+        let n = sizes.len();
         Checker {
-            size,
-            expected: 0,
-            hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("histogram bounds"),
+            expected: vec![0; n],
+            ended: vec![false; n],
+            by_kind: (n > 1).then(|| [histogram(), histogram()]),
+            sizes,
+            hist: histogram(),
             rep: WorkerReport::default(),
             alloc0: None,
             cpu0: 0.0,
@@ -226,32 +275,105 @@ impl Checker {
     /// `ts`, arrival `now`. Reads every byte.
     #[inline]
     pub fn frame(&mut self, seq: u64, seq_mask: u64, ts: u64, now: u64, payload: &[u8]) {
+        self.frame_on(0, seq, seq_mask, ts, now, payload)
+    }
+    /// A frame of stream `stream` arrived (see [`Checker::frame`]).
+    #[inline]
+    pub fn frame_on(
+        &mut self,
+        stream: usize,
+        seq: u64,
+        seq_mask: u64,
+        ts: u64,
+        now: u64,
+        payload: &[u8],
+    ) {
         if self.rep.frames == 0 {
             self.rep.start_ns = now;
         }
-        let _ = self.hist.record(now.saturating_sub(ts).max(1));
-        if seq != self.expected & seq_mask {
-            self.rep.bad_sequence += 1;
-        }
-        if payload.len() != self.size
-            || checksum(payload) != expected_checksum(self.expected, self.size)
-        {
-            self.rep.bad_checksums += 1;
-        }
-        self.expected += 1;
+        let lat = now.saturating_sub(ts).max(1);
+        let _ = self.hist.record(lat);
         self.rep.frames += 1;
         self.rep.bytes += payload.len() as u64;
         self.rep.end_ns = now;
+        let Some(&size) = self.sizes.get(stream) else {
+            self.rep.bad_sequence += 1;
+            self.rep.bad_checksums += 1;
+            return;
+        };
+        if let Some(h) = self.by_kind.as_mut() {
+            let _ = h[usize::from(media_kind(size) == kind::VIDEO)].record(lat);
+        }
+        let expected = self.expected[stream];
+        if seq != expected & seq_mask || self.ended[stream] {
+            self.rep.bad_sequence += 1;
+        }
+        if payload.len() != size
+            || checksum(payload) != expected_checksum(pattern(stream, expected), size)
+        {
+            self.rep.bad_checksums += 1;
+        }
+        self.expected[stream] += 1;
     }
+    /// Stream `stream` said it has ended.
+    pub fn end(&mut self, stream: usize) {
+        if let Some(e) = self.ended.get_mut(stream) {
+            *e = true;
+        }
+    }
+    /// Have all streams ended?
+    pub fn all_ended(&self) -> bool {
+        self.ended.iter().all(|e| *e)
+    }
+    /// Adds what another checker of the same streams saw (one reader per connection).
+    pub fn merge(&mut self, o: Checker) {
+        let _ = self.hist.add(&o.hist);
+        if let (Some(a), Some(b)) = (self.by_kind.as_mut(), o.by_kind.as_ref()) {
+            for (x, y) in a.iter_mut().zip(b) {
+                let _ = x.add(y);
+            }
+        }
+        for i in 0..self.sizes.len().min(o.sizes.len()) {
+            self.expected[i] += o.expected[i];
+            self.ended[i] |= o.ended[i];
+        }
+        let (r, q) = (&mut self.rep, o.rep);
+        if q.frames > 0 {
+            r.start_ns = if r.frames > 0 {
+                r.start_ns.min(q.start_ns)
+            } else {
+                q.start_ns
+            };
+            r.end_ns = r.end_ns.max(q.end_ns);
+        }
+        r.frames += q.frames;
+        r.bytes += q.bytes;
+        r.bad_checksums += q.bad_checksums;
+        r.bad_sequence += q.bad_sequence;
+    }
+    /// A report; its CPU and allocations are counted from [`Checker::begin`].
     pub fn finish(mut self) -> WorkerReport {
         let alloc1 = allocs_now();
         self.rep.loop_cpu_s = cpu_s() - self.cpu0;
         self.rep.allocs = self.alloc0.zip(alloc1).map(|(x, y)| y.saturating_sub(x));
-        if !self.hist.is_empty() {
-            self.rep.lat_p50_ns = Some(self.hist.value_at_quantile(0.5));
-            self.rep.lat_p99_ns = Some(self.hist.value_at_quantile(0.99));
-            self.rep.lat_p999_ns = Some(self.hist.value_at_quantile(0.999));
+        let q = |h: &Histogram<u64>| {
+            (!h.is_empty()).then(|| {
+                [
+                    h.value_at_quantile(0.5),
+                    h.value_at_quantile(0.99),
+                    h.value_at_quantile(0.999),
+                ]
+            })
+        };
+        if let Some([p50, p99, p999]) = q(&self.hist) {
+            self.rep.lat_p50_ns = Some(p50);
+            self.rep.lat_p99_ns = Some(p99);
+            self.rep.lat_p999_ns = Some(p999);
             self.rep.lat_max_ns = Some(self.hist.max());
+        }
+        if let Some([a, v]) = &self.by_kind {
+            self.rep.lat_audio_ns = q(a);
+            self.rep.lat_video_ns = q(v);
         }
         self.rep
     }
@@ -364,37 +486,61 @@ fn shm_consumer(a: &WorkerArgs) -> Res<WorkerReport> {
 
 // ---- byte streams: Unix socket, pipe, TCP ----
 
-fn put_header(h: &mut [u8], flags: u32, seq: u64, len: usize) {
+/// Writes a frame header, stamped now: flags, sequence, payload length, stream.
+pub fn put_header(h: &mut [u8], flags: u32, seq: u64, len: usize, stream: u32) {
     h[0..4].copy_from_slice(&MAGIC.to_le_bytes());
     h[4..8].copy_from_slice(&flags.to_le_bytes());
     h[8..16].copy_from_slice(&seq.to_le_bytes());
     h[16..24].copy_from_slice(&shmring::now_ns().to_le_bytes());
     h[24..32].copy_from_slice(&(len as u64).to_le_bytes());
+    h[32..36].copy_from_slice(&stream.to_le_bytes());
 }
 
-/// (flags, seq, timestamp) of a frame header.
-fn get_header(h: &[u8], size: usize) -> Res<(u32, u64, u64)> {
+/// A frame header as read.
+pub struct Header {
+    pub flags: u32,
+    pub seq: u64,
+    pub ts: u64,
+    pub len: u64,
+    pub stream: u32,
+}
+
+pub fn parse_header(h: &[u8]) -> Res<Header> {
+    if h.len() < HDR {
+        return Err("stream out of step: short frame header".into());
+    }
     let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().unwrap());
     let u64_at = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().unwrap());
-    if h.len() < HDR || u32_at(0) != MAGIC {
+    if u32_at(0) != MAGIC {
         return Err("stream out of step: bad frame header".into());
     }
-    let flags = u32_at(4);
-    if flags & END == 0 && u64_at(24) != size as u64 {
-        return Err(format!("frame of {} bytes, expected {size}", u64_at(24)));
+    Ok(Header {
+        flags: u32_at(4),
+        seq: u64_at(8),
+        ts: u64_at(16),
+        len: u64_at(24),
+        stream: u32_at(32),
+    })
+}
+
+/// (flags, seq, timestamp) of a frame header of a `size`-byte frame.
+fn get_header(h: &[u8], size: usize) -> Res<(u32, u64, u64)> {
+    let hd = parse_header(h)?;
+    if hd.flags & END == 0 && hd.len != size as u64 {
+        return Err(format!("frame of {} bytes, expected {size}", hd.len));
     }
-    Ok((flags, u64_at(8), u64_at(16)))
+    Ok((hd.flags, hd.seq, hd.ts))
 }
 
 fn stream_producer(a: &WorkerArgs, mut s: impl Write) -> Res<WorkerReport> {
     let mut buf = vec![0u8; HDR + a.size];
     let rep = produce(a, |pacer, seq| {
         pacer.make(&mut buf[HDR..], seq);
-        put_header(&mut buf[..HDR], 0, seq, a.size);
+        put_header(&mut buf[..HDR], 0, seq, a.size, 0);
         s.write_all(&buf).map_err(|e| e.to_string())
     })?;
     // The end marker is a whole frame so the reader can always read fixed sizes.
-    put_header(&mut buf[..HDR], END, 0, 0);
+    put_header(&mut buf[..HDR], END, 0, 0, 0);
     s.write_all(&buf)
         .and_then(|_| s.flush())
         .map_err(|e| format!("end of stream: {e}"))?;
@@ -417,7 +563,7 @@ fn stream_consumer(a: &WorkerArgs, mut s: impl Read) -> Res<WorkerReport> {
     Ok(ck.finish())
 }
 
-fn tcp_connect(a: &WorkerArgs) -> Res<TcpStream> {
+pub fn tcp_connect(a: &WorkerArgs) -> Res<TcpStream> {
     let port = a.port.ok_or("--port is required")?;
     let s = TcpStream::connect(("127.0.0.1", port))
         .map_err(|e| format!("connect 127.0.0.1:{port}: {e}"))?;
@@ -441,37 +587,69 @@ fn ws_config() -> tungstenite::protocol::WebSocketConfig {
         .max_frame_size(Some(16 << 20))
 }
 
-fn ws_producer(a: &WorkerArgs) -> Res<WorkerReport> {
-    use bytes::BytesMut;
-    use tungstenite::protocol::frame::coding::{Data, OpCode};
-    use tungstenite::protocol::frame::Frame;
-    use tungstenite::Message;
-
+/// The client side of a WebSocket to the consumer's port.
+pub fn ws_connect(a: &WorkerArgs) -> Res<tungstenite::WebSocket<TcpStream>> {
     let s = tcp_connect(a)?;
     let url = format!("ws://127.0.0.1:{}/", a.port.unwrap_or(0));
-    let (mut ws, _) = tungstenite::client::client_with_config(url.as_str(), s, Some(ws_config()))
+    let (ws, _) = tungstenite::client::client_with_config(url.as_str(), s, Some(ws_config()))
         .map_err(|e| format!("handshake: {e}"))?;
-    let total = HDR + a.size;
-    let mut spare = BytesMut::zeroed(total);
-    let mut send = |ws: &mut tungstenite::WebSocket<TcpStream>,
-                    flags: u32,
-                    seq: u64,
-                    pacer: Option<&Pacer>|
-     -> Res<()> {
-        let mut buf = std::mem::take(&mut spare);
-        if buf.len() != total {
-            buf = BytesMut::zeroed(total);
+    Ok(ws)
+}
+
+/// The server side of a WebSocket on an accepted connection.
+pub fn ws_accept(s: TcpStream) -> Res<tungstenite::WebSocket<TcpStream>> {
+    tungstenite::accept_with_config(s, Some(ws_config())).map_err(|e| format!("handshake: {e}"))
+}
+
+/// Sends frames as a browser does: masked, in [`WS_FRAGMENT`]-byte fragments, from
+/// one frame buffer reused for every frame.
+pub struct WsFrames {
+    spare: bytes::BytesMut,
+}
+
+impl WsFrames {
+    pub fn new(body: usize) -> WsFrames {
+        WsFrames {
+            spare: bytes::BytesMut::zeroed(HDR + body),
         }
-        if let Some(p) = pacer {
-            p.make(&mut buf[HDR..], seq);
+    }
+    /// One frame of `body` bytes after the header, written by `fill`; an end marker
+    /// (`flags` END or END_ALL) says its length is 0.
+    pub fn send(
+        &mut self,
+        ws: &mut tungstenite::WebSocket<TcpStream>,
+        head: (u32, u64, u32),
+        body: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Res<()> {
+        self.prepare(head, body, fill);
+        self.write(ws)
+    }
+    /// Makes the next frame (see [`WsFrames::send`]) without sending it.
+    pub fn prepare(
+        &mut self,
+        (flags, seq, stream): (u32, u64, u32),
+        body: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) {
+        if self.spare.len() != HDR + body {
+            self.spare = bytes::BytesMut::zeroed(HDR + body);
         }
-        put_header(
-            &mut buf[..HDR],
-            flags,
-            seq,
-            if flags & END != 0 { 0 } else { a.size },
-        );
-        let msg = buf.freeze();
+        fill(&mut self.spare[HDR..]);
+        let len = if flags & (END | END_ALL) != 0 {
+            0
+        } else {
+            body
+        };
+        put_header(&mut self.spare[..HDR], flags, seq, len, stream);
+    }
+    /// Sends the frame made by [`WsFrames::prepare`].
+    pub fn write(&mut self, ws: &mut tungstenite::WebSocket<TcpStream>) -> Res<()> {
+        use tungstenite::protocol::frame::coding::{Data, OpCode};
+        use tungstenite::protocol::frame::Frame;
+        use tungstenite::Message;
+        let msg = std::mem::take(&mut self.spare).freeze();
+        let total = msg.len();
         let mut off = 0;
         while off < total {
             let end = (off + WS_FRAGMENT).min(total);
@@ -488,20 +666,27 @@ fn ws_producer(a: &WorkerArgs) -> Res<WorkerReport> {
         // Every fragment has been copied (and masked) into the socket buffer: take the
         // frame buffer back for the next frame.
         if let Ok(b) = msg.try_into_mut() {
-            spare = b;
+            self.spare = b;
         }
         Ok(())
-    };
-    let rep = produce(a, |pacer, seq| send(&mut ws, 0, seq, Some(pacer)))?;
-    send(&mut ws, END, 0, None).map_err(|e| format!("end of stream: {e}"))?;
+    }
+}
+
+fn ws_producer(a: &WorkerArgs) -> Res<WorkerReport> {
+    let mut ws = ws_connect(a)?;
+    let mut frames = WsFrames::new(a.size);
+    let rep = produce(a, |pacer, seq| {
+        frames.send(&mut ws, (0, seq, 0), a.size, |b| pacer.make(b, seq))
+    })?;
+    frames
+        .send(&mut ws, (END, 0, 0), a.size, |_| {})
+        .map_err(|e| format!("end of stream: {e}"))?;
     Ok(rep)
 }
 
 fn ws_consumer(a: &WorkerArgs) -> Res<WorkerReport> {
     use tungstenite::Message;
-    let s = tcp_accept(a)?;
-    let mut ws = tungstenite::accept_with_config(s, Some(ws_config()))
-        .map_err(|e| format!("handshake: {e}"))?;
+    let mut ws = ws_accept(tcp_accept(a)?)?;
     let mut ck = Checker::new(a.size);
     ck.begin();
     loop {

@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use shmring_bench::ChildGuard;
 
 use crate::cli::DemoArgs;
 use crate::procinfo::{self, CpuMeter};
@@ -19,72 +20,6 @@ use crate::produce::{parse_audio, parse_video};
 use crate::recorder::check_output_dir;
 use crate::ringref::Watched;
 use crate::{fail, mb, stop_flag, CmdError};
-
-/// A child process that is stopped (SIGTERM, then SIGKILL after a grace period)
-/// and reaped when dropped.
-pub struct ChildGuard {
-    pub name: &'static str,
-    child: Option<Child>,
-    status: Option<std::process::ExitStatus>,
-}
-
-impl ChildGuard {
-    pub fn new(name: &'static str, child: Child) -> ChildGuard {
-        ChildGuard {
-            name,
-            child: Some(child),
-            status: None,
-        }
-    }
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, |c| c.id())
-    }
-    /// The exit status if the child has exited.
-    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        if self.status.is_none() {
-            if let Some(c) = self.child.as_mut() {
-                if let Ok(Some(s)) = c.try_wait() {
-                    self.status = Some(s);
-                }
-            }
-        }
-        self.status
-    }
-    pub fn signal(&mut self, sig: i32) {
-        if self.exited().is_none() {
-            // SAFETY: kill has no memory preconditions; the pid is our unreaped child.
-            unsafe {
-                libc::kill(self.pid() as libc::pid_t, sig);
-            }
-        }
-    }
-    /// SIGTERM, wait up to `grace`, then SIGKILL; returns the exit status.
-    pub fn stop(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
-        self.signal(libc::SIGTERM);
-        self.wait_for(grace);
-        if self.exited().is_none() {
-            if let Some(c) = self.child.as_mut() {
-                let _ = c.kill();
-                self.status = c.wait().ok();
-            }
-        }
-        self.status
-    }
-    /// Waits up to `t` for the child to exit.
-    pub fn wait_for(&mut self, t: Duration) -> Option<std::process::ExitStatus> {
-        let until = Instant::now() + t;
-        while self.exited().is_none() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.status
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        self.stop(Duration::from_secs(3));
-    }
-}
 
 /// Removes the demo's socket directory (and the socket, if the recorder was killed
 /// before removing it) when dropped.

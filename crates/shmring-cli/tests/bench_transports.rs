@@ -150,6 +150,22 @@ fn every_transport_moves_frames_with_checksums_verified() {
     }
 }
 
+/// The run failed, and said which transport found how many damaged frames.
+fn assert_caught(t: &str, o: &Outcome, what: &str) {
+    assert_ne!(
+        o.code,
+        Some(0),
+        "{t}: corruption went unnoticed:\n{}\n{}",
+        o.stdout,
+        o.stderr
+    );
+    assert!(
+        o.stderr.contains(t) && o.stderr.contains(what),
+        "{t}: unexpected message:\n{}",
+        o.stderr
+    );
+}
+
 #[test]
 fn a_corrupted_frame_is_detected_on_every_transport() {
     for t in TRANSPORTS {
@@ -174,18 +190,7 @@ fn a_corrupted_frame_is_detected_on_every_transport() {
                 json.to_str().unwrap(),
             ],
         );
-        assert_ne!(
-            o.code,
-            Some(0),
-            "{t}: corruption went unnoticed:\n{}\n{}",
-            o.stdout,
-            o.stderr
-        );
-        assert!(
-            o.stderr.contains(t) && o.stderr.contains("2 of 6 frames failed their checksum"),
-            "{t}: unexpected message:\n{}",
-            o.stderr
-        );
+        assert_caught(t, &o, "2 of 6 frames failed their checksum");
         let rows = rows(&json);
         assert!(row(&rows, t, "video")["error"].is_string());
     }
@@ -389,4 +394,211 @@ fn bad_arguments_are_refused() {
     let o = bench(&dir, &["--workload", "smell"]);
     assert_ne!(o.code, Some(0));
     assert!(o.stderr.contains("smell"), "{}", o.stderr);
+}
+
+#[test]
+fn the_meeting_reports_audio_and_video_latency_for_every_transport() {
+    let dir = Scratch::new("meeting");
+    let json = dir.path("out.json");
+    // The meeting runs on every transport of the default build, and beside them the
+    // wake-up reference.
+    let meeting: Vec<&str> = TRANSPORTS.iter().copied().chain(["wakeup"]).collect();
+    let list = meeting.join(",");
+    let o = bench(
+        &dir,
+        &[
+            "--quick",
+            "--workload",
+            "meeting",
+            "--participants",
+            "3",
+            "--frames",
+            "8",
+            "--transports",
+            &list,
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+    let header = o
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("transport"))
+        .unwrap_or_else(|| panic!("no table:\n{}", o.stdout));
+    for c in [
+        "audio p50 us",
+        "audio p99 us",
+        "video p50 us",
+        "video p99 us",
+    ] {
+        assert!(header.contains(c), "{c} missing: {header}");
+    }
+    assert!(o.stdout.contains("3 participants"), "{}", o.stdout);
+    let rows = rows(&json);
+    assert_eq!(rows.len(), meeting.len());
+    // 3 participants: 3 video and 3 audio streams of 8 records each.
+    let bytes = 3 * 8 * (1280 * 720 * 3 / 2 + 480 * 2 * 2);
+    for t in &meeting {
+        let r = row(&rows, t, "meeting");
+        assert_eq!(r["error"], Value::Null, "{t}: {r}");
+        // Latency is the time between two processes: the floor has none.
+        let timed = *t != "floor";
+        assert_eq!(r["lat_audio_p99_us"].is_number(), timed, "{t}: {r}");
+        assert_eq!(r["lat_video_p99_us"].is_number(), timed, "{t}: {r}");
+        if *t == "wakeup" {
+            assert_eq!(r["bytes"], 0, "{r}");
+            assert!(r["frames"].as_u64().unwrap() > 0, "{r}");
+        } else {
+            assert_eq!(r["frames"], 6 * 8, "{t}: {r}");
+            assert_eq!(r["bytes"], bytes, "{t}: {r}");
+        }
+        assert!(
+            o.stdout.lines().any(|l| l.starts_with(t)),
+            "{t} missing from the table:\n{}",
+            o.stdout
+        );
+    }
+}
+
+#[test]
+fn a_corrupted_meeting_record_is_detected() {
+    for t in ["shmring", "pipe", "websocket", "floor"] {
+        let dir = Scratch::new(&format!("meeting-corrupt-{t}"));
+        let o = bench(
+            &dir,
+            &[
+                "--workload",
+                "meeting",
+                "--participants",
+                "2",
+                "--frames",
+                "6",
+                "--transports",
+                t,
+                "--corrupt-every",
+                "3",
+            ],
+        );
+        // 4 streams of 6 records, every third damaged.
+        assert_caught(t, &o, "8 of 24 frames failed their checksum");
+    }
+}
+
+#[test]
+fn the_output_states_measurements_not_goals_and_quick_runs_say_they_are_indicative() {
+    let dir = Scratch::new("nogoals");
+    let o = bench(
+        &dir,
+        &[
+            "--quick",
+            "--transports",
+            "shmring,uds,websocket,floor",
+            "--workload",
+            "all",
+            "--mode",
+            "both",
+            "--frames",
+            "4",
+        ],
+    );
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+    let text = o.stdout.to_lowercase();
+    for w in ["goal", "not met"] {
+        assert!(!text.contains(w), "{w:?} in the output:\n{}", o.stdout);
+    }
+    assert!(text.contains("indicative only"), "{}", o.stdout);
+    let header = o
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("transport"))
+        .unwrap();
+    for c in ["xshmring", "xfloor", "above floor"] {
+        assert!(header.contains(c), "{c} missing: {header}");
+    }
+    // Without --quick, no such caveat.
+    let o = bench(
+        &dir,
+        &[
+            "--transports",
+            "pipe",
+            "--workload",
+            "audio",
+            "--frames",
+            "4",
+        ],
+    );
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    assert!(!o.stdout.contains("indicative"), "{}", o.stdout);
+}
+
+#[test]
+fn repeat_reports_the_median_and_the_range_in_every_table() {
+    let dir = Scratch::new("repeat");
+    let json = dir.path("out.json");
+    let o = bench(
+        &dir,
+        &[
+            "--repeat",
+            "3",
+            "--transports",
+            "shmring,pipe,floor",
+            "--workload",
+            "all",
+            "--mode",
+            "both",
+            "--frames",
+            "10",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+    let tables = o
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("transport"))
+        .count();
+    assert_eq!(
+        tables, 4,
+        "video and audio, rated and unthrottled:\n{}",
+        o.stdout
+    );
+    assert_eq!(
+        o.stdout.matches("median of 3 interleaved runs").count(),
+        4,
+        "{}",
+        o.stdout
+    );
+    for l in o.stdout.lines().filter(|l| l.starts_with("transport")) {
+        assert!(l.contains("range"), "no range column: {l}");
+    }
+    let rows = rows(&json);
+    assert_eq!(
+        rows.len(),
+        3 * 2 * 2,
+        "one row per transport, workload and mode"
+    );
+    for r in &rows {
+        assert_eq!(r["runs"], 3, "{r}");
+        assert_eq!(r["frames"], 10, "{r}");
+        let range = r["cpu_s_per_gib_range"].as_array().expect("a range");
+        let (lo, hi) = (range[0].as_f64().unwrap(), range[1].as_f64().unwrap());
+        let median = r["cpu_s_per_gib"].as_f64().unwrap();
+        assert!(lo <= median && median <= hi, "{r}");
+    }
+}
+
+#[test]
+fn bad_repeat_and_participants_are_refused() {
+    let dir = Scratch::new("badrepeat");
+    for args in [
+        &["--repeat", "0"][..],
+        &["--workload", "meeting", "--participants", "0"][..],
+        &["--workload", "meeting", "--participants", "65"][..],
+    ] {
+        let o = bench(&dir, args);
+        assert_eq!(o.code, Some(2), "{args:?}: {}", o.stderr);
+        assert!(o.stderr.contains(args[args.len() - 2]), "{}", o.stderr);
+    }
 }

@@ -17,10 +17,12 @@ use crate::work::{AUDIO_RECORD, FRAME_1080P_I420};
 mod tables;
 mod worker;
 
-use tables::{add_ratios, fill_row, print_goals, print_table};
+use tables::{add_ratios, combine, fill_row, print_table};
 use worker::Worker;
 
 const GIB: f64 = (1u64 << 30) as f64;
+/// The reference row: a futex ping-pong between the two processes, no ring.
+pub(crate) const WAKEUP: &str = "wakeup";
 
 /// One sample of a worker process, psrecord-style.
 #[derive(Debug, Clone, Copy)]
@@ -43,6 +45,7 @@ pub struct Timeline {
 pub enum Workload {
     Video,
     Audio,
+    Meeting,
 }
 
 impl Workload {
@@ -50,22 +53,29 @@ impl Workload {
         match self {
             Workload::Video => "video",
             Workload::Audio => "audio",
+            Workload::Meeting => "meeting",
         }
     }
+    /// Its largest record.
     fn size(self) -> usize {
         match self {
             Workload::Video => FRAME_1080P_I420,
             Workload::Audio => AUDIO_RECORD,
+            Workload::Meeting => meeting::VIDEO_BYTES,
         }
     }
 }
 
+pub(crate) use crate::meeting;
+
+#[derive(Clone)]
 struct Plan {
     seconds: f64,
     frames: Option<u64>,
     rate_bps: f64,
     ring_mib: u64,
     corrupt_every: Option<u64>,
+    participants: u32,
 }
 
 pub fn run(args: &[String]) -> i32 {
@@ -89,6 +99,21 @@ pub fn run(args: &[String]) -> i32 {
             eprintln!("shmring bench: --seconds must be in (0, 3600], not {s}");
             return 2;
         }
+    }
+    if !(1..=100).contains(&a.repeat) {
+        eprintln!(
+            "shmring bench: --repeat must be from 1 to 100, not {}",
+            a.repeat
+        );
+        return 2;
+    }
+    if !(1..=meeting::MAX_PARTICIPANTS).contains(&a.participants) {
+        eprintln!(
+            "shmring bench: --participants must be from 1 to {}, not {}",
+            meeting::MAX_PARTICIPANTS,
+            a.participants
+        );
+        return 2;
     }
     if !(1..=2048).contains(&a.ring_mib) || !a.ring_mib.is_power_of_two() {
         eprintln!(
@@ -136,6 +161,7 @@ pub fn run(args: &[String]) -> i32 {
         WorkloadArg::Video => &[Workload::Video],
         WorkloadArg::Audio => &[Workload::Audio],
         WorkloadArg::All => &[Workload::Video, Workload::Audio],
+        WorkloadArg::Meeting => &[Workload::Meeting],
     };
     // The ring size is checked once, against the core's rules, before any run.
     if transports
@@ -169,14 +195,35 @@ pub fn run(args: &[String]) -> i32 {
         rate_bps: a.rate * 1e6,
         ring_mib: a.ring_mib,
         corrupt_every: a.corrupt_every,
+        participants: a.participants,
     };
     let modes: &[&str] = match a.mode {
         ModeArg::Rated => &["rated"],
         ModeArg::Unthrottled => &["unthrottled"],
         ModeArg::Both => &["rated", "unthrottled"],
     };
+    // The meeting runs at its own, real rate.
+    let modes_of = |w: Workload| -> &[&str] {
+        if w == Workload::Meeting {
+            &["rated"]
+        } else {
+            modes
+        }
+    };
+    let runs_of = |t: &str, w: Workload| !(crate::python::is_py(t) && w != Workload::Video);
+    let repeat = a.repeat;
+    if repeat > 1 {
+        println!(
+            "shmring bench: every transport {repeat} times, interleaved; each figure is the \
+             median of the runs, with the smallest and largest beside the main ones"
+        );
+    }
 
-    let runs = (workloads.len() * modes.len() * transports.len()) as u64;
+    let runs = workloads
+        .iter()
+        .map(|&w| modes_of(w).len() * transports.iter().filter(|t| runs_of(t, w)).count())
+        .sum::<usize>() as u64
+        * u64::from(repeat);
     let per_run_ms = (plan.seconds * 1000.0) as u64;
     let bar = ProgressBar::new(runs * per_run_ms.max(1));
     bar.set_style(
@@ -189,37 +236,54 @@ pub fn run(args: &[String]) -> i32 {
     let mut timelines = Vec::new();
     let mut done = 0u64;
     for &w in workloads {
-        for &mode in modes {
-            for t in &transports {
-                if crate::python::is_py(t) && w != Workload::Video {
-                    continue; // the Python rows are the video story only
+        for &mode in modes_of(w) {
+            let mut runs: Vec<Vec<Row>> = vec![Vec::new(); transports.len()];
+            for rep in 0..repeat {
+                for (i, t) in transports.iter().enumerate() {
+                    if !runs_of(t, w) {
+                        continue; // the Python rows are the video story only
+                    }
+                    let nth = if repeat > 1 {
+                        format!(" (run {} of {repeat})", rep + 1)
+                    } else {
+                        String::new()
+                    };
+                    bar.set_message(format!("{t} {} {mode}{nth}", w.name()));
+                    let base = done * per_run_ms;
+                    let (row, tl) = if crate::python::is_py(t) {
+                        let row = bar.suspend(|| {
+                            crate::python::run_py(t, w.name(), mode, plan.seconds, a.rate)
+                        });
+                        (row, Timeline::default())
+                    } else {
+                        run_one(t, w, mode, &plan, &bar, base, per_run_ms)
+                    };
+                    done += 1;
+                    bar.set_position(done * per_run_ms);
+                    if let Some(e) = &row.error {
+                        bar.suspend(|| {
+                            eprintln!("shmring bench: {t} ({} {mode}{nth}): {e}", w.name())
+                        });
+                        failed = true;
+                    }
+                    if t == "shmring" && rep == 0 {
+                        timelines.push(tl);
+                    }
+                    runs[i].push(row);
                 }
-                bar.set_message(format!("{t} {} {mode}", w.name()));
-                let base = done * per_run_ms;
-                let (row, tl) = if crate::python::is_py(t) {
-                    let row = bar
-                        .suspend(|| crate::python::run_py(t, w.name(), mode, plan.seconds, a.rate));
-                    (row, Timeline::default())
-                } else {
-                    run_one(t, w, mode, &plan, &bar, base, per_run_ms)
-                };
-                done += 1;
-                bar.set_position(done * per_run_ms);
-                if let Some(e) = &row.error {
-                    bar.suspend(|| eprintln!("shmring bench: {t} ({} {mode}): {e}", w.name()));
-                    failed = true;
-                }
-                if t == "shmring" {
-                    timelines.push(tl);
-                }
-                rows.push(row);
             }
+            rows.extend(runs.into_iter().filter(|r| !r.is_empty()).map(combine));
         }
     }
     bar.finish_and_clear();
     add_ratios(&mut rows);
-    print_table(&rows, a.rate);
-    print_goals(&rows);
+    print_table(&rows, a.rate, plan.participants);
+    if a.quick {
+        println!(
+            "\n--quick: one-second runs, so these figures are indicative only; for figures \
+             to rely on, run longer and repeated (--seconds 8 --repeat 3)"
+        );
+    }
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&rows).unwrap_or_else(|_| "[]".into());
         match std::fs::write(path, text + "\n") {
@@ -258,19 +322,30 @@ fn shown(p: &std::path::Path) -> String {
 /// What a transport needs set up by the parent before its workers start.
 enum Wiring {
     None,
-    /// Each side gets its own descriptor.
-    Fds(Inheritable, Inheritable),
-    /// Consumer gets the listener, producer the port.
+    /// Each producer gets its own descriptor; the consumer one per producer.
+    Fds(Vec<Inheritable>, Vec<Inheritable>),
+    /// Consumer gets the listener, producers the port.
     Listener(Inheritable, u16),
-    /// Both map the same ring (memfd).
+    /// Every side maps the same ring (memfd).
     Ring(std::sync::Arc<Segment>),
-    /// Both open the same iceoryx2 service.
+    /// Both sides map the same page (the wake-up row).
+    Page(std::os::fd::OwnedFd),
+    /// Every side opens the same iceoryx2 service.
     Service(String),
 }
 
-/// Connects the two sides of transport `t` for records of `size` bytes.
-fn wire(t: &str, size: usize, plan: &Plan) -> Result<Wiring, String> {
+/// Connects the sides of transport `t` for records of up to `size` bytes.
+fn wire(t: &str, size: usize, producers: u32, plan: &Plan) -> Result<Wiring, String> {
     let io = |e: std::io::Error| format!("setup: {e}");
+    let pairs = |make: &dyn Fn() -> Result<(Inheritable, Inheritable), String>| {
+        let mut v = (Vec::new(), Vec::new());
+        for _ in 0..producers {
+            let (p, c) = make()?;
+            v.0.push(p);
+            v.1.push(c);
+        }
+        Ok::<_, String>(Wiring::Fds(v.0, v.1))
+    };
     Ok(match t {
         "shmring" | "shmring-copy" => {
             let cfg = Config::for_records(plan.ring_mib << 20, size as u64);
@@ -278,21 +353,21 @@ fn wire(t: &str, size: usize, plan: &Plan) -> Result<Wiring, String> {
                 format!("setup: {e} (a {size}-byte record needs --ring-mib of at least twice that)")
             })?)
         }
-        "uds" => {
+        "uds" => pairs(&|| {
             let (p, c) = UnixStream::pair().map_err(io)?;
-            Wiring::Fds(
+            Ok((
                 Inheritable::new(&p).map_err(io)?,
                 Inheritable::new(&c).map_err(io)?,
-            )
-        }
-        "pipe" => {
+            ))
+        })?,
+        "pipe" => pairs(&|| {
             let (r, w) = pipe().map_err(io)?;
             grow_pipe(&w, 1 << 20);
-            Wiring::Fds(
+            Ok((
                 Inheritable::new(&w).map_err(io)?,
                 Inheritable::new(&r).map_err(io)?,
-            )
-        }
+            ))
+        })?,
         "tcp" | "websocket" => {
             let l = TcpListener::bind("127.0.0.1:0").map_err(io)?;
             let port = l.local_addr().map_err(io)?.port();
@@ -303,6 +378,7 @@ fn wire(t: &str, size: usize, plan: &Plan) -> Result<Wiring, String> {
             let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Wiring::Service(format!("shmring-bench-{}-{n}", std::process::id()))
         }
+        WAKEUP => Wiring::Page(crate::wakeup::page().map_err(io)?),
         _ => Wiring::None,
     })
 }
@@ -317,7 +393,22 @@ fn run_one(
     per_run_ms: u64,
 ) -> (Row, Timeline) {
     let rated = mode == "rated";
-    let mut row = Row::empty(t, w.name(), mode, w.size() as u64);
+    let meeting = w == Workload::Meeting;
+    let wakeup = t == WAKEUP;
+    let (meeting_bps, meeting_rps) = meeting::rate(plan.participants);
+    // The wake-up row pings on the workload's schedule: a frame's, or for the
+    // meeting the average record's.
+    let (size, rate_bps) = match (meeting, wakeup) {
+        (true, true) => ((meeting_bps / meeting_rps) as usize, meeting_bps),
+        (true, false) => (w.size(), meeting_bps),
+        (false, _) => (w.size(), plan.rate_bps),
+    };
+    let producers = if meeting && !wakeup {
+        meeting::PRODUCERS
+    } else {
+        1
+    };
+    let mut row = Row::empty(t, w.name(), mode, if wakeup { 0 } else { w.size() as u64 });
     let mut tl = Timeline {
         label: format!("{t} {} {mode}", w.name()),
         ..Default::default()
@@ -326,23 +417,31 @@ fn run_one(
         "--transport".to_string(),
         t.to_string(),
         "--size".into(),
-        w.size().to_string(),
+        size.to_string(),
         "--frames".into(),
         plan.frames.unwrap_or(0).to_string(),
         "--seconds".into(),
         plan.seconds.to_string(),
         "--rate".into(),
-        (if rated { plan.rate_bps } else { 0.0 }).to_string(),
+        (if rated { rate_bps } else { 0.0 }).to_string(),
         "--ring-mib".into(),
         plan.ring_mib.to_string(),
     ];
+    if meeting && !wakeup {
+        common.extend([
+            "--meeting".into(),
+            plan.participants.to_string(),
+            "--producers".into(),
+            producers.to_string(),
+        ]);
+    }
     if let Some(n) = plan.corrupt_every {
         common.extend(["--corrupt-every".into(), n.to_string()]);
     }
     let mut stats = None;
     let res = drive(
         t,
-        w.size(),
+        (size, producers),
         &common,
         plan,
         (bar, base_ms, per_run_ms),
@@ -354,12 +453,16 @@ fn run_one(
         row.ring_consumer_waits = Some(st.consumer_waits);
         row.ring_peak_occupancy = Some(st.peak_occupancy);
     }
+    let plan = Plan {
+        rate_bps,
+        ..plan.clone()
+    };
     match res {
-        Ok((p, c)) => fill_row(&mut row, &p, c.as_ref(), rated, plan),
+        Ok((p, c)) => fill_row(&mut row, &p, c.as_ref(), rated, &plan),
         Err(b) => {
             let (e, p, c) = *b;
             if let Some(p) = p {
-                fill_row(&mut row, &p, c.as_ref(), rated, plan);
+                fill_row(&mut row, &p, c.as_ref(), rated, &plan);
             }
             row.error = Some(e);
         }
@@ -370,11 +473,30 @@ fn run_one(
 type Reports = (WorkerReport, Option<WorkerReport>);
 type Failure = Box<(String, Option<WorkerReport>, Option<WorkerReport>)>;
 
-/// Runs the workers of transport `t` with records of `size` bytes to the end.
-/// Ok((producer, consumer)); floor has only the first.
+/// The producers' reports as one: what they sent together, CPU added up.
+fn sum_reports(rs: &[WorkerReport]) -> Option<WorkerReport> {
+    let mut it = rs.iter();
+    let mut t = it.next()?.clone();
+    for r in it {
+        t.frames += r.frames;
+        t.bytes += r.bytes;
+        t.start_ns = t.start_ns.min(r.start_ns);
+        t.end_ns = t.end_ns.max(r.end_ns);
+        t.utime_s += r.utime_s;
+        t.stime_s += r.stime_s;
+        t.loop_cpu_s += r.loop_cpu_s;
+        t.maxrss_kib = t.maxrss_kib.max(r.maxrss_kib);
+        t.allocs = t.allocs.zip(r.allocs).map(|(a, b)| a + b);
+    }
+    Some(t)
+}
+
+/// Runs the workers of transport `t` (records of up to `size` bytes, `producers`
+/// producer processes) to the end. Ok((producers, consumer)); floor has only the
+/// first.
 fn drive(
     t: &str,
-    size: usize,
+    (size, producers): (usize, u32),
     common: &[String],
     plan: &Plan,
     (bar, base_ms, per_run_ms): (&ProgressBar, u64, u64),
@@ -382,85 +504,112 @@ fn drive(
     ring_stats: &mut Option<shmring::Stats>,
 ) -> Result<Reports, Failure> {
     let fail = |e: String| -> Failure { Box::new((e, None, None)) };
-    let wiring = wire(t, size, plan).map_err(fail)?;
+    let wiring = wire(t, size, producers, plan).map_err(fail)?;
     let args = |role: &str, extra: Vec<String>| {
         let mut v = common.to_vec();
         v.extend(["--role".into(), role.into()]);
         v.extend(extra);
         v
     };
-    let mut workers: Vec<Worker> = Vec::new();
+    // (role, worker): producers first, the consumer last.
+    let mut workers: Vec<(String, Worker)> = Vec::new();
     let mut ring = None;
     if t == "floor" {
-        workers.push(Worker::spawn(&args("floor", vec![])).map_err(fail)?);
+        workers.push((
+            "floor".into(),
+            Worker::spawn(&args("floor", vec![])).map_err(fail)?,
+        ));
     } else {
-        let (cons_extra, prod_fd): (Vec<String>, Option<Inheritable>);
-        let mut prod_extra = vec![];
-        let mut keep = None;
+        let mut cons_extra: Vec<String> = Vec::new();
+        let mut prod_extra: Vec<String> = Vec::new();
+        let mut prod_fds: Vec<Inheritable> = Vec::new();
+        let mut keep: Vec<Inheritable> = Vec::new();
+        let dup = |fd: &dyn std::os::fd::AsRawFd| {
+            Inheritable::new(&fd.as_raw_fd()).map_err(|e| fail(e.to_string()))
+        };
         match wiring {
             Wiring::Fds(p, c) => {
-                cons_extra = vec!["--fd".into(), c.raw().to_string()];
-                keep = Some(c);
-                prod_fd = Some(p);
+                keep = c;
+                prod_fds = p;
             }
             Wiring::Listener(l, port) => {
-                cons_extra = vec!["--fd".into(), l.raw().to_string()];
-                keep = Some(l);
+                keep.push(l);
                 prod_extra = vec!["--port".into(), port.to_string()];
-                prod_fd = None;
             }
             Wiring::Ring(seg) => {
-                let c = Inheritable::new(&seg.fd()).map_err(|e| fail(e.to_string()))?;
-                cons_extra = vec!["--fd".into(), c.raw().to_string()];
-                keep = Some(c);
-                prod_fd = Some(Inheritable::new(&seg.fd()).map_err(|e| fail(e.to_string()))?);
+                keep.push(dup(&seg.fd())?);
+                for _ in 0..producers {
+                    prod_fds.push(dup(&seg.fd())?);
+                }
                 ring = Some(seg);
+            }
+            Wiring::Page(fd) => {
+                keep.push(dup(&fd)?);
+                prod_fds.push(dup(&fd)?);
             }
             Wiring::Service(name) => {
                 cons_extra = vec!["--service".into(), name];
-                prod_extra = cons_extra.clone();
-                prod_fd = None;
+                prod_extra.clone_from(&cons_extra);
             }
             Wiring::None => return Err(fail(format!("no wiring for transport {t:?}"))),
         }
-        // The producer's descriptor must not leak into the consumer (it would keep
-        // the stream open), so it is made inheritable only after the consumer starts.
-        let prod_raw = prod_fd.as_ref().map(|f| f.raw());
-        let pending = prod_fd.inspect(|f| {
-            // SAFETY: mark close-on-exec until the producer is spawned.
+        for f in &keep {
+            cons_extra.extend(["--fd".into(), f.raw().to_string()]);
+        }
+        // A producer's descriptor must not leak into the consumer or the other
+        // producer (it would keep the stream open), so each is made inheritable
+        // only while its own producer starts.
+        for f in &prod_fds {
+            // SAFETY: mark our own descriptor close-on-exec until its producer starts.
             unsafe { libc::fcntl(f.raw(), libc::F_SETFD, libc::FD_CLOEXEC) };
-        });
+        }
         let mut cons = Worker::spawn(&args("consumer", cons_extra)).map_err(fail)?;
         drop(keep);
         cons.wait_ready(Duration::from_secs(20))
             .map_err(|e| fail(format!("consumer: {e}")))?;
-        if let Some(n) = prod_raw {
-            // SAFETY: clear close-on-exec on our own descriptor for the producer.
-            unsafe { libc::fcntl(n, libc::F_SETFD, 0) };
-            prod_extra.extend(["--fd".into(), n.to_string()]);
+        let mut fds = prod_fds.into_iter();
+        for k in 0..producers {
+            let mut extra = prod_extra.clone();
+            extra.extend(["--part".into(), k.to_string()]);
+            let fd = fds.next();
+            if let Some(f) = &fd {
+                // SAFETY: clear close-on-exec on our own descriptor for this producer.
+                unsafe { libc::fcntl(f.raw(), libc::F_SETFD, 0) };
+                extra.extend(["--fd".into(), f.raw().to_string()]);
+            }
+            let prod = Worker::spawn(&args("producer", extra));
+            drop(fd);
+            let role = if k == 0 {
+                "producer".to_string()
+            } else {
+                format!("producer {}", k + 1)
+            };
+            workers.push((role, prod.map_err(fail)?));
         }
-        let prod = Worker::spawn(&args("producer", prod_extra));
-        drop(pending);
-        let prod = prod.map_err(fail)?;
-        workers.push(prod);
-        workers.push(cons);
+        workers.push(("consumer".into(), cons));
     }
 
-    // Wait, sampling CPU and RSS every 100 ms.
+    // Wait, sampling CPU and RSS every 100 ms (the plot shows the first producer
+    // and the consumer).
     let start = Instant::now();
     let limit = Duration::from_secs_f64(plan.seconds * 3.0 + 30.0);
     let mut last: Vec<Option<(f64, u64)>> = vec![None; workers.len()];
     let mut first_fail: Option<Instant> = None;
     loop {
         let mut all_done = true;
-        for w in workers.iter_mut() {
+        for (_, w) in workers.iter_mut() {
             all_done &= w.poll();
         }
         if all_done {
             break;
         }
         let now = start.elapsed();
-        for (i, w) in workers.iter().enumerate() {
+        for (i, (role, w)) in workers.iter().enumerate() {
+            let series = match role.as_str() {
+                "producer" | "floor" => &mut tl.producer,
+                "consumer" => &mut tl.consumer,
+                _ => continue,
+            };
             if w.status.is_some() {
                 continue;
             }
@@ -473,29 +622,24 @@ fn drive(
                     _ => 0.0,
                 };
                 last[i] = Some((t_s, cpu_ns));
-                let s = Sample {
+                series.push(Sample {
                     t_s,
                     cpu_pct: pct.max(0.0),
                     rss_kib: rss,
-                };
-                if i == 0 {
-                    tl.producer.push(s);
-                } else {
-                    tl.consumer.push(s);
-                }
+                });
             }
         }
         bar.set_position(base_ms + (now.as_millis() as u64).min(per_run_ms));
-        if workers.iter().any(|w| w.status.is_some() && !w.ok()) {
+        if workers.iter().any(|(_, w)| w.status.is_some() && !w.ok()) {
             let since = *first_fail.get_or_insert_with(Instant::now);
             if since.elapsed() > Duration::from_secs(2) {
-                for w in workers.iter_mut() {
+                for (_, w) in workers.iter_mut() {
                     w.kill();
                 }
             }
         }
         if now > limit {
-            for w in workers.iter_mut() {
+            for (_, w) in workers.iter_mut() {
                 w.kill();
             }
             return Err(fail(format!("timed out after {:.0} s", now.as_secs_f64())));
@@ -504,11 +648,9 @@ fn drive(
     }
     *ring_stats = ring.as_ref().map(|r| r.stats());
     let mut errors = Vec::new();
-    let roles = ["producer", "consumer"];
-    for (i, w) in workers.iter_mut().enumerate() {
+    for (role, w) in workers.iter_mut() {
         if !w.ok() {
             let why = w.failure();
-            let role = if t == "floor" { "floor" } else { roles[i] };
             // Workers name their transport and role; say it if one died silently.
             if why.starts_with(t) {
                 errors.push(why);
@@ -516,16 +658,32 @@ fn drive(
                 errors.push(format!("{role}: {why}"));
             }
         } else if w.report.is_none() {
-            errors.push(format!("{}: no report", roles[i]));
+            errors.push(format!("{role}: no report"));
         }
     }
-    let p = workers.first().and_then(|w| w.report.clone());
-    let c = workers.get(1).and_then(|w| w.report.clone());
+    let consumer = workers
+        .last()
+        .filter(|(role, _)| role == "consumer")
+        .and_then(|(_, w)| w.report.clone());
+    let sent: Vec<WorkerReport> = workers
+        .iter()
+        .filter(|(role, _)| role != "consumer")
+        .filter_map(|(_, w)| w.report.clone())
+        .collect();
+    let p = sum_reports(&sent);
+    if errors.is_empty() {
+        // Every record sent must have been received and checked.
+        if let (Some(p), Some(c)) = (&p, &consumer) {
+            if p.frames != c.frames {
+                errors.push(format!("{} records sent, {} received", p.frames, c.frames));
+            }
+        }
+    }
     if !errors.is_empty() {
-        return Err(Box::new((errors.join("; "), p, c)));
+        return Err(Box::new((errors.join("; "), p, consumer)));
     }
     match p {
-        Some(p) => Ok((p, c)),
+        Some(p) => Ok((p, consumer)),
         None => Err(fail("no report".into())),
     }
 }

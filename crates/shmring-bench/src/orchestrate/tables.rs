@@ -1,4 +1,5 @@
-//! The results table, the ratios between transports and the goals.
+//! The results tables (every workload, mode and `--repeat` goes through here), the
+//! ratios between transports, and the medians of repeated runs.
 
 use super::{Plan, GIB};
 use crate::report::{Row, WorkerReport};
@@ -46,6 +47,26 @@ pub(super) fn fill_row(
     row.lat_p50_us = us(recv.lat_p50_ns);
     row.lat_p99_us = us(recv.lat_p99_ns);
     row.lat_p999_us = us(recv.lat_p999_ns);
+    let at = |v: Option<[u64; 3]>, i: usize| v.map(|l| l[i] as f64 / 1000.0);
+    row.lat_audio_p50_us = at(recv.lat_audio_ns, 0);
+    row.lat_audio_p99_us = at(recv.lat_audio_ns, 1);
+    row.lat_video_p50_us = at(recv.lat_video_ns, 0);
+    row.lat_video_p99_us = at(recv.lat_video_ns, 1);
+    if row.transport == "floor" {
+        // Written and read by the same thread: there is nothing in between to time.
+        row.lat_p50_us = None;
+        row.lat_p99_us = None;
+        row.lat_p999_us = None;
+        row.lat_audio_p50_us = None;
+        row.lat_audio_p99_us = None;
+        row.lat_video_p50_us = None;
+        row.lat_video_p99_us = None;
+    }
+    if row.workload == "meeting" && row.transport == super::WAKEUP {
+        // The wake-up row carries no kind: its latency stands beside both.
+        (row.lat_audio_p50_us, row.lat_audio_p99_us) = (row.lat_p50_us, row.lat_p99_us);
+        (row.lat_video_p50_us, row.lat_video_p99_us) = (row.lat_p50_us, row.lat_p99_us);
+    }
     let per = |a: Option<u64>, n: u64| a.map(|a| if n > 0 { a as f64 / n as f64 } else { 0.0 });
     row.allocs_per_frame_producer = per(p.allocs, p.frames);
     row.allocs_per_frame_consumer = match c {
@@ -54,7 +75,7 @@ pub(super) fn fill_row(
     };
     row.rss_producer_kib = Some(p.maxrss_kib);
     row.rss_consumer_kib = c.map(|c| c.maxrss_kib);
-    if rated && plan.frames.is_none() && row.error.is_none() {
+    if rated && plan.frames.is_none() && row.error.is_none() && row.frame_bytes > 0 {
         let achieved = row.bytes as f64 / row.seconds.max(1e-9);
         if achieved < 0.9 * plan.rate_bps {
             row.error = Some(format!(
@@ -85,9 +106,101 @@ pub(super) fn add_ratios(rows: &mut [Row]) {
         }
         r.cpu_vs_shmring =
             find(&snapshot, "shmring", &r.workload, &r.mode).map(|s| r.cpu_s_per_gib / s);
-        r.cpu_vs_floor =
-            find(&snapshot, "floor", &r.workload, &r.mode).map(|s| r.cpu_s_per_gib / s);
+        let floor = find(&snapshot, "floor", &r.workload, &r.mode);
+        r.cpu_vs_floor = floor.map(|f| r.cpu_s_per_gib / f);
+        r.cpu_s_per_gib_above_floor = floor.map(|f| r.cpu_s_per_gib - f);
     }
+}
+
+/// The median of the values present (None if there are none).
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// [smallest, largest] of the values present.
+fn range(v: &[f64]) -> Option<[f64; 2]> {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (lo <= hi).then_some([lo, hi])
+}
+
+/// One row for the runs of one transport, workload and mode: every figure the
+/// median of the runs that completed, with the range of the main ones. A failed
+/// run is named in the row's error.
+pub(super) fn combine(runs: Vec<Row>) -> Row {
+    let n = runs.len() as u32;
+    let errors: Vec<String> = runs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            r.error.as_ref().map(|e| {
+                if n > 1 {
+                    format!("run {} of {n}: {e}", i + 1)
+                } else {
+                    e.clone()
+                }
+            })
+        })
+        .collect();
+    let good: Vec<&Row> = runs.iter().filter(|r| r.error.is_none()).collect();
+    let pool: Vec<&Row> = if good.is_empty() {
+        runs.iter().collect()
+    } else {
+        good
+    };
+    let Some(first) = pool.first() else {
+        return Row::default();
+    };
+    let mut row = (*first).clone();
+    let vals = |f: &dyn Fn(&Row) -> Option<f64>| -> Vec<f64> {
+        pool.iter().filter_map(|r| f(r)).collect()
+    };
+    let med = |f: &dyn Fn(&Row) -> Option<f64>| median(vals(f));
+    let med0 = |f: &dyn Fn(&Row) -> f64| median(vals(&|r| Some(f(r)))).unwrap_or(0.0);
+    row.frames = med0(&|r| r.frames as f64) as u64;
+    row.bytes = med0(&|r| r.bytes as f64) as u64;
+    row.seconds = med0(&|r| r.seconds);
+    row.gbps = med0(&|r| r.gbps);
+    row.frames_per_s = med0(&|r| r.frames_per_s);
+    row.cpu_s_producer = med0(&|r| r.cpu_s_producer);
+    row.cpu_s_consumer = med0(&|r| r.cpu_s_consumer);
+    row.cpu_s_per_gib = med0(&|r| r.cpu_s_per_gib);
+    row.cpu_pct_at_rate = med0(&|r| r.cpu_pct_at_rate);
+    row.lat_p50_us = med(&|r| r.lat_p50_us);
+    row.lat_p99_us = med(&|r| r.lat_p99_us);
+    row.lat_p999_us = med(&|r| r.lat_p999_us);
+    row.lat_audio_p50_us = med(&|r| r.lat_audio_p50_us);
+    row.lat_audio_p99_us = med(&|r| r.lat_audio_p99_us);
+    row.lat_video_p50_us = med(&|r| r.lat_video_p50_us);
+    row.lat_video_p99_us = med(&|r| r.lat_video_p99_us);
+    row.allocs_per_frame_producer = med(&|r| r.allocs_per_frame_producer);
+    row.allocs_per_frame_consumer = med(&|r| r.allocs_per_frame_consumer);
+    let kib = |f: &dyn Fn(&Row) -> Option<u64>| med(&|r| f(r).map(|k| k as f64)).map(|k| k as u64);
+    row.rss_producer_kib = kib(&|r| r.rss_producer_kib);
+    row.rss_consumer_kib = kib(&|r| r.rss_consumer_kib);
+    row.ring_producer_waits = kib(&|r| r.ring_producer_waits);
+    row.ring_consumer_waits = kib(&|r| r.ring_consumer_waits);
+    row.ring_peak_occupancy = kib(&|r| r.ring_peak_occupancy);
+    row.runs = n;
+    let rng = |f: &dyn Fn(&Row) -> Option<f64>| range(&vals(f));
+    row.cpu_s_per_gib_range = rng(&|r| Some(r.cpu_s_per_gib).filter(|c| *c > 0.0));
+    row.gbps_range = rng(&|r| Some(r.gbps).filter(|g| *g > 0.0));
+    row.lat_p50_us_range = rng(&|r| r.lat_p50_us);
+    row.lat_p99_us_range = rng(&|r| r.lat_p99_us);
+    row.lat_audio_p99_us_range = rng(&|r| r.lat_audio_p99_us);
+    row.lat_video_p99_us_range = rng(&|r| r.lat_video_p99_us);
+    row.error = (!errors.is_empty()).then(|| errors.join("; "));
+    row
 }
 
 pub(super) fn opt(v: Option<f64>, prec: usize) -> String {
@@ -97,7 +210,98 @@ pub(super) fn opt(v: Option<f64>, prec: usize) -> String {
     }
 }
 
-pub(super) fn print_table(rows: &[Row], rate: f64) {
+/// "lo-hi", or "-".
+fn span(v: Option<[f64; 2]>, prec: usize) -> String {
+    match v {
+        Some([lo, hi]) => format!("{lo:.prec$}-{hi:.prec$}"),
+        None => "-".into(),
+    }
+}
+
+/// A column: header, width, and the cell of a row.
+type Col = (&'static str, usize, Box<dyn Fn(&Row) -> String>);
+
+fn col(h: &'static str, w: usize, f: impl Fn(&Row) -> String + 'static) -> Col {
+    (h, w, Box::new(f))
+}
+
+/// The columns of one table: the meeting shows latency per kind; `--repeat` adds
+/// the range of CPU per GiB and of p99 latency beside their medians.
+fn columns(meeting: bool, repeated: bool) -> Vec<Col> {
+    let mut c = vec![col("frames", 9, |r| r.frames.to_string())];
+    if meeting {
+        c.push(col("MB/s", 7, |r| {
+            per_byte(r, |r| format!("{:.1}", r.gbps * 1e3))
+        }));
+    } else {
+        c.push(col("GB/s", 7, |r| {
+            per_byte(r, |r| format!("{:.3}", r.gbps))
+        }));
+        c.push(col("frames/s", 10, |r| format!("{:.0}", r.frames_per_s)));
+    }
+    c.push(col("CPU s/GiB", 9, |r| {
+        per_byte(r, |r| format!("{:.3}", r.cpu_s_per_gib))
+    }));
+    if repeated {
+        c.push(col("range", 11, |r| span(r.cpu_s_per_gib_range, 3)));
+    }
+    c.extend([
+        col("xshmring", 8, |r| opt(r.cpu_vs_shmring, 2)),
+        col("xfloor", 6, |r| opt(r.cpu_vs_floor, 2)),
+        col("above floor", 11, |r| opt(r.cpu_s_per_gib_above_floor, 3)),
+        col("CPU%", 6, |r| {
+            if r.frame_bytes == 0 && r.mode != "rated" {
+                "-".into() // no bytes, so no CPU per GiB to price at the rate
+            } else {
+                format!("{:.1}", r.cpu_pct_at_rate)
+            }
+        }),
+    ]);
+    if meeting {
+        c.extend([
+            col("audio p50 us", 12, |r| opt(r.lat_audio_p50_us, 1)),
+            col("audio p99 us", 12, |r| opt(r.lat_audio_p99_us, 1)),
+        ]);
+        if repeated {
+            c.push(col("range", 13, |r| span(r.lat_audio_p99_us_range, 0)));
+        }
+        c.extend([
+            col("video p50 us", 12, |r| opt(r.lat_video_p50_us, 1)),
+            col("video p99 us", 12, |r| opt(r.lat_video_p99_us, 1)),
+        ]);
+        if repeated {
+            c.push(col("range", 13, |r| span(r.lat_video_p99_us_range, 0)));
+        }
+    } else {
+        c.extend([
+            col("p50 us", 9, |r| opt(r.lat_p50_us, 1)),
+            col("p99 us", 9, |r| opt(r.lat_p99_us, 1)),
+        ]);
+        if repeated {
+            c.push(col("range", 13, |r| span(r.lat_p99_us_range, 0)));
+        }
+        c.push(col("p99.9 us", 9, |r| opt(r.lat_p999_us, 1)));
+    }
+    let mib = |k: Option<u64>| opt(k.map(|k| k as f64 / 1024.0), 1);
+    c.extend([
+        col("alc/fP", 6, |r| opt(r.allocs_per_frame_producer, 2)),
+        col("alc/fC", 6, |r| opt(r.allocs_per_frame_consumer, 2)),
+        col("RSS P MiB", 9, move |r| mib(r.rss_producer_kib)),
+        col("RSS C MiB", 9, move |r| mib(r.rss_consumer_kib)),
+    ]);
+    c
+}
+
+/// Figures per byte mean nothing for a row that moves no bytes (the wake-up row).
+fn per_byte(r: &Row, f: impl Fn(&Row) -> String) -> String {
+    if r.frame_bytes == 0 {
+        "-".into()
+    } else {
+        f(r)
+    }
+}
+
+pub(super) fn print_table(rows: &[Row], rate: f64, participants: u32) {
     let mut groups: Vec<(String, String)> = Vec::new();
     for r in rows {
         let g = (r.workload.clone(), r.mode.clone());
@@ -106,59 +310,71 @@ pub(super) fn print_table(rows: &[Row], rate: f64) {
         }
     }
     for (w, m) in groups {
-        let size = rows
-            .iter()
-            .find(|r| r.workload == w)
-            .map_or(0, |r| r.frame_bytes);
-        let how = if m == "rated" {
-            format!("rated at {rate} MB/s")
-        } else {
-            "unthrottled".into()
-        };
-        println!(
-            "\n{w} ({size}-byte frames), {how}; CPU% at rate: {}",
-            if m == "rated" {
-                "measured"
-            } else {
-                "CPU/GiB x rate"
-            }
-        );
-        println!(
-            "{:<13} {:>8} {:>7} {:>10} {:>9} {:>8} {:>8} {:>7} {:>9} {:>9} {:>9} {:>6} {:>6} {:>8} {:>8}",
-            "transport", "frames", "GB/s", "frames/s", "CPU s/GiB", "xshmring", "xfloor", "CPU%",
-            "p50 us", "p99 us", "p99.9 us", "alc/fP", "alc/fC", "RSS P MiB", "RSS C MiB"
-        );
-        for r in rows.iter().filter(|r| r.workload == w && r.mode == m) {
-            let mib = |k: Option<u64>| opt(k.map(|k| k as f64 / 1024.0), 1);
+        let of = |r: &&Row| r.workload == w && r.mode == m;
+        let group: Vec<&Row> = rows.iter().filter(of).collect();
+        let meeting = w == "meeting";
+        let runs = group.iter().map(|r| r.runs).max().unwrap_or(1);
+        if meeting {
             println!(
-                "{:<13} {:>8} {:>7.3} {:>10.0} {:>9.3} {:>8} {:>8} {:>7.1} {:>9} {:>9} {:>9} {:>6} {:>6} {:>8} {:>8}{}",
-                r.transport,
-                r.frames,
-                r.gbps,
-                r.frames_per_s,
-                r.cpu_s_per_gib,
-                opt(r.cpu_vs_shmring, 2),
-                opt(r.cpu_vs_floor, 2),
-                r.cpu_pct_at_rate,
-                opt(r.lat_p50_us, 1),
-                opt(r.lat_p99_us, 1),
-                opt(r.lat_p999_us, 1),
-                opt(r.allocs_per_frame_producer, 2),
-                opt(r.allocs_per_frame_consumer, 2),
-                mib(r.rss_producer_kib),
-                mib(r.rss_consumer_kib),
-                if r.error.is_some() { "  FAILED" } else { "" }
+                "\nmeeting ({}), at its real rate; CPU% measured",
+                super::meeting::describe(participants)
+            );
+        } else {
+            let size = group
+                .iter()
+                .map(|r| r.frame_bytes)
+                .max()
+                .unwrap_or_default();
+            let how = if m == "rated" {
+                format!("rated at {rate} MB/s")
+            } else {
+                "unthrottled".into()
+            };
+            println!(
+                "\n{w} ({size}-byte frames), {how}; CPU% at rate: {}",
+                if m == "rated" {
+                    "measured"
+                } else {
+                    "CPU/GiB x rate"
+                }
             );
         }
-        if rows
-            .iter()
-            .any(|r| r.workload == w && r.mode == m && crate::python::is_py(&r.transport))
-        {
+        if runs > 1 {
+            println!("  median of {runs} interleaved runs; range: smallest-largest of the runs");
+        }
+        let cols = columns(meeting, runs > 1);
+        let mut line = format!("{:<13}", "transport");
+        for (h, wd, _) in &cols {
+            line += &format!(" {h:>wd$}");
+        }
+        println!("{line}");
+        for r in &group {
+            let mut line = format!("{:<13}", r.transport);
+            for (_, wd, f) in &cols {
+                line += &format!(" {:>wd$}", f(r));
+            }
+            if r.error.is_some() {
+                line += "  FAILED";
+            }
+            println!("{line}");
+        }
+        if group.iter().any(|r| crate::python::is_py(&r.transport)) {
             println!(
                 "  py-*: CPU of the receiving Python process only; xshmring is against py-shmring"
             );
         }
-        for r in rows.iter().filter(|r| r.workload == w && r.mode == m) {
+        if group.iter().any(|r| r.transport == "floor") {
+            println!(
+                "  above floor: CPU s/GiB minus floor's (the same writing and reading, one process, no transport)"
+            );
+        }
+        if group.iter().any(|r| r.transport == super::WAKEUP) {
+            println!(
+                "  {}: a futex ping-pong between two processes, no ring and no payload: the wake-up latency beneath every row",
+                super::WAKEUP
+            );
+        }
+        for r in &group {
             if let (Some(pw), Some(cw), Some(peak)) = (
                 r.ring_producer_waits,
                 r.ring_consumer_waits,
@@ -174,81 +390,56 @@ pub(super) fn print_table(rows: &[Row], rate: f64) {
     }
 }
 
-pub(super) fn print_goals(rows: &[Row]) {
-    let get = |t: &str, w: &str, m: &str| {
-        rows.iter()
-            .find(|r| r.transport == t && r.workload == w && r.mode == m && r.error.is_none())
-    };
-    let mut lines = Vec::new();
-    for m in ["rated", "unthrottled"] {
-        if let Some(s) = get("shmring", "video", m) {
-            if let Some(f) = get("floor", "video", m) {
-                let x = s.cpu_s_per_gib / f.cpu_s_per_gib;
-                lines.push(format!(
-                    "video {m}: shmring CPU/GiB = {x:.2}x floor (goal <= 1.2x): {}",
-                    met(x <= 1.2)
-                ));
-            }
-            for (t, goal) in [("uds", 10.0), ("websocket", 50.0)] {
-                if let Some(o) = get(t, "video", m) {
-                    let x = o.cpu_s_per_gib / s.cpu_s_per_gib;
-                    let mut l = format!(
-                        "video {m}: {t} CPU/GiB = {x:.1}x shmring (goal >= {goal}x): {}",
-                        met(x >= goal)
-                    );
-                    // The same ratio without the work every transport shares (floor).
-                    if let Some(f) = get("floor", "video", m) {
-                        let ot = o.cpu_s_per_gib - f.cpu_s_per_gib;
-                        let os = s.cpu_s_per_gib - f.cpu_s_per_gib;
-                        if os > 0.0 {
-                            l += &format!("; transport cost alone (minus floor): {:.1}x", ot / os);
-                        } else {
-                            l += "; shmring costs nothing measurable above floor";
-                        }
-                    }
-                    lines.push(l);
-                }
-            }
-            if let (Some(p), Some(c)) = (s.allocs_per_frame_producer, s.allocs_per_frame_consumer) {
-                lines.push(format!("video {m}: shmring heap allocations per frame {p:.4} producer, {c:.4} consumer (goal 0): {}", met(p == 0.0 && c == 0.0)));
-            }
-        }
-    }
-    if let (Some(s), Some(i)) = (
-        get("shmring", "audio", "unthrottled"),
-        get("iceoryx2", "audio", "unthrottled"),
-    ) {
-        let x = s.frames_per_s / i.frames_per_s;
-        lines.push(format!(
-            "audio unthrottled: shmring {:.0} msgs/s = {x:.2}x iceoryx2 (goal >= 2x): {}",
-            s.frames_per_s,
-            met(x >= 2.0)
-        ));
-    }
-    // At a fixed rate both move the same records: compare what each record costs.
-    if let (Some(s), Some(i)) = (
-        get("shmring", "audio", "rated"),
-        get("iceoryx2", "audio", "rated"),
-    ) {
-        lines.push(format!(
-            "audio rated: CPU per GiB shmring {:.3} s, iceoryx2 {:.3} s ({:.2}x)",
-            s.cpu_s_per_gib,
-            i.cpu_s_per_gib,
-            i.cpu_s_per_gib / s.cpu_s_per_gib
-        ));
-    }
-    if !lines.is_empty() {
-        println!("\ngoals:");
-        for l in lines {
-            println!("  {l}");
-        }
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-pub(super) fn met(ok: bool) -> &'static str {
-    if ok {
-        "met"
-    } else {
-        "NOT met"
+    fn run(cpu: f64, p99: f64, error: Option<&str>) -> Row {
+        Row {
+            cpu_s_per_gib: cpu,
+            lat_p99_us: Some(p99),
+            error: error.map(str::to_string),
+            ..Row::empty("shmring", "video", "rated", 8)
+        }
+    }
+
+    #[test]
+    fn repeated_runs_give_the_median_and_the_range_of_the_runs_that_completed() {
+        let r = combine(vec![
+            run(0.3, 10.0, None),
+            run(0.1, 30.0, None),
+            run(0.2, 20.0, None),
+        ]);
+        assert_eq!(
+            (r.runs, r.cpu_s_per_gib, r.lat_p99_us),
+            (3, 0.2, Some(20.0))
+        );
+        assert_eq!(r.cpu_s_per_gib_range, Some([0.1, 0.3]));
+        assert_eq!(r.lat_p99_us_range, Some([10.0, 30.0]));
+        assert_eq!(r.error, None);
+        let r = combine(vec![
+            run(0.3, 10.0, None),
+            run(9.0, 90.0, Some("lost")),
+            run(0.1, 30.0, None),
+        ]);
+        assert_eq!(r.cpu_s_per_gib, 0.2, "median of the two that completed");
+        assert_eq!(r.error.as_deref(), Some("run 2 of 3: lost"));
+    }
+
+    #[test]
+    fn ratios_and_cost_above_floor() {
+        let mut rows = vec![
+            run(0.2, 1.0, None),
+            run(0.5, 1.0, None),
+            run(0.1, 1.0, None),
+        ];
+        rows[1].transport = "uds".into();
+        rows[2].transport = "floor".into();
+        add_ratios(&mut rows);
+        let close = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-9);
+        assert!(close(rows[1].cpu_vs_shmring, 2.5));
+        assert!(close(rows[1].cpu_vs_floor, 5.0));
+        assert!(close(rows[1].cpu_s_per_gib_above_floor, 0.4));
+        assert!(close(rows[0].cpu_s_per_gib_above_floor, 0.1));
     }
 }

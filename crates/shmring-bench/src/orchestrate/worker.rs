@@ -1,17 +1,18 @@
-//! A bench worker process: supervised (killed and reaped on drop), its report
-//! and its stderr gathered.
+//! A bench worker process: supervised by a [`ChildGuard`] (killed and reaped on
+//! drop, also while a panic unwinds), its report and its stderr gathered.
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::child::ChildGuard;
 use crate::report::WorkerReport;
 
-/// A worker process, killed if still running when dropped.
+/// A worker process, killed (SIGKILL) and reaped if still running when dropped.
 pub(super) struct Worker {
-    child: Child,
+    child: ChildGuard,
     lines: Receiver<String>,
     stderr: Option<JoinHandle<String>>,
     pub(super) status: Option<std::process::ExitStatus>,
@@ -46,7 +47,7 @@ impl Worker {
             s
         }));
         Ok(Worker {
-            child,
+            child: ChildGuard::new("worker", child).with_drop_grace(Duration::ZERO),
             lines,
             stderr,
             status: None,
@@ -55,7 +56,7 @@ impl Worker {
     }
 
     pub(super) fn pid(&self) -> u32 {
-        self.child.id()
+        self.child.pid()
     }
 
     /// Waits for the worker's "ready" line.
@@ -71,7 +72,7 @@ impl Worker {
     /// Has it exited? Collects its status and report when it has.
     pub(super) fn poll(&mut self) -> bool {
         if self.status.is_none() {
-            if let Ok(Some(st)) = self.child.try_wait() {
+            if let Some(st) = self.child.exited() {
                 self.status = Some(st);
                 while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
                     if l.starts_with('{') {
@@ -89,8 +90,7 @@ impl Worker {
 
     pub(super) fn kill(&mut self) {
         if self.status.is_none() {
-            let _ = self.child.kill();
-            self.status = self.child.wait().ok();
+            self.status = self.child.kill();
         }
     }
 
@@ -118,11 +118,5 @@ impl Worker {
                 None => "worker failed".into(),
             }
         }
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        self.kill();
     }
 }

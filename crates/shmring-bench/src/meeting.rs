@@ -1,0 +1,495 @@
+//! The meeting workload: N participants, each a 1280x720@30 I420 video stream and a
+//! 10 ms 48 kHz stereo audio stream, every stream sent by a thread of its own in
+//! one of two producer processes, into one consumer that reads every byte. The
+//! same records on every transport; latency is measured per kind.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::{Barrier, Mutex};
+
+use shmring::{Consumer, ConsumerOptions, FullPolicy, Meta, Producer, Segment};
+
+use crate::args::{Role, WorkerArgs};
+use crate::report::WorkerReport;
+use crate::transports::{
+    allocs_now, cpu_s, fd_args, media_kind, parse_header, put_header, ready, tcp_connect,
+    ws_accept, ws_connect, Checker, Pacer, WsFrames, END, END_ALL, HDR, STALL,
+};
+
+type Res<T> = Result<T, String>;
+
+/// One 1280x720 I420 frame.
+pub const VIDEO_BYTES: usize = 1280 * 720 * 3 / 2;
+/// 10 ms of 48 kHz stereo, 16-bit.
+pub const AUDIO_BYTES: usize = 480 * 2 * 2;
+const VIDEO_PER_S: f64 = 30.0;
+const AUDIO_PER_S: f64 = 100.0;
+/// Producer processes.
+pub const PRODUCERS: u32 = 2;
+/// The most participants (stream numbers must fit in 8 bits on the ring).
+pub const MAX_PARTICIPANTS: u32 = 64;
+
+/// Stream `2p` is participant p's video, `2p + 1` its audio.
+pub fn stream_size(stream: usize) -> usize {
+    if stream.is_multiple_of(2) {
+        VIDEO_BYTES
+    } else {
+        AUDIO_BYTES
+    }
+}
+
+fn interval_ns(stream: usize) -> f64 {
+    1e9 / if stream.is_multiple_of(2) {
+        VIDEO_PER_S
+    } else {
+        AUDIO_PER_S
+    }
+}
+
+/// The record size of every stream of a meeting of `n` participants.
+pub fn sizes(n: u32) -> Vec<usize> {
+    (0..2 * n as usize).map(stream_size).collect()
+}
+
+/// Bytes and records per second of a meeting of `n`.
+pub fn rate(n: u32) -> (f64, f64) {
+    let n = n as f64;
+    (
+        n * (VIDEO_BYTES as f64 * VIDEO_PER_S + AUDIO_BYTES as f64 * AUDIO_PER_S),
+        n * (VIDEO_PER_S + AUDIO_PER_S),
+    )
+}
+
+/// The table's heading.
+pub fn describe(n: u32) -> String {
+    let (bytes, records) = rate(n);
+    format!(
+        "{n} participants x (1280x720@30 I420 + 10 ms 48 kHz stereo), {} sending threads in \
+         {PRODUCERS} producer processes, one consumer; {:.1} MB/s, {records:.0} records/s",
+        2 * n,
+        bytes / 1e6
+    )
+}
+
+/// The streams producer process `part` sends: its participants round robin.
+fn streams_of(part: u32, n: u32) -> Vec<usize> {
+    (0..n)
+        .filter(|p| p % PRODUCERS == part)
+        .flat_map(|p| [2 * p as usize, 2 * p as usize + 1])
+        .collect()
+}
+
+/// On a ring, the stream number and the record's sequence share the u32 `stream`
+/// field of the meta: 8 and 24 bits.
+const SEQ_BITS: u32 = 24;
+const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+
+fn ring_tag(stream: usize, seq: u64) -> u32 {
+    ((stream as u32) << SEQ_BITS) | (seq & SEQ_MASK) as u32
+}
+
+pub fn worker(a: &WorkerArgs, role: Role) -> Res<WorkerReport> {
+    let n = a.meeting.unwrap_or(0);
+    if !(1..=MAX_PARTICIPANTS).contains(&n) {
+        return Err(format!(
+            "--meeting {n}: 1 to {MAX_PARTICIPANTS} participants"
+        ));
+    }
+    let mine = || streams_of(a.part, n);
+    match (a.transport.as_str(), role) {
+        ("floor", _) => floor(a, n),
+        ("shmring" | "shmring-copy", Role::Producer) => shm_producer(a, mine()),
+        ("shmring" | "shmring-copy", Role::Consumer) => shm_consumer(a, n),
+        ("uds" | "pipe", Role::Producer) => {
+            let fd = fd_args(a)?.remove(0);
+            stream_producer(a, mine(), std::fs::File::from(fd))
+        }
+        ("uds" | "pipe", Role::Consumer) => {
+            let conns: Vec<std::fs::File> = fd_args(a)?.into_iter().map(Into::into).collect();
+            ready();
+            stream_consumer(n, conns, read_frames)
+        }
+        ("tcp", Role::Producer) => stream_producer(a, mine(), tcp_connect(a)?),
+        ("tcp", Role::Consumer) => stream_consumer(n, accept_all(a)?, read_frames),
+        ("websocket", Role::Producer) => ws_producer(a, mine()),
+        ("websocket", Role::Consumer) => stream_consumer(n, accept_all(a)?, read_ws),
+        #[cfg(feature = "iceoryx2")]
+        ("iceoryx2", Role::Producer) => crate::ice::meeting_producer(a, mine(), 2 * n as usize),
+        #[cfg(feature = "iceoryx2")]
+        ("iceoryx2", Role::Consumer) => crate::ice::meeting_consumer(a, n),
+        (t, _) => Err(format!("the meeting has no {t:?} transport")),
+    }
+}
+
+/// Runs one thread per stream of `streams`, each on its own schedule; every thread
+/// makes its sender with `open`, then sends with `send(sender, pacer, stream, seq)`
+/// and ends its stream with `end(sender, stream)`. CPU and allocations are those of
+/// the whole process while the threads send.
+pub fn produce_streams<S>(
+    a: &WorkerArgs,
+    streams: Vec<usize>,
+    open: impl Fn(usize) -> Res<S> + Sync,
+    send: impl Fn(&mut S, &Pacer, usize, u64) -> Res<()> + Sync,
+    end: impl Fn(&mut S, usize) -> Res<()> + Sync,
+) -> Res<WorkerReport> {
+    let set = Barrier::new(streams.len() + 1);
+    let go = Barrier::new(streams.len() + 1);
+    let start = std::sync::atomic::AtomicU64::new(0);
+    let (results, alloc0, cpu0, t0) = std::thread::scope(|sc| {
+        let handles: Vec<_> = streams
+            .iter()
+            .map(|&stream| {
+                let (set, go, start, open, send, end) = (&set, &go, &start, &open, &send, &end);
+                sc.spawn(move || -> Res<u64> {
+                    let sender = open(stream);
+                    set.wait();
+                    go.wait();
+                    let mut sender = sender?;
+                    let t0 = start.load(std::sync::atomic::Ordering::Acquire);
+                    let iv = interval_ns(stream);
+                    // Streams start spread over their first interval, as independent
+                    // cameras and microphones do.
+                    let phase = (iv * (stream as f64 * 0.618_034).fract()) as u64;
+                    let pacer = Pacer::stream(a, stream, t0, t0 + phase, iv);
+                    let mut seq = 0;
+                    while pacer.next(seq) {
+                        send(&mut sender, &pacer, stream, seq)
+                            .map_err(|e| format!("stream {stream} record {seq}: {e}"))?;
+                        seq += 1;
+                    }
+                    end(&mut sender, stream).map_err(|e| format!("end of stream {stream}: {e}"))?;
+                    Ok(seq)
+                })
+            })
+            .collect();
+        set.wait();
+        let alloc0 = allocs_now();
+        let cpu0 = cpu_s();
+        let t0 = shmring::now_ns();
+        start.store(t0, std::sync::atomic::Ordering::Release);
+        go.wait();
+        let results: Vec<Res<u64>> = handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a sending thread panicked".into()))
+            })
+            .collect();
+        (results, alloc0, cpu0, t0)
+    });
+    let alloc1 = allocs_now();
+    let mut rep = WorkerReport {
+        loop_cpu_s: cpu_s() - cpu0,
+        start_ns: t0,
+        end_ns: shmring::now_ns(),
+        allocs: alloc0.zip(alloc1).map(|(x, y)| y.saturating_sub(x)),
+        ..Default::default()
+    };
+    for (&stream, r) in streams.iter().zip(results) {
+        let frames = r?;
+        rep.frames += frames;
+        rep.bytes += frames * stream_size(stream) as u64;
+    }
+    Ok(rep)
+}
+
+// ---- floor: every thread writes its records and reads them back, no transport ----
+
+fn floor(a: &WorkerArgs, n: u32) -> Res<WorkerReport> {
+    let all: Vec<usize> = (0..2 * n as usize).collect();
+    let seen = Mutex::new(Checker::streams(sizes(n)));
+    let rep = produce_streams(
+        a,
+        all,
+        |stream| {
+            let size = stream_size(stream);
+            let mut ck = Checker::streams(sizes(n));
+            ck.begin();
+            Ok((vec![0u8; size], ck))
+        },
+        |(buf, ck), pacer, stream, seq| {
+            pacer.make(buf, seq);
+            let ts = shmring::now_ns();
+            ck.frame_on(stream, seq, u64::MAX, ts, shmring::now_ns(), buf);
+            Ok(())
+        },
+        |(_, ck), stream| {
+            ck.end(stream);
+            let mine = std::mem::replace(ck, Checker::streams(Vec::new()));
+            seen.lock().unwrap_or_else(|p| p.into_inner()).merge(mine);
+            Ok(())
+        },
+    )?;
+    let seen = seen
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .finish();
+    Ok(WorkerReport {
+        start_ns: rep.start_ns,
+        loop_cpu_s: rep.loop_cpu_s,
+        allocs: rep.allocs,
+        ..seen
+    })
+}
+
+// ---- shmring: every thread its own producer handle on the one ring ----
+
+fn shm_producer(a: &WorkerArgs, streams: Vec<usize>) -> Res<WorkerReport> {
+    let seg =
+        Segment::from_fd(fd_args(a)?.remove(0)).map_err(|e| format!("cannot map the ring: {e}"))?;
+    let copy = a.transport == "shmring-copy";
+    let meta = |stream: usize, seq: u64, flags: u32| Meta {
+        stream: ring_tag(stream, seq),
+        kind: media_kind(stream_size(stream)),
+        timestamp_ns: shmring::now_ns(),
+        flags,
+    };
+    produce_streams(
+        a,
+        streams,
+        |stream| -> Res<(Producer, Vec<u8>)> {
+            let mut p = seg.producer().map_err(|e| e.to_string())?;
+            p.set_policy(FullPolicy::Block(STALL));
+            let own = if copy {
+                vec![0u8; stream_size(stream)]
+            } else {
+                Vec::new()
+            };
+            Ok((p, own))
+        },
+        |(p, own), pacer, stream, seq| {
+            if copy {
+                pacer.make(own, seq);
+                return p.send(own, meta(stream, seq, 0)).map_err(|e| e.to_string());
+            }
+            let mut r = p.reserve(stream_size(stream)).map_err(|e| e.to_string())?;
+            pacer.make(r.payload(), seq);
+            r.commit(meta(stream, seq, 0)).map_err(|e| e.to_string())
+        },
+        |(p, _), stream| {
+            let r = p.reserve(8).map_err(|e| e.to_string())?;
+            r.commit(meta(stream, 0, END)).map_err(|e| e.to_string())
+        },
+    )
+}
+
+fn shm_consumer(a: &WorkerArgs, n: u32) -> Res<WorkerReport> {
+    let seg =
+        Segment::from_fd(fd_args(a)?.remove(0)).map_err(|e| format!("cannot map the ring: {e}"))?;
+    let c = Consumer::with_options(seg, ConsumerOptions::default()).map_err(|e| e.to_string())?;
+    let mut ck = Checker::streams(sizes(n));
+    ready();
+    ck.begin();
+    while !ck.all_ended() {
+        let f = c
+            .next_timeout(Some(STALL))
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| stalled(ck.frames()))?;
+        let now = shmring::now_ns();
+        let stream = (f.stream() >> SEQ_BITS) as usize;
+        if f.meta().flags & END != 0 {
+            ck.end(stream);
+            continue;
+        }
+        let seq = f.stream() as u64 & SEQ_MASK;
+        ck.frame_on(stream, seq, SEQ_MASK, f.timestamp_ns(), now, f.payload());
+    }
+    Ok(ck.finish())
+}
+
+fn stalled(frames: u64) -> String {
+    format!("no record for {} s after {frames} records", STALL.as_secs())
+}
+
+// ---- byte streams and WebSocket: one connection per producer process, shared by
+// its threads (a whole record is written under the lock) ----
+
+fn stream_producer<W: Write + Send>(
+    a: &WorkerArgs,
+    streams: Vec<usize>,
+    conn: W,
+) -> Res<WorkerReport> {
+    let conn = Mutex::new(conn);
+    let write = |buf: &[u8]| -> Res<()> {
+        let mut c = conn.lock().map_err(|_| "a sending thread panicked")?;
+        c.write_all(buf).map_err(|e| e.to_string())
+    };
+    let rep = produce_streams(
+        a,
+        streams,
+        |stream| Ok(vec![0u8; HDR + stream_size(stream)]),
+        |buf, pacer, stream, seq| {
+            pacer.make(&mut buf[HDR..], seq);
+            let len = buf.len() - HDR;
+            put_header(&mut buf[..HDR], 0, seq, len, stream as u32);
+            write(buf)
+        },
+        |buf, stream| {
+            put_header(&mut buf[..HDR], END, 0, 0, stream as u32);
+            write(&buf[..HDR])
+        },
+    )?;
+    let mut last = [0u8; HDR];
+    put_header(&mut last, END_ALL, 0, 0, 0);
+    let mut c = conn.into_inner().map_err(|_| "a sending thread panicked")?;
+    c.write_all(&last)
+        .and_then(|_| c.flush())
+        .map_err(|e| format!("end of stream: {e}"))?;
+    Ok(rep)
+}
+
+fn ws_producer(a: &WorkerArgs, streams: Vec<usize>) -> Res<WorkerReport> {
+    let ws = Mutex::new(ws_connect(a)?);
+    let lock = || {
+        ws.lock()
+            .map_err(|_| "a sending thread panicked".to_string())
+    };
+    let rep = produce_streams(
+        a,
+        streams,
+        |stream| Ok(WsFrames::new(stream_size(stream))),
+        |frames, pacer, stream, seq| {
+            // Made outside the lock: only the sending is serialised.
+            frames.prepare((0, seq, stream as u32), stream_size(stream), |b| {
+                pacer.make(b, seq)
+            });
+            frames.write(&mut *lock()?)
+        },
+        |frames, stream| frames.send(&mut *lock()?, (END, 0, stream as u32), 0, |_| {}),
+    )?;
+    WsFrames::new(0).send(&mut *lock()?, (END_ALL, 0, 0), 0, |_| {})?;
+    Ok(rep)
+}
+
+fn accept_all(a: &WorkerArgs) -> Res<Vec<TcpStream>> {
+    let l = std::net::TcpListener::from(fd_args(a)?.remove(0));
+    ready();
+    (0..a.producers.max(1))
+        .map(|_| {
+            let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+            let _ = s.set_nodelay(true);
+            Ok(s)
+        })
+        .collect()
+}
+
+/// Reads one connection to its END_ALL, checking every record.
+type ReadConn<C> = fn(C, &mut Checker) -> Res<()>;
+
+/// One reading thread per connection, their checks added up.
+fn stream_consumer<C: Send>(n: u32, conns: Vec<C>, read: ReadConn<C>) -> Res<WorkerReport> {
+    let mut ck = Checker::streams(sizes(n));
+    ck.begin();
+    let parts: Vec<Res<Checker>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = conns
+            .into_iter()
+            .map(|c| {
+                sc.spawn(move || {
+                    let mut mine = Checker::streams(sizes(n));
+                    read(c, &mut mine).map(|_| mine)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a reading thread panicked".into()))
+            })
+            .collect()
+    });
+    for p in parts {
+        ck.merge(p?);
+    }
+    if !ck.all_ended() {
+        return Err("a producer's connection ended before all its streams did".into());
+    }
+    Ok(ck.finish())
+}
+
+/// What a record's header says: the end of the connection, the end of a stream
+/// (recorded), or a record of `stream` with `len` bytes of payload.
+enum Next {
+    Done,
+    Again,
+    Record(usize),
+}
+
+fn next(h: &crate::transports::Header, ck: &mut Checker) -> Res<Next> {
+    let stream = h.stream as usize;
+    if h.flags & END_ALL != 0 {
+        return Ok(Next::Done);
+    }
+    if h.flags & END != 0 {
+        ck.end(stream);
+        return Ok(Next::Again);
+    }
+    if stream >= 2 * MAX_PARTICIPANTS as usize || h.len != stream_size(stream) as u64 {
+        return Err(format!("a record of {} bytes on stream {stream}", h.len));
+    }
+    Ok(Next::Record(stream))
+}
+
+fn read_frames<R: Read>(mut s: R, ck: &mut Checker) -> Res<()> {
+    let mut buf = vec![0u8; HDR + VIDEO_BYTES.max(AUDIO_BYTES)];
+    loop {
+        s.read_exact(&mut buf[..HDR])
+            .map_err(|e| format!("read: {e}"))?;
+        let h = parse_header(&buf[..HDR])?;
+        let stream = match next(&h, ck)? {
+            Next::Done => return Ok(()),
+            Next::Again => continue,
+            Next::Record(stream) => stream,
+        };
+        let body = &mut buf[HDR..HDR + h.len as usize];
+        s.read_exact(body).map_err(|e| format!("read: {e}"))?;
+        // Arrived: the whole record is here.
+        let now = shmring::now_ns();
+        ck.frame_on(stream, h.seq, u64::MAX, h.ts, now, body);
+    }
+}
+
+fn read_ws(s: TcpStream, ck: &mut Checker) -> Res<()> {
+    use tungstenite::Message;
+    let mut ws = ws_accept(s)?;
+    loop {
+        let Message::Binary(b) = ws.read().map_err(|e| format!("read: {e}"))? else {
+            continue;
+        };
+        let now = shmring::now_ns();
+        let h = parse_header(&b)?;
+        let stream = match next(&h, ck)? {
+            Next::Done => return Ok(()),
+            Next::Again => continue,
+            Next::Record(stream) => stream,
+        };
+        if b.len() != HDR + h.len as usize {
+            return Err(format!("a message of {} bytes on stream {stream}", b.len()));
+        }
+        ck.frame_on(stream, h.seq, u64::MAX, h.ts, now, &b[HDR..]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shmring::media::kind;
+
+    fn kind_of(stream: usize) -> u32 {
+        media_kind(stream_size(stream))
+    }
+
+    #[test]
+    fn participants_are_split_over_the_producers_and_every_stream_has_its_kind() {
+        let n = 9;
+        let mut all: Vec<usize> = (0..PRODUCERS).flat_map(|p| streams_of(p, n)).collect();
+        all.sort();
+        assert_eq!(all, (0..18).collect::<Vec<_>>());
+        assert_eq!(streams_of(0, n).len(), 10);
+        assert_eq!(kind_of(4), kind::VIDEO);
+        assert_eq!(kind_of(5), kind::AUDIO);
+        assert_eq!(media_kind(AUDIO_BYTES), kind::AUDIO);
+        assert_eq!(media_kind(VIDEO_BYTES), kind::VIDEO);
+        let tag = ring_tag(17, (1 << 24) + 5);
+        assert_eq!((tag >> SEQ_BITS, tag as u64 & SEQ_MASK), (17, 5));
+    }
+}
