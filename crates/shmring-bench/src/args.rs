@@ -6,6 +6,7 @@ use clap::{Parser, ValueEnum};
 pub const ALL_TRANSPORTS: &[&str] = &[
     "shmring",
     "shmring-copy",
+    "shmring-budget",
     "iceoryx2",
     "uds",
     "tcp",

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::{Barrier, Mutex};
 
-use shmring::{Consumer, ConsumerOptions, FullPolicy, Meta, Producer, Segment};
+use shmring::{Consumer, FullPolicy, Meta, Producer, Segment};
 
 use crate::args::{Role, WorkerArgs};
 use crate::report::WorkerReport;
@@ -98,8 +98,8 @@ pub fn worker(a: &WorkerArgs, role: Role) -> Res<WorkerReport> {
     let mine = || streams_of(a.part, n);
     match (a.transport.as_str(), role) {
         ("floor", _) => floor(a, n),
-        ("shmring" | "shmring-copy", Role::Producer) => shm_producer(a, mine()),
-        ("shmring" | "shmring-copy", Role::Consumer) => shm_consumer(a, n),
+        ("shmring" | "shmring-copy" | "shmring-budget", Role::Producer) => shm_producer(a, mine()),
+        ("shmring" | "shmring-copy" | "shmring-budget", Role::Consumer) => shm_consumer(a, n),
         ("uds" | "pipe", Role::Producer) => {
             let fd = fd_args(a)?.remove(0);
             stream_producer(a, mine(), std::fs::File::from(fd))
@@ -276,7 +276,8 @@ fn shm_producer(a: &WorkerArgs, streams: Vec<usize>) -> Res<WorkerReport> {
 fn shm_consumer(a: &WorkerArgs, n: u32) -> Res<WorkerReport> {
     let seg =
         Segment::from_fd(fd_args(a)?.remove(0)).map_err(|e| format!("cannot map the ring: {e}"))?;
-    let c = Consumer::with_options(seg, ConsumerOptions::default()).map_err(|e| e.to_string())?;
+    let c = Consumer::with_options(seg, crate::transports::consumer_options(&a.transport))
+        .map_err(|e| e.to_string())?;
     let mut ck = Checker::streams(sizes(n));
     ready();
     ck.begin();

@@ -47,8 +47,8 @@ pub fn worker_main(args: &[String]) -> i32 {
         ("wakeup", Role::Consumer) => crate::wakeup::consumer(&a),
         (_, role) if a.meeting.is_some() => crate::meeting::worker(&a, role),
         ("floor", _) => floor(&a),
-        ("shmring" | "shmring-copy", Role::Producer) => shm_producer(&a),
-        ("shmring" | "shmring-copy", Role::Consumer) => shm_consumer(&a),
+        ("shmring" | "shmring-copy" | "shmring-budget", Role::Producer) => shm_producer(&a),
+        ("shmring" | "shmring-copy" | "shmring-budget", Role::Consumer) => shm_consumer(&a),
         ("uds" | "pipe", Role::Producer) => {
             fd_arg(&a).and_then(|fd| stream_producer(&a, std::fs::File::from(fd)))
         }
@@ -421,7 +421,7 @@ fn shm_producer(a: &WorkerArgs) -> Res<WorkerReport> {
     let mut p = seg.producer().map_err(|e| e.to_string())?;
     p.set_policy(FullPolicy::Block(STALL));
     let k = media_kind(a.size);
-    let rep = if a.transport == "shmring" {
+    let rep = if a.transport != "shmring-copy" {
         produce(a, |pacer, seq| {
             let mut r = p.reserve(a.size).map_err(|e| e.to_string())?;
             pacer.make(r.payload(), seq);
@@ -452,9 +452,23 @@ fn shm_producer(a: &WorkerArgs) -> Res<WorkerReport> {
     Ok(rep)
 }
 
+/// The latency budget of the `shmring-budget` row: its consumer lets a record wait
+/// up to this long, so one wake-up serves many records.
+pub const BUDGET_ROW: Duration = Duration::from_millis(1);
+
+/// The consumer options of a shmring row: the library's defaults, plus the latency
+/// budget for `shmring-budget`.
+pub(crate) fn consumer_options(transport: &str) -> ConsumerOptions {
+    ConsumerOptions {
+        latency_budget: (transport == "shmring-budget").then_some(BUDGET_ROW),
+        ..ConsumerOptions::default()
+    }
+}
+
 fn shm_consumer(a: &WorkerArgs) -> Res<WorkerReport> {
     let seg = shm_segment(a)?;
-    let c = Consumer::with_options(seg, ConsumerOptions::default()).map_err(|e| e.to_string())?;
+    let c =
+        Consumer::with_options(seg, consumer_options(&a.transport)).map_err(|e| e.to_string())?;
     let mut ck = Checker::new(a.size);
     ready();
     ck.begin();

@@ -43,7 +43,11 @@ pub struct ConsumerOptions {
     /// so this bounds the stall a crash causes and, with `auto_reset`, how long a
     /// peer's scribbling can stop the ring after the peer stops.
     pub liveness_interval: Duration,
-    /// Polls to spin before sleeping in a blocking wait (0: sleep at once).
+    /// Most polls to spin before sleeping in a blocking wait (0: sleep at once).
+    /// Spinning adapts below this: it halves each time a spin ends in a sleep
+    /// anyway, and comes back when a record follows a sleep within a few
+    /// microseconds (so a record every few tens of microseconds costs no spin,
+    /// and a fast stream is caught without sleeping).
     pub spin: u32,
     /// Deliver committed records behind a claim that has stayed pending this long
     /// (`None`, the default: records are delivered in claim order, always). The
@@ -158,6 +162,8 @@ pub struct Consumer {
     parked: RefCell<Vec<Watched>>,
     /// A record was handed out since the last sleep (see `latency_budget`).
     found: Cell<bool>,
+    /// Polls to spin in the next wait (adapts up to `ConsumerOptions::spin`).
+    spin_limit: Cell<u32>,
     /// When we last looked for dead producers because someone seemed to wait.
     last_reap: Cell<Option<Instant>>,
     /// When the shared state was last audited, and records handed out since.
@@ -274,6 +280,7 @@ impl Consumer {
             pending: Cell::new(None),
             parked: RefCell::new(Vec::with_capacity(MAX_PARKED)),
             found: Cell::new(false),
+            spin_limit: Cell::new(opts.spin),
             last_reap: Cell::new(None),
             last_audit: Cell::new(Instant::now()),
             since_audit: Cell::new(0),
@@ -326,6 +333,7 @@ impl Consumer {
             pending: Cell::new(None),
             parked: RefCell::new(Vec::with_capacity(MAX_PARKED)),
             found: Cell::new(false),
+            spin_limit: Cell::new(opts.spin),
             last_reap: Cell::new(None),
             last_audit: Cell::new(Instant::now()),
             since_audit: Cell::new(0),
@@ -487,7 +495,7 @@ impl Consumer {
                 }
             }
             if let Step::Wait = step {
-                if timeout != Some(Duration::ZERO) && spins < self.opts.spin {
+                if timeout != Some(Duration::ZERO) && spins < self.spin_limit.get() {
                     spins += 1;
                     std::hint::spin_loop();
                     continue;
@@ -512,7 +520,14 @@ impl Consumer {
             if let Step::Again = step {
                 continue;
             }
+            // The spin did not catch a record: spin less next time.
+            self.spin_limit.set(self.spin_limit.get() / 2);
+            spins = 0;
             self.sleep(left.min(self.until_next_look(now)));
+            // Woken (or a record was there) within what a spin covers: spin again.
+            if now.elapsed() < QUICK_RECORD {
+                self.spin_limit.set(self.opts.spin);
+            }
         }
     }
 
@@ -1221,6 +1236,10 @@ impl Consumer {
         self.opts
     }
 }
+
+/// A record that follows a sleep sooner than this would have been caught by a
+/// spin: the consumer spins again (see `ConsumerOptions::spin`).
+const QUICK_RECORD: Duration = Duration::from_micros(4);
 
 /// Skips a call makes before its deadline is checked between them.
 const SKIPS_BEFORE_DEADLINE: u32 = 4096;

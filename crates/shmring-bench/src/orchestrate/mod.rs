@@ -164,10 +164,7 @@ pub fn run(args: &[String]) -> i32 {
         WorkloadArg::Meeting => &[Workload::Meeting],
     };
     // The ring size is checked once, against the core's rules, before any run.
-    if transports
-        .iter()
-        .any(|t| t == "shmring" || t == "shmring-copy")
-    {
+    if transports.iter().any(|t| t.starts_with("shmring")) {
         for &w in workloads {
             let fits = |mib: u64| {
                 Config::for_records(mib << 20, w.size() as u64)
@@ -347,7 +344,7 @@ fn wire(t: &str, size: usize, producers: u32, plan: &Plan) -> Result<Wiring, Str
         Ok::<_, String>(Wiring::Fds(v.0, v.1))
     };
     Ok(match t {
-        "shmring" | "shmring-copy" => {
+        "shmring" | "shmring-copy" | "shmring-budget" => {
             let cfg = Config::for_records(plan.ring_mib << 20, size as u64);
             Wiring::Ring(Segment::create_memfd("shmring-bench", &cfg).map_err(|e| {
                 format!("setup: {e} (a {size}-byte record needs --ring-mib of at least twice that)")

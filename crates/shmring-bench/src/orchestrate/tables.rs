@@ -368,6 +368,12 @@ pub(super) fn print_table(rows: &[Row], rate: f64, participants: u32) {
                 "  above floor: CPU s/GiB minus floor's (the same writing and reading, one process, no transport)"
             );
         }
+        if group.iter().any(|r| r.transport == "shmring-budget") {
+            println!(
+                "  shmring-budget: shmring whose consumer lets a record wait up to {} ms (ConsumerOptions::latency_budget): one wake-up serves many records",
+                crate::transports::BUDGET_ROW.as_secs_f64() * 1e3
+            );
+        }
         if group.iter().any(|r| r.transport == super::WAKEUP) {
             println!(
                 "  {}: a futex ping-pong between two processes, no ring and no payload: the wake-up latency beneath every row",
