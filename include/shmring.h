@@ -287,8 +287,9 @@ typedef struct shmring_config {
   uint32_t max_producers;
   // Non-zero: producers wake the consumer through an eventfd (for epoll).
   uint32_t eventfd;
-  // Zero.
-  uint32_t reserved;
+  // Non-zero: ask for transparent huge pages on the ring (the core's
+  // `Config::huge_pages`).
+  uint32_t huge_pages;
 } shmring_config;
 
 // The validated layout of an attached segment.

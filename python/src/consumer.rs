@@ -275,6 +275,7 @@ impl PyConsumer {
                 log_entries,
                 max_producers: max_producers.unwrap_or(d.max_producers),
                 eventfd,
+                ..d
             };
             if memfd {
                 Segment::create_memfd(name.unwrap_or("shmring"), &cfg).py_err()?

@@ -28,8 +28,9 @@ pub struct shmring_config {
     pub max_producers: u32,
     /// Non-zero: producers wake the consumer through an eventfd (for epoll).
     pub eventfd: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// Non-zero: ask for transparent huge pages on the ring (the core's
+    /// `Config::huge_pages`).
+    pub huge_pages: u32,
 }
 
 impl shmring_config {
@@ -40,6 +41,7 @@ impl shmring_config {
             log_entries: (self.log_entries != 0).then_some(self.log_entries),
             max_producers: self.max_producers,
             eventfd: self.eventfd != 0,
+            huge_pages: self.huge_pages != 0,
         }
     }
 }
@@ -100,7 +102,7 @@ pub unsafe extern "C" fn shmring_config_init(cfg: *mut shmring_config) -> shmrin
             log_entries: d.log_entries.unwrap_or(0),
             max_producers: d.max_producers,
             eventfd: u32::from(d.eventfd),
-            reserved: 0,
+            huge_pages: u32::from(d.huge_pages),
         };
         ok()
     })

@@ -1211,7 +1211,14 @@ impl Consumer {
     /// eventfd, and reports whether a record (or a skippable claim) is already there
     /// (then do not wait; call [`Consumer::try_next`]). Pair with
     /// [`Consumer::disarm`] after the wait.
+    ///
+    /// A tethered consumer never waits on the ring's eventfd (producers signal it
+    /// for the ring's consumer only): for it `arm` reports ready at once and does
+    /// nothing, and `disarm` does nothing; wait with [`Consumer::next_timeout`].
     pub fn arm(&self) -> bool {
+        if self.is_tethered() {
+            return true;
+        }
         let f = &self.seg.control().data.0;
         // Every commit wakes an eventfd waiter (no latency budget here).
         f.need.store(0, Ordering::Relaxed);
@@ -1226,6 +1233,9 @@ impl Consumer {
     /// Clears the flag set by a successful wait after [`Consumer::arm`], and drains
     /// the eventfd.
     pub fn disarm(&self) {
+        if self.is_tethered() {
+            return;
+        }
         wake::disarm(&self.seg.control().data.0);
         if let Some(fd) = self.seg.eventfd() {
             wake::drain_eventfd(fd);

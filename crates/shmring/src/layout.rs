@@ -69,6 +69,9 @@ pub const MAX_LOG_ENTRIES: u32 = 1 << 22;
 
 /// Flag in [`Identity::flags`]: producers must signal through an eventfd.
 pub const FLAG_EVENTFD: u32 = 1;
+/// Flag in [`Identity::flags`]: every process maps the ring asking for transparent
+/// huge pages (`MADV_HUGEPAGE`), so whoever touches a page first gets a huge one.
+pub const FLAG_HUGE_PAGES: u32 = 2;
 
 // ---- packed cursor: seq (28 bits) | pos (36 bits) ----------------------------------
 
