@@ -55,7 +55,7 @@ else
     cat "$log/build.txt"; count "build: library, install, C/C++ examples, C tests" 1
 fi
 
-for t in test_api test_api_asan test_static test_handoff; do
+for t in test_api test_api_asan test_static test_handoff test_readers test_readers_asan; do
     echo "== $t"
     if [ -x "$build/$t" ]; then
         ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 "$build/$t" > "$log/$t.txt" 2>&1
