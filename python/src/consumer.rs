@@ -19,7 +19,7 @@ use crate::views::{array_of, Plane, ViewGuard};
 
 /// Longest stretch a blocking wait spends without the GIL before checking for
 /// signals (Ctrl-C).
-const SIGNAL_CHECK: Duration = Duration::from_millis(100);
+pub const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 
 /// Makes a pointer `Send` for `Python::detach`, which runs its closure on the
 /// current thread: nothing is actually shared with another thread.

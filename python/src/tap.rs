@@ -1,17 +1,14 @@
 //! `Tap`: a read-only observer that copies records as they go by
 //! (`shmring::Tap`), and the `TapFrame` it returns.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 use shmring::{ReadOnlySegment, Tap, TapOptions};
 
-use crate::consumer::{own_fd, secs};
+use crate::consumer::{own_fd, secs, SIGNAL_CHECK};
 use crate::errors::{Closed, ConfigError, IntoPy};
-
-/// Longest stretch a wait spends without the GIL before checking for signals.
-const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 
 /// A record a tap copied: ``data`` (bytes) and the record's metadata.
 #[pyclass(frozen, get_all, module = "shmring._shmring", name = "TapFrame")]

@@ -4,13 +4,12 @@ counted)."""
 
 from __future__ import annotations
 
+import gc
 import os
-import struct
 import threading
-import zlib
 
 import pytest
-from conftest import Children
+from conftest import Children, receive, record_index
 
 import shmring
 
@@ -21,13 +20,6 @@ PATIENCE = 2000
 
 def record(i: int, n: int) -> bytes:
     return bytes((i + j) & 0xFF for j in range(n))
-
-
-def verified(data: bytes | memoryview) -> int:
-    """The index of a record written by _producer.py, after checking its checksum."""
-    index, crc = struct.unpack_from("<II", data)
-    assert zlib.crc32(data[8:]) == crc, f"record {index}: checksum mismatch"
-    return int(index)
 
 
 def take(ring: shmring.Consumer) -> tuple[int, bytes]:
@@ -101,7 +93,7 @@ def test_tethered_consumer_and_owner_with_a_producer_process(
             f = ring.next(timeout=0.01)
             if f is not None:
                 with f:
-                    got[key].append(verified(memoryview(f)))
+                    got[key].append(record_index(f))
         assert proc.poll() in (None, 0), f"producer exited with {proc.returncode}"
     assert got["owner"] == list(range(count))
     assert got["tethered"] == list(range(count))
@@ -205,6 +197,9 @@ def test_tap_copies_are_never_torn(children: Children) -> None:
     in a thread: every copy it returns is intact, and every record is delivered
     or counted lost."""
     count = 3000
+    # Consumers belong to the thread that made them: collect earlier tests' garbage
+    # here, not in the tap's thread.
+    gc.collect()
     owner = shmring.Consumer("tap-torn", create=True, memfd=True, capacity=1 << 16)
     tap = shmring.Tap(fd=os.dup(owner.read_only_fileno()))
     done = threading.Event()
@@ -216,7 +211,7 @@ def test_tap_copies_are_never_torn(children: Children) -> None:
             while not (done.is_set() and tap.stats()["lag"] == 0):
                 f = tap.next(timeout=0.01)
                 if f is not None:
-                    copies.append(verified(f.data))
+                    copies.append(record_index(f.data))
         except BaseException as e:  # reported by the test's thread
             errors.append(e)
 
@@ -228,15 +223,7 @@ def test_tap_copies_are_never_torn(children: Children) -> None:
             "--fd", str(fd), "--count", str(count), "--max", "8192", pass_fds=(fd,)
         )
         os.close(fd)
-        got = []
-        while len(got) < count:
-            f = owner.next(timeout=0.5)
-            if f is None:
-                assert proc.poll() in (None, 0), f"producer exited with {proc.returncode}"
-                continue
-            with f:
-                got.append(verified(memoryview(f)))
-        assert got == list(range(count))
+        assert receive(owner, count, proc) == list(range(count))
         assert proc.wait(timeout=30) == 0
     finally:
         done.set()

@@ -13,20 +13,13 @@
 #include "check.h"
 #include "shmring.h"
 
-#define CHECK_MSG(needle) CHECK(strstr(shmring_last_error(), (needle)) != NULL)
 #define MS 1000000LL
 /* Bounds of the loops that wait for something the library does by itself: far
  * above what it needs, so only a failure reaches them. */
 #define PATIENCE 2000
 
 static shmring_segment *make_ring(uint64_t capacity) {
-    shmring_config cfg;
-    CHECK_ST(shmring_config_init(&cfg), SHMRING_OK);
-    cfg.capacity = capacity;
-    shmring_segment *s = NULL;
-    CHECK_ST(shmring_segment_create_memfd("test-readers", &cfg, &s), SHMRING_OK);
-    CHECK(s != NULL);
-    return s;
+    return check_memfd_ring("test-readers", capacity);
 }
 
 /* Record i: `len` bytes, byte j = (i + j) & 0xff, stream i. */
