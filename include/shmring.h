@@ -716,11 +716,11 @@ enum shmring_status shmring_tap_options_init(struct shmring_tap_options *opts);
 // newest record. `opts` may be NULL for the defaults.
 enum shmring_status shmring_tap_open_named(const char *name, const struct shmring_tap_options *opts, struct shmring_tap **out);
 
-// Opens a tap on a ring from a descriptor of its sealed memfd (a read-only one,
-// from shmring_segment_read_only_fd of the ring's owner or an observer's, or any
-// other), mapped read-only. It starts at the newest record. The library takes
-// ownership of `fd` as soon as it is checked to be open, whether the call
-// succeeds or not. `opts` may be NULL for the defaults.
+// Opens a tap on a memfd ring from a descriptor of it (e.g. a dup of
+// shmring_segment_read_only_fd or of shmring_observer_fd), mapped read-only
+// (SHMRING_ERR_UNSEALED for a named ring's: open it by name). It starts at the
+// newest record. The library takes ownership of `fd` as soon as it is checked to
+// be open, whether the call succeeds or not. `opts` may be NULL for the defaults.
 enum shmring_status shmring_tap_open_fd(int fd, const struct shmring_tap_options *opts, struct shmring_tap **out);
 
 // Copies the next record the tap takes into `buf` (`cap` bytes), waiting up to

@@ -197,11 +197,11 @@ pub unsafe extern "C" fn shmring_tap_open_named(
     })
 }
 
-/// Opens a tap on a ring from a descriptor of its sealed memfd (a read-only one,
-/// from shmring_segment_read_only_fd of the ring's owner or an observer's, or any
-/// other), mapped read-only. It starts at the newest record. The library takes
-/// ownership of `fd` as soon as it is checked to be open, whether the call
-/// succeeds or not. `opts` may be NULL for the defaults.
+/// Opens a tap on a memfd ring from a descriptor of it (e.g. a dup of
+/// shmring_segment_read_only_fd or of shmring_observer_fd), mapped read-only
+/// (SHMRING_ERR_UNSEALED for a named ring's: open it by name). It starts at the
+/// newest record. The library takes ownership of `fd` as soon as it is checked to
+/// be open, whether the call succeeds or not. `opts` may be NULL for the defaults.
 #[no_mangle]
 pub unsafe extern "C" fn shmring_tap_open_fd(
     fd: c_int,
