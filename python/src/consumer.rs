@@ -271,6 +271,7 @@ impl PyConsumer {
                 Some(t) => secs(t, "tether_stall_limit")?,
                 None => d.tether_stall_limit,
             },
+            ..d
         };
         let tethered = match role {
             "owner" => false,

@@ -115,6 +115,7 @@ fn core_options(opts: *const shmring_consumer_options) -> ConsumerOptions {
             0 => d.tether_stall_limit,
             ns => Duration::from_nanos(ns),
         },
+        ..d
     }
 }
 
