@@ -12,27 +12,31 @@
  *   reported as errors; they never crash the process. No Rust panic crosses the ABI.
  *
  * OWNERSHIP
- *   - Handles (shmring_segment, shmring_producer, shmring_consumer) are created by
- *     the library and freed only by their *_close function. Closing NULL is a no-op;
- *     closing twice returns SHMRING_ERR_BAD_HANDLE.
+ *   - Handles (shmring_segment, shmring_producer, shmring_consumer, shmring_tap,
+ *     ...) are created by the library and freed only by their *_close function.
+ *     Closing NULL is a no-op; closing twice returns SHMRING_ERR_BAD_HANDLE.
  *   - A producer or consumer keeps its segment mapped: the segment handle may be
  *     closed before them.
  *   - Descriptors passed to shmring_segment_attach_fd / shmring_segment_open_named
- *     belong to the library from the call on (closed by it, even on failure).
- *     Descriptors returned by shmring_segment_fd / _eventfd stay owned by the
- *     segment: do not close them (closing any descriptor of a segment file drops
- *     this process's record locks, which signal that its producers are alive).
+ *     / shmring_tap_open_fd belong to the library from the call on (closed by it,
+ *     even on failure). Descriptors returned by shmring_segment_fd / _eventfd /
+ *     _read_only_fd stay owned by the segment: do not close them (closing any
+ *     descriptor of a segment file drops this process's record locks, which
+ *     signal that its producers are alive).
  *   - shmring_reservation.data is valid until shmring_producer_commit, _abort or
  *     _close on that producer.
  *   - shmring_frame.data is valid until shmring_consumer_release of that frame, or
  *     shmring_consumer_reset / _close. Frames may be released in any order.
+ *   - shmring_tap_next copies into the caller's buffer: nothing a tap returns
+ *     points into the ring.
  *   - Strings returned by the library (shmring_last_error, shmring_status_name,
  *     shmring_version, shmring_segment_name) are never freed by the caller.
  *
  * THREADS
- *   A segment handle may be used from any number of threads. A producer or a
- *   consumer is used by one thread at a time (it may move between threads); a
- *   concurrent call returns SHMRING_ERR_BUSY. Use one producer per thread.
+ *   A segment handle may be used from any number of threads. A producer, a
+ *   consumer or a tap is used by one thread at a time (it may move between
+ *   threads); a concurrent call returns SHMRING_ERR_BUSY. Use one producer per
+ *   thread.
  *
  * SANDBOXES
  *   After shmring_segment_attach_fd + shmring_producer_attach, the producer path
@@ -103,6 +107,9 @@
 // Wait for space up to the policy's timeout.
 #define SHMRING_POLICY_BLOCK 1
 
+// Pass as `kind` or `stream` of shmring_tap_options to take every value.
+#define SHMRING_TAP_ANY -1
+
 // What every function returns. `SHMRING_OK` (0) is success; `SHMRING_TIMEOUT` (1)
 // means a wait ended without result (not a failure of the ring); negative values
 // are errors, described by `shmring_last_error()`.
@@ -172,6 +179,9 @@ typedef enum shmring_status {
   SHMRING_ERR_DETACHED = -26,
   // Every tethered-consumer line of the ring is taken.
   SHMRING_ERR_NO_TETHER_LINE = -27,
+  // The caller's buffer is smaller than the record (the length needed is
+  // reported; the record is kept for the next call).
+  SHMRING_ERR_BUFFER_TOO_SMALL = -28,
 } shmring_status;
 
 // The consumer of a ring (opaque). One thread at a time.
@@ -190,6 +200,9 @@ typedef struct shmring_producer shmring_producer;
 // An attached shared-memory segment (opaque).
 typedef struct shmring_segment shmring_segment;
 
+// A read-only tap on a ring (opaque). One thread at a time.
+typedef struct shmring_tap shmring_tap;
+
 // Consumer tuning. Initialise with shmring_consumer_options_init().
 typedef struct shmring_consumer_options {
   // How often a pending claim's producer is checked for liveness (default 50 ms).
@@ -202,6 +215,11 @@ typedef struct shmring_consumer_options {
   // Deliver committed records behind a claim pending this long (0, the default:
   // always in claim order). Each producer's records stay in its commit order.
   uint64_t overtake_after_ns;
+  // The ring's consumer detaches a tethered consumer whose read cursor stays
+  // behind its own without moving for this long (it then gets
+  // SHMRING_ERR_DETACHED). 0: the library's default. Ignored by a tethered
+  // consumer (it is the ring's consumer's limit).
+  uint64_t tether_stall_limit_ns;
 } shmring_consumer_options;
 
 // A record's metadata, stored in its header.
@@ -305,6 +323,25 @@ typedef struct shmring_geometry {
   uint64_t total_size;
 } shmring_geometry;
 
+// One tethered consumer of a ring (see shmring_segment_tethers).
+typedef struct shmring_tether_info {
+  // Its line.
+  uint32_t line;
+  // Non-zero: it asked to attach and the ring's consumer has not adopted it yet.
+  uint32_t requested;
+  // The pid holding the line, as the kernel reports it (0: unknown).
+  uint32_t pid;
+  // Zero.
+  uint32_t reserved;
+  uint64_t records_consumed;
+  uint64_t bytes_consumed;
+  // Records it lost when the ring was reset under it.
+  uint64_t lost;
+  // How far its read cursor is behind the write cursor, in records and bytes.
+  uint64_t lag_records;
+  uint64_t lag_bytes;
+} shmring_tether_info;
+
 // Counters of a ring (a snapshot). Statistics only: a peer can falsify them.
 typedef struct shmring_stats {
   uint64_t capacity;
@@ -347,6 +384,52 @@ typedef struct shmring_stats {
   // Tethered consumers the consumer detached (dead, or stopped releasing).
   uint64_t tethers_detached;
 } shmring_stats;
+
+// What a tap takes and how it waits. Initialise with shmring_tap_options_init().
+typedef struct shmring_tap_options {
+  // Deliver every n-th record that matches `kind` and `stream` (1: all; 0 is
+  // taken as 1).
+  uint32_t every;
+  // Zero.
+  uint32_t reserved;
+  // Only records of this kind (SHMRING_KIND_VIDEO, ...); SHMRING_TAP_ANY: all.
+  int64_t kind;
+  // Only records of this stream; SHMRING_TAP_ANY: all.
+  int64_t stream;
+  // How long an idle tap sleeps between looks (it polls: asking producers for a
+  // wake-up would be a write). 0: the library's default.
+  uint64_t poll_interval_ns;
+  // Step over a claim still pending after this long (counted lost). 0: the
+  // library's default.
+  uint64_t skip_pending_after_ns;
+} shmring_tap_options;
+
+// A record a tap copied.
+typedef struct shmring_tap_frame {
+  // Payload length in bytes (with SHMRING_ERR_BUFFER_TOO_SMALL: the buffer size
+  // needed).
+  size_t len;
+  struct shmring_meta meta;
+  // The record's claim sequence number (low 28 bits).
+  uint64_t seq;
+} shmring_tap_frame;
+
+// What a tap has seen (its own counters: the ring does not know its taps).
+typedef struct shmring_tap_counters {
+  // Records delivered intact.
+  uint64_t delivered;
+  // Records lost: overwritten while copied, skipped when the tap fell a ring
+  // behind, or stepped over while pending.
+  uint64_t lost;
+  // Of `lost`, records found overwritten after they were copied (never delivered).
+  uint64_t torn;
+  // Records not taken because of `every`, `kind` or `stream`.
+  uint64_t filtered;
+  // Times the tap jumped to the newest record (lapped, or the ring was reset).
+  uint64_t skips;
+  // Records between the tap and the ring's write cursor now.
+  uint64_t lag;
+} shmring_tap_counters;
 
 // Options of shmring_listen. Initialise with shmring_listen_options_init(), which
 // sets the library's defaults (this process's uid only, the default bounds).
@@ -413,12 +496,30 @@ uint32_t shmring_layout_version(void);
 // Nanoseconds of CLOCK_MONOTONIC (the clock record timestamps use by default).
 uint64_t shmring_now_ns(void);
 
-// Fills `opts` with the defaults (50 ms liveness checks, 64 spins).
+// Fills `opts` with the library's defaults.
 enum shmring_status shmring_consumer_options_init(struct shmring_consumer_options *opts);
 
 // Becomes the ring's consumer (taking over from a dead one). `opts` may be NULL
 // for the defaults.
 enum shmring_status shmring_consumer_attach(const struct shmring_segment *seg, const struct shmring_consumer_options *opts, struct shmring_consumer **out);
+
+// Attaches a *tethered* consumer: a full consumer beside the ring's own, with its
+// own cursors, used like one (shmring_consumer_next, _release, _close). It gets
+// every record from where it starts: the ring consumer's read cursor when that
+// consumer next looks at the ring and adopts it (at its next poll, or within its
+// liveness interval when idle); until then it sees no records. Its frames hold
+// their space until released, like the ring consumer's. The ring's consumer must
+// be attached and alive (SHMRING_ERR_NO_CONSUMER); SHMRING_ERR_NO_TETHER_LINE when
+// every line is taken. The ring's consumer detaches a tethered consumer that dies
+// or stops releasing (see `tether_stall_limit_ns`): its calls then return
+// SHMRING_ERR_DETACHED; close it and attach again. It cannot reset the ring, and
+// waits on its own wake-up (not the eventfd: shmring_consumer_arm refuses it).
+// `opts` may be NULL for the defaults.
+enum shmring_status shmring_consumer_attach_tethered(const struct shmring_segment *seg, const struct shmring_consumer_options *opts, struct shmring_consumer **out);
+
+// `*out` receives 1 for a tethered consumer (shmring_consumer_attach_tethered),
+// 0 for the ring's consumer.
+enum shmring_status shmring_consumer_is_tethered(const struct shmring_consumer *c, uint32_t *out);
 
 // Detaches the consumer. Every frame it handed out becomes invalid. NULL is a no-op.
 enum shmring_status shmring_consumer_close(struct shmring_consumer *c);
@@ -439,7 +540,8 @@ enum shmring_status shmring_consumer_outstanding(struct shmring_consumer *c, uin
 // Resets the ring by hand (a consumer does this by itself on corruption unless
 // `manual_reset` is set): forgets every claim in flight. Frames still held stay
 // valid; release them as usual. SHMRING_ERR_CORRUPT while frames held from before
-// an earlier reset are still out.
+// an earlier reset are still out. The ring's consumer only: a tethered consumer
+// gets SHMRING_ERR_CONFIG.
 enum shmring_status shmring_consumer_reset(struct shmring_consumer *c);
 
 // `*resets` receives how many times this consumer reset the ring (by itself or
@@ -454,7 +556,8 @@ enum shmring_status shmring_consumer_reap(struct shmring_consumer *c, uint32_t *
 
 // For an eventfd ring driven by epoll/poll: announces that the consumer is about to
 // wait. `*ready` non-zero: a frame is already there (do not wait; call next).
-// Otherwise wait for the eventfd, then call shmring_consumer_disarm.
+// Otherwise wait for the eventfd, then call shmring_consumer_disarm. The ring's
+// consumer only (SHMRING_ERR_STATE for a tethered one).
 enum shmring_status shmring_consumer_arm(struct shmring_consumer *c, uint32_t *ready);
 
 // Ends a wait begun with shmring_consumer_arm (clears the flag, drains the eventfd).
@@ -578,6 +681,13 @@ enum shmring_status shmring_segment_persist(const struct shmring_segment *seg);
 // a child process, dup() it or clear FD_CLOEXEC on a dup.
 enum shmring_status shmring_segment_fd(const struct shmring_segment *seg, int *out);
 
+// A read-only descriptor of the ring's file, for taps and observers in this
+// process or another: a mapping made from it cannot be written. Owned by the
+// segment: do not close it; dup() it to hand it on (shmring_tap_open_fd takes
+// ownership of what it is given, and needs a memfd ring's: a tap opens a named
+// ring by name).
+enum shmring_status shmring_segment_read_only_fd(const struct shmring_segment *seg, int *out);
+
 // The ring's eventfd (readable when data is ready), or -1 for a futex ring. Owned
 // by the segment: do not close it.
 enum shmring_status shmring_segment_eventfd(const struct shmring_segment *seg, int *out);
@@ -592,8 +702,43 @@ enum shmring_status shmring_segment_geometry(const struct shmring_segment *seg, 
 // The mapping's address range (for zero-copy checks).
 enum shmring_status shmring_segment_mapping(const struct shmring_segment *seg, const uint8_t **base, size_t *len);
 
+// The tethered consumers attached to the ring: `*n` receives how many there are,
+// and the first `min(*n, cap)` are written to `out` (which may be NULL when `cap`
+// is 0).
+enum shmring_status shmring_segment_tethers(const struct shmring_segment *seg, struct shmring_tether_info *out, size_t cap, size_t *n);
+
 // A snapshot of the ring's counters.
 enum shmring_status shmring_segment_stats(const struct shmring_segment *seg, struct shmring_stats *out);
+
+// Fills `opts` with the library's defaults (every record, any kind and stream).
+enum shmring_status shmring_tap_options_init(struct shmring_tap_options *opts);
+
+// Opens a tap on the named ring /dev/shm/NAME, mapped read-only. It starts at the
+// newest record. `opts` may be NULL for the defaults.
+enum shmring_status shmring_tap_open_named(const char *name, const struct shmring_tap_options *opts, struct shmring_tap **out);
+
+// Opens a tap on a memfd ring from a descriptor of it (e.g. a dup of
+// shmring_segment_read_only_fd or of shmring_observer_fd), mapped read-only
+// (SHMRING_ERR_UNSEALED for a named ring's: open it by name). It starts at the
+// newest record. The library takes ownership of `fd` as soon as it is checked to
+// be open, whether the call succeeds or not. `opts` may be NULL for the defaults.
+enum shmring_status shmring_tap_open_fd(int fd, const struct shmring_tap_options *opts, struct shmring_tap **out);
+
+// Copies the next record the tap takes into `buf` (`cap` bytes), waiting up to
+// `timeout_ns` (0: do not wait; negative: no limit). SHMRING_OK: `*out` describes
+// the record and its payload is in `buf[0..out->len]`. A record overwritten while
+// it was copied is never delivered (it is counted lost, and the tap goes on to
+// the next one); `buf` holds undefined bytes after any other status.
+// SHMRING_TIMEOUT: none came. SHMRING_ERR_BUFFER_TOO_SMALL: the record is
+// `out->len` bytes; the tap keeps it and the next call with a large enough buffer
+// returns it (`buf` may be NULL when `cap` is 0).
+enum shmring_status shmring_tap_next(struct shmring_tap *tap, uint8_t *buf, size_t cap, int64_t timeout_ns, struct shmring_tap_frame *out);
+
+// A snapshot of the tap's own counters.
+enum shmring_status shmring_tap_stats(const struct shmring_tap *tap, struct shmring_tap_counters *out);
+
+// Unmaps the ring and frees the tap. NULL is a no-op.
+enum shmring_status shmring_tap_close(struct shmring_tap *tap);
 
 // Fills `opts` with the library's defaults.
 enum shmring_status shmring_listen_options_init(struct shmring_listen_options *opts);

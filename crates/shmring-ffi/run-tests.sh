@@ -55,7 +55,7 @@ else
     cat "$log/build.txt"; count "build: library, install, C/C++ examples, C tests" 1
 fi
 
-for t in test_api test_api_asan test_static test_handoff; do
+for t in test_api test_api_asan test_static test_handoff test_readers test_readers_asan; do
     echo "== $t"
     if [ -x "$build/$t" ]; then
         ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 "$build/$t" > "$log/$t.txt" 2>&1
@@ -63,6 +63,19 @@ for t in test_api test_api_asan test_static test_handoff; do
         add_counts "$t" "$log/$t.txt" $st
     else count "$t (not built)" 1; fi
 done
+
+echo "== docs/C-API.md: the program of \"Several readers\""
+awk '/^## Several readers/ {s = 1} s && /^```c$/ {c = 1; next} c && /^```$/ {exit} c' \
+    "$root/docs/C-API.md" > "$log/readers_doc.c"
+if [ -s "$log/readers_doc.c" ] \
+    && ${CC:-cc} -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -I"$build/stage/include" \
+        "$log/readers_doc.c" -o "$log/readers_doc" -L"$build/stage/lib" -lshmring \
+        -Wl,-rpath,"$build/stage/lib" > "$log/readers_doc.txt" 2>&1 \
+    && "$log/readers_doc" >> "$log/readers_doc.txt" 2>&1; then
+    count "docs/C-API.md snippet: several readers" 0
+else
+    cat "$log/readers_doc.txt"; count "docs/C-API.md snippet: several readers" 1
+fi
 
 echo "== test_sandbox (seccomp)"
 if [ -x "$build/test_sandbox" ]; then

@@ -1,6 +1,8 @@
 """shmring: a zero-copy shared-memory ring for raw media between processes.
 
-A ring has one consumer and any number of producers (threads or processes).
+A ring has one consumer and any number of producers (threads or processes);
+tethered consumers (``Consumer(name, role="tethered")``) also get every record,
+and taps (``Tap(name)``) copy records read-only as they go by.
 Producers reserve space, fill it in place and commit; the consumer receives
 frames whose payloads stay in shared memory (``memoryview(frame)``,
 ``numpy.frombuffer(frame, dtype)``, ``frame.planes()``, ``frame.samples()`` are
@@ -58,9 +60,9 @@ from ._shmring import (
     ConfigError,
     ConsumerBusy,
     Corrupt,
+    Detached,
     Error,
     EventfdRequired,
-    Detached,
     Exists,
     Frame,
     Full,
@@ -69,6 +71,7 @@ from ._shmring import (
     Listener,
     NoConsumer,
     NoSlot,
+    NoTetherLine,
     NotFound,
     NotHeld,
     Observer,
@@ -77,6 +80,8 @@ from ._shmring import (
     Refused,
     Released,
     Reservation,
+    Tap,
+    TapFrame,
     Timeout,
     TooLarge,
     TooManyHeld,
@@ -99,9 +104,9 @@ __all__ = [
     "Consumer",
     "ConsumerBusy",
     "Corrupt",
+    "Detached",
     "Error",
     "EventfdRequired",
-    "Detached",
     "Exists",
     "Frame",
     "Full",
@@ -110,6 +115,7 @@ __all__ = [
     "Listener",
     "NoConsumer",
     "NoSlot",
+    "NoTetherLine",
     "NotFound",
     "NotHeld",
     "Observer",
@@ -118,6 +124,8 @@ __all__ = [
     "Refused",
     "Released",
     "Reservation",
+    "Tap",
+    "TapFrame",
     "Timeout",
     "TooLarge",
     "TooManyHeld",
@@ -141,7 +149,13 @@ class Consumer(_shmring.Consumer):
         created with ``eventfd=True`` (else ``EventfdRequired``). While waiting it
         re-checks with ``try_next()`` every ``liveness_interval`` so that the claim
         of a producer that died mid-write is skipped. Frames come in ring order.
+        The ring's consumer only: a tethered consumer waits with ``next()``.
         """
+        if self.is_tethered:
+            raise ConfigError(
+                f"ring {self.name}: frames() waits on the eventfd, which wakes the ring's "
+                "consumer only; a tethered consumer waits with next()"
+            )
         return _frames(self)
 
 

@@ -19,7 +19,7 @@ use crate::views::{array_of, Plane, ViewGuard};
 
 /// Longest stretch a blocking wait spends without the GIL before checking for
 /// signals (Ctrl-C).
-const SIGNAL_CHECK: Duration = Duration::from_millis(100);
+pub const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 
 /// Makes a pointer `Send` for `Python::detach`, which runs its closure on the
 /// current thread: nothing is actually shared with another thread.
@@ -62,7 +62,8 @@ pub fn own_fd(fd: i32, what: &str) -> PyResult<OwnedFd> {
 /// Consumer(name=None, *, create=False, capacity=None, max_record=None,
 ///          log_entries=None, max_producers=None, eventfd=False, memfd=False,
 ///          persist=False, fd=None, eventfd_fd=None, liveness_interval=0.05, spin=64,
-///          overtake_after=None, manual_reset=False)
+///          overtake_after=None, manual_reset=False, role="owner",
+///          tether_stall_limit=None)
 ///
 /// Sizes left at None are the library's defaults (a 16 MiB ring, 64 producer
 /// slots).
@@ -76,12 +77,19 @@ pub fn own_fd(fd: i32, what: &str) -> PyResult<OwnedFd> {
 ///   the consumer takes ownership of them.
 /// * ``eventfd=True`` makes producers wake the consumer through an eventfd, which
 ///   ``frames()`` (asyncio) needs.
+/// * ``Consumer("cam0", role="tethered")`` (or ``fd=``) attaches a *tethered*
+///   consumer beside the ring's own: it gets every record from where the ring's
+///   consumer is when that one next looks at the ring, and holds each record's
+///   space until it releases it. The ring's consumer detaches one that stops
+///   releasing for its ``tether_stall_limit`` seconds (None: the library's
+///   default); the tethered consumer's calls then raise ``Detached``.
 ///
 /// Frames: ``ring.next(timeout=None)`` returns the next Frame (None on timeout),
 /// ``ring.try_next()`` does not wait, ``for frame in ring:`` waits forever.
 /// A frame is handed back to the ring by ``frame.release()``, at the end of
 /// ``with ring.next() as frame:``, or when the frame and every view of it are gone.
-/// One consumer per ring; it is bound to the thread that created it.
+/// One consumer per ring (plus tethered ones); it is bound to the thread that
+/// created it.
 #[pyclass(unsendable, subclass, module = "shmring._shmring", name = "Consumer")]
 pub struct PyConsumer {
     inner: RefCell<Option<Consumer>>,
@@ -230,7 +238,7 @@ impl PyConsumer {
     #[pyo3(signature = (name=None, *, create=false, capacity=None, max_record=None,
         log_entries=None, max_producers=None, eventfd=false, memfd=false, persist=false,
         fd=None, eventfd_fd=None, liveness_interval=0.05, spin=64, overtake_after=None,
-        manual_reset=false))]
+        manual_reset=false, role="owner", tether_stall_limit=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: Option<&str>,
@@ -248,7 +256,10 @@ impl PyConsumer {
         spin: u32,
         overtake_after: Option<f64>,
         manual_reset: bool,
+        role: &str,
+        tether_stall_limit: Option<f64>,
     ) -> PyResult<Self> {
+        let d = ConsumerOptions::default();
         let opts = ConsumerOptions {
             liveness_interval: secs(liveness_interval, "liveness_interval")?,
             spin,
@@ -256,8 +267,26 @@ impl PyConsumer {
                 .map(|t| secs(t, "overtake_after"))
                 .transpose()?,
             auto_reset: !manual_reset,
-            ..ConsumerOptions::default()
+            tether_stall_limit: match tether_stall_limit {
+                Some(t) => secs(t, "tether_stall_limit")?,
+                None => d.tether_stall_limit,
+            },
+            ..d
         };
+        let tethered = match role {
+            "owner" => false,
+            "tethered" => true,
+            _ => {
+                return Err(ConfigError::new_err(format!(
+                    "role must be \"owner\" or \"tethered\", got {role:?}"
+                )))
+            }
+        };
+        if tethered && create {
+            return Err(ConfigError::new_err(
+                "a tethered consumer attaches to an existing ring: give a name or fd=, not create=True",
+            ));
+        }
         let seg: Arc<Segment> = if let Some(fd) = fd {
             if create {
                 return Err(ConfigError::new_err(
@@ -297,7 +326,12 @@ impl PyConsumer {
         if persist {
             seg.persist();
         }
-        let c = Consumer::with_options(seg, opts).py_err()?;
+        let c = if tethered {
+            Consumer::tethered(seg, opts)
+        } else {
+            Consumer::with_options(seg, opts)
+        }
+        .py_err()?;
         Ok(PyConsumer {
             inner: RefCell::new(Some(c)),
             closed: Cell::new(false),
@@ -343,16 +377,40 @@ impl PyConsumer {
     /// For eventfd rings (asyncio): asks producers to signal the eventfd. Returns
     /// True if a frame is already there (then call try_next() instead of waiting).
     /// Pair every False return with disarm() after the wait.
+    /// The ring's consumer only: a tethered one waits in next().
     fn arm(&self) -> PyResult<bool> {
-        self.with(|c| Ok(c.arm()))
+        self.with(|c| {
+            ring_consumer_only(c)?;
+            Ok(c.arm())
+        })
     }
 
     /// disarm(): ends a wait started with arm() and drains the eventfd.
     fn disarm(&self) -> PyResult<()> {
         self.with(|c| {
+            ring_consumer_only(c)?;
             c.disarm();
             Ok(())
         })
+    }
+
+    /// True for a tethered consumer (``role="tethered"``).
+    #[getter]
+    fn is_tethered(&self) -> PyResult<bool> {
+        self.with(|c| Ok(c.is_tethered()))
+    }
+
+    /// The tethered consumers of the ring: a list of dicts (line, requested, pid,
+    /// records_consumed, bytes_consumed, lost, lag_records, lag_bytes).
+    fn tethers<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        self.with(|c| tether_dicts(py, &c.segment().tethers()))
+    }
+
+    /// A read-only descriptor of the ring, for taps (``Tap(fd=os.dup(n))``) in
+    /// this process or another. Owned by the consumer; do not close it.
+    fn read_only_fileno(&self) -> PyResult<i32> {
+        use std::os::fd::AsRawFd;
+        self.with(|c| Ok(c.segment().read_only_fd().py_err()?.as_raw_fd()))
     }
 
     /// The eventfd that becomes readable when data is ready (rings created with
@@ -487,14 +545,47 @@ impl PyConsumer {
     fn __repr__(&self) -> String {
         match self.inner.borrow().as_ref() {
             Some(c) if !self.closed.get() => format!(
-                "<shmring.Consumer {} capacity={} frames_alive={}>",
+                "<shmring.Consumer {}{} capacity={} frames_alive={}>",
                 c.segment().name(),
+                if c.is_tethered() { " tethered" } else { "" },
                 c.segment().geometry().capacity,
                 self.live_frames.get()
             ),
             _ => "<shmring.Consumer closed>".to_string(),
         }
     }
+}
+
+/// The eventfd wakes the ring's consumer only.
+fn ring_consumer_only(c: &Consumer) -> PyResult<()> {
+    if c.is_tethered() {
+        return Err(ConfigError::new_err(format!(
+            "a tethered consumer of {} does not wait on the eventfd; wait in next()",
+            c.segment().name()
+        )));
+    }
+    Ok(())
+}
+
+pub fn tether_dicts<'py>(
+    py: Python<'py>,
+    tethers: &[shmring::TetherInfo],
+) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    tethers
+        .iter()
+        .map(|t| {
+            let d = PyDict::new(py);
+            d.set_item("line", t.line)?;
+            d.set_item("requested", t.requested)?;
+            d.set_item("pid", t.pid)?;
+            d.set_item("records_consumed", t.records_consumed)?;
+            d.set_item("bytes_consumed", t.bytes_consumed)?;
+            d.set_item("lost", t.lost)?;
+            d.set_item("lag_records", t.lag_records)?;
+            d.set_item("lag_bytes", t.lag_bytes)?;
+            Ok(d)
+        })
+        .collect()
 }
 
 pub fn stats_dict<'py>(py: Python<'py>, s: &shmring::Stats) -> PyResult<Bound<'py, PyDict>> {

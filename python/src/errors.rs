@@ -101,6 +101,12 @@ create_exception!(
 );
 create_exception!(
     shmring,
+    NoTetherLine,
+    NoSlot,
+    "Every tethered-consumer line of the ring is taken."
+);
+create_exception!(
+    shmring,
     Released,
     Error,
     "The frame or reservation was already released."
@@ -159,7 +165,7 @@ pub fn to_py(e: shmring::Error) -> PyErr {
         E::Refused { .. } => Refused::new_err(msg),
         E::Handoff { .. } => HandoffError::new_err(msg),
         E::Detached(_) => Detached::new_err(msg),
-        E::NoTetherLine { .. } => NoSlot::new_err(msg),
+        E::NoTetherLine { .. } => NoTetherLine::new_err(msg),
     }
 }
 
@@ -199,6 +205,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         NotHeld,
         EventfdRequired,
         Detached,
+        NoTetherLine,
         Released,
         Closed,
         BadMediaHeader,

@@ -19,6 +19,7 @@ mod errors;
 mod handoff;
 mod media;
 mod producer;
+mod tap;
 mod views;
 
 /// Native part of the `shmring` package. Import `shmring` instead.
@@ -32,6 +33,8 @@ fn _shmring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<views::ViewGuard>()?;
     m.add_class::<handoff::PyListener>()?;
     m.add_class::<handoff::PyObserver>()?;
+    m.add_class::<tap::PyTap>()?;
+    m.add_class::<tap::PyTapFrame>()?;
     media::register(m)?;
     m.add_function(wrap_pyfunction!(now_ns, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

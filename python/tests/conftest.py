@@ -1,21 +1,47 @@
 """Shared fixtures: unique ring names with /dev/shm clean-up, child processes that
-are always killed, and the test producer script."""
+are always killed, the test producer script and the check of its records."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import uuid
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import shmring
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 PRODUCER = HERE / "_producer.py"
+
+
+def record_index(data: bytes | memoryview | shmring.Frame) -> int:
+    """Verifies a record written by _producer.py and returns its index."""
+    m = memoryview(data)
+    index, crc = struct.unpack_from("<II", m)
+    assert zlib.crc32(m[8:]) == crc, f"record {index}: checksum mismatch"
+    m.release()
+    return int(index)
+
+
+def receive(ring: shmring.Consumer, count: int, proc: subprocess.Popen[bytes]) -> list[int]:
+    """The indexes of the next `count` records from the producer process `proc`."""
+    got: list[int] = []
+    while len(got) < count:
+        f = ring.next(timeout=0.5)
+        if f is None:
+            assert proc.poll() in (None, 0), f"producer exited with {proc.returncode}"
+            continue
+        with f:
+            got.append(record_index(f))
+    return got
 
 
 @pytest.fixture

@@ -8,8 +8,7 @@ import signal
 import subprocess
 
 import pytest
-from conftest import Children
-from test_process import check
+from conftest import Children, record_index
 
 import shmring
 
@@ -29,7 +28,7 @@ async def consume(ring: shmring.Consumer, count: int) -> tuple[list[int], int]:
     ticks_while_waiting = 0
     async for frame in ring.frames():
         with frame:
-            got.append(check(frame))
+            got.append(record_index(frame))
         if len(got) == 1:
             ticks_while_waiting = ticks
         if len(got) == count:

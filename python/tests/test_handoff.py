@@ -14,8 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Children, find_cli
-from test_process import receive
+from conftest import Children, find_cli, receive
 
 import shmring
 

@@ -4,36 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import struct
 import subprocess
-import zlib
 
 import numpy as np
 import pytest
-from conftest import Children, find_cli
+from conftest import Children, find_cli, receive
 
 import shmring
-
-
-def check(frame: shmring.Frame) -> int:
-    """Verifies a record written by _producer.py and returns its index."""
-    m = memoryview(frame)
-    index, crc = struct.unpack_from("<II", m)
-    assert zlib.crc32(m[8:]) == crc, f"record {index}: checksum mismatch"
-    m.release()
-    return index
-
-
-def receive(ring: shmring.Consumer, count: int, proc: subprocess.Popen[bytes]) -> list[int]:
-    got: list[int] = []
-    while len(got) < count:
-        f = ring.next(timeout=0.5)
-        if f is None:
-            assert proc.poll() in (None, 0), f"producer exited with {proc.returncode}"
-            continue
-        with f:
-            got.append(check(f))
-    return got
 
 
 def test_producer_process_by_name(ring_name: str, children: Children) -> None:

@@ -42,6 +42,11 @@ pub struct shmring_consumer_options {
     /// Deliver committed records behind a claim pending this long (0, the default:
     /// always in claim order). Each producer's records stay in its commit order.
     pub overtake_after_ns: u64,
+    /// The ring's consumer detaches a tethered consumer whose read cursor stays
+    /// behind its own without moving for this long (it then gets
+    /// SHMRING_ERR_DETACHED). 0: the library's default. Ignored by a tethered
+    /// consumer (it is the ring's consumer's limit).
+    pub tether_stall_limit_ns: u64,
 }
 
 /// Pass as a timeout to wait forever.
@@ -74,7 +79,7 @@ impl shmring_consumer {
     }
 }
 
-/// Fills `opts` with the defaults (50 ms liveness checks, 64 spins).
+/// Fills `opts` with the library's defaults.
 #[no_mangle]
 pub unsafe extern "C" fn shmring_consumer_options_init(
     opts: *mut shmring_consumer_options,
@@ -86,9 +91,41 @@ pub unsafe extern "C" fn shmring_consumer_options_init(
             spin: d.spin,
             manual_reset: u32::from(!d.auto_reset),
             overtake_after_ns: d.overtake_after.map_or(0, |t| t.as_nanos() as u64),
+            tether_stall_limit_ns: d.tether_stall_limit.as_nanos() as u64,
         };
         ok()
     })
+}
+
+/// The core's options from the C struct (NULL: the defaults).
+fn core_options(opts: *const shmring_consumer_options) -> ConsumerOptions {
+    let d = ConsumerOptions::default();
+    if opts.is_null() {
+        return d;
+    }
+    // SAFETY: non-null; the caller promises a valid struct.
+    let o = unsafe { &*opts };
+    ConsumerOptions {
+        liveness_interval: Duration::from_nanos(o.liveness_interval_ns),
+        spin: o.spin,
+        auto_reset: o.manual_reset == 0,
+        overtake_after: (o.overtake_after_ns != 0)
+            .then(|| Duration::from_nanos(o.overtake_after_ns)),
+        tether_stall_limit: match o.tether_stall_limit_ns {
+            0 => d.tether_stall_limit,
+            ns => Duration::from_nanos(ns),
+        },
+        ..d
+    }
+}
+
+fn new_consumer(c: Consumer, out: &mut *mut shmring_consumer) -> Res<shmring_status> {
+    *out = register(Box::new(shmring_consumer {
+        users: AtomicU32::new(0),
+        id: NEXT_CONSUMER_ID.fetch_add(1, Ordering::Relaxed),
+        consumer: UnsafeCell::new(c),
+    }));
+    ok()
 }
 
 /// Becomes the ring's consumer (taking over from a dead one). `opts` may be NULL
@@ -103,26 +140,50 @@ pub unsafe extern "C" fn shmring_consumer_attach(
         let out = out_ptr(out, "out")?;
         *out = std::ptr::null_mut();
         let (h, _l) = lease(seg)?;
-        let o = if opts.is_null() {
-            ConsumerOptions::default()
-        } else {
-            // SAFETY: non-null; the caller promises a valid struct.
-            let o = unsafe { &*opts };
-            ConsumerOptions {
-                liveness_interval: Duration::from_nanos(o.liveness_interval_ns),
-                spin: o.spin,
-                auto_reset: o.manual_reset == 0,
-                overtake_after: (o.overtake_after_ns != 0)
-                    .then(|| Duration::from_nanos(o.overtake_after_ns)),
-                ..ConsumerOptions::default()
-            }
-        };
-        let c = Consumer::with_options(h.seg.clone(), o).map_err(core_err)?;
-        *out = register(Box::new(shmring_consumer {
-            users: AtomicU32::new(0),
-            id: NEXT_CONSUMER_ID.fetch_add(1, Ordering::Relaxed),
-            consumer: UnsafeCell::new(c),
-        }));
+        let c = Consumer::with_options(h.seg.clone(), core_options(opts)).map_err(core_err)?;
+        new_consumer(c, out)
+    })
+}
+
+/// Attaches a *tethered* consumer: a full consumer beside the ring's own, with its
+/// own cursors, used like one (shmring_consumer_next, _release, _close). It gets
+/// every record from where it starts: the ring consumer's read cursor when that
+/// consumer next looks at the ring and adopts it (at its next poll, or within its
+/// liveness interval when idle); until then it sees no records. Its frames hold
+/// their space until released, like the ring consumer's. The ring's consumer must
+/// be attached and alive (SHMRING_ERR_NO_CONSUMER); SHMRING_ERR_NO_TETHER_LINE when
+/// every line is taken. The ring's consumer detaches a tethered consumer that dies
+/// or stops releasing (see `tether_stall_limit_ns`): its calls then return
+/// SHMRING_ERR_DETACHED; close it and attach again. It cannot reset the ring, and
+/// waits on its own wake-up (not the eventfd: shmring_consumer_arm refuses it).
+/// `opts` may be NULL for the defaults.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_consumer_attach_tethered(
+    seg: *const shmring_segment,
+    opts: *const shmring_consumer_options,
+    out: *mut *mut shmring_consumer,
+) -> shmring_status {
+    entry("shmring_consumer_attach_tethered", || {
+        let out = out_ptr(out, "out")?;
+        *out = std::ptr::null_mut();
+        let (h, _l) = lease(seg)?;
+        let c = Consumer::tethered(h.seg.clone(), core_options(opts)).map_err(core_err)?;
+        new_consumer(c, out)
+    })
+}
+
+/// `*out` receives 1 for a tethered consumer (shmring_consumer_attach_tethered),
+/// 0 for the ring's consumer.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_consumer_is_tethered(
+    c: *const shmring_consumer,
+    out: *mut u32,
+) -> shmring_status {
+    entry("shmring_consumer_is_tethered", || {
+        let out = out_ptr(out, "out")?;
+        let (h, _l) = lease(c)?;
+        // SAFETY: lease held; reads only.
+        *out = u32::from(unsafe { h.get() }.is_tethered());
         ok()
     })
 }
@@ -211,7 +272,8 @@ pub unsafe extern "C" fn shmring_consumer_outstanding(
 /// Resets the ring by hand (a consumer does this by itself on corruption unless
 /// `manual_reset` is set): forgets every claim in flight. Frames still held stay
 /// valid; release them as usual. SHMRING_ERR_CORRUPT while frames held from before
-/// an earlier reset are still out.
+/// an earlier reset are still out. The ring's consumer only: a tethered consumer
+/// gets SHMRING_ERR_CONFIG.
 #[no_mangle]
 pub unsafe extern "C" fn shmring_consumer_reset(c: *mut shmring_consumer) -> shmring_status {
     entry("shmring_consumer_reset", || {
@@ -272,9 +334,23 @@ pub unsafe extern "C" fn shmring_consumer_reap(
     })
 }
 
+/// The eventfd wakes the ring's consumer only: a tethered one waits in
+/// shmring_consumer_next.
+fn ring_consumer_only(c: &Consumer) -> Res<()> {
+    if c.is_tethered() {
+        return Err(fail!(
+            SHMRING_ERR_STATE,
+            "a tethered consumer of {} does not wait on the eventfd; wait in shmring_consumer_next",
+            c.segment().name()
+        ));
+    }
+    Ok(())
+}
+
 /// For an eventfd ring driven by epoll/poll: announces that the consumer is about to
 /// wait. `*ready` non-zero: a frame is already there (do not wait; call next).
-/// Otherwise wait for the eventfd, then call shmring_consumer_disarm.
+/// Otherwise wait for the eventfd, then call shmring_consumer_disarm. The ring's
+/// consumer only (SHMRING_ERR_STATE for a tethered one).
 #[no_mangle]
 pub unsafe extern "C" fn shmring_consumer_arm(
     c: *mut shmring_consumer,
@@ -284,7 +360,9 @@ pub unsafe extern "C" fn shmring_consumer_arm(
         let (h, _l) = lease(c as *const shmring_consumer)?;
         let ready = out_ptr(ready, "ready")?;
         // SAFETY: exclusive lease.
-        *ready = unsafe { h.get() }.arm() as u32;
+        let cons = unsafe { h.get() };
+        ring_consumer_only(cons)?;
+        *ready = cons.arm() as u32;
         ok()
     })
 }
@@ -295,7 +373,9 @@ pub unsafe extern "C" fn shmring_consumer_disarm(c: *mut shmring_consumer) -> sh
     entry("shmring_consumer_disarm", || {
         let (h, _l) = lease(c as *const shmring_consumer)?;
         // SAFETY: exclusive lease.
-        unsafe { h.get() }.disarm();
+        let cons = unsafe { h.get() };
+        ring_consumer_only(cons)?;
+        cons.disarm();
         ok()
     })
 }

@@ -19,6 +19,7 @@ pub(crate) enum Kind {
     Consumer,
     Listener,
     Observer,
+    Tap,
 }
 
 /// Addresses of live handles. Looked up (read lock, no allocation) on every call;

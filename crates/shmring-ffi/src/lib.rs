@@ -26,6 +26,7 @@ mod media;
 mod producer;
 mod segment;
 mod stats;
+mod tap;
 
 // The secure hand-off.
 mod handoff;
@@ -37,3 +38,4 @@ pub use producer::*;
 pub use segment::*;
 pub use stats::*;
 pub use status::*;
+pub use tap::*;

@@ -301,6 +301,24 @@ pub unsafe extern "C" fn shmring_segment_fd(
     })
 }
 
+/// A read-only descriptor of the ring's file, for taps and observers in this
+/// process or another: a mapping made from it cannot be written. Owned by the
+/// segment: do not close it; dup() it to hand it on (shmring_tap_open_fd takes
+/// ownership of what it is given, and needs a memfd ring's: a tap opens a named
+/// ring by name).
+#[no_mangle]
+pub unsafe extern "C" fn shmring_segment_read_only_fd(
+    seg: *const shmring_segment,
+    out: *mut c_int,
+) -> shmring_status {
+    entry("shmring_segment_read_only_fd", || {
+        let (h, _l) = lease(seg)?;
+        let out = out_ptr(out, "out")?;
+        *out = h.seg.read_only_fd().map_err(core_err)?.as_raw_fd();
+        ok()
+    })
+}
+
 /// The ring's eventfd (readable when data is ready), or -1 for a futex ring. Owned
 /// by the segment: do not close it.
 #[no_mangle]
@@ -353,6 +371,65 @@ pub unsafe extern "C" fn shmring_segment_mapping(
         let (b, l) = h.seg.mapping();
         *out_ptr(base, "base")? = b;
         *out_ptr(len, "len")? = l;
+        ok()
+    })
+}
+
+/// One tethered consumer of a ring (see shmring_segment_tethers).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct shmring_tether_info {
+    /// Its line.
+    pub line: u32,
+    /// Non-zero: it asked to attach and the ring's consumer has not adopted it yet.
+    pub requested: u32,
+    /// The pid holding the line, as the kernel reports it (0: unknown).
+    pub pid: u32,
+    /// Zero.
+    pub reserved: u32,
+    pub records_consumed: u64,
+    pub bytes_consumed: u64,
+    /// Records it lost when the ring was reset under it.
+    pub lost: u64,
+    /// How far its read cursor is behind the write cursor, in records and bytes.
+    pub lag_records: u64,
+    pub lag_bytes: u64,
+}
+
+/// The tethered consumers attached to the ring: `*n` receives how many there are,
+/// and the first `min(*n, cap)` are written to `out` (which may be NULL when `cap`
+/// is 0).
+#[no_mangle]
+pub unsafe extern "C" fn shmring_segment_tethers(
+    seg: *const shmring_segment,
+    out: *mut shmring_tether_info,
+    cap: usize,
+    n: *mut usize,
+) -> shmring_status {
+    entry("shmring_segment_tethers", || {
+        let (h, _l) = lease(seg)?;
+        let n = out_ptr(n, "n")?;
+        if out.is_null() && cap != 0 {
+            return Err(fail!(SHMRING_ERR_NULL, "out is NULL but cap is {cap}"));
+        }
+        let all = h.seg.tethers();
+        *n = all.len();
+        for (i, t) in all.iter().take(cap).enumerate() {
+            // SAFETY: the caller promises `cap` writable entries at `out`; i < cap.
+            unsafe {
+                *out.add(i) = shmring_tether_info {
+                    line: t.line,
+                    requested: u32::from(t.requested),
+                    pid: t.pid,
+                    reserved: 0,
+                    records_consumed: t.records_consumed,
+                    bytes_consumed: t.bytes_consumed,
+                    lost: t.lost,
+                    lag_records: t.lag_records,
+                    lag_bytes: t.lag_bytes,
+                }
+            };
+        }
         ok()
     })
 }

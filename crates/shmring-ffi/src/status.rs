@@ -79,6 +79,9 @@ pub enum shmring_status {
     SHMRING_ERR_DETACHED = -26,
     /// Every tethered-consumer line of the ring is taken.
     SHMRING_ERR_NO_TETHER_LINE = -27,
+    /// The caller's buffer is smaller than the record (the length needed is
+    /// reported; the record is kept for the next call).
+    SHMRING_ERR_BUFFER_TOO_SMALL = -28,
 }
 
 use shmring_status::*;
@@ -240,6 +243,9 @@ pub extern "C" fn shmring_status_name(status: i32) -> *const c_char {
         -23 => c"SHMRING_ERR_PANIC",
         -24 => c"SHMRING_ERR_REFUSED",
         -25 => c"SHMRING_ERR_HANDOFF",
+        -26 => c"SHMRING_ERR_DETACHED",
+        -27 => c"SHMRING_ERR_NO_TETHER_LINE",
+        -28 => c"SHMRING_ERR_BUFFER_TOO_SMALL",
         _ => c"(unknown status)",
     };
     s.as_ptr()

@@ -1,13 +1,15 @@
 /*
- * The checks of the C tests: CHECK and CHECK_ST record a failed condition (with the
- * library's last error) and let the test go on; RUN runs one test function and
- * prints "ok" or "FAIL" with its name; check_summary prints the last line,
- * "N passed, M failed", and gives the exit status.
+ * The checks of the C tests: CHECK, CHECK_ST and CHECK_MSG record a failed
+ * condition (with the library's last error) and let the test go on; RUN runs one
+ * test function and prints "ok" or "FAIL" with its name; check_summary prints the
+ * last line, "N passed, M failed", and gives the exit status. check_memfd_ring
+ * makes a ring.
  */
 #ifndef SHMRING_TEST_CHECK_H
 #define SHMRING_TEST_CHECK_H
 
 #include <stdio.h>
+#include <string.h>
 
 #include "shmring.h"
 
@@ -22,6 +24,8 @@ static int passed, failed, current_ok;
         }                                                                             \
     } while (0)
 #define CHECK_ST(call, want) CHECK((call) == (want))
+/* The library's last error message contains `needle`. */
+#define CHECK_MSG(needle) CHECK(strstr(shmring_last_error(), (needle)) != NULL)
 
 #define RUN(fn)                                                         \
     do {                                                                \
@@ -31,6 +35,18 @@ static int passed, failed, current_ok;
         printf("%s %s\n", current_ok ? "ok  " : "FAIL", #fn);           \
         fflush(stdout);                                                 \
     } while (0)
+
+/* A fresh memfd ring of `capacity` bytes (the other settings default), labelled
+ * `label`. */
+static inline shmring_segment *check_memfd_ring(const char *label, uint64_t capacity) {
+    shmring_config cfg;
+    CHECK_ST(shmring_config_init(&cfg), SHMRING_OK);
+    cfg.capacity = capacity;
+    shmring_segment *s = NULL;
+    CHECK_ST(shmring_segment_create_memfd(label, &cfg, &s), SHMRING_OK);
+    CHECK(s != NULL);
+    return s;
+}
 
 static inline int check_summary(void) {
     printf("%d passed, %d failed\n", passed, failed);

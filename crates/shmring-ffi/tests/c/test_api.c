@@ -20,16 +20,8 @@
 #include "check.h"
 #include "shmring.h"
 
-#define CHECK_MSG(needle) CHECK(strstr(shmring_last_error(), (needle)) != NULL)
-
 static shmring_segment *make_ring(uint64_t capacity) {
-    shmring_config cfg;
-    CHECK_ST(shmring_config_init(&cfg), SHMRING_OK);
-    cfg.capacity = capacity;
-    shmring_segment *s = NULL;
-    CHECK_ST(shmring_segment_create_memfd("test-api", &cfg, &s), SHMRING_OK);
-    CHECK(s != NULL);
-    return s;
+    return check_memfd_ring("test-api", capacity);
 }
 
 static void test_round_trip_video(void) {

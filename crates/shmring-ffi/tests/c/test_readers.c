@@ -1,0 +1,376 @@
+/*
+ * C tests of a ring's further readers: tethered consumers (every record the ring's
+ * consumer gets, space held until they release, detached when they stop
+ * releasing) and taps (read-only copies, a buffer too small, filters, losses
+ * counted). Built against the shared library and with ASan/UBSan by the Makefile.
+ * Last line: "N passed, M failed".
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "shmring.h"
+
+#define MS 1000000LL
+/* Bounds of the loops that wait for something the library does by itself: far
+ * above what it needs, so only a failure reaches them. */
+#define PATIENCE 2000
+
+static shmring_segment *make_ring(uint64_t capacity) {
+    return check_memfd_ring("test-readers", capacity);
+}
+
+/* Record i: `len` bytes, byte j = (i + j) & 0xff, stream i. */
+static int send_record(shmring_producer *p, uint32_t i, size_t len) {
+    uint8_t buf[4096];
+    for (size_t j = 0; j < len; j++) buf[j] = (uint8_t)(i + j);
+    shmring_meta m = {.stream = i, .kind = SHMRING_KIND_RAW, .timestamp_ns = 1000 + i};
+    return shmring_producer_send(p, buf, len, &m);
+}
+
+static int is_record(const uint8_t *data, size_t len, uint32_t i, size_t want_len) {
+    if (len != want_len) return 0;
+    for (size_t j = 0; j < len; j++)
+        if (data[j] != (uint8_t)(i + j)) return 0;
+    return 1;
+}
+
+/* Takes the next frame (waiting up to 1 s), checks it is record i, releases it. */
+static void take(shmring_consumer *c, uint32_t i, size_t len) {
+    shmring_frame f;
+    CHECK_ST(shmring_consumer_next(c, 1000 * MS, &f), SHMRING_OK);
+    CHECK(f.meta.stream == i && is_record(f.data, f.len, i, len));
+    CHECK_ST(shmring_consumer_release(c, &f), SHMRING_OK);
+}
+
+/* The ring's consumer adopts a tethered consumer at its next poll. */
+static void adopt(shmring_consumer *owner) {
+    shmring_frame f;
+    CHECK_ST(shmring_consumer_next(owner, 0, &f), SHMRING_TIMEOUT);
+}
+
+static void test_tethered_gets_every_record(void) {
+    shmring_segment *s = make_ring(64 << 10);
+    shmring_consumer *owner = NULL, *tc = NULL;
+    shmring_producer *p = NULL;
+    CHECK_ST(shmring_consumer_attach(s, NULL, &owner), SHMRING_OK);
+    CHECK_ST(shmring_consumer_attach_tethered(s, NULL, &tc), SHMRING_OK);
+    uint32_t tethered = 9;
+    CHECK_ST(shmring_consumer_is_tethered(tc, &tethered), SHMRING_OK);
+    CHECK(tethered == 1);
+    CHECK_ST(shmring_consumer_is_tethered(owner, &tethered), SHMRING_OK);
+    CHECK(tethered == 0);
+    adopt(owner);
+    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    CHECK_ST(shmring_producer_set_policy(p, SHMRING_POLICY_FAIL, 0), SHMRING_OK);
+    /* 30 rounds of 25 records (each 1,088 bytes in the ring): about 12 times round
+     * the 64 KiB ring. The ring's consumer publishes what the tethered one released
+     * when it next looks, so a round has room for two rounds' records. */
+    uint32_t i = 0;
+    for (int round = 0; round < 30; round++) {
+        for (int k = 0; k < 25; k++, i++) CHECK_ST(send_record(p, i, 1000), SHMRING_OK);
+        for (uint32_t j = i - 25; j < i; j++) take(owner, j, 1000);
+        for (uint32_t j = i - 25; j < i; j++) take(tc, j, 1000);
+    }
+    shmring_frame none;
+    CHECK_ST(shmring_consumer_next(tc, 0, &none), SHMRING_TIMEOUT);
+
+    /* The tethered consumer holds space until it releases: the ring's consumer
+     * alone draining it does not free any. */
+    int sent = 0;
+    shmring_status st;
+    while ((st = send_record(p, i + sent, 1000)) == SHMRING_OK) {
+        take(owner, i + sent, 1000);
+        sent++;
+        if (sent > PATIENCE) break;
+    }
+    CHECK(st == SHMRING_ERR_FULL && sent > 0);
+    for (int k = 0; k < sent; k++) take(tc, i + k, 1000);
+    /* Once the ring's consumer looks (as when a waiting producer wakes it), the
+     * space is free. */
+    CHECK_ST(shmring_consumer_next(owner, 1 * MS, &none), SHMRING_TIMEOUT);
+    CHECK_ST(send_record(p, i + sent, 1000), SHMRING_OK);
+
+    shmring_stats stats;
+    CHECK_ST(shmring_segment_stats(s, &stats), SHMRING_OK);
+    CHECK(stats.tethered_consumers == 1 && stats.tethers_detached == 0);
+    shmring_tether_info info[4];
+    size_t n = 0;
+    CHECK_ST(shmring_segment_tethers(s, info, 4, &n), SHMRING_OK);
+    CHECK(n == 1 && info[0].requested == 0 && info[0].pid == (uint32_t)getpid());
+    CHECK(info[0].records_consumed == i + (uint64_t)sent && info[0].lag_records == 1);
+    CHECK_ST(shmring_segment_tethers(s, NULL, 0, &n), SHMRING_OK);
+    CHECK(n == 1);
+
+    CHECK_ST(shmring_consumer_close(tc), SHMRING_OK);
+    CHECK_ST(shmring_segment_tethers(s, NULL, 0, &n), SHMRING_OK);
+    CHECK(n == 0);
+    shmring_producer_close(p);
+    shmring_consumer_close(owner);
+    shmring_segment_close(s);
+}
+
+static void test_tethered_misuse(void) {
+    shmring_segment *s = make_ring(64 << 10);
+    shmring_consumer *owner = NULL, *tc = NULL;
+    /* No ring consumer yet. */
+    CHECK_ST(shmring_consumer_attach_tethered(s, NULL, &tc), SHMRING_ERR_NO_CONSUMER);
+    CHECK(tc == NULL);
+    CHECK_ST(shmring_consumer_attach_tethered(s, NULL, NULL), SHMRING_ERR_NULL);
+    CHECK_ST(shmring_consumer_attach_tethered(NULL, NULL, &tc), SHMRING_ERR_NULL);
+    CHECK_ST(shmring_consumer_attach(s, NULL, &owner), SHMRING_OK);
+    CHECK_ST(shmring_consumer_attach_tethered(s, NULL, &tc), SHMRING_OK);
+    uint32_t ready;
+    CHECK_ST(shmring_consumer_arm(tc, &ready), SHMRING_ERR_STATE);
+    CHECK_MSG("tethered");
+    CHECK_ST(shmring_consumer_disarm(tc), SHMRING_ERR_STATE);
+    CHECK_ST(shmring_consumer_reset(tc), SHMRING_ERR_CONFIG);
+    CHECK_MSG("cannot reset");
+    /* Take every line the ring has. */
+    shmring_consumer *more[64];
+    int taken = 0;
+    shmring_status st = SHMRING_OK;
+    while (taken < 64 && (st = shmring_consumer_attach_tethered(s, NULL, &more[taken])) == SHMRING_OK)
+        taken++;
+    CHECK(st == SHMRING_ERR_NO_TETHER_LINE && taken >= 1);
+    CHECK(strcmp(shmring_status_name(SHMRING_ERR_NO_TETHER_LINE), "SHMRING_ERR_NO_TETHER_LINE") == 0);
+    CHECK(strcmp(shmring_status_name(SHMRING_ERR_DETACHED), "SHMRING_ERR_DETACHED") == 0);
+    CHECK(strcmp(shmring_status_name(SHMRING_ERR_BUFFER_TOO_SMALL), "SHMRING_ERR_BUFFER_TOO_SMALL") == 0);
+    for (int k = 0; k < taken; k++) CHECK_ST(shmring_consumer_close(more[k]), SHMRING_OK);
+    /* A line given back is free again. */
+    CHECK_ST(shmring_consumer_attach_tethered(s, NULL, &more[0]), SHMRING_OK);
+    CHECK_ST(shmring_consumer_close(more[0]), SHMRING_OK);
+    CHECK_ST(shmring_consumer_close(tc), SHMRING_OK);
+    shmring_consumer_close(owner);
+    shmring_segment_close(s);
+}
+
+static void test_stuck_tethered_is_detached(void) {
+    shmring_segment *s = make_ring(64 << 10);
+    shmring_consumer_options o;
+    CHECK_ST(shmring_consumer_options_init(&o), SHMRING_OK);
+    CHECK(o.tether_stall_limit_ns > 0);
+    o.tether_stall_limit_ns = 20 * MS;
+    o.liveness_interval_ns = 5 * MS;
+    shmring_consumer *owner = NULL, *tc = NULL;
+    shmring_producer *p = NULL;
+    CHECK_ST(shmring_consumer_attach(s, &o, &owner), SHMRING_OK);
+    CHECK_ST(shmring_consumer_attach_tethered(s, NULL, &tc), SHMRING_OK);
+    adopt(owner);
+    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    CHECK_ST(send_record(p, 0, 100), SHMRING_OK);
+    shmring_frame held;
+    CHECK_ST(shmring_consumer_next(tc, 1000 * MS, &held), SHMRING_OK); /* and never released */
+    take(owner, 0, 100);
+    /* The ring's consumer goes on polling; it detaches the stuck one. */
+    shmring_stats stats = {0};
+    for (int k = 0; k < PATIENCE && stats.tethers_detached == 0; k++) {
+        shmring_frame f;
+        CHECK_ST(shmring_consumer_next(owner, 5 * MS, &f), SHMRING_TIMEOUT);
+        CHECK_ST(shmring_segment_stats(s, &stats), SHMRING_OK);
+    }
+    CHECK(stats.tethers_detached == 1);
+    shmring_frame f;
+    CHECK_ST(shmring_consumer_next(tc, 0, &f), SHMRING_ERR_DETACHED);
+    CHECK_MSG("detached");
+    /* Its space is free again: a whole ring's worth goes through. */
+    CHECK_ST(shmring_producer_set_policy(p, SHMRING_POLICY_FAIL, 0), SHMRING_OK);
+    for (uint32_t i = 1; i <= 200; i++) {
+        CHECK_ST(send_record(p, i, 1000), SHMRING_OK);
+        take(owner, i, 1000);
+    }
+    CHECK_ST(shmring_consumer_close(tc), SHMRING_OK);
+    CHECK_ST(shmring_segment_stats(s, &stats), SHMRING_OK);
+    CHECK(stats.tethered_consumers == 0);
+    /* Attaching again works. */
+    CHECK_ST(shmring_consumer_attach_tethered(s, NULL, &tc), SHMRING_OK);
+    adopt(owner);
+    CHECK_ST(send_record(p, 201, 10), SHMRING_OK);
+    take(tc, 201, 10);
+    take(owner, 201, 10);
+    CHECK_ST(shmring_consumer_close(tc), SHMRING_OK);
+    shmring_producer_close(p);
+    shmring_consumer_close(owner);
+    shmring_segment_close(s);
+}
+
+static shmring_tap *tap_of(shmring_segment *s, const shmring_tap_options *o) {
+    int ro = -1;
+    CHECK_ST(shmring_segment_read_only_fd(s, &ro), SHMRING_OK);
+    shmring_tap *t = NULL;
+    CHECK_ST(shmring_tap_open_fd(dup(ro), o, &t), SHMRING_OK);
+    CHECK(t != NULL);
+    return t;
+}
+
+static void test_tap_copies_records(void) {
+    shmring_segment *s = make_ring(64 << 10);
+    shmring_consumer *owner = NULL;
+    shmring_producer *p = NULL;
+    CHECK_ST(shmring_consumer_attach(s, NULL, &owner), SHMRING_OK);
+    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    CHECK_ST(send_record(p, 0, 50), SHMRING_OK); /* before the tap: not seen */
+    shmring_tap *t = tap_of(s, NULL);
+    uint8_t buf[4096];
+    shmring_tap_frame tf;
+    CHECK_ST(shmring_tap_next(t, buf, sizeof buf, 0, &tf), SHMRING_TIMEOUT);
+    for (uint32_t i = 1; i <= 3; i++) CHECK_ST(send_record(p, i, 100 * i), SHMRING_OK);
+    for (uint32_t i = 1; i <= 3; i++) {
+        CHECK_ST(shmring_tap_next(t, buf, sizeof buf, 1000 * MS, &tf), SHMRING_OK);
+        CHECK(tf.meta.stream == i && tf.meta.timestamp_ns == 1000 + i);
+        CHECK(is_record(buf, tf.len, i, 100 * i));
+    }
+    /* The tap took nothing from the ring's consumer. */
+    for (uint32_t i = 0; i <= 3; i++) take(owner, i, i == 0 ? 50 : 100 * i);
+
+    /* A buffer too small: the length needed, and the record kept for the next call. */
+    CHECK_ST(send_record(p, 4, 300), SHMRING_OK);
+    CHECK_ST(shmring_tap_next(t, buf, 10, 1000 * MS, &tf), SHMRING_ERR_BUFFER_TOO_SMALL);
+    CHECK(tf.len == 300 && tf.meta.stream == 4);
+    CHECK_MSG("300 bytes");
+    CHECK_ST(shmring_tap_next(t, NULL, 0, 0, &tf), SHMRING_ERR_BUFFER_TOO_SMALL);
+    CHECK(tf.len == 300);
+    CHECK_ST(shmring_tap_next(t, buf, 300, 0, &tf), SHMRING_OK);
+    CHECK(tf.meta.stream == 4 && is_record(buf, tf.len, 4, 300));
+    CHECK_ST(shmring_tap_next(t, buf, sizeof buf, 0, &tf), SHMRING_TIMEOUT);
+    take(owner, 4, 300);
+
+    shmring_tap_counters ts;
+    CHECK_ST(shmring_tap_stats(t, &ts), SHMRING_OK);
+    CHECK(ts.delivered == 4 && ts.lost == 0 && ts.torn == 0 && ts.lag == 0);
+    shmring_stats stats;
+    CHECK_ST(shmring_segment_stats(s, &stats), SHMRING_OK);
+    CHECK(stats.records_consumed == 5); /* the ring's consumer's, only */
+    CHECK_ST(shmring_tap_close(t), SHMRING_OK);
+    CHECK_ST(shmring_tap_close(t), SHMRING_ERR_BAD_HANDLE);
+    CHECK_ST(shmring_tap_close(NULL), SHMRING_OK);
+    shmring_producer_close(p);
+    shmring_consumer_close(owner);
+    shmring_segment_close(s);
+}
+
+static void test_tap_filters_and_losses(void) {
+    shmring_segment *s = make_ring(64 << 10);
+    shmring_consumer *owner = NULL;
+    shmring_producer *p = NULL;
+    CHECK_ST(shmring_consumer_attach(s, NULL, &owner), SHMRING_OK);
+    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    shmring_tap_options o;
+    CHECK_ST(shmring_tap_options_init(&o), SHMRING_OK);
+    CHECK(o.every == 1 && o.kind == SHMRING_TAP_ANY && o.stream == SHMRING_TAP_ANY);
+    CHECK(o.poll_interval_ns > 0 && o.skip_pending_after_ns > 0);
+    o.stream = 7;
+    o.every = 2;
+    shmring_tap *t = tap_of(s, &o);
+    shmring_tap *all = tap_of(s, NULL);
+    /* Streams 6 and 7 alternate: the tap takes every second record of stream 7. */
+    uint8_t buf[4096];
+    for (uint32_t i = 0; i < 8; i++) {
+        shmring_meta m = {.stream = 6 + (i % 2), .kind = SHMRING_KIND_RAW, .flags = i};
+        CHECK_ST(shmring_producer_send(p, buf, 10, &m), SHMRING_OK);
+    }
+    shmring_tap_frame tf;
+    uint32_t got[4], n = 0;
+    while (n < 4 && shmring_tap_next(t, buf, sizeof buf, 0, &tf) == SHMRING_OK) got[n++] = tf.meta.flags;
+    CHECK(n == 2 && got[0] == 1 && got[1] == 5);
+    shmring_tap_counters ts;
+    CHECK_ST(shmring_tap_stats(t, &ts), SHMRING_OK);
+    CHECK(ts.delivered == 2 && ts.filtered == 6 && ts.lost == 0);
+    for (uint32_t i = 0; i < 8; i++) {
+        shmring_frame f;
+        CHECK_ST(shmring_consumer_next(owner, 1000 * MS, &f), SHMRING_OK);
+        CHECK_ST(shmring_consumer_release(owner, &f), SHMRING_OK);
+    }
+
+    /* `all` has not read yet; 200 records of 1000 bytes go round the 64 KiB ring
+     * three times: it lost what was overwritten and says so. */
+    for (uint32_t i = 0; i < 200; i++) {
+        CHECK_ST(send_record(p, i, 1000), SHMRING_OK);
+        take(owner, i, 1000);
+    }
+    CHECK_ST(shmring_tap_stats(all, &ts), SHMRING_OK);
+    CHECK(ts.lag == 208);
+    int delivered = 0;
+    uint32_t last = 0;
+    while (shmring_tap_next(all, buf, sizeof buf, 0, &tf) == SHMRING_OK) {
+        CHECK(is_record(buf, tf.len, tf.meta.stream, 1000));
+        last = tf.meta.stream;
+        delivered++;
+    }
+    CHECK_ST(shmring_tap_stats(all, &ts), SHMRING_OK);
+    CHECK(ts.skips >= 1 && ts.lost > 0 && ts.torn == 0);
+    CHECK(ts.delivered == (uint64_t)delivered && ts.delivered + ts.lost == 208);
+    CHECK(delivered == 0 || last == 199);
+    /* After a jump it carries on with new records. */
+    CHECK_ST(send_record(p, 500, 20), SHMRING_OK);
+    CHECK_ST(shmring_tap_next(all, buf, sizeof buf, 1000 * MS, &tf), SHMRING_OK);
+    CHECK(is_record(buf, tf.len, 500, 20));
+    take(owner, 500, 20);
+    shmring_tap_close(all);
+    shmring_tap_close(t);
+    shmring_producer_close(p);
+    shmring_consumer_close(owner);
+    shmring_segment_close(s);
+}
+
+static void test_tap_named_and_misuse(void) {
+    char name[64];
+    snprintf(name, sizeof name, "shmring-test-readers-%d", (int)getpid());
+    shmring_config cfg;
+    CHECK_ST(shmring_config_init(&cfg), SHMRING_OK);
+    cfg.capacity = 64 << 10;
+    shmring_segment *s = NULL;
+    CHECK_ST(shmring_segment_create_named(name, &cfg, &s), SHMRING_OK);
+    shmring_consumer *owner = NULL;
+    shmring_producer *p = NULL;
+    CHECK_ST(shmring_consumer_attach(s, NULL, &owner), SHMRING_OK);
+    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    shmring_tap *t = NULL;
+    CHECK_ST(shmring_tap_open_named(name, NULL, &t), SHMRING_OK);
+    CHECK_ST(send_record(p, 3, 64), SHMRING_OK);
+    uint8_t buf[128];
+    shmring_tap_frame tf;
+    CHECK_ST(shmring_tap_next(t, buf, sizeof buf, 1000 * MS, &tf), SHMRING_OK);
+    CHECK(is_record(buf, tf.len, 3, 64));
+    take(owner, 3, 64);
+    CHECK_ST(shmring_tap_next(t, NULL, 10, 0, &tf), SHMRING_ERR_NULL);
+    CHECK_ST(shmring_tap_next(t, buf, sizeof buf, 0, NULL), SHMRING_ERR_NULL);
+    CHECK_ST(shmring_tap_next(NULL, buf, sizeof buf, 0, &tf), SHMRING_ERR_NULL);
+    CHECK_ST(shmring_tap_next((shmring_tap *)owner, buf, sizeof buf, 0, &tf), SHMRING_ERR_BAD_HANDLE);
+    CHECK_ST(shmring_tap_close(t), SHMRING_OK);
+
+    shmring_tap *u = NULL;
+    CHECK_ST(shmring_tap_open_named("shmring-test-readers-absent", NULL, &u), SHMRING_ERR_NOT_FOUND);
+    CHECK(u == NULL);
+    shmring_tap_options o;
+    CHECK_ST(shmring_tap_options_init(&o), SHMRING_OK);
+    o.kind = -5;
+    CHECK_ST(shmring_tap_open_named(name, &o, &u), SHMRING_ERR_INVALID_ARGUMENT);
+    CHECK_MSG("kind -5");
+    o.kind = 1LL << 40;
+    CHECK_ST(shmring_tap_open_named(name, &o, &u), SHMRING_ERR_INVALID_ARGUMENT);
+    CHECK_ST(shmring_tap_open_fd(-1, NULL, &u), SHMRING_ERR_INVALID_ARGUMENT);
+    /* A named ring's descriptor is not a sealed memfd: open it by name instead. */
+    int ro = -1;
+    CHECK_ST(shmring_segment_read_only_fd(s, &ro), SHMRING_OK);
+    CHECK_ST(shmring_tap_open_fd(dup(ro), NULL, &u), SHMRING_ERR_UNSEALED);
+    CHECK(u == NULL);
+    shmring_producer_close(p);
+    shmring_consumer_close(owner);
+    CHECK_ST(shmring_segment_close(s), SHMRING_OK);
+    char path[96];
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    CHECK(access(path, F_OK) != 0);
+}
+
+int main(void) {
+    RUN(test_tethered_gets_every_record);
+    RUN(test_tethered_misuse);
+    RUN(test_stuck_tethered_is_detached);
+    RUN(test_tap_copies_records);
+    RUN(test_tap_filters_and_losses);
+    RUN(test_tap_named_and_misuse);
+    return check_summary();
+}
