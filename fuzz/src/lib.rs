@@ -46,7 +46,7 @@ thread_local! {
             max_record: Some(16 * 1024),
             log_entries: Some(16),
             max_producers: 4,
-            eventfd: false,
+            ..Config::default()
         };
         let seg = Segment::create_memfd("fuzz", &cfg).expect("create");
         let (base, len) = seg.mapping();

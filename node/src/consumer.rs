@@ -215,6 +215,7 @@ impl JsConsumer {
                     None => dc.max_producers,
                 },
                 eventfd: init.eventfd.unwrap_or(dc.eventfd),
+                ..dc
             };
             if init.memfd.unwrap_or(false) {
                 Segment::create_memfd(init.name.as_deref().unwrap_or("shmring"), &cfg)

@@ -399,7 +399,7 @@ fn run_case(case: &Case, records: u64, seed: u64) -> Outcome {
         max_record: Some(64 << 10),
         log_entries: Some(64),
         max_producers: 8,
-        eventfd: false,
+        ..Config::default()
     };
     let seg = match Segment::create_memfd("verify-forgery", &cfg) {
         Ok(s) => s,

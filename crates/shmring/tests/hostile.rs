@@ -155,7 +155,7 @@ fn config() -> Config {
         max_record: Some(16 << 10),
         log_entries: Some(64),
         max_producers: 8,
-        eventfd: false,
+        ..Config::default()
     }
 }
 
