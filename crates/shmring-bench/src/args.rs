@@ -119,6 +119,10 @@ pub struct BenchArgs {
     /// hold two records of the workload: at least 8 for 1080p video.
     #[arg(long, default_value_t = 16)]
     pub ring_mib: u64,
+    /// Ask for transparent huge pages on the shmring rings (`Config::huge_pages`;
+    /// effective where /sys/kernel/mm/transparent_hugepage/shmem_enabled allows).
+    #[arg(long)]
+    pub huge_pages: bool,
     /// (testing) The producer damages every Nth frame; the consumer must notice.
     #[arg(long, hide = true)]
     pub corrupt_every: Option<u64>,

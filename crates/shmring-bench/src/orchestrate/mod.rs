@@ -74,6 +74,7 @@ struct Plan {
     frames: Option<u64>,
     rate_bps: f64,
     ring_mib: u64,
+    huge_pages: bool,
     corrupt_every: Option<u64>,
     participants: u32,
 }
@@ -191,6 +192,7 @@ pub fn run(args: &[String]) -> i32 {
         frames: a.frames,
         rate_bps: a.rate * 1e6,
         ring_mib: a.ring_mib,
+        huge_pages: a.huge_pages,
         corrupt_every: a.corrupt_every,
         participants: a.participants,
     };
@@ -345,7 +347,10 @@ fn wire(t: &str, size: usize, producers: u32, plan: &Plan) -> Result<Wiring, Str
     };
     Ok(match t {
         "shmring" | "shmring-copy" | "shmring-budget" => {
-            let cfg = Config::for_records(plan.ring_mib << 20, size as u64);
+            let cfg = Config {
+                huge_pages: plan.huge_pages,
+                ..Config::for_records(plan.ring_mib << 20, size as u64)
+            };
             Wiring::Ring(Segment::create_memfd("shmring-bench", &cfg).map_err(|e| {
                 format!("setup: {e} (a {size}-byte record needs --ring-mib of at least twice that)")
             })?)
