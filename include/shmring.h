@@ -220,6 +220,10 @@ typedef struct shmring_consumer_options {
   // SHMRING_ERR_DETACHED). 0: the library's default. Ignored by a tethered
   // consumer (it is the ring's consumer's limit).
   uint64_t tether_stall_limit_ns;
+  // Let a record wait up to this long before the consumer sees it, so one
+  // wake-up serves many records (0, the default: producers wake a sleeping
+  // consumer at every commit; see the core's `ConsumerOptions::latency_budget`).
+  uint64_t latency_budget_ns;
 } shmring_consumer_options;
 
 // A record's metadata, stored in its header.

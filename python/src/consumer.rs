@@ -63,7 +63,7 @@ pub fn own_fd(fd: i32, what: &str) -> PyResult<OwnedFd> {
 ///          log_entries=None, max_producers=None, eventfd=False, memfd=False,
 ///          persist=False, fd=None, eventfd_fd=None, liveness_interval=0.05, spin=64,
 ///          overtake_after=None, manual_reset=False, role="owner",
-///          tether_stall_limit=None)
+///          tether_stall_limit=None, latency_budget=None)
 ///
 /// Sizes left at None are the library's defaults (a 16 MiB ring, 64 producer
 /// slots).
@@ -83,6 +83,9 @@ pub fn own_fd(fd: i32, what: &str) -> PyResult<OwnedFd> {
 ///   space until it releases it. The ring's consumer detaches one that stops
 ///   releasing for its ``tether_stall_limit`` seconds (None: the library's
 ///   default); the tethered consumer's calls then raise ``Detached``.
+/// * ``latency_budget=0.001`` lets a record wait up to that many seconds before
+///   the consumer sees it: producers stop waking the consumer for each record,
+///   and one wake-up serves every record that came meanwhile.
 ///
 /// Frames: ``ring.next(timeout=None)`` returns the next Frame (None on timeout),
 /// ``ring.try_next()`` does not wait, ``for frame in ring:`` waits forever.
@@ -238,7 +241,7 @@ impl PyConsumer {
     #[pyo3(signature = (name=None, *, create=false, capacity=None, max_record=None,
         log_entries=None, max_producers=None, eventfd=false, memfd=false, persist=false,
         fd=None, eventfd_fd=None, liveness_interval=0.05, spin=64, overtake_after=None,
-        manual_reset=false, role="owner", tether_stall_limit=None))]
+        manual_reset=false, role="owner", tether_stall_limit=None, latency_budget=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: Option<&str>,
@@ -258,6 +261,7 @@ impl PyConsumer {
         manual_reset: bool,
         role: &str,
         tether_stall_limit: Option<f64>,
+        latency_budget: Option<f64>,
     ) -> PyResult<Self> {
         let d = ConsumerOptions::default();
         let opts = ConsumerOptions {
@@ -271,6 +275,9 @@ impl PyConsumer {
                 Some(t) => secs(t, "tether_stall_limit")?,
                 None => d.tether_stall_limit,
             },
+            latency_budget: latency_budget
+                .map(|t| secs(t, "latency_budget"))
+                .transpose()?,
             ..d
         };
         let tethered = match role {

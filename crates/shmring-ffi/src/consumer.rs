@@ -47,6 +47,10 @@ pub struct shmring_consumer_options {
     /// SHMRING_ERR_DETACHED). 0: the library's default. Ignored by a tethered
     /// consumer (it is the ring's consumer's limit).
     pub tether_stall_limit_ns: u64,
+    /// Let a record wait up to this long before the consumer sees it, so one
+    /// wake-up serves many records (0, the default: producers wake a sleeping
+    /// consumer at every commit; see the core's `ConsumerOptions::latency_budget`).
+    pub latency_budget_ns: u64,
 }
 
 /// Pass as a timeout to wait forever.
@@ -92,6 +96,7 @@ pub unsafe extern "C" fn shmring_consumer_options_init(
             manual_reset: u32::from(!d.auto_reset),
             overtake_after_ns: d.overtake_after.map_or(0, |t| t.as_nanos() as u64),
             tether_stall_limit_ns: d.tether_stall_limit.as_nanos() as u64,
+            latency_budget_ns: d.latency_budget.map_or(0, |t| t.as_nanos() as u64),
         };
         ok()
     })
@@ -115,7 +120,8 @@ fn core_options(opts: *const shmring_consumer_options) -> ConsumerOptions {
             0 => d.tether_stall_limit,
             ns => Duration::from_nanos(ns),
         },
-        ..d
+        latency_budget: (o.latency_budget_ns != 0)
+            .then(|| Duration::from_nanos(o.latency_budget_ns)),
     }
 }
 
