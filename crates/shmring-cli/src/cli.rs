@@ -61,7 +61,7 @@ pub struct RecordArgs {
     #[arg(
         long,
         value_name = "NAME",
-        conflicts_with_all = ["listen", "replace_stale"]
+        conflicts_with_all = ["listen", "replace_stale", "capacity_mib"]
     )]
     pub tethered: Option<String>,
     /// Create a sealed memfd ring and serve it on this Unix socket (`@NAME`: an
