@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use shmring::{Config, Consumer, ConsumerOptions, Meta, Segment};
+use shmring::{Config, Consumer, ConsumerOptions, Listener, ListenerOptions, Meta, Segment};
 
 mod common;
 use common::{assert_fails_with, ring_name, run, Proc, Ring, PATIENCE};
@@ -102,13 +102,15 @@ fn a_tethered_recorder_beside_the_owner_records_every_frame() {
     assert_eq!(t["bytes_consumed"], s["bytes_consumed"]);
     assert_eq!(n(&t["pid"]), n(&ready["pid"]));
 
-    let (rt, err) = finish(&mut teth);
-    assert!(err.contains("as tethered consumer"), "{err}");
-    assert_eq!(n(&rt["ring"]["records_consumed"]), sent);
-    assert_eq!(rt["ring"]["tether"]["line"], t["line"]);
+    // The owner stops; the tethered recorder ends by itself after it.
     let (ro, _) = finish(&mut own);
     assert_eq!(n(&ro["ring"]["records_consumed"]), sent);
     assert!(!ring.path().exists(), "the owner removes its ring");
+    let (rt, err) = teth.finish("recorded");
+    assert!(err.contains("as tethered consumer"), "{err}");
+    assert!(err.contains("the ring's consumer ended"), "{err}");
+    assert_eq!(n(&rt["ring"]["records_consumed"]), sent);
+    assert_eq!(rt["ring"]["tether"]["line"], t["line"]);
     // Both wrote the same files, byte for byte.
     for f in ["video-0.y4m", "audio-0.wav"] {
         let a = std::fs::read(own_dir.path().join(f)).unwrap();
@@ -195,6 +197,39 @@ fn stat_and_top_show_each_tethered_consumer_with_its_lag() {
     assert_eq!(t["bytes_consumed"], s["bytes_consumed"]);
     drop(reader);
     assert_eq!(stat(&ring)["tethers"], serde_json::json!([]));
+}
+
+#[test]
+fn stat_over_a_socket_shows_a_tethered_consumer_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ring.sock");
+    let seg = Segment::create_memfd("readers-sock", &Config::with_capacity(1 << 20)).unwrap();
+    let opts = ConsumerOptions {
+        tether_stall_limit: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let consumer = Consumer::with_options(seg.clone(), opts).unwrap();
+    let _listener = Listener::bind(&seg, &sock, ListenerOptions::default())
+        .unwrap()
+        .spawn()
+        .unwrap();
+    let reader = Consumer::tethered(seg.clone(), ConsumerOptions::default()).unwrap();
+    assert!(consumer.try_next().unwrap().is_none());
+    let mut producer = seg.producer().unwrap();
+    for i in 0..4u8 {
+        producer.send(&[i; 100], Meta::new(0, 0)).unwrap();
+    }
+    drop(reader.try_next().unwrap().unwrap());
+    let o = run(&["stat", "--json", "--connect", sock.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let t = &s["tethers"][0];
+    assert_eq!(
+        (n(&t["records_consumed"]), n(&t["lag_records"])),
+        (1, 3),
+        "{s}"
+    );
+    assert_eq!(n(&t["pid"]), std::process::id() as u64);
 }
 
 #[test]
