@@ -13,7 +13,8 @@
 //! The consumer is the ring's own (mode `consumer`) or a tethered one beside it
 //! (mode `tethered`); both hand out frames in place. Mode `tap` reads through a
 //! read-only [`Tap`] instead: each record taken is copied once, and that copy
-//! becomes the buffer's memory; records the tap lost make the next buffer DISCONT.
+//! becomes the buffer's memory (kept for the next copy once downstream frees it);
+//! records the tap lost make the next buffer DISCONT.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -222,11 +223,35 @@ impl Drop for Held {
     }
 }
 
+/// Copies a tap keeps for reuse: a buffer's copy comes back here when downstream
+/// frees it, so in the steady state a record is copied without an allocation.
+const SPARE_COPIES: usize = 4;
+
 /// A tap and what of its counters was already reported.
 struct TapReader {
     tap: Tap,
     lost_seen: u64,
     filtered_seen: u64,
+    spare: Arc<ArrayQueue<Vec<u8>>>,
+}
+
+/// A tap's copy of one record, given back to its tap's spares when dropped.
+struct TapCopy {
+    buf: Vec<u8>,
+    home: Arc<ArrayQueue<Vec<u8>>>,
+}
+
+impl AsRef<[u8]> for TapCopy {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for TapCopy {
+    fn drop(&mut self) {
+        // A full queue drops the copy instead.
+        let _ = self.home.push(std::mem::take(&mut self.buf));
+    }
 }
 
 /// A record to output: a frame of the ring (held until released), or a tap's copy.
@@ -237,7 +262,7 @@ enum Rec<'a> {
         f: RawFrame,
     },
     Copied {
-        buf: Vec<u8>,
+        buf: TapCopy,
         meta: Meta,
         seq: u64,
     },
@@ -256,7 +281,7 @@ impl Rec<'_> {
             // SAFETY: ptr/len come from the consumer, validated to lie inside the
             // mapping the ring keeps alive; the frame is held until released.
             Rec::Held { f, .. } => unsafe { std::slice::from_raw_parts(f.ptr, f.len) },
-            Rec::Copied { buf, .. } => buf,
+            Rec::Copied { buf, .. } => buf.as_ref(),
         }
     }
 
@@ -520,6 +545,7 @@ impl BaseSrcImpl for ShmRingSrc {
                 tap: Tap::new(ro, opts),
                 lost_seen: 0,
                 filtered_seen: 0,
+                spare: Arc::new(ArrayQueue::new(SPARE_COPIES)),
             };
             (None, Some(Box::new(t)), geo)
         } else {
@@ -693,8 +719,8 @@ impl ShmRingSrc {
             if self.flushing.load(Ordering::Acquire) {
                 return Err(gst::FlowError::Flushing);
             }
-            // Allocates only when a record is taken: the copy becomes the buffer.
-            let mut buf = Vec::new();
+            // The copy becomes the buffer's memory, and comes back when it is freed.
+            let mut buf = t.spare.pop().unwrap_or_default();
             let got = t.tap.next_into(&mut buf, Some(POLL_IDLE));
             let ts = t.tap.stats();
             if ts.lost != t.lost_seen {
@@ -711,6 +737,10 @@ impl ShmRingSrc {
             match got {
                 Ok(Some(f)) => {
                     st.idle_since = None;
+                    let buf = TapCopy {
+                        buf,
+                        home: t.spare.clone(),
+                    };
                     let rec = Rec::Copied {
                         buf,
                         meta: f.meta,
@@ -722,6 +752,7 @@ impl ShmRingSrc {
                     }
                 }
                 Ok(None) => {
+                    let _ = t.spare.push(buf);
                     if s.eos_after_ms > 0
                         && self.idle_ends(st, t.tap.segment().stats().producers, s)
                     {
