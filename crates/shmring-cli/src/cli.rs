@@ -45,6 +45,13 @@ pub enum Cmd {
     },
 }
 
+/// The core's default stall limit for tethered readers, in ms.
+fn default_tether_stall_ms() -> u64 {
+    shmring::ConsumerOptions::default()
+        .tether_stall_limit
+        .as_millis() as u64
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct RecordArgs {
     /// Name of the ring to create (/dev/shm/NAME; removed when recording ends).
@@ -98,6 +105,11 @@ pub struct RecordArgs {
     /// strict claim order.
     #[arg(long, value_name = "MS", default_value_t = 200)]
     pub overtake_after_ms: u64,
+    /// As the ring's consumer: detach a tethered reader (`record --tethered`, a
+    /// tethered `shmringsrc`) that releases nothing for this long (ms), so a stuck
+    /// reader holds the ring at most this long.
+    #[arg(long, value_name = "MS", default_value_t = default_tether_stall_ms(), conflicts_with = "tethered")]
+    pub tether_stall_ms: u64,
     /// Encode video to H.264 MP4 with ffmpeg instead of writing Y4M.
     #[arg(long)]
     pub encode: bool,

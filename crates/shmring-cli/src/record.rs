@@ -196,6 +196,9 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     if a.fps == 0 {
         return Err(fail(2, "--fps must be at least 1"));
     }
+    if a.tether_stall_ms == 0 {
+        return Err(fail(2, "--tether-stall-ms 0: expected at least 1"));
+    }
     crate::check_seconds(a.seconds)?;
     // Built with the `gst` feature, --encode runs in process (no ffmpeg).
     if a.encode && !cfg!(feature = "gst") && !ffmpeg_available() {
@@ -227,6 +230,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     let opts = shmring::ConsumerOptions {
         overtake_after: (a.overtake_after_ms > 0)
             .then(|| Duration::from_millis(a.overtake_after_ms)),
+        tether_stall_limit: Duration::from_millis(a.tether_stall_ms),
         ..Default::default()
     };
     // A named ring, or a sealed memfd served on a socket by one listener thread

@@ -11,15 +11,17 @@ use shmring::{Config, Consumer, ConsumerOptions, Listener, ListenerOptions, Meta
 mod common;
 use common::{assert_fails_with, ring_name, run, Proc, Ring, PATIENCE};
 
-/// `shmring record --create RING` (the ring's own consumer), once its ring exists.
-fn owner(ring: &Ring, out: &Path) -> Proc {
-    let p = Proc::spawn(&[
+/// `shmring record --create RING EXTRA` (the ring's own consumer), once its ring
+/// exists.
+fn owner(ring: &Ring, out: &Path, extra: &[&str]) -> Proc {
+    let args = [
         "record",
         "--create",
         &ring.0,
         "--out",
         out.to_str().unwrap(),
-    ]);
+    ];
+    let p = Proc::spawn(&[&args[..], extra].concat());
     assert_eq!(p.expect("ready")["tethered"], false);
     p
 }
@@ -84,7 +86,7 @@ fn n(v: &Value) -> u64 {
 fn a_tethered_recorder_beside_the_owner_records_every_frame() {
     let ring = ring_name("tethered");
     let (own_dir, teth_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut own = owner(&ring, own_dir.path());
+    let mut own = owner(&ring, own_dir.path(), &[]);
     // Ready once the ring's consumer has taken it on: it reads every record after.
     let (mut teth, ready) = tethered(&ring, teth_dir.path());
     assert_eq!(stat(&ring)["tethered_consumers"], 1);
@@ -238,7 +240,7 @@ fn tap_every_third_frame_writes_that_many_thumbnails() {
     let rec_dir = tempfile::tempdir().unwrap();
     let thumbs = tempfile::tempdir().unwrap();
     let out = thumbs.path().join("thumbs");
-    let mut own = owner(&ring, rec_dir.path());
+    let mut own = owner(&ring, rec_dir.path(), &[]);
     let mut tap = Proc::spawn(&[
         "tap",
         &ring.0,
@@ -319,7 +321,7 @@ fn tap_observes_a_ring_served_on_a_socket() {
 fn a_stopped_tethered_recorder_is_detached_and_says_so() {
     let ring = ring_name("detach");
     let (own_dir, teth_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut own = owner(&ring, own_dir.path());
+    let mut own = owner(&ring, own_dir.path(), &["--tether-stall-ms", "50"]);
     let (mut teth, _) = tethered(&ring, teth_dir.path());
     teth.signal(libc::SIGSTOP);
     produce(["--ring", &ring.0], "320x240@30", "none", "0.3");
@@ -379,6 +381,18 @@ fn readers_fail_cleanly_on_a_ring_without_consumer_or_no_ring() {
         (&["tap", "x", "--count", "0"][..], "--count 0"),
         (&["tap", "x", "--seconds", "-1"][..], "--seconds -1"),
         (&["tap", "x", "--thumb-width", "0"][..], "--thumb-width 0"),
+        (
+            &[
+                "record",
+                "--create",
+                "x",
+                "--out",
+                out_s,
+                "--tether-stall-ms",
+                "0",
+            ][..],
+            "--tether-stall-ms 0",
+        ),
     ] {
         let o = run(args);
         assert_fails_with(&o, 2, &[needle]);
