@@ -713,3 +713,36 @@ fn reader_modes_refuse_to_create_a_ring_and_need_its_consumer() {
     assert!(err.contains("no live consumer"), "{err}");
     drop(seg);
 }
+
+#[test]
+fn a_tethered_source_that_stops_releasing_is_detached_with_an_error() {
+    let ring = RingName::new("detached");
+    let owner = Pipeline::launch(&format!(
+        "shmringsrc ring={} create=true tether-stall-limit=50 ! fakesink sync=false",
+        ring.0
+    ));
+    owner.play();
+    // Its appsink takes one buffer and is never pulled from: the source stops
+    // releasing frames while the ring's consumer reads on.
+    let tethered = reader(&ring, "tethered", 1);
+    let seg = Segment::open_named(&ring.0).expect("ring");
+    until(&seg, "the tethered source is taken on", |s| {
+        s.tethers().iter().any(|t| !t.requested)
+    });
+    let sink = Pipeline::launch(&format!(
+        "{} ! shmringsink ring={}",
+        video("ball", 10, "I420", 320, 240),
+        ring.0
+    ));
+    sink.play();
+    sink.wait_eos(LIMIT).expect("sink pipeline ends");
+    until(&seg, "the tethered source is detached", |s| {
+        s.stats().tethers_detached == 1
+    });
+    // Once downstream takes buffers again, the source finds itself detached.
+    let got = pull(&tethered.appsink("out"), 10, LIMIT);
+    assert!(got.len() < 10, "{} buffers after the detach", got.len());
+    let err = tethered.wait_eos(LIMIT).expect_err("an error, not EOS");
+    assert!(err.contains("detached"), "{err}");
+    assert!(owner.error().is_none());
+}

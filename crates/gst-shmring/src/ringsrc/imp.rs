@@ -124,6 +124,12 @@ struct Settings {
     timestamp_mode: TimestampMode,
     max_held_percent: u32,
     eos_after_ms: u32,
+    tether_stall_ms: u32,
+}
+
+/// The library's stall limit for tethered consumers, in ms.
+fn default_tether_stall_ms() -> u32 {
+    ConsumerOptions::default().tether_stall_limit.as_millis() as u32
 }
 
 impl Default for Settings {
@@ -136,6 +142,7 @@ impl Default for Settings {
             timestamp_mode: TimestampMode::Capture,
             max_held_percent: 50,
             eos_after_ms: 0,
+            tether_stall_ms: default_tether_stall_ms(),
         }
     }
 }
@@ -396,6 +403,13 @@ impl ObjectImpl for ShmRingSrc {
                     .default_value(0)
                     .mutable_ready()
                     .build(),
+                glib::ParamSpecUInt::builder("tether-stall-limit")
+                    .nick("Tether stall limit")
+                    .blurb("Mode consumer: milliseconds a tethered reader of the ring (mode=tethered, shmring record --tethered) may go without releasing a record before it is detached")
+                    .minimum(1)
+                    .default_value(default_tether_stall_ms())
+                    .mutable_ready()
+                    .build(),
                 glib::ParamSpecUInt64::builder("frames")
                     .nick("Frames")
                     .blurb("Buffers output")
@@ -444,6 +458,7 @@ impl ObjectImpl for ShmRingSrc {
             "timestamp-mode" => s.timestamp_mode = value.get().expect("type checked upstream"),
             "max-held" => s.max_held_percent = value.get().expect("type checked upstream"),
             "eos-after" => s.eos_after_ms = value.get().expect("type checked upstream"),
+            "tether-stall-limit" => s.tether_stall_ms = value.get().expect("type checked upstream"),
             other => gst::warning!(CAT, imp = self, "no writable property {other}"),
         }
     }
@@ -461,6 +476,7 @@ impl ObjectImpl for ShmRingSrc {
             "timestamp-mode" => s.timestamp_mode.to_value(),
             "max-held" => s.max_held_percent.to_value(),
             "eos-after" => s.eos_after_ms.to_value(),
+            "tether-stall-limit" => s.tether_stall_ms.to_value(),
             "frames" => c.frames.load(Ordering::Relaxed).to_value(),
             "copies" => c.copies.load(Ordering::Relaxed).to_value(),
             "malformed" => c.malformed.load(Ordering::Relaxed).to_value(),
@@ -552,7 +568,10 @@ impl BaseSrcImpl for ShmRingSrc {
             let seg = s
                 .location
                 .open_for("shmringsrc", gst::ResourceError::OpenRead)?;
-            let opts = ConsumerOptions::default();
+            let opts = ConsumerOptions {
+                tether_stall_limit: Duration::from_millis(s.tether_stall_ms as u64),
+                ..Default::default()
+            };
             let consumer = match s.mode {
                 Mode::Tethered => Consumer::tethered(seg.clone(), opts),
                 _ => Consumer::with_options(seg.clone(), opts),
