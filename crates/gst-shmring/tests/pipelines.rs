@@ -746,3 +746,31 @@ fn a_tethered_source_that_stops_releasing_is_detached_with_an_error() {
     assert!(err.contains("detached"), "{err}");
     assert!(owner.error().is_none());
 }
+
+#[test]
+fn video_and_audio_of_one_stream_id_keep_their_own_sequence_numbers() {
+    let ring = RingName::new("kinds");
+    let p = Pipeline::launch(&format!(
+        "shmringsrc name=src ring={} create=true ! appsink name=out sync=false max-buffers=8",
+        ring.0
+    ));
+    assert!(p.0.set_state(gst::State::Paused).is_ok());
+    let seg = Segment::open_named(&ring.0).expect("open");
+    let mut producer = seg.producer().expect("producer");
+    // Stream 0 carries both: video and audio records interleaved, each kind
+    // numbered from 0 without a gap.
+    for seq in 0..3u64 {
+        let v = MediaHeader::video(Format::I420, 64, 64, seq, seq).unwrap();
+        let mut b = vec![0u8; v.payload_len()];
+        v.write_to(&mut b).unwrap();
+        producer.send(&b, Meta::new(0, kind::VIDEO)).unwrap();
+        let a = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, seq, seq).unwrap();
+        let mut b = vec![0u8; a.payload_len()];
+        a.write_to(&mut b).unwrap();
+        producer.send(&b, Meta::new(0, kind::AUDIO)).unwrap();
+    }
+    p.play();
+    let got = pull(&p.appsink("out"), 6, LIMIT);
+    let discont: Vec<bool> = got.iter().map(|g| g.discont).collect();
+    assert_eq!(discont, [true, false, false, false, false, false]);
+}

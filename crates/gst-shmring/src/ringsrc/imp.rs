@@ -321,7 +321,8 @@ struct State {
     tap: Option<Box<TapReader>>,
     current: Option<(MediaHeader, Output)>,
     discont: bool,
-    streams: [(u32, u64); TRACKED_STREAMS],
+    /// (kind, stream id, last sequence number) of each stream followed.
+    streams: [(u32, u32, u64); TRACKED_STREAMS],
     tracked: usize,
     idle_since: Option<Instant>,
     last_reap: Option<Instant>,
@@ -608,7 +609,7 @@ impl BaseSrcImpl for ShmRingSrc {
             tap,
             current: None,
             discont: true,
-            streams: [(0, 0); TRACKED_STREAMS],
+            streams: [(0, 0, 0); TRACKED_STREAMS],
             tracked: 0,
             idle_since: None,
             last_reap: None,
@@ -786,16 +787,18 @@ impl ShmRingSrc {
         }
     }
 
-    /// Is this record's sequence number the one after the last of its stream?
-    fn in_sequence(st: &mut State, stream: u32, seq: u64) -> bool {
+    /// Is this record's sequence number the one after the last of its stream (the
+    /// records of one kind and stream id: video and audio are numbered apart)?
+    fn in_sequence(st: &mut State, meta: Meta, seq: u64) -> bool {
         let n = st.tracked;
-        if let Some(e) = st.streams[..n].iter_mut().find(|e| e.0 == stream) {
-            let ok = e.1.wrapping_add(1) == seq;
-            e.1 = seq;
+        let key = (meta.kind, meta.stream);
+        if let Some(e) = st.streams[..n].iter_mut().find(|e| (e.0, e.1) == key) {
+            let ok = e.2.wrapping_add(1) == seq;
+            e.2 = seq;
             return ok;
         }
         if n < TRACKED_STREAMS {
-            st.streams[n] = (stream, seq);
+            st.streams[n] = (key.0, key.1, seq);
             st.tracked += 1;
         }
         true
@@ -883,7 +886,7 @@ impl ShmRingSrc {
                 }
             }
         };
-        let gap = !Self::in_sequence(st, meta.stream, hd.sequence);
+        let gap = !Self::in_sequence(st, meta, hd.sequence);
         let (_, out) = st.current.as_ref().expect("set above");
         {
             let b = buffer.get_mut().expect("a new buffer is writable");
