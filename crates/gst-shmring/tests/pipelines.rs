@@ -569,6 +569,24 @@ fn until(seg: &Segment, what: &str, done: impl Fn(&Segment) -> bool) {
     }
 }
 
+/// The ring's consumer: a source that creates `ring` with `props` and reads it
+/// into a fakesink, playing.
+fn owner_into_fakesink(ring: &RingName, props: &str) -> Pipeline {
+    let p = Pipeline::launch(&format!(
+        "shmringsrc ring={} create=true {props} ! fakesink sync=false",
+        ring.0
+    ));
+    p.play();
+    p
+}
+
+/// Waits until the ring's consumer has taken a tethered consumer on.
+fn taken_on(seg: &Segment) {
+    until(seg, "a tethered source is taken on", |s| {
+        s.tethers().iter().any(|t| !t.requested)
+    });
+}
+
 /// A second source on `ring` in `mode`, playing.
 fn reader(ring: &RingName, mode: &str, max_buffers: u32) -> Pipeline {
     let p = Pipeline::launch(&format!(
@@ -610,9 +628,7 @@ fn a_tethered_source_beside_the_consumer_gets_every_frame_in_place() {
     // The ring's consumer takes the tethered one on at its next look at the ring;
     // from then on it sees every record.
     let seg = Segment::open_named(&ring.0).expect("ring");
-    until(&seg, "the tethered source is taken on", |s| {
-        s.tethers().iter().any(|t| !t.requested)
-    });
+    taken_on(&seg);
     let [a, b] = feed_and_pull(&ring, &desc, N, &owner, &tethered);
     assert_same(&a, &want);
     assert_same(&b, &want);
@@ -659,11 +675,7 @@ fn a_tap_source_beside_the_consumer_gets_copies_of_every_frame() {
 fn a_tap_that_falls_behind_loses_records_and_marks_the_next_buffer_discont() {
     let ring = RingName::new("taplost");
     // A ring of 1 MiB: a few 320x240 frames.
-    let owner = Pipeline::launch(&format!(
-        "shmringsrc ring={} create=true capacity=1048576 ! fakesink sync=false",
-        ring.0
-    ));
-    owner.play();
+    let owner = owner_into_fakesink(&ring, "capacity=1048576");
     let tap = reader(&ring, "tap", 1);
     let live = ChildPipeline::spawn(&format!(
         "videotestsrc is-live=true pattern=ball ! video/x-raw,format=I420,width=320,height=240,framerate=30/1 ! shmringsink ring={} full-policy=drop",
@@ -717,18 +729,12 @@ fn reader_modes_refuse_to_create_a_ring_and_need_its_consumer() {
 #[test]
 fn a_tethered_source_that_stops_releasing_is_detached_with_an_error() {
     let ring = RingName::new("detached");
-    let owner = Pipeline::launch(&format!(
-        "shmringsrc ring={} create=true tether-stall-limit=50 ! fakesink sync=false",
-        ring.0
-    ));
-    owner.play();
+    let owner = owner_into_fakesink(&ring, "tether-stall-limit=50");
     // Its appsink takes one buffer and is never pulled from: the source stops
     // releasing frames while the ring's consumer reads on.
     let tethered = reader(&ring, "tethered", 1);
     let seg = Segment::open_named(&ring.0).expect("ring");
-    until(&seg, "the tethered source is taken on", |s| {
-        s.tethers().iter().any(|t| !t.requested)
-    });
+    taken_on(&seg);
     let sink = Pipeline::launch(&format!(
         "{} ! shmringsink ring={}",
         video("ball", 10, "I420", 320, 240),
