@@ -147,11 +147,11 @@ fn reads(
 
 /// Directories a run creates for its output, removed again (each only if empty)
 /// when the run fails, so a failed run leaves no empty directories behind.
-struct NewDirs(Vec<PathBuf>);
+pub(crate) struct NewDirs(Vec<PathBuf>);
 
 impl NewDirs {
     /// The ancestors of `dir` (and `dir`) that do not exist yet, deepest first.
-    fn missing(dir: &Path) -> NewDirs {
+    pub(crate) fn missing(dir: &Path) -> NewDirs {
         NewDirs(
             dir.ancestors()
                 .filter(|d| !d.as_os_str().is_empty())
@@ -161,7 +161,7 @@ impl NewDirs {
         )
     }
     /// The run succeeded: keep them.
-    fn keep(&mut self) {
+    pub(crate) fn keep(&mut self) {
         self.0.clear();
     }
 }

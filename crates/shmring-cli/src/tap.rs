@@ -17,6 +17,7 @@ use shmring::media::{kind, MediaHeader};
 use shmring::{Tap, TapOptions, TapStats};
 
 use crate::cli::TapArgs;
+use crate::record::NewDirs;
 use crate::recorder::{check_output_dir, kind_name};
 use crate::ringref::open_read_only;
 use crate::{fail, stop_flag, CmdError};
@@ -49,6 +50,8 @@ fn check(a: &TapArgs) -> Result<(), CmdError> {
 pub fn run(a: TapArgs) -> Result<(), CmdError> {
     check(&a)?;
     let stop = stop_flag()?;
+    // A failed start leaves no directory behind.
+    let mut new_dirs = a.out.as_deref().map(NewDirs::missing);
     if let Some(dir) = &a.out {
         check_output_dir(dir).map_err(|m| fail(1, m))?;
     }
@@ -74,6 +77,9 @@ pub fn run(a: TapArgs) -> Result<(), CmdError> {
             json!({"ready": {"ring": label, "pid": std::process::id()}})
         );
         let _ = o.flush();
+    }
+    if let Some(d) = &mut new_dirs {
+        d.keep();
     }
 
     let start = Instant::now();

@@ -370,8 +370,9 @@ fn readers_fail_cleanly_on_a_ring_without_consumer_or_no_ring() {
 
     // No such ring.
     let missing = ring_name("missing");
-    let o = run(&["tap", &missing.0, "--count", "1"]);
+    let o = run(&["tap", &missing.0, "--count", "1", "--out", out_s]);
     assert_fails_with(&o, 1, &["does not exist"]);
+    assert!(!out.exists(), "a failed start leaves no directory behind");
     let o = run(&["record", "--tethered", &missing.0, "--out", out_s]);
     assert_fails_with(&o, 1, &["does not exist"]);
 
