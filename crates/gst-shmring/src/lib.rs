@@ -1,6 +1,7 @@
-//! GStreamer elements for shmring: `shmringsrc` (a ring's consumer, a live source
-//! whose buffers are the ring's frames in place) and `shmringsink` (a producer whose
-//! buffer pool hands upstream ring reservations to write into).
+//! GStreamer elements for shmring: `shmringsrc` (a ring's consumer, or a tethered
+//! consumer or read-only tap beside it: a live source whose buffers are the ring's
+//! frames in place, or copies for a tap) and `shmringsink` (a producer whose buffer
+//! pool hands upstream ring reservations to write into).
 //!
 //! Build `libgstshmring.so` with `cargo build --release -p gst-shmring` and point
 //! `GST_PLUGIN_PATH` at `target/release`, or register the elements in a process of

@@ -2,12 +2,12 @@
 //! (`ring`, `fd`, and the source's `create` and `capacity`), their values, and
 //! opening the ring they name.
 
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 use gst::glib;
 use gst::prelude::*;
-use shmring::{Config, Segment};
+use shmring::{Config, ReadOnlySegment, Segment};
 
 /// Where an element finds its ring.
 #[derive(Debug, Clone)]
@@ -72,6 +72,12 @@ pub fn properties(purpose: &str, create: bool) -> Vec<glib::ParamSpec> {
     props
 }
 
+/// Where [`Location::source`] found the ring.
+enum Source<'a> {
+    Fd(OwnedFd),
+    Name(&'a str),
+}
+
 impl Location {
     /// Sets the property `name` if it is one of [`properties`]; false otherwise.
     pub fn set_property(&mut self, name: &str, value: &glib::Value) -> bool {
@@ -118,20 +124,31 @@ impl Location {
         })
     }
 
-    /// The ring, or an error naming it and the cause.
-    pub fn open(&self) -> Result<Arc<Segment>, String> {
+    /// A copy of the inherited descriptor, if one is set; else the ring's name.
+    fn source(&self) -> Result<Source<'_>, String> {
         if self.fd >= 0 {
             // SAFETY: the descriptor is only borrowed for the duplication below, which
             // the kernel checks: a descriptor that is not open fails with EBADF and
             // is reported, never used.
             let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
-            let owned = fd
+            return fd
                 .try_clone_to_owned()
-                .map_err(|e| format!("descriptor {}: {e}", self.fd))?;
-            return Segment::from_fd(owned).map_err(|e| format!("descriptor {}: {e}", self.fd));
+                .map(Source::Fd)
+                .map_err(|e| format!("descriptor {}: {e}", self.fd));
         }
-        let Some(name) = self.name.as_deref().filter(|n| !n.is_empty()) else {
-            return Err("no ring: set the ring property (a name) or fd".into());
+        match self.name.as_deref().filter(|n| !n.is_empty()) {
+            Some(name) => Ok(Source::Name(name)),
+            None => Err("no ring: set the ring property (a name) or fd".into()),
+        }
+    }
+
+    /// The ring, or an error naming it and the cause.
+    pub fn open(&self) -> Result<Arc<Segment>, String> {
+        let name = match self.source()? {
+            Source::Fd(owned) => {
+                return Segment::from_fd(owned).map_err(|e| format!("descriptor {}: {e}", self.fd))
+            }
+            Source::Name(name) => name,
         };
         if self.create {
             let cfg = if self.capacity == 0 {
@@ -142,6 +159,16 @@ impl Location {
             Segment::create_named(name, &cfg).map_err(|e| e.to_string())
         } else {
             Segment::open_named(name).map_err(|e| e.to_string())
+        }
+    }
+
+    /// The ring mapped read-only (`create` does not apply), or an error naming it.
+    pub fn open_read_only(&self) -> Result<ReadOnlySegment, String> {
+        match self.source()? {
+            Source::Fd(owned) => {
+                ReadOnlySegment::from_fd(owned).map_err(|e| format!("descriptor {}: {e}", self.fd))
+            }
+            Source::Name(name) => ReadOnlySegment::open_named(name).map_err(|e| e.to_string()),
         }
     }
 }

@@ -559,3 +559,224 @@ fn strides_other_than_gstreamers_travel_as_video_meta() {
         }
     }
 }
+
+/// Waits (bounded by LIMIT) until `done` holds for `seg`.
+fn until(seg: &Segment, what: &str, done: impl Fn(&Segment) -> bool) {
+    let start = std::time::Instant::now();
+    while !done(seg) {
+        assert!(start.elapsed() < LIMIT, "never: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The ring's consumer: a source that creates `ring` with `props` and reads it
+/// into a fakesink, playing.
+fn owner_into_fakesink(ring: &RingName, props: &str) -> Pipeline {
+    let p = Pipeline::launch(&format!(
+        "shmringsrc ring={} create=true {props} ! fakesink sync=false",
+        ring.0
+    ));
+    p.play();
+    p
+}
+
+/// Waits until the ring's consumer has taken a tethered consumer on.
+fn taken_on(seg: &Segment) {
+    until(seg, "a tethered source is taken on", |s| {
+        s.tethers().iter().any(|t| !t.requested)
+    });
+}
+
+/// A second source on `ring` in `mode`, playing.
+fn reader(ring: &RingName, mode: &str, max_buffers: u32) -> Pipeline {
+    let p = Pipeline::launch(&format!(
+        "shmringsrc name=src ring={} mode={mode} timestamp-mode=stream ! appsink name=out sync=false max-buffers={max_buffers}",
+        ring.0
+    ));
+    p.play();
+    p
+}
+
+/// Writes `desc` into `ring` in this process while both sources' buffers are
+/// pulled (each on its own thread, so neither reader waits on the other).
+fn feed_and_pull(
+    ring: &RingName,
+    desc: &str,
+    n: usize,
+    a: &Pipeline,
+    b: &Pipeline,
+) -> [Vec<Got>; 2] {
+    let (sa, sb) = (a.appsink("out"), b.appsink("out"));
+    std::thread::scope(|s| {
+        let ta = s.spawn(|| pull(&sa, n, LIMIT));
+        let tb = s.spawn(|| pull(&sb, n, LIMIT));
+        let sink = Pipeline::launch(&format!("{desc} ! shmringsink ring={}", ring.0));
+        sink.play();
+        sink.wait_eos(LIMIT).expect("sink pipeline ends");
+        [ta.join().expect("pulled"), tb.join().expect("pulled")]
+    })
+}
+
+#[test]
+fn a_tethered_source_beside_the_consumer_gets_every_frame_in_place() {
+    const N: usize = 20;
+    let ring = RingName::new("tethered");
+    let desc = video("ball", N, "I420", 320, 240);
+    let want = reference(&desc, N);
+    let owner = src(&ring, "");
+    let tethered = reader(&ring, "tethered", 4);
+    // The ring's consumer takes the tethered one on at its next look at the ring;
+    // from then on it sees every record.
+    let seg = Segment::open_named(&ring.0).expect("ring");
+    taken_on(&seg);
+    let [a, b] = feed_and_pull(&ring, &desc, N, &owner, &tethered);
+    assert_same(&a, &want);
+    assert_same(&b, &want);
+    // Frames in place: the tethered source's buffers are in the ring's mapping.
+    let maps = mapping_of(&ring.0);
+    assert!(b.iter().all(|g| inside(g.addr, &maps)), "copied frames");
+    assert_eq!(tethered.u64("src", "copies"), 0);
+    assert_eq!(seg.stats().tethers_detached, 0);
+    assert!(owner.error().is_none() && tethered.error().is_none());
+    drop(tethered);
+    until(&seg, "the tethered source leaves", |s| {
+        s.tethers().is_empty()
+    });
+}
+
+#[test]
+fn a_tap_source_beside_the_consumer_gets_copies_of_every_frame() {
+    const N: usize = 20;
+    let ring = RingName::new("tap");
+    let desc = video("smpte", N, "I420", 320, 240);
+    let want = reference(&desc, N);
+    let owner = src(&ring, "");
+    // 20 frames fit in the ring: nothing is overwritten, so the tap loses none.
+    let tap = reader(&ring, "tap", 4);
+    let [a, b] = feed_and_pull(&ring, &desc, N, &owner, &tap);
+    assert_same(&a, &want);
+    assert_same(&b, &want);
+    let maps = mapping_of(&ring.0);
+    assert!(
+        b.iter().all(|g| !inside(g.addr, &maps)),
+        "tap buffers are copies"
+    );
+    assert!(b[0].discont && !b[1..].iter().any(|g| g.discont));
+    assert_eq!(tap.u64("src", "lost"), 0);
+    // The tap is not one of the ring's readers: the ring lists none.
+    assert!(Segment::open_named(&ring.0)
+        .expect("ring")
+        .tethers()
+        .is_empty());
+    assert!(owner.error().is_none() && tap.error().is_none());
+}
+
+#[test]
+fn a_tap_that_falls_behind_loses_records_and_marks_the_next_buffer_discont() {
+    let ring = RingName::new("taplost");
+    // A ring of 1 MiB: a few 320x240 frames.
+    let owner = owner_into_fakesink(&ring, "capacity=1048576");
+    let tap = reader(&ring, "tap", 1);
+    let live = ChildPipeline::spawn(&format!(
+        "videotestsrc is-live=true pattern=ball ! video/x-raw,format=I420,width=320,height=240,framerate=30/1 ! shmringsink ring={} full-policy=drop",
+        ring.0
+    ));
+    let sink = tap.appsink("out");
+    assert_eq!(pull(&sink, 1, LIMIT).len(), 1);
+    // The tap now waits on its appsink while the producer writes twice the ring.
+    let seg = Segment::open_named(&ring.0).expect("ring");
+    let frame = MediaHeader::video(Format::I420, 320, 240, 0, 0)
+        .unwrap()
+        .payload_len() as u64;
+    let lap = 2 * (seg.geometry().capacity / frame + 1);
+    let from = seg.stats().records_committed;
+    until(&seg, "the producer laps the tap", |s| {
+        s.stats().records_committed >= from + lap
+    });
+    let rest = pull(&sink, 6, LIMIT);
+    assert!(rest.iter().any(|g| g.discont), "no DISCONT after the loss");
+    assert!(tap.u64("src", "lost") > 0);
+    assert!(tap.error().is_none() && owner.error().is_none());
+    live.kill();
+}
+
+#[test]
+fn reader_modes_refuse_to_create_a_ring_and_need_its_consumer() {
+    init();
+    let ring = RingName::new("modes");
+    for mode in ["tethered", "tap"] {
+        let p = Pipeline::launch(&format!(
+            "shmringsrc ring={} create=true mode={mode} ! fakesink",
+            ring.0
+        ));
+        assert!(p.0.set_state(gst::State::Playing).is_err(), "{mode}");
+        let err = p.error().expect("an error");
+        assert!(err.contains("mode=consumer"), "{mode}: {err}");
+        assert!(!ring.exists(), "{mode}: no ring made");
+    }
+    // A ring with no consumer: a tethered source has nothing to read beside.
+    let seg = Segment::create_named(&ring.0, &Config::default()).expect("ring");
+    let p = Pipeline::launch(&format!(
+        "shmringsrc ring={} mode=tethered ! fakesink",
+        ring.0
+    ));
+    assert!(p.0.set_state(gst::State::Playing).is_err());
+    let err = p.error().expect("an error");
+    assert!(err.contains("no live consumer"), "{err}");
+    drop(seg);
+}
+
+#[test]
+fn a_tethered_source_that_stops_releasing_is_detached_with_an_error() {
+    let ring = RingName::new("detached");
+    let owner = owner_into_fakesink(&ring, "tether-stall-limit=50");
+    // Its appsink takes one buffer and is never pulled from: the source stops
+    // releasing frames while the ring's consumer reads on.
+    let tethered = reader(&ring, "tethered", 1);
+    let seg = Segment::open_named(&ring.0).expect("ring");
+    taken_on(&seg);
+    let sink = Pipeline::launch(&format!(
+        "{} ! shmringsink ring={}",
+        video("ball", 10, "I420", 320, 240),
+        ring.0
+    ));
+    sink.play();
+    sink.wait_eos(LIMIT).expect("sink pipeline ends");
+    until(&seg, "the tethered source is detached", |s| {
+        s.stats().tethers_detached == 1
+    });
+    // Once downstream takes buffers again, the source finds itself detached.
+    let got = pull(&tethered.appsink("out"), 10, LIMIT);
+    assert!(got.len() < 10, "{} buffers after the detach", got.len());
+    let err = tethered.wait_eos(LIMIT).expect_err("an error, not EOS");
+    assert!(err.contains("detached"), "{err}");
+    assert!(owner.error().is_none());
+}
+
+#[test]
+fn video_and_audio_of_one_stream_id_keep_their_own_sequence_numbers() {
+    let ring = RingName::new("kinds");
+    let p = Pipeline::launch(&format!(
+        "shmringsrc name=src ring={} create=true ! appsink name=out sync=false max-buffers=8",
+        ring.0
+    ));
+    assert!(p.0.set_state(gst::State::Paused).is_ok());
+    let seg = Segment::open_named(&ring.0).expect("open");
+    let mut producer = seg.producer().expect("producer");
+    // Stream 0 carries both: video and audio records interleaved, each kind
+    // numbered from 0 without a gap.
+    for seq in 0..3u64 {
+        let v = MediaHeader::video(Format::I420, 64, 64, seq, seq).unwrap();
+        let mut b = vec![0u8; v.payload_len()];
+        v.write_to(&mut b).unwrap();
+        producer.send(&b, Meta::new(0, kind::VIDEO)).unwrap();
+        let a = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, seq, seq).unwrap();
+        let mut b = vec![0u8; a.payload_len()];
+        a.write_to(&mut b).unwrap();
+        producer.send(&b, Meta::new(0, kind::AUDIO)).unwrap();
+    }
+    p.play();
+    let got = pull(&p.appsink("out"), 6, LIMIT);
+    let discont: Vec<bool> = got.iter().map(|g| g.discont).collect();
+    assert_eq!(discont, [true, false, false, false, false, false]);
+}

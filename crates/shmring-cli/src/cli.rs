@@ -17,12 +17,15 @@ pub enum Cmd {
     /// Record and produce 1080p30 video and audio through a fresh ring in two
     /// processes, with a live status line and a summary.
     Demo(DemoArgs),
-    /// Create a ring and record what arrives to Y4M / WAV (or MP4) files.
+    /// Create a ring and record what arrives to Y4M / WAV (or MP4) files; or record
+    /// an existing ring beside its own consumer (`--tethered NAME`).
     Record(RecordArgs),
     /// Synthetic capture: test-pattern video and a tone into a ring.
     Produce(ProduceArgs),
     /// Show a ring's counters.
     Stat(StatArgs),
+    /// Watch a ring read-only: take every n-th record, write video thumbnails (PNG).
+    Tap(TapArgs),
     /// Every ring on this host, live: rates, occupancy, drops, producers, consumer.
     Top(TopArgs),
     /// Serve every ring's counters to Prometheus at http://ADDR/metrics.
@@ -42,16 +45,32 @@ pub enum Cmd {
     },
 }
 
+/// The core's default stall limit for tethered readers, in ms.
+fn default_tether_stall_ms() -> u64 {
+    shmring::ConsumerOptions::default()
+        .tether_stall_limit
+        .as_millis() as u64
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct RecordArgs {
     /// Name of the ring to create (/dev/shm/NAME; removed when recording ends).
     #[arg(
         long,
         value_name = "NAME",
-        required_unless_present = "listen",
-        conflicts_with = "listen"
+        required_unless_present_any = ["listen", "tethered"],
+        conflicts_with_all = ["listen", "tethered"]
     )]
     pub create: Option<String>,
+    /// Record the existing named ring NAME beside its own consumer, as a tethered
+    /// consumer: every record, the ring holding each one until this reader has it
+    /// too. Needs the ring's consumer alive (e.g. `shmring record --create NAME`).
+    #[arg(
+        long,
+        value_name = "NAME",
+        conflicts_with_all = ["listen", "replace_stale", "capacity_mib"]
+    )]
+    pub tethered: Option<String>,
     /// Create a sealed memfd ring and serve it on this Unix socket (`@NAME`: an
     /// abstract socket) instead: producers `--connect` to it, checked by uid.
     #[arg(long, value_name = "PATH")]
@@ -86,12 +105,71 @@ pub struct RecordArgs {
     /// strict claim order.
     #[arg(long, value_name = "MS", default_value_t = 200)]
     pub overtake_after_ms: u64,
+    /// As the ring's consumer: detach a tethered reader (`record --tethered`, a
+    /// tethered `shmringsrc`) that releases nothing for this long (ms), so a stuck
+    /// reader holds the ring at most this long.
+    #[arg(long, value_name = "MS", default_value_t = default_tether_stall_ms(), conflicts_with = "tethered")]
+    pub tether_stall_ms: u64,
     /// Encode video to H.264 MP4 with ffmpeg instead of writing Y4M.
     #[arg(long)]
     pub encode: bool,
     /// Print a JSON progress line on stdout twice a second.
     #[arg(long)]
     pub progress: bool,
+}
+
+/// A record kind a tap takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TapKind {
+    Video,
+    Audio,
+}
+
+impl TapKind {
+    /// Its number in the ring ([`shmring::media::kind`]).
+    pub fn kind(self) -> u32 {
+        match self {
+            TapKind::Video => shmring::media::kind::VIDEO,
+            TapKind::Audio => shmring::media::kind::AUDIO,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TapArgs {
+    /// Ring name (/dev/shm/NAME), opened read-only.
+    #[arg(required_unless_present = "connect", conflicts_with = "connect")]
+    pub name: Option<String>,
+    /// Observe the ring a consumer serves on this socket instead (read-only).
+    #[arg(long, value_name = "PATH")]
+    pub connect: Option<PathBuf>,
+    /// Take every N-th record that matches --kind and --stream.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub every: u32,
+    /// Only records of this kind.
+    #[arg(long, value_enum)]
+    pub kind: Option<TapKind>,
+    /// Only records of this stream.
+    #[arg(long, value_name = "ID")]
+    pub stream: Option<u32>,
+    /// Write a PNG thumbnail of every video frame taken into this directory
+    /// (created if missing): NNNNNN-video-STREAM.png.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Largest thumbnail width in pixels (frames are scaled down by a whole factor).
+    #[arg(long, value_name = "PX", default_value_t = 320)]
+    pub thumb_width: u32,
+    /// Stop after this many seconds (default: at SIGINT/SIGTERM).
+    #[arg(
+        long,
+        value_name = "S",
+        allow_negative_numbers = true,
+        conflicts_with = "count"
+    )]
+    pub seconds: Option<f64>,
+    /// Stop after taking this many records.
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

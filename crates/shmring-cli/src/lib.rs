@@ -1,5 +1,5 @@
 //! The `shmring` command's library: argument definitions and the `record`,
-//! `produce`, `demo`, `stat`, `top`, `exporter` and `rm` commands. The recorder's per-record path
+//! `produce`, `demo`, `stat`, `tap`, `top`, `exporter` and `rm` commands. The recorder's per-record path
 //! ([`recorder::Recorder::process`]) is public so it can be driven and measured
 //! in-process.
 
@@ -19,6 +19,8 @@ pub mod ringref;
 pub mod rings;
 pub mod rm;
 pub mod stat;
+pub mod tap;
+pub mod thumb;
 pub mod top;
 
 use std::sync::atomic::AtomicBool;
@@ -36,6 +38,17 @@ pub fn fail(code: u8, msg: impl Into<String>) -> CmdError {
     CmdError {
         code,
         msg: msg.into(),
+    }
+}
+
+/// Checks an optional `--seconds` limit: more than 0, at most 1000000.
+pub fn check_seconds(seconds: Option<f64>) -> Result<(), CmdError> {
+    match seconds {
+        Some(s) if !(s > 0.0 && s <= 1e6) => Err(fail(
+            2,
+            format!("--seconds {s}: expected more than 0, at most 1000000"),
+        )),
+        _ => Ok(()),
     }
 }
 

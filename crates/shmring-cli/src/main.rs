@@ -25,6 +25,7 @@ fn main() -> ExitCode {
         Cmd::Produce(a) => ("produce", shmring_cli::produce::run(a)),
         Cmd::Demo(a) => ("demo", shmring_cli::demo::run(a)),
         Cmd::Stat(a) => ("stat", shmring_cli::stat::run(a)),
+        Cmd::Tap(a) => ("tap", shmring_cli::tap::run(a)),
         Cmd::Top(a) => ("top", shmring_cli::top::run(a)),
         Cmd::Exporter(a) => ("exporter", shmring_cli::exporter::run(a)),
         Cmd::Rm(a) => ("rm", shmring_cli::rm::run(a)),

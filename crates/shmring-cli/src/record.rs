@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use shmring::handoff::ListenerStats;
 use shmring::media::{Format, MediaHeader};
-use shmring::{Config, Listener, Segment};
+use shmring::{Config, Consumer, ConsumerOptions, Listener, Segment, TetherInfo};
 
 use crate::cli::RecordArgs;
 use crate::output::ffmpeg_available;
@@ -78,13 +78,80 @@ fn report_health(seg: &Segment, consumer: &shmring::Consumer, seen: &mut shmring
     *seen = h;
 }
 
+/// A tethered consumer of `seg`, once the ring's consumer has taken it on (it reads
+/// every record from then on). Waits for that as long as the ring's consumer lives.
+fn tethered(
+    seg: &std::sync::Arc<Segment>,
+    name: &str,
+    opts: ConsumerOptions,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<Consumer, CmdError> {
+    let c = Consumer::tethered(seg.clone(), opts).map_err(|e| match e {
+        shmring::Error::NoConsumer(_) => fail(
+            1,
+            format!(
+                "ring {name:?} has no live consumer: a tethered recorder reads beside the \
+                 ring's own consumer (e.g. `shmring record --create {name}`), which must be running"
+            ),
+        ),
+        e => fail(1, format!("cannot attach to ring {name:?}: {e}")),
+    })?;
+    let start = Instant::now();
+    let mut said = false;
+    while own_line(seg).is_none_or(|t| t.requested) {
+        if stop.load(Ordering::Relaxed) {
+            return Err(fail(
+                1,
+                format!("ring {name:?}: stopped before the ring's consumer took this reader on"),
+            ));
+        }
+        if !seg.consumer_alive() {
+            return Err(fail(
+                1,
+                format!("ring {name:?}: its consumer went away before it took this reader on"),
+            ));
+        }
+        if !said && start.elapsed() >= Duration::from_secs(2) {
+            said = true;
+            eprintln!(
+                "shmring record: ring {name:?}: waiting for the ring's consumer to take this reader on"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(c)
+}
+
+/// This process's tethered consumer on `seg`, as the ring lists it.
+fn own_line(seg: &Segment) -> Option<TetherInfo> {
+    let me = std::process::id();
+    seg.tethers().into_iter().find(|t| t.pid == me)
+}
+
+/// Records and bytes this recorder has read: the ring's consumer's counters, or a
+/// tethered consumer's own (with its line; once the line is gone, as `seen` last).
+fn reads(
+    seg: &Segment,
+    consumer: &Consumer,
+    seen: &mut Option<TetherInfo>,
+) -> (u64, u64, Option<TetherInfo>) {
+    if consumer.is_tethered() {
+        *seen = own_line(seg).or(*seen);
+        let (r, b) = seen.map_or((0, 0), |t| (t.records_consumed, t.bytes_consumed));
+        (r, b, *seen)
+    } else {
+        let st = seg.stats();
+        (st.records_consumed, st.bytes_consumed, None)
+    }
+}
+
 /// Directories a run creates for its output, removed again (each only if empty)
 /// when the run fails, so a failed run leaves no empty directories behind.
-struct NewDirs(Vec<PathBuf>);
+pub(crate) struct NewDirs(Vec<PathBuf>);
 
 impl NewDirs {
     /// The ancestors of `dir` (and `dir`) that do not exist yet, deepest first.
-    fn missing(dir: &Path) -> NewDirs {
+    pub(crate) fn missing(dir: &Path) -> NewDirs {
         NewDirs(
             dir.ancestors()
                 .filter(|d| !d.as_os_str().is_empty())
@@ -94,7 +161,7 @@ impl NewDirs {
         )
     }
     /// The run succeeded: keep them.
-    fn keep(&mut self) {
+    pub(crate) fn keep(&mut self) {
         self.0.clear();
     }
 }
@@ -129,14 +196,10 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     if a.fps == 0 {
         return Err(fail(2, "--fps must be at least 1"));
     }
-    if let Some(s) = a.seconds {
-        if !(s > 0.0 && s <= 1e6) {
-            return Err(fail(
-                2,
-                format!("--seconds {s}: expected more than 0, at most 1000000"),
-            ));
-        }
+    if a.tether_stall_ms == 0 {
+        return Err(fail(2, "--tether-stall-ms 0: expected at least 1"));
     }
+    crate::check_seconds(a.seconds)?;
     // Built with the `gst` feature, --encode runs in process (no ffmpeg).
     if a.encode && !cfg!(feature = "gst") && !ffmpeg_available() {
         return Err(fail(
@@ -164,10 +227,22 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
             ),
         ));
     }
+    let opts = shmring::ConsumerOptions {
+        overtake_after: (a.overtake_after_ms > 0)
+            .then(|| Duration::from_millis(a.overtake_after_ms)),
+        tether_stall_limit: Duration::from_millis(a.tether_stall_ms),
+        ..Default::default()
+    };
     // A named ring, or a sealed memfd served on a socket by one listener thread
-    // (never on the frame path below).
-    let (seg, label, listener) = match (&a.create, &a.listen) {
-        (_, Some(path)) => {
+    // (never on the frame path below), or an existing named ring read beside its
+    // own consumer.
+    let (seg, label, listener) = match (&a.create, &a.listen, &a.tethered) {
+        (_, _, Some(name)) => {
+            let seg = Segment::open_named(name)
+                .map_err(|e| fail(1, format!("cannot open ring {name:?}: {e}")))?;
+            (seg, name.clone(), None)
+        }
+        (_, Some(path), None) => {
             let seg = Segment::create_memfd("shmring-record", &cfg)
                 .map_err(|e| fail(1, format!("cannot create a memfd ring: {e}")))?;
             let l = Listener::bind(&seg, path, listener_options(&a.allow_uid, &a.allow_gid))
@@ -175,7 +250,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
                 .map_err(|e| fail(1, format!("cannot listen on {}: {e}", path.display())))?;
             (seg, path.display().to_string(), Some(l))
         }
-        (Some(name), None) => {
+        (Some(name), None, None) => {
             let create = || Segment::create_named(name, &cfg);
             let seg = match create() {
                 Err(shmring::Error::Exists(_)) => {
@@ -196,18 +271,22 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
             .map_err(|e| fail(1, format!("cannot create ring {name:?}: {e}")))?;
             (seg, name.clone(), None)
         }
-        (None, None) => return Err(fail(2, "give --create NAME or --listen PATH")),
+        (None, None, None) => {
+            return Err(fail(
+                2,
+                "give --create NAME, --listen PATH or --tethered NAME",
+            ))
+        }
     };
-    let opts = shmring::ConsumerOptions {
-        overtake_after: (a.overtake_after_ms > 0)
-            .then(|| Duration::from_millis(a.overtake_after_ms)),
-        ..Default::default()
+    let consumer = match &a.tethered {
+        Some(name) => tethered(&seg, name, opts, &stop)?,
+        None => shmring::Consumer::with_options(seg.clone(), opts)
+            .map_err(|e| fail(1, format!("ring {}: {e}", seg.name())))?,
     };
-    let consumer = shmring::Consumer::with_options(seg.clone(), opts)
-        .map_err(|e| fail(1, format!("ring {}: {e}", seg.name())))?;
     let geo = *seg.geometry();
     emit(json!({"ready": {"ring": label, "capacity": geo.capacity,
-        "max_record": geo.max_record, "pid": std::process::id()}}));
+        "max_record": geo.max_record, "pid": std::process::id(),
+        "tethered": consumer.is_tethered()}}));
     if let Some(p) = &a.ready_file {
         let mut tmp = p.as_os_str().to_owned();
         tmp.push(".tmp");
@@ -230,6 +309,8 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     let mut seen = shmring::Health::default();
     let mut write_error: Option<WriteError> = None;
     let mut ring_error: Option<String> = None;
+    let mut owner_gone = false;
+    let mut line_seen = None;
     let wait = Some(Duration::from_millis(100));
     'run: loop {
         if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
@@ -259,12 +340,20 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
             if let Some(m) = procinfo::own_memory() {
                 peak_private_kb = peak_private_kb.max(m.private_kb());
             }
+            // A tethered recorder ends with the ring's consumer: no producer can
+            // write to a ring without one.
+            if consumer.is_tethered() && !seg.consumer_alive() {
+                owner_gone = true;
+                break 'run;
+            }
+            let (records, bytes, line) = reads(&seg, &consumer, &mut line_seen);
             if a.progress {
                 let st = seg.stats();
                 emit(json!({"progress": {
                     "video_frames": rec.video_frames(), "audio_packets": rec.audio_packets(),
-                    "malformed": rec.malformed(), "records": st.records_consumed,
-                    "bytes": st.bytes_consumed, "occupancy": st.occupancy,
+                    "malformed": rec.malformed(), "records": records,
+                    "bytes": bytes, "tether": line.as_ref().map(crate::stat::tether_json),
+                    "occupancy": st.occupancy,
                     "drops_full": st.drops_full, "abandoned": st.abandoned,
                     "resets": st.resets, "stalled_claims": st.stalled_claims,
                     "private_rss_kb": peak_private_kb,
@@ -277,7 +366,10 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     // Record what was committed before the stop (bounded: a producer still
     // running cannot keep us here).
     if write_error.is_none() && ring_error.is_none() {
-        let mut left = seg.stats().records_in_flight + 16;
+        let mut left = match reads(&seg, &consumer, &mut line_seen).2 {
+            Some(line) => line.lag_records,
+            None => seg.stats().records_in_flight,
+        } + 16;
         while left > 0 {
             left -= 1;
             match consumer.try_next() {
@@ -300,13 +392,15 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     report_health(&seg, &consumer, &mut seen);
     let consumer_resets = consumer.resets();
     let st = seg.stats();
+    let (records, bytes, line) = reads(&seg, &consumer, &mut line_seen);
     drop(consumer);
     let (cpu_s, max_rss_kb) = procinfo::own_usage();
 
     let mut j = summary.to_json();
     j["ring"] = json!({
-        "name": label, "records_consumed": st.records_consumed,
-        "bytes_consumed": st.bytes_consumed, "records_committed": st.records_committed,
+        "name": label, "records_consumed": records,
+        "bytes_consumed": bytes, "records_committed": st.records_committed,
+        "tether": line.as_ref().map(crate::stat::tether_json),
         "drops_full": st.drops_full, "abandoned": st.abandoned, "corruption": st.corruption,
         "resets": consumer_resets, "stalled_claims": st.stalled_claims,
         "peak_occupancy": st.peak_occupancy,
@@ -329,11 +423,23 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     let e = &mut std::io::stderr().lock();
     let _ = writeln!(
         e,
-        "shmring record: ring {} for {elapsed:.1} s: {} records ({:.1} MB) read",
+        "shmring record: ring {} for {elapsed:.1} s: {records} records ({:.1} MB) read{}",
         seg.name(),
-        st.records_consumed,
-        mb(st.bytes_consumed)
+        mb(bytes),
+        match line {
+            Some(t) => format!(
+                " as tethered consumer (line {}; {} lost to ring resets)",
+                t.line, t.lost
+            ),
+            None => String::new(),
+        }
     );
+    if owner_gone {
+        let _ = writeln!(
+            e,
+            "  the ring's consumer ended, so the recording ends: nothing more can arrive"
+        );
+    }
     for s in &summary.streams {
         let _ = writeln!(
             e,

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use shmring::handoff::ListenerOptions;
-use shmring::{ReadOnlySegment, Segment, Stats};
+use shmring::{ReadOnlySegment, Segment, Stats, TetherInfo};
 
 /// A ring whose counters a command reads: opened by name, or observed read-only
 /// through a consumer's socket.
@@ -35,6 +35,14 @@ impl Watched {
         }
     }
 
+    /// The tethered consumers attached now.
+    pub fn tethers(&self) -> Vec<TetherInfo> {
+        match self {
+            Watched::Named(s) => s.tethers(),
+            Watched::Observed(s) => s.tethers(),
+        }
+    }
+
     pub fn geometry(&self) -> &shmring::layout::Geometry {
         match self {
             Watched::Named(s) => s.geometry(),
@@ -47,6 +55,19 @@ impl Watched {
             Watched::Named(s) => s.name(),
             Watched::Observed(s) => s.name(),
         }
+    }
+}
+
+/// Opens `name` read-only (`/dev/shm/NAME`), or observes the ring served on
+/// `socket`: either way a mapping nothing can write through.
+pub fn open_read_only(
+    name: Option<&str>,
+    socket: Option<&Path>,
+) -> Result<ReadOnlySegment, String> {
+    match (name, socket) {
+        (_, Some(p)) => Segment::observe(p).map_err(|e| format!("socket {}: {e}", p.display())),
+        (Some(n), None) => ReadOnlySegment::open_named(n).map_err(|e| format!("ring {n:?}: {e}")),
+        (None, None) => Err("give a ring name or --connect PATH".into()),
     }
 }
 

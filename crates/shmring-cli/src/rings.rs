@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use shmring::{ReadOnlySegment, Segment, Stats};
+use shmring::{ReadOnlySegment, Segment, Stats, TetherInfo};
 
 /// Where named rings live (`shm_open(3)` names map to files in this directory).
 pub const SHM_DIR: &str = "/dev/shm";
@@ -33,6 +33,8 @@ pub struct RingInfo {
     pub max_record: u64,
     /// Producer slots.
     pub max_producers: u32,
+    /// The tethered consumers attached.
+    pub tethers: Vec<TetherInfo>,
 }
 
 /// One ring found by a source: its name and its counters, or why they could not be
@@ -133,6 +135,7 @@ pub fn read_named(name: &str) -> Result<RingInfo, String> {
         stats: seg.stats(),
         max_record: seg.geometry().max_record,
         max_producers: seg.geometry().max_producers,
+        tethers: seg.tethers(),
     };
     if seg.truncated() {
         return Err(shmring::Error::Truncated(seg.label()).to_string());
@@ -212,6 +215,7 @@ impl Observed {
                     stats: seg.stats(),
                     max_record: g.max_record,
                     max_producers: g.max_producers,
+                    tethers: seg.tethers(),
                 })
             }
             (None, Some(e)) => Err(e.clone()),

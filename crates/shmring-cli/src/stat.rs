@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use shmring::{FieldKind, Stats};
+use shmring::{FieldKind, Stats, TetherInfo};
 
 use crate::cli::StatArgs;
 use crate::ringref::Watched;
@@ -25,6 +25,43 @@ pub fn stats_json(name: &str, s: &Stats) -> serde_json::Value {
     serde_json::Value::Object(m)
 }
 
+/// One tethered consumer as JSON.
+pub fn tether_json(t: &TetherInfo) -> serde_json::Value {
+    json!({
+        "line": t.line, "requested": t.requested, "pid": t.pid,
+        "records_consumed": t.records_consumed, "bytes_consumed": t.bytes_consumed,
+        "lost": t.lost, "lag_records": t.lag_records, "lag_bytes": t.lag_bytes,
+    })
+}
+
+/// Every tethered consumer, as a JSON list.
+pub fn tethers_json(ts: &[TetherInfo]) -> serde_json::Value {
+    serde_json::Value::Array(ts.iter().map(tether_json).collect())
+}
+
+/// One tethered consumer in words: `line 0 pid 123: lag 3 records (1.2 MB), ...`.
+pub fn tether_words(t: &TetherInfo) -> String {
+    let pid = match t.pid {
+        0 => String::new(),
+        p => format!(" pid {p}"),
+    };
+    if t.requested {
+        return format!(
+            "line {}{pid}: waiting to be taken on by the ring's consumer",
+            t.line
+        );
+    }
+    format!(
+        "line {}{pid}: lag {} records ({:.1} MB), consumed {} ({:.1} MB), lost {}",
+        t.line,
+        t.lag_records,
+        mb(t.lag_bytes),
+        t.records_consumed,
+        mb(t.bytes_consumed),
+        t.lost
+    )
+}
+
 pub fn run(a: StatArgs) -> Result<(), CmdError> {
     let seg = Watched::open(a.name.as_deref(), a.connect.as_deref()).map_err(|m| fail(1, m))?;
     let label = match (&a.name, &a.connect) {
@@ -32,7 +69,9 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
         (n, None) => n.clone().unwrap_or_default(),
     };
     if a.json {
-        println!("{}", stats_json(&label, &seg.stats()));
+        let mut j = stats_json(&label, &seg.stats());
+        j["tethers"] = tethers_json(&seg.tethers());
+        println!("{j}");
         return Ok(());
     }
     if a.prometheus {
@@ -47,6 +86,7 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
                     stats: seg.stats(),
                     max_record: seg.geometry().max_record,
                     max_producers: seg.geometry().max_producers,
+                    tethers: seg.tethers(),
                 }),
             },
         };
@@ -67,6 +107,8 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
     let mut prev = seg.stats();
     let mut t_prev = Instant::now();
     let mut n = 0u64;
+    // Lines of tethered consumers shown below the status line (a terminal only).
+    let mut below = 0;
     println!(
         "ring {label}: capacity {} MiB, max record {} KiB, {} producer slots",
         seg.geometry().capacity >> 20,
@@ -122,18 +164,31 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
                 (false, true) => "  (the consumer that served this socket is gone)".into(),
             }
         );
+        let tethers = seg.tethers();
         let mut o = std::io::stdout().lock();
         if tty {
-            let _ = write!(o, "\r\x1b[2K{line}");
+            // The status line, and one line per tethered consumer below it (the
+            // cursor is brought back up to the status line for the next update).
+            let _ = write!(o, "\r\x1b[J{line}");
+            for t in &tethers {
+                let _ = write!(o, "\n  tethered {}", tether_words(t));
+            }
+            if !tethers.is_empty() {
+                let _ = write!(o, "\x1b[{}A", tethers.len());
+            }
+            below = tethers.len();
         } else {
             let _ = writeln!(o, "{line}");
+            for t in &tethers {
+                let _ = writeln!(o, "  tethered {}", tether_words(t));
+            }
         }
         let _ = o.flush();
         // A ring observed over its socket lives as long as its consumer: once that
         // is gone nothing will change any more.
         if a.connect.is_some() && !s.consumer_attached {
             if tty {
-                println!();
+                println!("{}", "\n".repeat(below));
             }
             return Err(fail(1, format!("{label}: the consumer is gone")));
         }
@@ -141,7 +196,7 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
         n += 1;
     }
     if tty {
-        println!();
+        println!("{}", "\n".repeat(below));
     }
     Ok(())
 }

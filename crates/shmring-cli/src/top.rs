@@ -20,7 +20,7 @@ use shmring::Stats;
 
 use crate::cli::{SortKey, TopArgs};
 use crate::rings::{rates, NamedRings, Reading, RingSource, SocketRings};
-use crate::stat::stats_json;
+use crate::stat::{stats_json, tether_words, tethers_json};
 use crate::{fail, stop_flag, CmdError};
 
 /// One ring in one refresh: what was read, and rates since the previous refresh.
@@ -114,6 +114,7 @@ pub const HEADERS: [&str; NCOLS] = [
     "OCCUPANCY MiB",
     "PEAK",
     "PRODUCERS",
+    "TETHERED",
     "DROPS",
     "ABANDONED",
     "CORRUPT",
@@ -125,7 +126,7 @@ pub const HEADERS: [&str; NCOLS] = [
 ];
 
 /// Number of columns.
-pub const NCOLS: usize = 14;
+pub const NCOLS: usize = 15;
 
 /// The oldest claim still pending: its age, slot and pid (`-`: none pending).
 pub fn oldest_claim(s: &Stats) -> String {
@@ -140,14 +141,34 @@ pub fn oldest_claim(s: &Stats) -> String {
     out
 }
 
+/// The tethered consumers in a cell: how many, and the largest lag in records.
+fn tethered_cell(ts: &[shmring::TetherInfo]) -> String {
+    match ts.iter().map(|t| t.lag_records).max() {
+        None => "-".into(),
+        Some(lag) => format!("{} lag {lag}", ts.len()),
+    }
+}
+
+/// One line per tethered consumer of each ring, `RING: line 0 pid 12: lag ...`.
+fn tether_lines(rows: &[TopRow]) -> Vec<String> {
+    rows.iter()
+        .filter_map(|r| Some((&r.reading.ring, r.reading.result.as_ref().ok()?)))
+        .flat_map(|(ring, i)| {
+            i.tethers
+                .iter()
+                .map(move |t| format!("{ring}: tethered {}", tether_words(t)))
+        })
+        .collect()
+}
+
 fn mib(b: u64) -> String {
     format!("{:.1}", b as f64 / (1 << 20) as f64)
 }
 
 /// The cells of one row; a ring that could not be read has its name and its error.
 pub fn cells(r: &TopRow) -> Result<[String; NCOLS], (String, String)> {
-    let s = match &r.reading.result {
-        Ok(i) => &i.stats,
+    let (s, tethers) = match &r.reading.result {
+        Ok(i) => (&i.stats, &i.tethers),
         Err(e) => return Err((r.reading.ring.clone(), e.clone())),
     };
     Ok([
@@ -157,6 +178,7 @@ pub fn cells(r: &TopRow) -> Result<[String; NCOLS], (String, String)> {
         format!("{}/{}", mib(s.occupancy), mib(s.capacity)),
         mib(s.peak_occupancy),
         s.producers.to_string(),
+        tethered_cell(tethers),
         s.drops_full.to_string(),
         s.abandoned.to_string(),
         s.corruption.to_string(),
@@ -207,6 +229,9 @@ pub fn plain_table(rows: &[TopRow]) -> String {
     if rows.is_empty() {
         out += "(no rings)\n";
     }
+    for l in tether_lines(rows) {
+        out += &format!("{l}\n");
+    }
     out
 }
 
@@ -220,6 +245,7 @@ pub fn json_rows(rows: &[TopRow]) -> Value {
                     "records_per_s": r.records_per_s, "mb_per_s": r.mb_per_s,
                     "max_record": i.max_record, "max_producers": i.max_producers,
                     "stats": stats_json(&r.reading.ring, &i.stats),
+                    "tethers": tethers_json(&i.tethers),
                 }),
                 Err(e) => json!({
                     "ring": r.reading.ring, "source": r.reading.source, "error": e,
@@ -369,6 +395,7 @@ fn draw(
         Constraint::Length(14),
         Constraint::Length(6),
         Constraint::Length(9),
+        Constraint::Length(10),
         Constraint::Length(7),
         Constraint::Length(9),
         Constraint::Length(7),
@@ -390,16 +417,22 @@ fn draw(
             .title(title)
             .title_bottom(Line::from(" q quit  s sort  r reverse ")),
     );
-    let [top, bottom] = Layout::vertical([
+    let tethers: Vec<Line> = tether_lines(rows).into_iter().map(Line::from).collect();
+    let panel = |n: usize| match n {
+        0 => 0,
+        n => n.min(10) as u16 + 2,
+    };
+    let [top, middle, bottom] = Layout::vertical([
         Constraint::Min(3),
-        Constraint::Length(if errors.is_empty() {
-            0
-        } else {
-            errors.len().min(10) as u16 + 2
-        }),
+        Constraint::Length(panel(tethers.len())),
+        Constraint::Length(panel(errors.len())),
     ])
     .areas(f.area());
     f.render_widget(table, top);
+    if !tethers.is_empty() {
+        let p = Paragraph::new(tethers).block(Block::bordered().title(" tethered consumers "));
+        f.render_widget(p, middle);
+    }
     if !errors.is_empty() {
         let p = Paragraph::new(errors)
             .wrap(Wrap { trim: false })
@@ -441,6 +474,16 @@ mod tests {
                         stats,
                         max_record: 1,
                         max_producers: 1,
+                        tethers: vec![shmring::TetherInfo {
+                            line: 2,
+                            requested: false,
+                            pid: 77,
+                            records_consumed: 5,
+                            bytes_consumed: 5000,
+                            lost: 0,
+                            lag_records: 3,
+                            lag_bytes: 3000,
+                        }],
                     }),
                 },
                 Reading {
@@ -474,9 +517,15 @@ mod tests {
         );
         assert!(table
             .lines()
-            .any(|l| l.starts_with("a-ok") && l.ends_with("alive")));
+            .any(|l| l.starts_with("a-ok") && l.ends_with("alive") && l.contains(" 1 lag 3 ")));
+        assert!(
+            table.contains("a-ok: tethered line 2 pid 77: lag 3 records"),
+            "{table}"
+        );
         let j = json_rows(&rows);
         assert_eq!(j[0]["error"], "not a shmring ring");
         assert_eq!(j[1]["stats"]["records_committed"], 200);
+        assert_eq!(j[1]["tethers"][0]["lag_records"], 3);
+        assert_eq!(j[1]["tethers"][0]["line"], 2);
     }
 }

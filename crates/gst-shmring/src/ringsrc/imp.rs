@@ -9,6 +9,12 @@
 //! otherwise). The queue holds as many entries as the ring has claim
 //! log entries, more than the frames that can ever be outstanding, so a release
 //! never allocates and never fails.
+//!
+//! The consumer is the ring's own (mode `consumer`) or a tethered one beside it
+//! (mode `tethered`); both hand out frames in place. Mode `tap` reads through a
+//! read-only [`Tap`] instead: each record taken is copied once, and that copy
+//! becomes the buffer's memory (kept for the next copy once downstream frees it);
+//! records the tap lost make the next buffer DISCONT.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -22,7 +28,7 @@ use gst_base::prelude::*;
 use gst_base::subclass::base_src::CreateSuccess;
 use gst_base::subclass::prelude::*;
 use shmring::media::{kind, MediaHeader};
-use shmring::{Consumer, ConsumerOptions, Error, RawFrame, Segment};
+use shmring::{Consumer, ConsumerOptions, Error, Meta, RawFrame, Segment, Tap, TapOptions};
 
 use crate::lock;
 use crate::media::{output_for, same_shape, supported_caps, Output};
@@ -85,25 +91,58 @@ pub enum KindFilter {
     Audio,
 }
 
+/// Which of the ring's readers the source is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, glib::Enum)]
+#[enum_type(name = "GstShmRingSrcMode")]
+pub enum Mode {
+    /// The ring's own consumer.
+    #[enum_value(
+        name = "Consumer: the ring's own consumer; buffers are its frames in place",
+        nick = "consumer"
+    )]
+    Consumer,
+    /// A tethered consumer beside the ring's own.
+    #[enum_value(
+        name = "Tethered: a further consumer beside the ring's own, which must be running; every record, frames in place, each held in the ring until this source releases it (one that releases nothing for the ring's consumer's stall limit is detached: an error)",
+        nick = "tethered"
+    )]
+    Tethered,
+    /// A read-only tap.
+    #[enum_value(
+        name = "Tap: read-only; copies of the records as they go by, never holding the ring; records overwritten while read are lost (counted in 'lost', next buffer DISCONT)",
+        nick = "tap"
+    )]
+    Tap,
+}
+
 #[derive(Debug, Clone)]
 struct Settings {
     location: Location,
+    mode: Mode,
     stream: i64,
     kind: KindFilter,
     timestamp_mode: TimestampMode,
     max_held_percent: u32,
     eos_after_ms: u32,
+    tether_stall_ms: u32,
+}
+
+/// The library's stall limit for tethered consumers, in ms.
+fn default_tether_stall_ms() -> u32 {
+    ConsumerOptions::default().tether_stall_limit.as_millis() as u32
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Settings {
             location: Location::default(),
+            mode: Mode::Consumer,
             stream: -1,
             kind: KindFilter::Any,
             timestamp_mode: TimestampMode::Capture,
             max_held_percent: 50,
             eos_after_ms: 0,
+            tether_stall_ms: default_tether_stall_ms(),
         }
     }
 }
@@ -191,12 +230,99 @@ impl Drop for Held {
     }
 }
 
+/// Copies a tap keeps for reuse: a buffer's copy comes back here when downstream
+/// frees it, so in the steady state a record is copied without an allocation.
+const SPARE_COPIES: usize = 4;
+
+/// A tap and what of its counters was already reported.
+struct TapReader {
+    tap: Tap,
+    lost_seen: u64,
+    filtered_seen: u64,
+    spare: Arc<ArrayQueue<Vec<u8>>>,
+}
+
+/// A tap's copy of one record, given back to its tap's spares when dropped.
+struct TapCopy {
+    buf: Vec<u8>,
+    home: Arc<ArrayQueue<Vec<u8>>>,
+}
+
+impl AsRef<[u8]> for TapCopy {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for TapCopy {
+    fn drop(&mut self) {
+        // A full queue drops the copy instead.
+        let _ = self.home.push(std::mem::take(&mut self.buf));
+    }
+}
+
+/// A record to output: a frame of the ring (held until released), or a tap's copy.
+enum Rec<'a> {
+    Held {
+        c: &'a Consumer,
+        ring: &'a Arc<Ring>,
+        f: RawFrame,
+    },
+    Copied {
+        buf: TapCopy,
+        meta: Meta,
+        seq: u64,
+    },
+}
+
+impl Rec<'_> {
+    fn meta_seq(&self) -> (Meta, u64) {
+        match self {
+            Rec::Held { f, .. } => (f.meta, f.seq),
+            Rec::Copied { meta, seq, .. } => (*meta, *seq),
+        }
+    }
+
+    fn payload(&self) -> &[u8] {
+        match self {
+            // SAFETY: ptr/len come from the consumer, validated to lie inside the
+            // mapping the ring keeps alive; the frame is held until released.
+            Rec::Held { f, .. } => unsafe { std::slice::from_raw_parts(f.ptr, f.len) },
+            Rec::Copied { buf, .. } => buf.as_ref(),
+        }
+    }
+
+    /// Not output: a held frame goes back to the ring at once.
+    fn discard(self) {
+        if let Rec::Held { c, f, .. } = self {
+            let _ = c.release_raw(f.seq);
+        }
+    }
+}
+
+/// A buffer of one memory over `data[first..end]`.
+fn buffer_over<T: AsRef<[u8]> + Send + 'static>(data: T, first: usize, end: usize) -> gst::Buffer {
+    let mut mem = gst::Memory::from_slice(data);
+    mem.get_mut()
+        .expect("a new memory is writable")
+        .resize(first..end);
+    let mut b = gst::Buffer::new();
+    b.get_mut()
+        .expect("a new buffer is writable")
+        .append_memory(mem);
+    b
+}
+
 struct State {
     opts: Opts,
-    ring: Arc<Ring>,
+    /// Modes consumer and tethered.
+    ring: Option<Arc<Ring>>,
+    /// Mode tap.
+    tap: Option<Box<TapReader>>,
     current: Option<(MediaHeader, Output)>,
     discont: bool,
-    streams: [(u32, u64); TRACKED_STREAMS],
+    /// (kind, stream id, last sequence number) of each stream followed.
+    streams: [(u32, u32, u64); TRACKED_STREAMS],
     tracked: usize,
     idle_since: Option<Instant>,
     last_reap: Option<Instant>,
@@ -217,6 +343,7 @@ struct Counters {
     malformed: AtomicU64,
     resets: AtomicU64,
     skipped: AtomicU64,
+    lost: AtomicU64,
 }
 
 /// The `shmringsrc` element.
@@ -240,6 +367,11 @@ impl ObjectImpl for ShmRingSrc {
         static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
             let mut props = ring::properties("consume", true);
             props.extend([
+                glib::ParamSpecEnum::builder_with_default("mode", Mode::Consumer)
+                    .nick("Mode")
+                    .blurb("Which reader of the ring this source is: consumer (the ring's own), tethered (beside the ring's own consumer, every record in place) or tap (read-only copies, may lose records)")
+                    .mutable_ready()
+                    .build(),
                 glib::ParamSpecInt64::builder("stream")
                     .nick("Stream")
                     .blurb("Output only records of this stream id; -1: every stream")
@@ -272,6 +404,13 @@ impl ObjectImpl for ShmRingSrc {
                     .default_value(0)
                     .mutable_ready()
                     .build(),
+                glib::ParamSpecUInt::builder("tether-stall-limit")
+                    .nick("Tether stall limit")
+                    .blurb("Mode consumer: milliseconds a tethered reader of the ring (mode=tethered, shmring record --tethered) may go without releasing a record before it is detached")
+                    .minimum(1)
+                    .default_value(default_tether_stall_ms())
+                    .mutable_ready()
+                    .build(),
                 glib::ParamSpecUInt64::builder("frames")
                     .nick("Frames")
                     .blurb("Buffers output")
@@ -297,6 +436,11 @@ impl ObjectImpl for ShmRingSrc {
                     .blurb("Records skipped by the stream and kind filters")
                     .read_only()
                     .build(),
+                glib::ParamSpecUInt64::builder("lost")
+                    .nick("Lost")
+                    .blurb("Mode tap: records lost (overwritten while read, or passed by the producers); 0 in the other modes, which lose nothing")
+                    .read_only()
+                    .build(),
             ]);
             props
         });
@@ -309,11 +453,13 @@ impl ObjectImpl for ShmRingSrc {
             return;
         }
         match pspec.name() {
+            "mode" => s.mode = value.get().expect("type checked upstream"),
             "stream" => s.stream = value.get().expect("type checked upstream"),
             "kind" => s.kind = value.get().expect("type checked upstream"),
             "timestamp-mode" => s.timestamp_mode = value.get().expect("type checked upstream"),
             "max-held" => s.max_held_percent = value.get().expect("type checked upstream"),
             "eos-after" => s.eos_after_ms = value.get().expect("type checked upstream"),
+            "tether-stall-limit" => s.tether_stall_ms = value.get().expect("type checked upstream"),
             other => gst::warning!(CAT, imp = self, "no writable property {other}"),
         }
     }
@@ -325,16 +471,19 @@ impl ObjectImpl for ShmRingSrc {
             return v;
         }
         match pspec.name() {
+            "mode" => s.mode.to_value(),
             "stream" => s.stream.to_value(),
             "kind" => s.kind.to_value(),
             "timestamp-mode" => s.timestamp_mode.to_value(),
             "max-held" => s.max_held_percent.to_value(),
             "eos-after" => s.eos_after_ms.to_value(),
+            "tether-stall-limit" => s.tether_stall_ms.to_value(),
             "frames" => c.frames.load(Ordering::Relaxed).to_value(),
             "copies" => c.copies.load(Ordering::Relaxed).to_value(),
             "malformed" => c.malformed.load(Ordering::Relaxed).to_value(),
             "resets" => c.resets.load(Ordering::Relaxed).to_value(),
             "skipped" => c.skipped.load(Ordering::Relaxed).to_value(),
+            "lost" => c.lost.load(Ordering::Relaxed).to_value(),
             other => {
                 gst::warning!(CAT, imp = self, "no property {other}");
                 pspec.default_value().clone()
@@ -359,7 +508,7 @@ impl ElementImpl for ShmRingSrc {
             gst::subclass::ElementMetadata::new(
                 "shmring source",
                 "Source/Video/Audio",
-                "Consumes raw video and audio from a shmring ring; buffers are the ring's frames in place",
+                "Reads raw video and audio from a shmring ring, as its consumer or beside it (mode); buffers are the ring's frames in place, or copies in mode tap",
                 "shmring",
             )
         });
@@ -384,30 +533,67 @@ impl BaseSrcImpl for ShmRingSrc {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
         let what = s.location.describe();
-        let seg = s
-            .location
-            .open_for("shmringsrc", gst::ResourceError::OpenRead)?;
-        let consumer = Consumer::with_options(
-            seg.clone(),
-            ConsumerOptions {
+        if s.location.create && s.mode != Mode::Consumer {
+            return Err(gst::error_msg!(
+                gst::ResourceError::Settings,
+                (
+                    "shmringsrc: create=true makes a new ring, which only its own consumer (mode=consumer) reads; modes tethered and tap read a ring that another element or process consumes"
+                )
+            ));
+        }
+        let (ring, tap, geo) = if s.mode == Mode::Tap {
+            let ro = s.location.open_read_only().map_err(|e| {
+                gst::error_msg!(
+                    gst::ResourceError::OpenRead,
+                    ("shmringsrc: cannot open ring {} read-only: {}", what, e)
+                )
+            })?;
+            let geo = *ro.geometry();
+            let opts = TapOptions {
+                kind: match s.kind {
+                    KindFilter::Any => None,
+                    KindFilter::Video => Some(kind::VIDEO),
+                    KindFilter::Audio => Some(kind::AUDIO),
+                },
+                stream: u32::try_from(s.stream).ok(),
                 ..Default::default()
-            },
-        )
-        .map_err(|e| {
-            gst::error_msg!(
-                gst::ResourceError::OpenRead,
-                ("shmringsrc: cannot consume ring {}: {}", what, e)
-            )
-        })?;
-        let geo = *seg.geometry();
+            };
+            let t = TapReader {
+                tap: Tap::new(ro, opts),
+                lost_seen: 0,
+                filtered_seen: 0,
+                spare: Arc::new(ArrayQueue::new(SPARE_COPIES)),
+            };
+            (None, Some(Box::new(t)), geo)
+        } else {
+            let seg = s
+                .location
+                .open_for("shmringsrc", gst::ResourceError::OpenRead)?;
+            let opts = ConsumerOptions {
+                tether_stall_limit: Duration::from_millis(s.tether_stall_ms as u64),
+                ..Default::default()
+            };
+            let consumer = match s.mode {
+                Mode::Tethered => Consumer::tethered(seg.clone(), opts),
+                _ => Consumer::with_options(seg.clone(), opts),
+            }
+            .map_err(|e| {
+                gst::error_msg!(
+                    gst::ResourceError::OpenRead,
+                    ("shmringsrc: cannot consume ring {}: {}", what, e)
+                )
+            })?;
+            let geo = *seg.geometry();
+            let ring = Arc::new(Ring {
+                consumer: Mutex::new(consumer),
+                released: ArrayQueue::new(geo.log_entries as usize),
+                held_bytes: AtomicU64::new(0),
+                held_frames: AtomicU64::new(0),
+                seg,
+            });
+            (Some(ring), None, geo)
+        };
         let log = geo.log_entries as u64;
-        let ring = Arc::new(Ring {
-            consumer: Mutex::new(consumer),
-            released: ArrayQueue::new(log as usize),
-            held_bytes: AtomicU64::new(0),
-            held_frames: AtomicU64::new(0),
-            seg,
-        });
         *lock(&self.state) = Some(State {
             opts: Opts {
                 stream: s.stream,
@@ -420,9 +606,10 @@ impl BaseSrcImpl for ShmRingSrc {
             // records cannot exhaust it either.
             frames_limit: log / 2,
             ring,
+            tap,
             current: None,
             discont: true,
-            streams: [(0, 0); TRACKED_STREAMS],
+            streams: [(0, 0, 0); TRACKED_STREAMS],
             tracked: 0,
             idle_since: None,
             last_reap: None,
@@ -431,7 +618,7 @@ impl BaseSrcImpl for ShmRingSrc {
             resets_seen: 0,
         });
         self.flushing.store(false, Ordering::Release);
-        gst::info!(CAT, imp = self, "consuming ring {what}");
+        gst::info!(CAT, imp = self, "reading ring {what} as {:?}", s.mode);
         Ok(())
     }
 
@@ -460,6 +647,13 @@ impl BaseSrcImpl for ShmRingSrc {
         self.flushing.store(false, Ordering::Release);
         Ok(())
     }
+}
+
+/// A copy of bytes `first..end` of a held frame.
+fn rec_copy(f: RawFrame, first: usize, end: usize) -> gst::Buffer {
+    // SAFETY: as in `Rec::payload`: the frame is held until the caller releases it.
+    let payload = unsafe { std::slice::from_raw_parts(f.ptr, f.len) };
+    gst::Buffer::from_slice(payload[first..end].to_vec())
 }
 
 /// What became of one record.
@@ -491,16 +685,120 @@ impl ShmRingSrc {
         }
     }
 
-    /// Is this record's sequence number the one after the last of its stream?
-    fn in_sequence(st: &mut State, stream: u32, seq: u64) -> bool {
+    /// Nothing arrived: with `eos-after`, is it time to end the stream (no producer
+    /// attached for that long)?
+    fn idle_ends(&self, st: &mut State, producers: u32, s: Opts) -> bool {
+        if producers > 0 {
+            st.idle_since = None;
+            return false;
+        }
+        let now = Instant::now();
+        let since = *st.idle_since.get_or_insert(now);
+        let ends = now.duration_since(since) >= Duration::from_millis(s.eos_after_ms as u64);
+        if ends {
+            gst::info!(
+                CAT,
+                imp = self,
+                "no producer for {} ms: EOS",
+                s.eos_after_ms
+            );
+        }
+        ends
+    }
+
+    /// Sets new caps (if any) and hands `buffer` downstream.
+    fn output(
+        &self,
+        buffer: gst::Buffer,
+        caps: Option<gst::Caps>,
+    ) -> Result<CreateSuccess, gst::FlowError> {
+        if let Some(caps) = caps {
+            gst::info!(CAT, imp = self, "caps {caps}");
+            if self.obj().set_caps(&caps).is_err() {
+                gst::element_imp_error!(
+                    self,
+                    gst::CoreError::Negotiation,
+                    ("shmringsrc: downstream refused caps {}", caps)
+                );
+                return Err(gst::FlowError::NotNegotiated);
+            }
+        }
+        self.counters.frames.fetch_add(1, Ordering::Relaxed);
+        Ok(CreateSuccess::NewBuffer(buffer))
+    }
+
+    /// Mode tap: the next record taken, copied; records lost since the previous
+    /// one make it DISCONT.
+    fn create_tap(
+        &self,
+        st: &mut State,
+        t: &mut TapReader,
+        s: Opts,
+    ) -> Result<CreateSuccess, gst::FlowError> {
+        loop {
+            if self.flushing.load(Ordering::Acquire) {
+                return Err(gst::FlowError::Flushing);
+            }
+            // The copy becomes the buffer's memory, and comes back when it is freed.
+            let mut buf = t.spare.pop().unwrap_or_default();
+            let got = t.tap.next_into(&mut buf, Some(POLL_IDLE));
+            let ts = t.tap.stats();
+            if ts.lost != t.lost_seen {
+                self.counters
+                    .lost
+                    .fetch_add(ts.lost - t.lost_seen, Ordering::Relaxed);
+                t.lost_seen = ts.lost;
+                st.discont = true;
+            }
+            self.counters
+                .skipped
+                .fetch_add(ts.filtered - t.filtered_seen, Ordering::Relaxed);
+            t.filtered_seen = ts.filtered;
+            match got {
+                Ok(Some(f)) => {
+                    st.idle_since = None;
+                    let buf = TapCopy {
+                        buf,
+                        home: t.spare.clone(),
+                    };
+                    let rec = Rec::Copied {
+                        buf,
+                        meta: f.meta,
+                        seq: f.seq,
+                    };
+                    match self.handle(st, rec, s)? {
+                        Got::Nothing => continue,
+                        Got::Buffer(buffer, caps) => return self.output(buffer, caps),
+                    }
+                }
+                Ok(None) => {
+                    let _ = t.spare.push(buf);
+                    if s.eos_after_ms > 0
+                        && self.idle_ends(st, t.tap.segment().stats().producers, s)
+                    {
+                        return Err(gst::FlowError::Eos);
+                    }
+                }
+                Err(e) => {
+                    gst::element_imp_error!(self, gst::ResourceError::Read, ("shmringsrc: {}", e));
+                    return Err(gst::FlowError::Error);
+                }
+            }
+        }
+    }
+
+    /// Is this record's sequence number the one after the last of its stream (the
+    /// records of one kind and stream id: video and audio are numbered apart)?
+    fn in_sequence(st: &mut State, meta: Meta, seq: u64) -> bool {
         let n = st.tracked;
-        if let Some(e) = st.streams[..n].iter_mut().find(|e| e.0 == stream) {
-            let ok = e.1.wrapping_add(1) == seq;
-            e.1 = seq;
+        let key = (meta.kind, meta.stream);
+        if let Some(e) = st.streams[..n].iter_mut().find(|e| (e.0, e.1) == key) {
+            let ok = e.2.wrapping_add(1) == seq;
+            e.2 = seq;
             return ok;
         }
         if n < TRACKED_STREAMS {
-            st.streams[n] = (stream, seq);
+            st.streams[n] = (key.0, key.1, seq);
             st.tracked += 1;
         }
         true
@@ -526,35 +824,24 @@ impl ShmRingSrc {
         ))
     }
 
-    fn handle(
-        &self,
-        st: &mut State,
-        c: &Consumer,
-        f: RawFrame,
-        s: Opts,
-    ) -> Result<Got, gst::FlowError> {
-        let wanted_stream = s.stream < 0 || s.stream as u64 == f.meta.stream as u64;
+    fn handle(&self, st: &mut State, rec: Rec<'_>, s: Opts) -> Result<Got, gst::FlowError> {
+        let (meta, seq) = rec.meta_seq();
+        let wanted_stream = s.stream < 0 || s.stream as u64 == meta.stream as u64;
         let wanted_kind = match s.kind {
-            KindFilter::Any => f.meta.kind == kind::VIDEO || f.meta.kind == kind::AUDIO,
-            KindFilter::Video => f.meta.kind == kind::VIDEO,
-            KindFilter::Audio => f.meta.kind == kind::AUDIO,
+            KindFilter::Any => meta.kind == kind::VIDEO || meta.kind == kind::AUDIO,
+            KindFilter::Video => meta.kind == kind::VIDEO,
+            KindFilter::Audio => meta.kind == kind::AUDIO,
         };
         if !wanted_stream || !wanted_kind {
-            let _ = c.release_raw(f.seq);
+            rec.discard();
             self.counters.skipped.fetch_add(1, Ordering::Relaxed);
             return Ok(Got::Nothing);
         }
-        // SAFETY: ptr/len come from the consumer, validated to lie inside the mapping
-        // the ring keeps alive; the frame is held until released below or by `Held`.
-        let payload = unsafe { std::slice::from_raw_parts(f.ptr, f.len) };
-        let hd = match MediaHeader::parse_for(f.meta.kind, payload) {
+        let hd = match MediaHeader::parse_for(meta.kind, rec.payload()) {
             Ok(h) => h,
             Err(e) => {
-                let _ = c.release_raw(f.seq);
-                self.warn_malformed(
-                    st,
-                    &format!("stream {} record {}: {e}", f.meta.stream, f.seq),
-                );
+                rec.discard();
+                self.warn_malformed(st, &format!("stream {} record {seq}: {e}", meta.stream));
                 return Ok(Got::Nothing);
             }
         };
@@ -567,46 +854,43 @@ impl ShmRingSrc {
                     st.current = Some((hd, o));
                 }
                 Err(e) => {
-                    let _ = c.release_raw(f.seq);
-                    self.warn_malformed(st, &format!("stream {}: {e}", f.meta.stream));
+                    rec.discard();
+                    self.warn_malformed(st, &format!("stream {}: {e}", meta.stream));
                     return Ok(Got::Nothing);
                 }
             }
         }
         let (_, out) = st.current.as_ref().expect("set above");
         let (first, end) = out.span;
-        let ring = &st.ring;
-        let wrap = ring.held_bytes.load(Ordering::Acquire) + f.len as u64 <= st.held_limit
-            && ring.held_frames.load(Ordering::Acquire) < st.frames_limit;
-        let mut buffer = if wrap {
-            ring.held_bytes.fetch_add(f.len as u64, Ordering::AcqRel);
-            ring.held_frames.fetch_add(1, Ordering::AcqRel);
-            let held = Held {
-                ring: ring.clone(),
-                ptr: f.ptr,
-                len: f.len,
-                seq: f.seq,
-            };
-            let mut mem = gst::Memory::from_slice(held);
-            mem.get_mut()
-                .expect("a new memory is writable")
-                .resize(first..end);
-            let mut b = gst::Buffer::new();
-            b.get_mut()
-                .expect("a new buffer is writable")
-                .append_memory(mem);
-            b
-        } else {
-            let b = gst::Buffer::from_slice(payload[first..end].to_vec());
-            let _ = c.release_raw(f.seq);
-            self.counters.copies.fetch_add(1, Ordering::Relaxed);
-            b
+        let mut buffer = match rec {
+            // A tap's copy is the buffer's memory.
+            Rec::Copied { buf, .. } => buffer_over(buf, first, end),
+            Rec::Held { c, ring, f } => {
+                let wrap = ring.held_bytes.load(Ordering::Acquire) + f.len as u64 <= st.held_limit
+                    && ring.held_frames.load(Ordering::Acquire) < st.frames_limit;
+                if wrap {
+                    ring.held_bytes.fetch_add(f.len as u64, Ordering::AcqRel);
+                    ring.held_frames.fetch_add(1, Ordering::AcqRel);
+                    let held = Held {
+                        ring: ring.clone(),
+                        ptr: f.ptr,
+                        len: f.len,
+                        seq: f.seq,
+                    };
+                    buffer_over(held, first, end)
+                } else {
+                    let copy = rec_copy(f, first, end);
+                    let _ = c.release_raw(f.seq);
+                    self.counters.copies.fetch_add(1, Ordering::Relaxed);
+                    copy
+                }
+            }
         };
-        let gap = !Self::in_sequence(st, f.meta.stream, hd.sequence);
+        let gap = !Self::in_sequence(st, meta, hd.sequence);
         let (_, out) = st.current.as_ref().expect("set above");
         {
             let b = buffer.get_mut().expect("a new buffer is writable");
-            let pts = self.pts(s.timestamp_mode, f.meta.timestamp_ns, hd.pts_ns);
+            let pts = self.pts(s.timestamp_mode, meta.timestamp_ns, hd.pts_ns);
             b.set_pts(pts);
             if hd.format.is_audio() && out.rate > 0 {
                 b.set_duration(
@@ -651,7 +935,14 @@ impl PushSrcImpl for ShmRingSrc {
             return Err(gst::FlowError::Flushing);
         };
         let s = st.opts;
-        let ring = st.ring.clone();
+        if let Some(mut t) = st.tap.take() {
+            let r = self.create_tap(st, &mut t, s);
+            st.tap = Some(t);
+            return r;
+        }
+        let Some(ring) = st.ring.clone() else {
+            return Err(gst::FlowError::Flushing);
+        };
         loop {
             if self.flushing.load(Ordering::Acquire) {
                 return Err(gst::FlowError::Flushing);
@@ -681,23 +972,16 @@ impl PushSrcImpl for ShmRingSrc {
             match next {
                 Ok(Some(f)) => {
                     st.idle_since = None;
-                    match self.handle(st, &c, f, s)? {
+                    let rec = Rec::Held {
+                        c: &c,
+                        ring: &ring,
+                        f,
+                    };
+                    match self.handle(st, rec, s)? {
                         Got::Nothing => continue,
                         Got::Buffer(buffer, caps) => {
                             drop(c);
-                            if let Some(caps) = caps {
-                                gst::info!(CAT, imp = self, "caps {caps}");
-                                if self.obj().set_caps(&caps).is_err() {
-                                    gst::element_imp_error!(
-                                        self,
-                                        gst::CoreError::Negotiation,
-                                        ("shmringsrc: downstream refused caps {}", caps)
-                                    );
-                                    return Err(gst::FlowError::NotNegotiated);
-                                }
-                            }
-                            self.counters.frames.fetch_add(1, Ordering::Relaxed);
-                            return Ok(CreateSuccess::NewBuffer(buffer));
+                            return self.output(buffer, caps);
                         }
                     }
                 }
@@ -714,18 +998,7 @@ impl PushSrcImpl for ShmRingSrc {
                         c.reap();
                     }
                     drop(c);
-                    if ring.seg.stats().producers > 0 {
-                        st.idle_since = None;
-                        continue;
-                    }
-                    let since = *st.idle_since.get_or_insert(now);
-                    if now.duration_since(since) >= Duration::from_millis(s.eos_after_ms as u64) {
-                        gst::info!(
-                            CAT,
-                            imp = self,
-                            "no producer for {} ms: EOS",
-                            s.eos_after_ms
-                        );
+                    if self.idle_ends(st, ring.seg.stats().producers, s) {
                         return Err(gst::FlowError::Eos);
                     }
                 }

@@ -1,11 +1,12 @@
-//! `shmringsrc`: a ring's consumer as a live GStreamer source.
+//! `shmringsrc`: a ring's consumer, a tethered consumer beside it, or a read-only
+//! tap, as a live GStreamer source (property `mode`).
 
 use gst::glib;
 use gst::prelude::*;
 
 mod imp;
 
-pub use imp::{KindFilter, TimestampMode};
+pub use imp::{KindFilter, Mode, TimestampMode};
 
 glib::wrapper! {
     /// The `shmringsrc` element.

@@ -72,6 +72,15 @@ impl Proc {
         }
     }
 
+    /// The `key` line, then a clean exit (within PATIENCE); returns the line and
+    /// stderr.
+    pub fn finish(&mut self, key: &str) -> (Value, String) {
+        let v = self.expect(key);
+        let (code, err) = self.wait();
+        assert_eq!(code, Some(0), "{err}");
+        (v, err)
+    }
+
     /// SIGKILL and reap.
     pub fn kill(&mut self) {
         self.kid.kill();
