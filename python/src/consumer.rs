@@ -278,7 +278,6 @@ impl PyConsumer {
             latency_budget: latency_budget
                 .map(|t| secs(t, "latency_budget"))
                 .transpose()?,
-            ..d
         };
         let tethered = match role {
             "owner" => false,
