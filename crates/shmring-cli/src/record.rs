@@ -98,7 +98,10 @@ fn tethered(
     })?;
     let start = Instant::now();
     let mut said = false;
-    while own_line(seg).is_none_or(|t| t.requested) {
+    while !c
+        .adopted()
+        .map_err(|e| fail(1, format!("ring {name:?}: {e}")))?
+    {
         if stop.load(Ordering::Relaxed) {
             return Err(fail(
                 1,
@@ -122,12 +125,6 @@ fn tethered(
     Ok(c)
 }
 
-/// This process's tethered consumer on `seg`, as the ring lists it.
-fn own_line(seg: &Segment) -> Option<TetherInfo> {
-    let me = std::process::id();
-    seg.tethers().into_iter().find(|t| t.pid == me)
-}
-
 /// Records and bytes this recorder has read: the ring's consumer's counters, or a
 /// tethered consumer's own (with its line; once the line is gone, as `seen` last).
 fn reads(
@@ -136,7 +133,7 @@ fn reads(
     seen: &mut Option<TetherInfo>,
 ) -> (u64, u64, Option<TetherInfo>) {
     if consumer.is_tethered() {
-        *seen = own_line(seg).or(*seen);
+        *seen = consumer.tether_info().or(*seen);
         let (r, b) = seen.map_or((0, 0), |t| (t.records_consumed, t.bytes_consumed));
         (r, b, *seen)
     } else {

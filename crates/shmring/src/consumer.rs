@@ -375,6 +375,28 @@ impl Consumer {
         }
     }
 
+    /// Has the ring's consumer adopted this one (it then gets every record from
+    /// its start)? Always true for the ring's consumer. [`Error::Detached`] once a
+    /// tethered consumer was detached.
+    pub fn adopted(&self) -> Result<bool> {
+        match self.role {
+            Role::Tethered(j) => {
+                tether::check(&self.seg, j)?;
+                self.join()
+            }
+            Role::Owner { .. } => Ok(true),
+        }
+    }
+
+    /// A tethered consumer's line as the ring lists it (its counters and lag);
+    /// `None` for the ring's consumer.
+    pub fn tether_info(&self) -> Option<crate::TetherInfo> {
+        match self.role {
+            Role::Tethered(j) => tether::info(&self.seg, j),
+            Role::Owner { .. } => None,
+        }
+    }
+
     /// Is this a tethered consumer (see [`Consumer::tethered`])?
     pub fn is_tethered(&self) -> bool {
         matches!(self.role, Role::Tethered(_))

@@ -742,12 +742,12 @@ impl Segment {
         crate::slots::consumer_alive(self)
     }
 
-    /// A snapshot of the counters in the segment.
     /// The tethered consumers attached, each with its lag behind the write cursor.
     pub fn tethers(&self) -> Vec<crate::TetherInfo> {
         crate::tether::infos(self)
     }
 
+    /// A snapshot of the counters in the segment.
     pub fn stats(&self) -> Stats {
         Stats::read(self)
     }

@@ -371,32 +371,33 @@ pub struct TetherInfo {
 
 /// The tethered consumers attached to `seg` (live lines only).
 pub(crate) fn infos(seg: &Segment) -> Vec<TetherInfo> {
+    (0..MAX_TETHERS).filter_map(|j| info(seg, j)).collect()
+}
+
+/// Line `j` if a live tethered consumer holds it (asking or adopted).
+pub(crate) fn info(seg: &Segment, j: u32) -> Option<TetherInfo> {
+    let l = line(seg, j);
+    let state = l.state.load(Ordering::Relaxed);
+    if !(state == TETHER_ACTIVE || state == TETHER_REQUESTED) || !is_alive(seg, j) {
+        return None;
+    }
     let sh = seg.shared();
     let w = sh.write.load(Ordering::Relaxed);
-    (0..MAX_TETHERS)
-        .filter_map(|j| {
-            let l = line(seg, j);
-            let state = l.state.load(Ordering::Relaxed);
-            if !(state == TETHER_ACTIVE || state == TETHER_REQUESTED) || !is_alive(seg, j) {
-                return None;
-            }
-            let read = l.read.load(Ordering::Relaxed);
-            let n = seg.geometry().log_entries as u64;
-            Some(TetherInfo {
-                line: j,
-                requested: state == TETHER_REQUESTED,
-                pid: holder_pid(seg, j),
-                records_consumed: l.records_consumed.load(Ordering::Relaxed),
-                bytes_consumed: l.bytes_consumed.load(Ordering::Relaxed),
-                lost: l.lost.load(Ordering::Relaxed),
-                lag_records: crate::layout::seq_diff(
-                    crate::layout::cursor_seq(w),
-                    crate::layout::cursor_seq(read),
-                )
-                .min(n),
-                lag_bytes: (pos_diff(cursor_pos(w), cursor_pos(read)).min(sh.cap_units))
-                    * crate::layout::UNIT,
-            })
-        })
-        .collect()
+    let read = l.read.load(Ordering::Relaxed);
+    let n = seg.geometry().log_entries as u64;
+    Some(TetherInfo {
+        line: j,
+        requested: state == TETHER_REQUESTED,
+        pid: holder_pid(seg, j),
+        records_consumed: l.records_consumed.load(Ordering::Relaxed),
+        bytes_consumed: l.bytes_consumed.load(Ordering::Relaxed),
+        lost: l.lost.load(Ordering::Relaxed),
+        lag_records: crate::layout::seq_diff(
+            crate::layout::cursor_seq(w),
+            crate::layout::cursor_seq(read),
+        )
+        .min(n),
+        lag_bytes: (pos_diff(cursor_pos(w), cursor_pos(read)).min(sh.cap_units))
+            * crate::layout::UNIT,
+    })
 }
