@@ -7,6 +7,8 @@ pub const ALL_TRANSPORTS: &[&str] = &[
     "shmring",
     "shmring-copy",
     "shmring-budget",
+    "shmring-tethered",
+    "shmring-tap",
     "iceoryx2",
     "uds",
     "tcp",

@@ -47,8 +47,8 @@ pub fn worker_main(args: &[String]) -> i32 {
         ("wakeup", Role::Consumer) => crate::wakeup::consumer(&a),
         (_, role) if a.meeting.is_some() => crate::meeting::worker(&a, role),
         ("floor", _) => floor(&a),
-        ("shmring" | "shmring-copy" | "shmring-budget", Role::Producer) => shm_producer(&a),
-        ("shmring" | "shmring-copy" | "shmring-budget", Role::Consumer) => shm_consumer(&a),
+        (t, Role::Producer) if is_shmring(t) => shm_producer(&a),
+        (t, Role::Consumer) if is_shmring(t) => shm_consumer(&a),
         ("uds" | "pipe", Role::Producer) => {
             fd_arg(&a).and_then(|fd| stream_producer(&a, std::fs::File::from(fd)))
         }
@@ -465,10 +465,127 @@ pub(crate) fn consumer_options(transport: &str) -> ConsumerOptions {
     }
 }
 
+/// The rows with a second reader beside the ring's consumer (video and 4 KiB
+/// workloads only).
+pub const SECOND_READER_ROWS: &[&str] = &["shmring-tethered", "shmring-tap"];
+
+/// Is `t` one of the shmring rows (one ring, the same producer)?
+pub fn is_shmring(t: &str) -> bool {
+    matches!(
+        t,
+        "shmring" | "shmring-copy" | "shmring-budget" | "shmring-tethered" | "shmring-tap"
+    )
+}
+
+/// The second reader of the `shmring-tethered` and `shmring-tap` rows, in a thread
+/// of the consumer process: it reads (and checksums) every byte it gets.
+struct SecondReader {
+    thread: std::thread::JoinHandle<Res<(u64, u64)>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl SecondReader {
+    /// Starts the row's second reader; `owner` adopts a tethered one at once.
+    fn start(a: &WorkerArgs, seg: &std::sync::Arc<Segment>, owner: &Consumer) -> Res<Option<Self>> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let size = a.size;
+        let ok = move |stream: u32, payload: &[u8]| {
+            payload.len() == size
+                && checksum(payload) == expected_checksum(pattern(0, stream as u64), size)
+        };
+        let thread = match a.transport.as_str() {
+            "shmring-tethered" => {
+                let t = Consumer::tethered(seg.clone(), ConsumerOptions::default())
+                    .map_err(|e| e.to_string())?;
+                // The owner adopts it at its next look, before any record is sent.
+                let _ = owner.try_next().map_err(|e| e.to_string())?;
+                std::thread::spawn(move || {
+                    let (mut frames, mut bad) = (0, 0);
+                    loop {
+                        let f = t
+                            .next_timeout(Some(STALL))
+                            .map_err(|e| e.to_string())?
+                            .ok_or("the tethered reader got no frame")?;
+                        if f.meta().flags & END != 0 {
+                            return Ok((frames, bad));
+                        }
+                        frames += 1;
+                        bad += u64::from(!ok(f.stream(), f.payload()));
+                    }
+                })
+            }
+            "shmring-tap" => {
+                let fd = seg
+                    .read_only_fd()
+                    .and_then(|fd| {
+                        fd.try_clone_to_owned().map_err(|e| shmring::Error::Os {
+                            op: "dup",
+                            segment: seg.label(),
+                            source: e,
+                        })
+                    })
+                    .map_err(|e| e.to_string())?;
+                let ro = shmring::ReadOnlySegment::from_fd(fd).map_err(|e| e.to_string())?;
+                let mut tap = shmring::Tap::new(ro, shmring::TapOptions::default());
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let (mut frames, mut bad) = (0, 0);
+                    while !stop.load(Ordering::Acquire) {
+                        let got = tap
+                            .next_with(Some(Duration::from_millis(10)), |p, m| {
+                                (m.flags & END != 0, ok(m.stream, p))
+                            })
+                            .map_err(|e| e.to_string())?;
+                        match got {
+                            Some((_, (true, _))) => break,
+                            Some((_, (false, good))) => {
+                                frames += 1;
+                                bad += u64::from(!good);
+                            }
+                            None => {}
+                        }
+                    }
+                    let st = tap.stats();
+                    eprintln!(
+                        "shmring-tap: the tap took {} records, lost {} ({} torn, never delivered)",
+                        st.delivered, st.lost, st.torn
+                    );
+                    Ok((frames, bad))
+                })
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(SecondReader { thread, stop }))
+    }
+
+    /// Waits for it and checks what it read: intact frames only, and every frame
+    /// the owner got for a tethered reader.
+    fn finish(self, owner_frames: u64, tethered: bool) -> Res<()> {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        let (frames, bad) = self
+            .thread
+            .join()
+            .map_err(|_| "the second reader panicked".to_string())??;
+        if bad > 0 {
+            return Err(format!(
+                "the second reader got {bad} frames that failed their checksum"
+            ));
+        }
+        if tethered && frames != owner_frames {
+            return Err(format!(
+                "the tethered reader got {frames} frames, the consumer {owner_frames}"
+            ));
+        }
+        Ok(())
+    }
+}
+
 fn shm_consumer(a: &WorkerArgs) -> Res<WorkerReport> {
     let seg = shm_segment(a)?;
-    let c =
-        Consumer::with_options(seg, consumer_options(&a.transport)).map_err(|e| e.to_string())?;
+    let c = Consumer::with_options(seg.clone(), consumer_options(&a.transport))
+        .map_err(|e| e.to_string())?;
+    let second = SecondReader::start(a, &seg, &c)?;
     let mut ck = Checker::new(a.size);
     ready();
     ck.begin();
@@ -495,7 +612,12 @@ fn shm_consumer(a: &WorkerArgs) -> Res<WorkerReport> {
             f.payload(),
         );
     }
-    Ok(ck.finish())
+    let owner_frames = ck.frames();
+    let rep = ck.finish();
+    if let Some(s) = second {
+        s.finish(owner_frames, a.transport == "shmring-tethered")?;
+    }
+    Ok(rep)
 }
 
 // ---- byte streams: Unix socket, pipe, TCP ----

@@ -405,10 +405,7 @@ mod model {
                             publish(cur);
                         }
                         Poll::Corrupt(w) => panic!("corrupt: {w}"),
-                        Poll::Empty | Poll::Pending { .. } => {
-                            publish(cur);
-                            loom::thread::yield_now();
-                        }
+                        Poll::Empty | Poll::Pending { .. } => loom::thread::yield_now(),
                         other => panic!("unexpected {other:?}"),
                     }
                 }
@@ -418,7 +415,7 @@ mod model {
                 loom::thread::spawn(move || {
                     let mut cur = ConsumerCursor::new(2, 0);
                     let mut seen = Vec::new();
-                    consume(&ring, &data, &mut cur, &mut seen, 3, |c| {
+                    consume(&ring, &data, &mut cur, &mut seen, 2, |c| {
                         tr.store(c.published(), Release)
                     });
                     seen
@@ -432,7 +429,7 @@ mod model {
                 ring.read
                     .store(farthest_behind(c.published(), &[other], w, 2, 4), Release);
             };
-            consume(&ring, &data, &mut cur, &mut seen, 3, owner_publish);
+            consume(&ring, &data, &mut cur, &mut seen, 2, owner_publish);
             let tseen = tethered.join().unwrap();
             let produced: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
             // Everything committed is still there for whoever has not read it.

@@ -209,7 +209,14 @@ pub fn run(args: &[String]) -> i32 {
             modes
         }
     };
-    let runs_of = |t: &str, w: Workload| !(crate::python::is_py(t) && w != Workload::Video);
+    // Python receivers read video only; the second-reader rows are for the video
+    // and 4 KiB workloads.
+    let runs_of = |t: &str, w: Workload| {
+        let video_only = crate::python::is_py(t) && w != Workload::Video;
+        let not_meeting =
+            crate::transports::SECOND_READER_ROWS.contains(&t) && w == Workload::Meeting;
+        !(video_only || not_meeting)
+    };
     let repeat = a.repeat;
     if repeat > 1 {
         println!(
@@ -346,7 +353,7 @@ fn wire(t: &str, size: usize, producers: u32, plan: &Plan) -> Result<Wiring, Str
         Ok::<_, String>(Wiring::Fds(v.0, v.1))
     };
     Ok(match t {
-        "shmring" | "shmring-copy" | "shmring-budget" => {
+        t if crate::transports::is_shmring(t) => {
             let cfg = Config {
                 huge_pages: plan.huge_pages,
                 ..Config::for_records(plan.ring_mib << 20, size as u64)
