@@ -266,27 +266,12 @@ impl Consumer {
                 read = own;
             }
         }
-        let cur = ConsumerCursor::new(seg.geometry().log_entries as usize, read);
         let published = c.cursors.0.read.load(Ordering::Relaxed);
-        let c = Consumer {
-            seg,
-            role: Role::Owner {
-                tethers: Box::new(RefCell::new(tethers)),
-                published: Cell::new(published),
-            },
-            joined: Cell::new(true),
-            cur: RefCell::new(cur),
-            opts,
-            pending: Cell::new(None),
-            parked: RefCell::new(Vec::with_capacity(MAX_PARKED)),
-            found: Cell::new(false),
-            spin_limit: Cell::new(opts.spin),
-            last_reap: Cell::new(None),
-            last_audit: Cell::new(Instant::now()),
-            since_audit: Cell::new(0),
-            health: Cell::new(Health::default()),
-            published_since: Cell::new(0),
+        let role = Role::Owner {
+            tethers: Box::new(RefCell::new(tethers)),
+            published: Cell::new(published),
         };
+        let c = Consumer::with_role(seg, role, read, opts);
         // A predecessor may have died holding a ring that a peer then scribbled on:
         // look before the first frame. (With `auto_reset` off, what it finds is
         // reported by the first `next` instead, so the application can attach and
@@ -323,11 +308,16 @@ impl Consumer {
     pub fn tethered(seg: Arc<Segment>, opts: ConsumerOptions) -> Result<Consumer> {
         let line = tether::attach(&seg)?;
         // The real start comes with the adoption (see `Consumer::join`).
-        let cur = ConsumerCursor::new(seg.geometry().log_entries as usize, 0);
-        Ok(Consumer {
+        Ok(Consumer::with_role(seg, Role::Tethered(line), 0, opts))
+    }
+
+    /// A consumer in `role` whose cursors start at the read cursor `read`.
+    fn with_role(seg: Arc<Segment>, role: Role, read: u64, opts: ConsumerOptions) -> Consumer {
+        let cur = ConsumerCursor::new(seg.geometry().log_entries as usize, read);
+        Consumer {
             seg,
-            role: Role::Tethered(line),
-            joined: Cell::new(false),
+            joined: Cell::new(matches!(role, Role::Owner { .. })),
+            role,
             cur: RefCell::new(cur),
             opts,
             pending: Cell::new(None),
@@ -339,7 +329,7 @@ impl Consumer {
             since_audit: Cell::new(0),
             health: Cell::new(Health::default()),
             published_since: Cell::new(0),
-        })
+        }
     }
 
     /// The ring's consumer: adopts tethered consumers that asked (one load when

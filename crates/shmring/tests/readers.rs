@@ -55,6 +55,41 @@ fn owner_thread(
     })
 }
 
+/// The ring's consumer in a thread, taking (and dropping) records until stopped.
+struct Owner {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl Owner {
+    fn start(seg: &Arc<Segment>, opts: ConsumerOptions) -> Owner {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (seg, stop) = (seg.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let c = Consumer::with_options(seg, opts).unwrap();
+                let mut n = 0u64;
+                while !stop.load(Ordering::Acquire) {
+                    if c.next_timeout(Some(Duration::from_millis(5)))
+                        .unwrap()
+                        .is_some()
+                    {
+                        n += 1;
+                    }
+                }
+                n
+            })
+        };
+        Owner { stop, thread }
+    }
+
+    /// Stops it; returns how many records it took.
+    fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Release);
+        self.thread.join().unwrap()
+    }
+}
+
 #[test]
 fn every_tethered_consumer_gets_every_record_once_in_order() {
     const P: u32 = 3;
@@ -169,23 +204,7 @@ fn a_tethered_consumer_that_stops_releasing_is_detached() {
         tether_stall_limit: Duration::from_millis(100),
         ..Default::default()
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let owner = {
-        let (seg, stop) = (seg.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let c = Consumer::with_options(seg, opts).unwrap();
-            let mut n = 0u64;
-            while !stop.load(Ordering::Acquire) {
-                if c.next_timeout(Some(Duration::from_millis(5)))
-                    .unwrap()
-                    .is_some()
-                {
-                    n += 1;
-                }
-            }
-            n
-        })
-    };
+    let owner = Owner::start(&seg, opts);
     wait_until("the owner attached", GUARD, || seg.consumer_alive());
     let t = Consumer::tethered(seg.clone(), ConsumerOptions::default()).unwrap();
     let mut prod = seg.producer().unwrap();
@@ -214,8 +233,7 @@ fn a_tethered_consumer_that_stops_releasing_is_detached() {
     let again = Consumer::tethered(seg.clone(), ConsumerOptions::default()).unwrap();
     prod.send(b"after", Meta::new(0, 9)).unwrap();
     assert_eq!(again.recv().unwrap().payload(), b"after");
-    stop.store(true, Ordering::Release);
-    assert_eq!(owner.join().unwrap(), 2000 + 1);
+    assert_eq!(owner.stop(), 2000 + 1);
 }
 
 #[test]
@@ -227,16 +245,7 @@ fn a_killed_tethered_consumer_is_detached_and_producers_carry_on() {
         tether_stall_limit: Duration::from_secs(3600),
         ..Default::default()
     };
-    let stop = Arc::new(AtomicBool::new(false));
-    let owner = {
-        let (seg, stop) = (seg.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let c = Consumer::with_options(seg, opts).unwrap();
-            while !stop.load(Ordering::Acquire) {
-                let _ = c.next_timeout(Some(Duration::from_millis(5))).unwrap();
-            }
-        })
-    };
+    let owner = Owner::start(&seg, opts);
     wait_until("the owner attached", GUARD, || seg.consumer_alive());
     let fd = seg.fd().as_raw_fd();
     let mut child: Child = spawn(
@@ -268,8 +277,7 @@ fn a_killed_tethered_consumer_is_detached_and_producers_carry_on() {
     let s = seg.stats();
     assert_eq!((s.tethers_detached, s.tethered_consumers), (1, 0));
     prod.send(b"more", Meta::new(0, 0)).unwrap();
-    stop.store(true, Ordering::Release);
-    owner.join().unwrap();
+    owner.stop();
 }
 
 #[test]
