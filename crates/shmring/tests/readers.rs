@@ -514,3 +514,113 @@ fn owner_tethered_recorder_and_tap_in_separate_processes() {
     assert!(delivered > 0, "{said}");
     tap.wait_ok(GUARD);
 }
+
+/// A peer scribbles the control block (tether lines included) and the claim log
+/// while the ring's consumer, a tethered consumer and a tap are attached. Once it
+/// stops, all three get records again, without a restart: the owner resets, the
+/// tethered consumer follows (or, its line scribbled away, is told and attaches
+/// again), the tap jumps to the newest records.
+#[test]
+fn every_reader_recovers_after_a_peer_scribbles_the_ring() {
+    use shmring::layout::{CONTROL_SIZE, MAX_TETHERS};
+    let seg = Segment::create_memfd("readers-scribble", &cfg(1 << 18)).unwrap();
+    let opts = ConsumerOptions {
+        liveness_interval: Duration::from_millis(10),
+        tether_stall_limit: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    // Each reader counts the records it got that were sent after the scribbling.
+    let reader = |tethered: bool| {
+        let (seg, stop) = (seg.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let attach = || {
+                if tethered {
+                    Consumer::tethered(seg.clone(), opts)
+                } else {
+                    Consumer::with_options(seg.clone(), opts)
+                }
+            };
+            let mut c = attach().unwrap();
+            let mut after = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                let detached = match c.next_timeout(Some(Duration::from_millis(5))) {
+                    Ok(Some(f)) => {
+                        after += u64::from(f.payload().starts_with(b"after"));
+                        false
+                    }
+                    Ok(None) | Err(Error::Corrupt { .. }) => false,
+                    Err(Error::Detached(_)) => true,
+                    Err(e) => panic!("reader: {e}"),
+                };
+                if detached {
+                    drop(c);
+                    // Lines a peer scribbled are freed by the owner's next audit.
+                    c = loop {
+                        match attach() {
+                            Err(Error::NoTetherLine { .. }) => {
+                                std::thread::sleep(Duration::from_millis(5))
+                            }
+                            r => break r.unwrap(),
+                        }
+                    };
+                }
+            }
+            after
+        })
+    };
+    let owner = reader(false);
+    wait_until("the owner attached", GUARD, || seg.consumer_alive());
+    let tethered = reader(true);
+    wait_until("the tethered consumer adopted", GUARD, || {
+        seg.stats().tethered_consumers == 1
+    });
+    let mut tap = Tap::new(read_only(&seg), TapOptions::default());
+    let mut prod = seg.producer().unwrap();
+    prod.set_policy(FullPolicy::Block(Duration::from_millis(20)));
+    let (base, len) = seg.mapping();
+    let geo = *seg.geometry();
+    let mut rng = common::Rng(0x5c21);
+    let tether_end = 64 * (11 + MAX_TETHERS as u64);
+    assert!(tether_end <= CONTROL_SIZE);
+    for round in 0..300u64 {
+        let (lo, hi) = if round % 2 == 0 {
+            (64, tether_end)
+        } else {
+            (geo.log_offset, geo.log_offset + geo.log_entries as u64 * 8)
+        };
+        let off = (lo + rng.below(hi - lo)) & !7;
+        assert!((off as usize) + 8 <= len);
+        // SAFETY: an aligned word inside our own mapping; every side accesses the
+        // shared words atomically or volatilely (this is the hostile peer).
+        unsafe { std::ptr::write_volatile(base.add(off as usize) as *mut u64, rng.next()) };
+        let _ = prod.send(&[round as u8; 500], Meta::new(0, 0));
+    }
+    // The peer stopped. Records sent from now on reach every reader.
+    let mut buf = Vec::new();
+    let mut tapped = 0;
+    let t0 = Instant::now();
+    let mut i = 0u32;
+    loop {
+        let _ = prod.send(b"after the scribbling", Meta::new(0, i));
+        i += 1;
+        while let Ok(Some(_)) = tap.next_into(&mut buf, Some(Duration::ZERO)) {
+            tapped += u64::from(buf.starts_with(b"after"));
+        }
+        let s = seg.stats();
+        if tapped > 0 && s.records_consumed > 0 && i > 200 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no recovery in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    stop.store(true, Ordering::Release);
+    let (o, t) = (owner.join().unwrap(), tethered.join().unwrap());
+    assert!(
+        o > 0 && t > 0 && tapped > 0,
+        "after: owner {o}, tethered {t}, tap {tapped}"
+    );
+}
