@@ -41,6 +41,7 @@
 //! may be released in any order; the read cursor advances over the released prefix
 //! and is published with a Release store.
 
+use crate::layout::Futex;
 use crate::layout::{
     claim_geometry, claim_total, cursor_pos, cursor_seq, pack_cursor, pos_diff, seq_diff,
     ClaimState, LogEntry, SEQ_MASK,
@@ -256,6 +257,61 @@ pub fn farthest_behind(own: u64, others: &[u64], w: u64, n: u64, cap: u64) -> u6
         }
     }
     pack_cursor(s, p)
+}
+
+/// The wake-up handshake on a futex word (`crate::wake` adds the system calls).
+///
+/// The waiter announces itself ([`arm`]: waiting count up, SeqCst fence, read
+/// `seq`), re-checks its condition and sleeps on `seq` only while it still reads
+/// the value [`arm`] returned. The waker makes its change, then ([`signal`]) fences
+/// SeqCst and reads the waiting count; if someone waits it bumps `seq` (then wakes
+/// the word). One of the two always sees the other, so no wake-up is lost. A
+/// waiter under a latency budget stores a *mark* in `need` before arming: the waker
+/// then bumps only once `past(mark)` (the ring is filled past it), and the waiter
+/// bounds its own sleep by the budget instead.
+pub mod handshake {
+    use super::*;
+
+    /// Waiter: announce, fence, and return the value to sleep on.
+    #[inline]
+    pub fn arm(f: &Futex) -> u32 {
+        f.waiting.fetch_add(1, Ordering::Relaxed);
+        // SeqCst: order the announcement before the caller's re-check.
+        fence(Ordering::SeqCst);
+        f.seq.load(Ordering::Acquire)
+    }
+
+    /// Waiter: done waiting.
+    #[inline]
+    pub fn disarm(f: &Futex) {
+        f.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Waker, after its change and a SeqCst fence (one fence may serve several
+    /// words): should the waiter on `f` be woken? If so `seq` is bumped (Release).
+    /// `past`: `None` for a word whose `need` is not a wake mark (the space futex).
+    #[inline]
+    pub fn signal_fenced(f: &Futex, past: Option<&mut dyn FnMut(u32) -> bool>) -> bool {
+        if f.waiting.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        if let Some(past) = past {
+            let mark = f.need.load(Ordering::Relaxed);
+            if mark != 0 && !past(mark) {
+                return false;
+            }
+        }
+        f.seq.fetch_add(1, Ordering::Release);
+        true
+    }
+
+    /// Waker: fence, then [`signal_fenced`].
+    #[inline]
+    pub fn signal(f: &Futex, past: Option<&mut dyn FnMut(u32) -> bool>) -> bool {
+        // SeqCst: order our change (a commit, a release) before reading the flag.
+        fence(Ordering::SeqCst);
+        signal_fenced(f, past)
+    }
 }
 
 #[inline]

@@ -17,26 +17,28 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 
 use crate::layout::Futex;
+use crate::protocol::handshake;
 use crate::sync::{fence, Ordering};
 use crate::sys::futex;
 
 /// Signals a waiter on `f`, if any; `eventfd` too when given. Returns whether a
-/// wake-up was sent.
+/// wake-up was sent. (The handshake itself: [`handshake`].)
 #[inline]
 pub(crate) fn notify(f: &Futex, all: bool, eventfd: Option<BorrowedFd<'_>>) -> bool {
-    // SeqCst: order our change (a commit, a release) before reading the flag.
-    fence(Ordering::SeqCst);
-    if f.waiting.load(Ordering::Relaxed) == 0 {
+    if !handshake::signal(f, None) {
         return false;
     }
-    f.seq.fetch_add(1, Ordering::Release);
+    wake(f, if all { i32::MAX as u32 } else { 1 }, eventfd);
+    true
+}
+
+fn wake(f: &Futex, n: u32, eventfd: Option<BorrowedFd<'_>>) {
     match eventfd {
         Some(fd) => {
             let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
         }
-        None => futex::wake(&f.seq, if all { i32::MAX as u32 } else { 1 }),
+        None => futex::wake(&f.seq, n),
     }
-    true
 }
 
 /// After a commit: signals the ring's consumer (on `data`, and `eventfd` when
@@ -51,27 +53,17 @@ pub(crate) fn notify_consumers(
     data: &Futex,
     tethers: &Futex,
     eventfd: Option<BorrowedFd<'_>>,
-    past: impl FnOnce(u32) -> bool,
+    mut past: impl FnMut(u32) -> bool,
 ) -> bool {
     // SeqCst: order our commit before reading the flags (see the module doc).
     fence(Ordering::SeqCst);
     let mut sent = false;
-    if data.waiting.load(Ordering::Relaxed) != 0 {
-        let mark = data.need.load(Ordering::Relaxed);
-        if mark == 0 || past(mark) {
-            data.seq.fetch_add(1, Ordering::Release);
-            match eventfd {
-                Some(fd) => {
-                    let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
-                }
-                None => futex::wake(&data.seq, 1),
-            }
-            sent = true;
-        }
+    if handshake::signal_fenced(data, Some(&mut past)) {
+        wake(data, 1, eventfd);
+        sent = true;
     }
-    if tethers.waiting.load(Ordering::Relaxed) != 0 {
-        tethers.seq.fetch_add(1, Ordering::Release);
-        futex::wake(&tethers.seq, i32::MAX as u32);
+    if handshake::signal_fenced(tethers, None) {
+        wake(tethers, i32::MAX as u32, None);
         sent = true;
     }
     sent
@@ -81,15 +73,12 @@ pub(crate) fn notify_consumers(
 /// after the wait (or when the re-check succeeds).
 #[inline]
 pub(crate) fn arm(f: &Futex) -> u32 {
-    f.waiting.fetch_add(1, Ordering::Relaxed);
-    // SeqCst: order the flag before the caller's re-check of its condition.
-    fence(Ordering::SeqCst);
-    f.seq.load(Ordering::Acquire)
+    handshake::arm(f)
 }
 
 #[inline]
 pub(crate) fn disarm(f: &Futex) {
-    f.waiting.fetch_sub(1, Ordering::Relaxed);
+    handshake::disarm(f)
 }
 
 /// Sleeps on `f` while its value is `seen`, at most `timeout`; the caller then looks

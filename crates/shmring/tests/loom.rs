@@ -444,4 +444,58 @@ mod model {
             "no execution reused space after both consumers released it"
         );
     }
+
+    static BUDGET_SKIPPED: AtomicUsize = AtomicUsize::new(0);
+
+    /// The wake-up handshake of `protocol::handshake` (what `wake` runs before its
+    /// system calls): a producer commits and signals while the consumer announces
+    /// itself and re-checks. Every interleaving: a consumer that does not see the
+    /// commit finds `seq` moved (its futex sleep returns at once), so no wake-up is
+    /// lost; under a latency budget the same holds once the ring is past the
+    /// consumer's mark, and below the mark the wake-up may be skipped (the consumer's sleep
+    /// is bounded by its budget instead: some execution must show that).
+    #[test]
+    fn the_wake_handshake_loses_no_wake_up() {
+        use shmring::layout::Futex;
+        use shmring::protocol::handshake;
+        use shmring::sync::AtomicU32;
+        // (mark the consumer sets, fill the producer reaches)
+        for (mark, fill) in [(0u32, 10u64), (5, 10), (20, 10)] {
+            builder().check(move || {
+                let f = Arc::new(Futex {
+                    seq: AtomicU32::new(0),
+                    waiting: AtomicU32::new(0),
+                    need: AtomicU32::new(0),
+                });
+                let committed = Arc::new(AtomicU64::new(0));
+                let producer = {
+                    let (f, committed) = (f.clone(), committed.clone());
+                    loom::thread::spawn(move || {
+                        committed.store(1, Release);
+                        handshake::signal(&f, Some(&mut |m| fill >= m as u64))
+                    })
+                };
+                // The consumer: its mark before arming (as `Consumer::sleep` does).
+                f.need.store(mark, LRelaxed);
+                let seen = handshake::arm(&f);
+                let sees_commit = committed.load(Acquire) != 0;
+                let woke = producer.join().unwrap();
+                if mark != 0 && fill < mark as u64 {
+                    // Allowed either way (a producer that read `need` before the mark
+                    // was stored wakes it once more); the budget bounds the sleep.
+                    if !woke {
+                        BUDGET_SKIPPED.fetch_add(1, Relaxed);
+                    }
+                } else if !sees_commit {
+                    assert!(woke, "the producer missed a consumer about to sleep");
+                    assert_ne!(f.seq.load(LRelaxed), seen, "the sleep would not return");
+                }
+                handshake::disarm(&f);
+            });
+        }
+        assert!(
+            BUDGET_SKIPPED.load(Relaxed) > 0,
+            "no execution skipped the wake-up below the mark"
+        );
+    }
 }
