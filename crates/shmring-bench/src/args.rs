@@ -11,6 +11,7 @@ pub const ALL_TRANSPORTS: &[&str] = &[
     "shmring-tap",
     "iceoryx2",
     "uds",
+    "uds-2readers",
     "tcp",
     "pipe",
     "websocket",
@@ -20,10 +21,11 @@ pub const ALL_TRANSPORTS: &[&str] = &[
 
 /// The long help of `--transports`, from the lists themselves.
 fn transports_help() -> String {
+    let second = crate::transports::SECOND_READER_ROWS;
     let built: Vec<&str> = ALL_TRANSPORTS
         .iter()
         .copied()
-        .filter(|t| transport_built(t))
+        .filter(|t| transport_built(t) && !second.contains(t))
         .collect();
     let missing: Vec<&str> = ALL_TRANSPORTS
         .iter()
@@ -32,8 +34,10 @@ fn transports_help() -> String {
         .collect();
     let mut h = format!(
         "Transports to run, comma separated. Default: {}.\nAlso, only when named: {} (a \
-         Python receiver; needs python3 with the shmring package and websockets).",
+         second reader of every frame, video and 4 KiB workloads); {} (a Python receiver; \
+         needs python3 with the shmring package and websockets).",
         built.join(", "),
+        second.join(", "),
         crate::python::PY_TRANSPORTS.join(", ")
     );
     if !missing.is_empty() {

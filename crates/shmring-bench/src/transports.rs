@@ -1,5 +1,6 @@
 //! The worker side: one end of one transport, in its own process.
 
+use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::OwnedFd;
@@ -49,6 +50,14 @@ pub fn worker_main(args: &[String]) -> i32 {
         ("floor", _) => floor(&a),
         (t, Role::Producer) if is_shmring(t) => shm_producer(&a),
         (t, Role::Consumer) if is_shmring(t) => shm_consumer(&a),
+        (UDS_TWO_READERS, Role::Producer) => fd_args(&a).and_then(|mut fds| {
+            let (b, a2) = (fds.pop(), fds.pop());
+            match (a2, b) {
+                (Some(x), Some(y)) => stream_producer(&a, Both(File::from(x), File::from(y))),
+                _ => Err("two --fd are required".into()),
+            }
+        }),
+        (UDS_TWO_READERS, Role::Consumer) => two_stream_consumers(&a),
         ("uds" | "pipe", Role::Producer) => {
             fd_arg(&a).and_then(|fd| stream_producer(&a, std::fs::File::from(fd)))
         }
@@ -465,9 +474,58 @@ pub(crate) fn consumer_options(transport: &str) -> ConsumerOptions {
     }
 }
 
-/// The rows with a second reader beside the ring's consumer (video and 4 KiB
-/// workloads only).
-pub const SECOND_READER_ROWS: &[&str] = &["shmring-tethered", "shmring-tap"];
+/// The Unix-socket row with two readers: the producer writes every record to two
+/// sockets, the consumer process reads each on a thread.
+pub const UDS_TWO_READERS: &str = "uds-2readers";
+
+/// The rows with a second reader (video and 4 KiB workloads only).
+pub const SECOND_READER_ROWS: &[&str] = &["shmring-tethered", "shmring-tap", UDS_TWO_READERS];
+
+/// Writes everything to both.
+struct Both<A, B>(A, B);
+
+impl<A: Write, B: Write> Write for Both<A, B> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write_all(buf)?;
+        self.1.write_all(buf)?;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()?;
+        self.1.flush()
+    }
+}
+
+/// Two readers of the same stream, each on its own socket; the second must get
+/// every frame the first got.
+fn two_stream_consumers(a: &WorkerArgs) -> Res<WorkerReport> {
+    let mut fds = fd_args(a)?;
+    if fds.len() != 2 {
+        return Err("two --fd are required".into());
+    }
+    let second = File::from(fds.pop().expect("two"));
+    let first = File::from(fds.pop().expect("two"));
+    let a2 = a.clone();
+    ready();
+    let t = std::thread::spawn(move || stream_consumer(&a2, second));
+    let rep = stream_consumer(a, first)?;
+    let other = t
+        .join()
+        .map_err(|_| "the second reader panicked".to_string())??;
+    // Damage the first reader found is reported as on every row.
+    if rep.bad_checksums + rep.bad_sequence > 0 {
+        return Ok(rep);
+    }
+    if other.frames != rep.frames || other.bad_checksums + other.bad_sequence > 0 {
+        return Err(format!(
+            "the second reader got {} frames ({} bad), the first {}",
+            other.frames,
+            other.bad_checksums + other.bad_sequence,
+            rep.frames
+        ));
+    }
+    Ok(rep)
+}
 
 /// Is `t` one of the shmring rows (one ring, the same producer)?
 pub fn is_shmring(t: &str) -> bool {
@@ -615,7 +673,11 @@ fn shm_consumer(a: &WorkerArgs) -> Res<WorkerReport> {
     let owner_frames = ck.frames();
     let rep = ck.finish();
     if let Some(s) = second {
-        s.finish(owner_frames, a.transport == "shmring-tethered")?;
+        let checked = s.finish(owner_frames, a.transport == "shmring-tethered");
+        // Damage the consumer found itself is reported as on every row.
+        if rep.bad_checksums + rep.bad_sequence == 0 {
+            checked?;
+        }
     }
     Ok(rep)
 }

@@ -12,6 +12,7 @@ use shmring::{Config, Segment};
 use crate::args::{parse, transport_built, BenchArgs, ModeArg, WorkloadArg, ALL_TRANSPORTS};
 use crate::report::{Row, WorkerReport};
 use crate::sys::{grow_pipe, pipe, sample_proc, Inheritable};
+use crate::transports::SECOND_READER_ROWS;
 use crate::work::{AUDIO_RECORD, FRAME_1080P_I420};
 
 mod tables;
@@ -131,7 +132,7 @@ pub fn run(args: &[String]) -> i32 {
             .collect(),
         None => ALL_TRANSPORTS
             .iter()
-            .filter(|t| transport_built(t))
+            .filter(|t| transport_built(t) && !SECOND_READER_ROWS.contains(t))
             .map(|t| t.to_string())
             .collect(),
     };
@@ -213,8 +214,7 @@ pub fn run(args: &[String]) -> i32 {
     // and 4 KiB workloads.
     let runs_of = |t: &str, w: Workload| {
         let video_only = crate::python::is_py(t) && w != Workload::Video;
-        let not_meeting =
-            crate::transports::SECOND_READER_ROWS.contains(&t) && w == Workload::Meeting;
+        let not_meeting = SECOND_READER_ROWS.contains(&t) && w == Workload::Meeting;
         !(video_only || not_meeting)
     };
     let repeat = a.repeat;
@@ -328,8 +328,9 @@ fn shown(p: &std::path::Path) -> String {
 /// What a transport needs set up by the parent before its workers start.
 enum Wiring {
     None,
-    /// Each producer gets its own descriptor; the consumer one per producer.
-    Fds(Vec<Inheritable>, Vec<Inheritable>),
+    /// Each producer gets its own descriptors (one, or one per reader); the
+    /// consumer all the other ends.
+    Fds(Vec<Vec<Inheritable>>, Vec<Inheritable>),
     /// Consumer gets the listener, producers the port.
     Listener(Inheritable, u16),
     /// Every side maps the same ring (memfd).
@@ -347,10 +348,17 @@ fn wire(t: &str, size: usize, producers: u32, plan: &Plan) -> Result<Wiring, Str
         let mut v = (Vec::new(), Vec::new());
         for _ in 0..producers {
             let (p, c) = make()?;
-            v.0.push(p);
+            v.0.push(vec![p]);
             v.1.push(c);
         }
         Ok::<_, String>(Wiring::Fds(v.0, v.1))
+    };
+    let socket_pair = || {
+        let (p, c) = UnixStream::pair().map_err(io)?;
+        Ok::<_, String>((
+            Inheritable::new(&p).map_err(io)?,
+            Inheritable::new(&c).map_err(io)?,
+        ))
     };
     Ok(match t {
         t if crate::transports::is_shmring(t) => {
@@ -362,13 +370,13 @@ fn wire(t: &str, size: usize, producers: u32, plan: &Plan) -> Result<Wiring, Str
                 format!("setup: {e} (a {size}-byte record needs --ring-mib of at least twice that)")
             })?)
         }
-        "uds" => pairs(&|| {
-            let (p, c) = UnixStream::pair().map_err(io)?;
-            Ok((
-                Inheritable::new(&p).map_err(io)?,
-                Inheritable::new(&c).map_err(io)?,
-            ))
-        })?,
+        "uds" => pairs(&socket_pair)?,
+        // One producer writing every record to two sockets, a reader on each.
+        crate::transports::UDS_TWO_READERS => {
+            let (p1, c1) = socket_pair()?;
+            let (p2, c2) = socket_pair()?;
+            Wiring::Fds(vec![vec![p1, p2]], vec![c1, c2])
+        }
         "pipe" => pairs(&|| {
             let (r, w) = pipe().map_err(io)?;
             grow_pipe(&w, 1 << 20);
@@ -531,7 +539,7 @@ fn drive(
     } else {
         let mut cons_extra: Vec<String> = Vec::new();
         let mut prod_extra: Vec<String> = Vec::new();
-        let mut prod_fds: Vec<Inheritable> = Vec::new();
+        let mut prod_fds: Vec<Vec<Inheritable>> = Vec::new();
         let mut keep: Vec<Inheritable> = Vec::new();
         let dup = |fd: &dyn std::os::fd::AsRawFd| {
             Inheritable::new(&fd.as_raw_fd()).map_err(|e| fail(e.to_string()))
@@ -548,13 +556,13 @@ fn drive(
             Wiring::Ring(seg) => {
                 keep.push(dup(&seg.fd())?);
                 for _ in 0..producers {
-                    prod_fds.push(dup(&seg.fd())?);
+                    prod_fds.push(vec![dup(&seg.fd())?]);
                 }
                 ring = Some(seg);
             }
             Wiring::Page(fd) => {
                 keep.push(dup(&fd)?);
-                prod_fds.push(dup(&fd)?);
+                prod_fds.push(vec![dup(&fd)?]);
             }
             Wiring::Service(name) => {
                 cons_extra = vec!["--service".into(), name];
@@ -568,7 +576,7 @@ fn drive(
         // A producer's descriptor must not leak into the consumer or the other
         // producer (it would keep the stream open), so each is made inheritable
         // only while its own producer starts.
-        for f in &prod_fds {
+        for f in prod_fds.iter().flatten() {
             // SAFETY: mark our own descriptor close-on-exec until its producer starts.
             unsafe { libc::fcntl(f.raw(), libc::F_SETFD, libc::FD_CLOEXEC) };
         }
@@ -581,7 +589,7 @@ fn drive(
             let mut extra = prod_extra.clone();
             extra.extend(["--part".into(), k.to_string()]);
             let fd = fds.next();
-            if let Some(f) = &fd {
+            for f in fd.iter().flatten() {
                 // SAFETY: clear close-on-exec on our own descriptor for this producer.
                 unsafe { libc::fcntl(f.raw(), libc::F_SETFD, 0) };
                 extra.extend(["--fd".into(), f.raw().to_string()]);
