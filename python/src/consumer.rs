@@ -61,12 +61,12 @@ pub fn own_fd(fd: i32, what: &str) -> PyResult<OwnedFd> {
 ///
 /// Consumer(name=None, *, create=False, capacity=None, max_record=None,
 ///          log_entries=None, max_producers=None, eventfd=False, memfd=False,
-///          persist=False, fd=None, eventfd_fd=None, liveness_interval=0.05, spin=64,
+///          persist=False, fd=None, eventfd_fd=None, liveness_interval=None, spin=None,
 ///          overtake_after=None, manual_reset=False, role="owner",
 ///          tether_stall_limit=None, latency_budget=None)
 ///
-/// Sizes left at None are the library's defaults (a 16 MiB ring, 64 producer
-/// slots).
+/// Sizes and options left at None are the library's defaults (a 16 MiB ring, 64
+/// producer slots, a 50 ms liveness interval, ...).
 ///
 /// * ``Consumer("cam0")`` attaches to ``/dev/shm/cam0``.
 /// * ``Consumer("cam0", create=True, capacity=1 << 26)`` creates it (mode 0600),
@@ -240,7 +240,7 @@ impl PyConsumer {
     #[new]
     #[pyo3(signature = (name=None, *, create=false, capacity=None, max_record=None,
         log_entries=None, max_producers=None, eventfd=false, memfd=false, persist=false,
-        fd=None, eventfd_fd=None, liveness_interval=0.05, spin=64, overtake_after=None,
+        fd=None, eventfd_fd=None, liveness_interval=None, spin=None, overtake_after=None,
         manual_reset=false, role="owner", tether_stall_limit=None, latency_budget=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -255,8 +255,8 @@ impl PyConsumer {
         persist: bool,
         fd: Option<i32>,
         eventfd_fd: Option<i32>,
-        liveness_interval: f64,
-        spin: u32,
+        liveness_interval: Option<f64>,
+        spin: Option<u32>,
         overtake_after: Option<f64>,
         manual_reset: bool,
         role: &str,
@@ -265,8 +265,11 @@ impl PyConsumer {
     ) -> PyResult<Self> {
         let d = ConsumerOptions::default();
         let opts = ConsumerOptions {
-            liveness_interval: secs(liveness_interval, "liveness_interval")?,
-            spin,
+            liveness_interval: match liveness_interval {
+                Some(t) => secs(t, "liveness_interval")?,
+                None => d.liveness_interval,
+            },
+            spin: spin.unwrap_or(d.spin),
             overtake_after: overtake_after
                 .map(|t| secs(t, "overtake_after"))
                 .transpose()?,
