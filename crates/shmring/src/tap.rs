@@ -219,19 +219,32 @@ impl Tap {
         }
     }
 
-    /// Jumps to the write cursor `w`, counting the claims skipped as lost.
+    /// Jumps to the newest record at the write cursor `w`: the last claim before
+    /// it, when its entry shows one (else `w` itself), counting the claims skipped
+    /// as lost.
     fn skip_to(&mut self, w: u64) {
+        let (mut seq, mut pos) = (cursor_seq(w), cursor_pos(w));
+        let sh = self.ro.segment().shared();
+        let prev = seq.wrapping_sub(1) & SEQ_MASK;
+        // Acquire: as any entry load (the claim's units are the ones it was made with).
+        let e = LogEntry::unpack(sh.entry(prev).load(Ordering::Acquire));
+        // Never back before where we are (a jump of 0 claims only resynchronises).
+        let ahead = seq_diff(seq, self.seq) != 0;
+        if ahead && e.stamp == prev && e.units != 0 && e.units <= sh.cap_units {
+            seq = prev;
+            pos = pos.wrapping_sub(e.units) & POS_MASK;
+        }
         // After a reset the new generation's claim numbers start far ahead: those
         // were never used, so a jump across a reset counts nothing (the consumer
         // counts what the reset dropped).
         let resets = self.resets();
         if resets == self.resets_seen {
-            self.stats.lost += seq_diff(cursor_seq(w), self.seq);
+            self.stats.lost += seq_diff(seq, self.seq);
         }
         self.resets_seen = resets;
         self.stats.skips += 1;
-        self.seq = cursor_seq(w);
-        self.pos = cursor_pos(w);
+        self.seq = seq;
+        self.pos = pos;
         self.pending = None;
     }
 
