@@ -69,9 +69,9 @@ pub(crate) fn attach(seg: &Segment) -> Result<u32> {
     let j = take_line(seg)?;
     let l = line(seg, j);
     let c = seg.control();
-    // Until adopted, the line's read cursor is the ring's: never ahead of where
-    // any reader may start, so a consumer that includes the line early (it loads
-    // the mask after we set the bit, see `Supervisor::ring_read`) holds no less.
+    // Until adopted, the line shows the ring's read cursor (what `stat` reports as
+    // its lag), not a previous occupant's; only adopted lines count towards the
+    // ring's read cursor (`Supervisor::ring_read`), and adoption sets the start.
     l.read
         .store(c.cursors.0.read.load(Ordering::Acquire), Ordering::Relaxed);
     // Release: the line's read cursor before the state and the bit.
