@@ -143,10 +143,7 @@ pub(crate) fn poke_consumer(seg: &Segment) {
 /// Tethered side: is line `j` still ours (asked for or adopted)? `Err(Detached)`
 /// once the consumer detached it.
 pub(crate) fn check(seg: &Segment, j: u32) -> Result<()> {
-    match line(seg, j).state.load(Ordering::Acquire) {
-        TETHER_ACTIVE | TETHER_REQUESTED => Ok(()),
-        _ => Err(Error::Detached(seg.label())),
-    }
+    joined(seg, j).map(|_| ())
 }
 
 /// Tethered side: publishes its cursors (Release: it is done with every byte
