@@ -5,22 +5,33 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 
-.PHONY: demo build test lint test-rust test-loom test-c test-python test-gst test-node gst-plugin install-gst venv bench bench-node clean
+.PHONY: demo deps-demo deps-test build test lint test-rust test-loom test-c test-python test-gst test-node gst-plugin install-gst venv bench bench-node clean
 
 ## Where `make demo` writes its recording (about 0.93 GB): `make demo DEMO_OUT=/tmp/demo`.
 DEMO_OUT ?=
 
-## Build everything and run the main job: a producer and a recorder process on a fresh ring.
-demo: build
+## Build the `shmring` command and run the main job: a producer and a recorder process on a
+## fresh ring. Installs what the build needs first (scripts/deps.sh demo).
+demo: deps-demo
+	$(CARGO) build --release -p shmring-cli
 	./target/release/shmring demo $(if $(DEMO_OUT),--out $(DEMO_OUT))
 
-build:
+## What the machine lacks for `make demo` / `make test` (apt-get on Debian 12 and Ubuntu
+## 22.04/24.04; elsewhere it says what to install). SKIP_DEPS=1 skips the check.
+deps-demo:
+	@$(if $(SKIP_DEPS),true,scripts/deps.sh demo)
+deps-test:
+	@$(if $(SKIP_DEPS),true,scripts/deps.sh test)
+
+## Everything in the workspace (the Python module and Node add-on are built by their tests).
+build: deps-demo
 	$(CARGO) build --release
 
 ## Every test: lints, Rust (unit, integration, property, process, crash, hostile; async with
 ## the tokio feature), loom model, C ABI (plain and sanitized, seccomp), Python, GStreamer
 ## elements, Node.js.
-test: lint test-rust test-loom test-c test-python test-gst test-node
+test: deps-test
+	$(MAKE) --no-print-directory lint test-rust test-loom test-c test-python test-gst test-node
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The fresh-machine check: builds a minimal Debian 12 root with debootstrap (git, make,
+# gcc and CA certificates; nothing else), mounts only this machine's Rust toolchain
+# into it (read-only), clones the repository there and runs `make demo` as a new user
+# would. `make demo` must install whatever else it needs by itself.
+#
+#   .ci/fresh-machine.sh [COMMAND]     COMMAND defaults to "make demo"
+#
+# Needs root (debootstrap, chroot, mounts). The Debian mirror is the one this
+# machine's apt sources name. Everything is mounted in a private mount namespace, so
+# nothing stays mounted when the script ends, however it ends. The root is kept in
+# target/fresh-root (make clean removes it); FRESH_KEEP=0 removes it at the end.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cmd=${1:-make demo}
+root=${FRESH_ROOT:-$repo/target/fresh-root}
+suite=bookworm
+
+[ "$(id -u)" -eq 0 ] || { echo "fresh-machine: needs root" >&2; exit 1; }
+command -v debootstrap >/dev/null || {
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+}
+
+# The mirror for $suite's main component, from this machine's apt sources (deb822
+# files first, then one-line lists).
+mirror() {
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -r "$f" ] || continue
+    awk -v suite="$suite" '
+      function flush() { if (t ~ /(^| )deb( |$)/ && (" " s " ") ~ (" " suite " ") && c ~ /main/ && u != "") { print u; found = 1; exit } t = s = c = u = "" }
+      /^[ \t]*$/ { flush(); next }
+      /^Types:/ { t = $0; sub(/^Types:[ \t]*/, "", t) }
+      /^URIs:/ { u = $2 }
+      /^Suites:/ { s = $0; sub(/^Suites:[ \t]*/, "", s) }
+      /^Components:/ { c = $0 }
+      END { if (!found) flush() }' "$f"
+  done
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -r "$f" ] || continue
+    awk -v suite="$suite" '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while ($i !~ /\]$/) i++; i++ } if ($(i + 1) == suite) { print $i; exit } }' "$f"
+  done
+}
+url=$(mirror | head -1)
+[ -n "$url" ] || { echo "fresh-machine: no apt source for $suite on this machine" >&2; exit 1; }
+
+rustup_home=${RUSTUP_HOME:-$HOME/.rustup}
+cargo_bin=${CARGO_HOME:-$HOME/.cargo}/bin
+[ -x "$cargo_bin/cargo" ] && [ -d "$rustup_home/toolchains" ] || {
+  echo "fresh-machine: no rustup toolchain at $rustup_home (cargo in $cargo_bin)" >&2; exit 1; }
+
+start=$(date +%s)
+if [ ! -x "$root/usr/bin/git" ]; then
+  rm -rf "$root"
+  echo "fresh-machine: debootstrap $suite (minbase + git, make, gcc, ca-certificates)"
+  debootstrap --variant=minbase --include=git,make,gcc,libc6-dev,ca-certificates \
+    "$suite" "$root" "$url" > "$repo/target/fresh-debootstrap.log" 2>&1 || {
+    tail -20 "$repo/target/fresh-debootstrap.log"; exit 1; }
+fi
+echo "fresh-machine: root ready after $(( $(date +%s) - start )) s"
+# This machine's network configuration: its resolver and the certificate authorities
+# it added locally (a network that inspects TLS needs them, as every host on it does).
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+  chroot "$root" update-ca-certificates >/dev/null 2>&1
+fi
+rm -rf "$root/work"
+mkdir -p "$root/work" "$root/opt/rustup" "$root/opt/cargo-bin"
+# The committed tree, plus uncommitted changes when run from a working copy.
+git clone -q "$repo" "$root/work/shmring"
+git -C "$repo" diff HEAD --binary | git -C "$root/work/shmring" apply --allow-empty
+git -C "$repo" ls-files -z --others --exclude-standard | (cd "$repo" && xargs -0r cp --parents -t "$root/work/shmring")
+
+# Inside a private mount namespace: /proc, a tmpfs /dev/shm, /dev, and the toolchain.
+status=0
+unshare --mount --propagation private bash -euo pipefail -c '
+  root=$1 rustup_home=$2 cargo_bin=$3 cmd=$4
+  mount -t proc proc "$root/proc"
+  mount --bind /dev "$root/dev"
+  mount -t tmpfs -o mode=1777 shm "$root/dev/shm"
+  mount -t devpts -o newinstance,ptmxmode=0666 devpts "$root/dev/pts" 2>/dev/null || true
+  mount --bind "$rustup_home" "$root/opt/rustup"
+  mount -o remount,bind,ro "$root/opt/rustup"
+  mount --bind "$cargo_bin" "$root/opt/cargo-bin"
+  mount -o remount,bind,ro "$root/opt/cargo-bin"
+  exec chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
+    PATH=/opt/cargo-bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    RUSTUP_HOME=/opt/rustup CARGO_HOME=/root/.cargo \
+    bash -c "cd /work/shmring && $cmd"
+' fresh "$root" "$rustup_home" "$cargo_bin" "$cmd" || status=$?
+echo "fresh-machine: '$cmd' exited $status after $(( $(date +%s) - start )) s in all"
+if [ "${FRESH_KEEP:-1}" = 0 ]; then rm -rf "$root"; fi
+exit $status

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Installs what a shmring build needs and the machine lacks. Idempotent: it only
+# installs what is missing, and never replaces a Node.js, Python or Go that is
+# already there (whatever installed it).
+#
+#   scripts/deps.sh demo     what `make demo` needs: a C compiler, pkg-config and the
+#                            GStreamer development packages (the `shmring` command
+#                            encodes `record --encode` in process)
+#   scripts/deps.sh test     what `make test` needs besides: cmake, libseccomp, ffmpeg,
+#                            GStreamer's tools and plugins, Python 3.9+ with venv,
+#                            Node.js 18+ with npm, Go, promtool, rustfmt and clippy
+#   scripts/deps.sh --print test   only say what is missing and how to install it
+#
+# On Debian 12 and Ubuntu 22.04/24.04 it runs apt-get (as root, or through sudo).
+# Elsewhere, or without root or sudo, it prints exactly what to install and exits 1.
+# A Rust toolchain (cargo 1.85+, from rustup) must be there already.
+set -euo pipefail
+
+print_only=0
+if [ "${1:-}" = "--print" ]; then print_only=1; shift; fi
+profile=${1:-test}
+case "$profile" in demo|test) ;; *) echo "usage: $0 [--print] demo|test" >&2; exit 2 ;; esac
+
+say() { echo "deps: $*" >&2; }
+
+# --- what is needed, as Debian package names -------------------------------------
+pkgs=(gcc libc6-dev make pkg-config libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev)
+if [ "$profile" = test ]; then
+  pkgs+=(g++ cmake libseccomp-dev ffmpeg gstreamer1.0-tools gstreamer1.0-plugins-base
+         gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly
+         gstreamer1.0-libav iproute2 procps)
+fi
+
+# A tool that may come from elsewhere: installed from Debian only when the command
+# is missing (or too old), so an existing installation is never fought.
+version_at_least() { # have want (dotted)
+  [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -1)" = "$2" ]
+}
+extra=()
+notes=()
+if [ "$profile" = test ]; then
+  # Python 3.9+ that can make a virtual environment.
+  if command -v python3 >/dev/null && python3 -c 'import sys; assert sys.version_info >= (3, 9)' 2>/dev/null; then
+    python3 -c 'import venv, ensurepip' 2>/dev/null || extra+=(python3-venv)
+  else
+    extra+=(python3 python3-venv)
+  fi
+  # Node.js 18+ with npm.
+  node_v=$(node --version 2>/dev/null | tr -d v || true)
+  if [ -n "$node_v" ] && version_at_least "$node_v" 18; then
+    command -v npm >/dev/null || notes+=("Node.js $node_v is installed without npm: install npm from the same source as Node.js")
+  elif [ -n "$node_v" ]; then
+    notes+=("Node.js $node_v is older than 18: upgrade it from the source it came from")
+  else
+    extra+=(nodejs npm)
+  fi
+  # Go 1.19+ (the Go package's tests).
+  go_v=$(go env GOVERSION 2>/dev/null | sed 's/^go//' || true)
+  if [ -z "$go_v" ]; then
+    extra+=(golang-go)
+  elif ! version_at_least "$go_v" 1.19; then
+    notes+=("Go $go_v is older than 1.19: upgrade it from the source it came from")
+  fi
+fi
+
+# --- what is missing ---------------------------------------------------------------
+missing=()
+for p in "${pkgs[@]}" "${extra[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+cargo_ok=1
+if ! command -v cargo >/dev/null; then
+  cargo_ok=0
+  notes+=("no Rust toolchain: install Rust 1.85 or newer with rustup")
+fi
+if [ "$profile" = test ] && [ $cargo_ok = 1 ]; then
+  for c in rustfmt clippy; do
+    sub=$c; [ "$c" = rustfmt ] && sub=fmt
+    if ! cargo "$sub" --version >/dev/null 2>&1; then
+      if command -v rustup >/dev/null && [ $print_only = 0 ]; then
+        say "rustup component add $c"
+        rustup component add "$c" >/dev/null
+      else
+        notes+=("the Rust component $c: rustup component add $c")
+      fi
+    fi
+  done
+fi
+
+distro=unknown
+if [ -r /etc/os-release ]; then
+  # shellcheck disable=SC1091
+  distro=$(. /etc/os-release; echo "${ID:-unknown}-${VERSION_ID:-}")
+fi
+case "$distro" in debian-12|ubuntu-22.04|ubuntu-24.04) supported=1 ;; *) supported=0 ;; esac
+
+fail=0
+for n in "${notes[@]+"${notes[@]}"}"; do say "$n"; fail=1; done
+[ ${#missing[@]} -eq 0 ] && exit $fail
+
+if [ $supported = 0 ] || [ $print_only = 1 ] || ! command -v apt-get >/dev/null; then
+  if [ $supported = 0 ]; then
+    say "this is $distro; shmring's install script knows Debian 12 and Ubuntu 22.04/24.04."
+    say "Install the equivalents of these Debian packages, then run make again:"
+  else
+    say "missing: run"
+  fi
+  echo "  sudo apt-get install ${missing[*]}" >&2
+  exit 1
+fi
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null; then
+    sudo=(sudo)
+  else
+    say "not root and no sudo; as root, run: apt-get install ${missing[*]}"
+    exit 1
+  fi
+fi
+
+say "installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+# Package lists may be absent on a fresh image, or too old to name current versions.
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+exit $fail
