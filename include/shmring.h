@@ -17,12 +17,12 @@
  *     Closing NULL is a no-op; closing twice returns SHMRING_ERR_BAD_HANDLE.
  *   - A producer or consumer keeps its segment mapped: the segment handle may be
  *     closed before them.
- *   - Descriptors passed to shmring_segment_attach_fd / shmring_segment_open_named
+ *   - Descriptors passed to shmring_segment_attach_fds / _attach_fd / _open_named
  *     / shmring_tap_open_fd belong to the library from the call on (closed by it,
- *     even on failure). Descriptors returned by shmring_segment_fd / _eventfd /
- *     _read_only_fd stay owned by the segment: do not close them (closing any
- *     descriptor of a segment file drops this process's record locks, which
- *     signal that its producers are alive).
+ *     even on failure). Descriptors returned by shmring_segment_descriptors /
+ *     _fd / _eventfd / _read_only_fd stay owned by the segment: do not close them
+ *     (closing any descriptor of a ring's lock file drops this process's record
+ *     locks, which signal that its producers are alive).
  *   - shmring_reservation.data is valid until shmring_producer_commit, _abort or
  *     _close on that producer.
  *   - shmring_frame.data is valid until shmring_consumer_release of that frame, or
@@ -39,7 +39,7 @@
  *   thread.
  *
  * SANDBOXES
- *   After shmring_segment_attach_fd + shmring_producer_attach, the producer path
+ *   After shmring_segment_attach_fds + shmring_producer_attach, the producer path
  *   (reserve, commit, abort, send) allocates no memory, creates no thread, installs
  *   no signal handler and touches no file. It makes only these system calls:
  *   futex, write (eventfd rings), fcntl F_GETLK (when a wait for space times out),
@@ -66,6 +66,9 @@
 #define SHMRING_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
 #endif
 
+
+// A duration option meaning "never" (see shmring_consumer_options.claim_timeout_ns).
+#define SHMRING_NEVER UINT64_MAX
 
 // Pass as a timeout to wait forever.
 #define SHMRING_WAIT_FOREVER -1
@@ -175,13 +178,18 @@ typedef enum shmring_status {
   // The hand-off over a socket broke (closed early, not a shmring socket...).
   SHMRING_ERR_HANDOFF = -25,
   // This tethered consumer was detached by the ring's consumer (it stopped
-  // releasing frames for too long); attach again.
+  // releasing frames for too long, or another process wrote its line; the
+  // message says which); attach again.
   SHMRING_ERR_DETACHED = -26,
   // Every tethered-consumer line of the ring is taken.
   SHMRING_ERR_NO_TETHER_LINE = -27,
   // The caller's buffer is smaller than the record (the length needed is
   // reported; the record is kept for the next call).
   SHMRING_ERR_BUFFER_TOO_SMALL = -28,
+  // The descriptors given are not the ring's: a memfd ring's lock file is
+  // missing (producers need every descriptor of shmring_segment_descriptors, in
+  // its order), one is of the wrong kind, or there are too many.
+  SHMRING_ERR_DESCRIPTORS = -29,
 } shmring_status;
 
 // The consumer of a ring (opaque). One thread at a time.
@@ -224,6 +232,12 @@ typedef struct shmring_consumer_options {
   // wake-up serves many records (0, the default: producers wake a sleeping
   // consumer at every commit; see the core's `ConsumerOptions::latency_budget`).
   uint64_t latency_budget_ns;
+  // Take back a claim still pending this long after the consumer first saw it,
+  // whoever holds it: its producer's commit then fails with
+  // SHMRING_ERR_ABANDONED (default 500 ms; see the core's
+  // `ConsumerOptions::claim_timeout`). SHMRING_NEVER: wait for live producers for
+  // ever (trusted producers only).
+  uint64_t claim_timeout_ns;
 } shmring_consumer_options;
 
 // A record's metadata, stored in its header.
@@ -387,6 +401,8 @@ typedef struct shmring_stats {
   uint32_t tethered_consumers;
   // Tethered consumers the consumer detached (dead, or stopped releasing).
   uint64_t tethers_detached;
+  // Claims taken back because they stayed pending past the claim timeout.
+  uint64_t expired_claims;
 } shmring_stats;
 
 // What a tap takes and how it waits. Initialise with shmring_tap_options_init().
@@ -657,21 +673,40 @@ enum shmring_status shmring_segment_create_named(const char *name, const struct 
 // (ownership passes to the library, as for shmring_segment_attach_fd), or -1.
 enum shmring_status shmring_segment_open_named(const char *name, int eventfd, struct shmring_segment **out);
 
-// Attaches to a ring from a descriptor (inherited or received): the sandbox-friendly
-// way, no file-system access. `eventfd` is the ring's eventfd, or -1.
+// Attaches to a named ring from its file's descriptor. `eventfd` is the ring's
+// eventfd, or -1. A memfd ring needs its lock file too: use
+// shmring_segment_attach_fds (this call reports SHMRING_ERR_DESCRIPTORS).
 //
 // OWNERSHIP: the library takes ownership of `fd` (and of `eventfd` if >= 0) as soon
 // as they are checked to be open, whether the call succeeds or not: do not close
-// them, and do not close any other descriptor of the same segment while producers
+// them, and do not close any other descriptor of the same file while producers
 // are attached in this process (closing any descriptor of a file drops the
 // process's record locks, which are its liveness signal).
 enum shmring_status shmring_segment_attach_fd(int fd, int eventfd, struct shmring_segment **out);
+
+// Attaches to a ring from its descriptors (inherited or received): the
+// sandbox-friendly way, no file-system access. `fds` holds `n` descriptors in the
+// order shmring_segment_descriptors gives them: the segment; for a memfd ring, its
+// lock file; for an eventfd ring, its eventfd.
+//
+// OWNERSHIP: the library takes ownership of every descriptor as soon as they are
+// checked to be open, whether the call succeeds or not: do not close them, and do
+// not close any other descriptor of the ring's lock file while producers are
+// attached in this process (that drops its record locks, its liveness signal).
+enum shmring_status shmring_segment_attach_fds(const int *fds, size_t n, struct shmring_segment **out);
+
+// The ring's descriptors, in the order a producer in another process needs them
+// (shmring_segment_attach_fds): up to `cap` are written to `out`, their number to
+// `*n` (at most 3: segment, lock file, eventfd). They stay owned by the segment:
+// do not close them.
+enum shmring_status shmring_segment_descriptors(const struct shmring_segment *seg, int *out, size_t cap, size_t *n);
 
 // Receives a ring's descriptors sent with shmring_segment_send over a Unix socket,
 // and attaches to it.
 enum shmring_status shmring_segment_recv(int sock, struct shmring_segment **out);
 
-// Sends the ring's descriptor (and eventfd) over a connected Unix socket.
+// Sends the ring's descriptors (shmring_segment_descriptors) over a connected Unix
+// socket.
 enum shmring_status shmring_segment_send(int sock, const struct shmring_segment *seg);
 
 // Closes a segment handle. Producers and consumers attached through it keep the

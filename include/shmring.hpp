@@ -75,6 +75,12 @@ class segment {
         check(shmring_segment_attach_fd(fd, eventfd, &s));
         return segment(s);
     }
+    /// Takes ownership of the ring's descriptors, see shmring_segment_attach_fds.
+    static segment attach_fds(const int *fds, size_t n) {
+        shmring_segment *s = nullptr;
+        check(shmring_segment_attach_fds(fds, n, &s));
+        return segment(s);
+    }
     segment(segment &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
     segment &operator=(segment &&o) noexcept {
         if (this != &o) {

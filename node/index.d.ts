@@ -22,6 +22,7 @@ export type ErrorCode =
   | 'SHMRING_RESERVATION_OPEN'
   | 'SHMRING_NO_RESERVATION'
   | 'SHMRING_EVENTFD_REQUIRED'
+  | 'SHMRING_DESCRIPTORS'
   | 'SHMRING_DETACHED'
   | 'SHMRING_NO_TETHER_LINE'
   | 'SHMRING_INVALID_ARG'
@@ -95,12 +96,17 @@ export interface ConsumerInit {
   maxProducers?: number;
   eventfd?: boolean;
   persist?: boolean;
+  /** A named ring's file received as a descriptor (with `eventfdFd` for an eventfd ring). */
   fd?: number;
   eventfdFd?: number;
+  /** A ring received as its descriptors, in the order `consumer.descriptors` lists them. */
+  fds?: number[];
   livenessIntervalMs?: number;
   spin?: number;
   overtakeAfterMs?: number;
   autoReset?: boolean;
+  /** Take back a reservation still open this long (absent: the library's default; Infinity: never). */
+  claimTimeoutMs?: number;
 }
 
 export class Consumer implements AsyncIterable<Frame> {
@@ -126,6 +132,8 @@ export class Consumer implements AsyncIterable<Frame> {
   readonly livenessIntervalMs: number;
   readonly name: string;
   readonly fd: number;
+  /** The ring's descriptors, in the order `Producer.fromFds` takes them. */
+  readonly descriptors: number[];
   readonly eventfdFd: number | null;
   readonly outstanding: number;
   readonly closed: boolean;
@@ -191,7 +199,10 @@ export interface AudioInit extends WaitInit {
 export class Producer {
   private constructor();
   static open(name: string, init?: ProducerInit): Producer;
+  /** A named ring's file received as a descriptor. */
   static fromFd(fd: number, init?: ProducerInit): Producer;
+  /** A ring received as its descriptors (`consumer.descriptors`, in order). */
+  static fromFds(fds: number[], init?: ProducerInit): Producer;
   /** Connects to a consumer serving its ring on a Unix socket (`shmring record --listen PATH`). */
   static connect(path: string, init?: ProducerInit): Producer;
   static forConsumer(consumer: Consumer, init?: ProducerInit): Producer;

@@ -3,7 +3,8 @@
  * frame's media header and the checksum its producer put in meta.flags
  * (frame_pattern.h), and releases it.
  *
- *   consumer --fd N [--eventfd M] [options]      attach to an inherited descriptor
+ *   consumer --fds N[,M[,K]] [options]           attach to inherited descriptors: the
+ *                                                ring's, in shmring_segment_descriptors order
  *   consumer --name NAME [--create] [options]    open (or create) /dev/shm/NAME
  *
  * Options:
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fds.h"
 #include "frame_pattern.h"
 #include "shmring.h"
 
@@ -30,7 +32,7 @@ static void die_status(const char *what, shmring_status st) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: consumer (--fd N [--eventfd M] | --name NAME [--create [--capacity BYTES]])\n"
+            "usage: consumer (--fds N[,M[,K]] | --name NAME [--eventfd M] [--create [--capacity BYTES]])\n"
             "                [--frames N] [--timeout-ms T] [--quiet]\n");
     exit(1);
 }
@@ -46,13 +48,13 @@ static long long parse_num(const char *opt, const char *v) {
 }
 
 int main(int argc, char **argv) {
-    int fd = -1, efd = -1, create = 0, quiet = 0;
+    int fds[3], nfds = 0, efd = -1, create = 0, quiet = 0;
     const char *name = NULL;
     long long frames = -1, timeout_ms = 5000, capacity = 64ll << 20;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--fd")) fd = (int)parse_num(a, v), i++;
+        if (!strcmp(a, "--fds")) nfds = parse_fds(a, v, fds), i++;
         else if (!strcmp(a, "--eventfd")) efd = (int)parse_num(a, v), i++;
         else if (!strcmp(a, "--name")) { if (!v) usage(); name = v; i++; }
         else if (!strcmp(a, "--frames")) frames = parse_num(a, v), i++;
@@ -62,12 +64,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--quiet")) quiet = 1;
         else usage();
     }
-    if ((fd < 0) == (name == NULL) || (create && !name)) usage();
+    if ((nfds == 0) == (name == NULL) || (create && !name)) usage();
 
     shmring_segment *seg = NULL;
     shmring_status st;
-    if (fd >= 0) {
-        st = shmring_segment_attach_fd(fd, efd, &seg);
+    if (nfds > 0) {
+        st = shmring_segment_attach_fds(fds, (size_t)nfds, &seg);
     } else if (create) {
         shmring_config cfg;
         shmring_config_init(&cfg);

@@ -3,7 +3,8 @@
  * commit), each starting with the shared media header; meta.flags carries a
  * checksum of the planes (see frame_pattern.h) so consumers can verify them.
  *
- *   producer --fd N [--eventfd M] [options]     attach to an inherited descriptor
+ *   producer --fds N[,M[,K]] [options]          attach to inherited descriptors: the
+ *                                               ring's, in shmring_segment_descriptors order
  *   producer --name NAME [options]              open a named ring (/dev/shm/NAME)
  *   producer --connect PATH [options]           get the ring from a consumer serving it
  *                                               on a Unix socket (shmring_listen)
@@ -26,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fds.h"
 #include "frame_pattern.h"
 #include "sandbox.h"
 #include "shmring.h"
@@ -37,7 +39,7 @@ static void die_status(const char *what, shmring_status st) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: producer (--fd N [--eventfd M] | --name NAME | --connect PATH) [--frames N] [--width W] "
+            "usage: producer (--fds N[,M[,K]] | --name NAME [--eventfd M] | --connect PATH) [--frames N] [--width W] "
             "[--height H]\n"
             "                [--stream S] [--policy block|fail] [--timeout-ms T] [--sandbox] "
             "[--violate] [--quiet]\n");
@@ -55,13 +57,13 @@ static long parse_num(const char *opt, const char *v) {
 }
 
 int main(int argc, char **argv) {
-    int fd = -1, efd = -1, sandbox = 0, violate = 0, quiet = 0, fail_policy = 0;
+    int fds[3], nfds = 0, efd = -1, sandbox = 0, violate = 0, quiet = 0, fail_policy = 0;
     const char *name = NULL, *connect_path = NULL;
     long frames = 100, width = 1920, height = 1080, stream = 1, timeout_ms = 1000;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--fd")) fd = (int)parse_num(a, v), i++;
+        if (!strcmp(a, "--fds")) nfds = parse_fds(a, v, fds), i++;
         else if (!strcmp(a, "--eventfd")) efd = (int)parse_num(a, v), i++;
         else if (!strcmp(a, "--name")) { if (!v) usage(); name = v; i++; }
         else if (!strcmp(a, "--connect")) { if (!v) usage(); connect_path = v; i++; }
@@ -80,7 +82,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--quiet")) quiet = 1;
         else usage();
     }
-    if ((fd >= 0) + (name != NULL) + (connect_path != NULL) != 1) usage();
+    if ((nfds > 0) + (name != NULL) + (connect_path != NULL) != 1) usage();
     if (width == 0 || height == 0 || width > PATTERN_MAX_ROW || height > 65535) {
         fprintf(stderr, "producer: frame size %ldx%ld is out of range\n", width, height);
         return 1;
@@ -89,7 +91,7 @@ int main(int argc, char **argv) {
     /* --- attach: everything that may allocate or touch files happens here --- */
     pattern_init();
     shmring_segment *seg = NULL;
-    shmring_status st = fd >= 0 ? shmring_segment_attach_fd(fd, efd, &seg)
+    shmring_status st = nfds > 0 ? shmring_segment_attach_fds(fds, (size_t)nfds, &seg)
                         : name  ? shmring_segment_open_named(name, efd, &seg)
                                 : shmring_connect(connect_path, 0, &seg);
     if (st != SHMRING_OK) die_status("attach", st);

@@ -109,7 +109,7 @@ async function shmRecv(seconds, rateBps, workload) {
   const shmring = require('..');
   const c = new shmring.Consumer({ memfd: true, create: true, capacity: 32 << 20, eventfd: true });
   const sender = spawn(process.execPath, [__filename, '--role', 'shm-send', '--seconds', String(seconds), '--rate', String(rateBps || 0)], {
-    stdio: ['ignore', 'pipe', 'inherit', c.fd, c.eventfdFd],
+    stdio: ['ignore', 'pipe', 'inherit', ...c.descriptors],
   });
   const senderOut = readline.createInterface({ input: sender.stdout })[Symbol.asyncIterator]();
   const m = new Meter();
@@ -129,7 +129,7 @@ async function shmRecv(seconds, rateBps, workload) {
 
 async function shmSend(seconds, rateBps) {
   const shmring = require('..');
-  const p = shmring.Producer.fromFd(3, { eventfdFd: 4, onFull: 'block', timeoutMs: 5000 });
+  const p = shmring.Producer.fromFds([3, 4, 5], { onFull: 'block', timeoutMs: 5000 });
   const pic = picture();
   const m = new Meter();
   const pace = pacer(rateBps);

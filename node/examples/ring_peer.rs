@@ -2,7 +2,8 @@
 //! inherited descriptors and commits `count` records whose first 4 bytes are the
 //! FNV-1a (32-bit) checksum of the rest, so the consumer can check every byte.
 //!
-//! `ring_peer <segment-fd> <eventfd-fd or -> <count> [pause-us]`
+//! `ring_peer <fd[,fd[,fd]]> <count> [pause-us]`: the ring's descriptors, in the
+//! order of `Segment::descriptors` (segment, lock file, eventfd).
 //!
 //! Record `i`: stream 1, flags `i`, 64 + (i * 7919) % 65536 bytes of a pattern seeded
 //! by `i`. A pause (default 100 µs) between records makes the consumer wait often.
@@ -26,26 +27,26 @@ fn fd_arg(s: &str) -> Option<OwnedFd> {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() < 4 {
-        eprintln!("usage: ring_peer <segment-fd> <eventfd-fd or -> <count> [pause-us]");
+    if args.len() < 3 {
+        eprintln!("usage: ring_peer <fd[,fd[,fd]]> <count> [pause-us]");
         std::process::exit(2);
     }
-    let seg_fd = fd_arg(&args[1]).unwrap_or_else(|| {
-        eprintln!("ring_peer: {:?} is not a descriptor number", args[1]);
+    let fds: Vec<OwnedFd> = args[1]
+        .split(',')
+        .map(|s| {
+            fd_arg(s).unwrap_or_else(|| {
+                eprintln!("ring_peer: {s:?} is not a descriptor number");
+                std::process::exit(2)
+            })
+        })
+        .collect();
+    let count: u32 = args[2].parse().unwrap_or_else(|_| {
+        eprintln!("ring_peer: count {:?} is not a number", args[2]);
         std::process::exit(2)
     });
-    let efd = if args[2] == "-" {
-        None
-    } else {
-        fd_arg(&args[2])
-    };
-    let count: u32 = args[3].parse().unwrap_or_else(|_| {
-        eprintln!("ring_peer: count {:?} is not a number", args[3]);
-        std::process::exit(2)
-    });
-    let pause = Duration::from_micros(args.get(4).and_then(|s| s.parse().ok()).unwrap_or(100));
+    let pause = Duration::from_micros(args.get(3).and_then(|s| s.parse().ok()).unwrap_or(100));
     let run = || -> shmring::Result<()> {
-        let seg = Segment::from_fds(seg_fd, efd)?;
+        let seg = Segment::from_descriptors(fds)?;
         let mut p = seg.producer()?;
         for i in 0..count {
             let len = 64 + (i as usize * 7919) % 65536;

@@ -32,13 +32,20 @@ pub struct ConsumerInit {
     pub eventfd: Option<bool>,
     /// Keep a named ring created here after the consumer is closed.
     pub persist: Option<bool>,
-    /// Attach to a ring received as a descriptor (the consumer takes it over).
+    /// Attach to a ring received as a descriptor (the consumer takes it over): a
+    /// named ring's file, with `eventfdFd` for an eventfd ring.
     pub fd: Option<i32>,
     pub eventfd_fd: Option<i32>,
+    /// Attach to a ring received as its descriptors, in the order
+    /// `consumer.descriptors` lists them (a memfd ring's include its lock file).
+    pub fds: Option<Vec<i32>>,
     pub liveness_interval_ms: Option<f64>,
     pub spin: Option<f64>,
     pub overtake_after_ms: Option<f64>,
     pub auto_reset: Option<bool>,
+    /// Take back a reservation still open this long after the consumer first saw
+    /// it (absent: the core's default; `Infinity`: never, for trusted producers).
+    pub claim_timeout_ms: Option<f64>,
 }
 
 /// Takes ownership of a descriptor number given by JavaScript.
@@ -52,6 +59,41 @@ pub fn own_fd(env: Env, fd: i32, what: &str) -> napi::Result<OwnedFd> {
     }
     // SAFETY: the caller hands this descriptor over (documented on the options).
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The descriptors given for a ring, taken over: `fds` (the ring's, in the order
+/// of `Segment::descriptors`), or `fd` and the optional `eventfdFd`; `None` if
+/// neither was given.
+pub fn descriptors(
+    env: Env,
+    fd: Option<i32>,
+    eventfd_fd: Option<i32>,
+    fds: Option<&[i32]>,
+) -> napi::Result<Option<Vec<OwnedFd>>> {
+    match (fd, fds) {
+        (Some(_), Some(_)) => Err(error(env, INVALID_ARG, "give either fd or fds, not both")),
+        (None, Some(list)) => {
+            if eventfd_fd.is_some() {
+                return Err(error(
+                    env,
+                    INVALID_ARG,
+                    "fds already lists the ring's eventfd; leave eventfdFd out",
+                ));
+            }
+            list.iter()
+                .map(|&f| own_fd(env, f, "fds[]"))
+                .collect::<napi::Result<Vec<_>>>()
+                .map(Some)
+        }
+        (Some(f), None) => {
+            let mut v = vec![own_fd(env, f, "fd")?];
+            if let Some(e) = eventfd_fd {
+                v.push(own_fd(env, e, "eventfdFd")?);
+            }
+            Ok(Some(v))
+        }
+        (None, None) => Ok(None),
+    }
 }
 
 /// The consumer and the frames handed out of it: frames keep it alive, so a closed
@@ -177,22 +219,24 @@ impl JsConsumer {
                 None => d.overtake_after,
             },
             auto_reset: init.auto_reset.unwrap_or(d.auto_reset),
+            claim_timeout: match init.claim_timeout_ms {
+                Some(v) if v == f64::INFINITY => None,
+                Some(v) => Some(millis(env, v, "claimTimeoutMs")?),
+                None => d.claim_timeout,
+            },
             ..d
         };
         let create = init.create.unwrap_or(false);
-        let seg = if let Some(fd) = init.fd {
+        let given = descriptors(env, init.fd, init.eventfd_fd, init.fds.as_deref())?;
+        let seg = if let Some(fds) = given {
             if create {
                 return Err(error(
                     env,
                     INVALID_ARG,
-                    "give either fd or create: true, not both",
+                    "give either descriptors or create: true, not both",
                 ));
             }
-            let efd = init
-                .eventfd_fd
-                .map(|e| own_fd(env, e, "eventfdFd"))
-                .transpose()?;
-            Segment::from_fds(own_fd(env, fd, "fd")?, efd).or_throw(env)?
+            Segment::from_descriptors(fds).or_throw(env)?
         } else if create {
             let dc = Config::default();
             let cfg = Config {
@@ -398,6 +442,18 @@ impl JsConsumer {
     #[napi(getter)]
     pub fn fd(&self, env: Env) -> napi::Result<i32> {
         Ok(self.segment(env)?.fd().as_raw_fd())
+    }
+
+    /// The ring's descriptors, in the order a producer in another process needs
+    /// them (`Producer.fromFds`); owned by the consumer.
+    #[napi(getter)]
+    pub fn descriptors(&self, env: Env) -> napi::Result<Vec<i32>> {
+        Ok(self
+            .segment(env)?
+            .descriptors()
+            .iter()
+            .map(|f| f.as_raw_fd())
+            .collect())
     }
 
     /// The ring's eventfd (eventfd rings), or null; owned by the consumer.

@@ -28,9 +28,10 @@ pub fn code_of(e: &shmring::Error) -> &'static str {
         E::ReservationOpen(_) => "SHMRING_RESERVATION_OPEN",
         E::NoReservation(_) => "SHMRING_NO_RESERVATION",
         E::EventfdRequired(_) => "SHMRING_EVENTFD_REQUIRED",
+        E::Descriptors { .. } => "SHMRING_DESCRIPTORS",
         E::Refused { .. } => "SHMRING_REFUSED",
         E::Handoff { .. } => "SHMRING_HANDOFF",
-        E::Detached(_) => "SHMRING_DETACHED",
+        E::Detached { .. } => "SHMRING_DETACHED",
         E::NoTetherLine { .. } => "SHMRING_NO_TETHER_LINE",
     }
 }

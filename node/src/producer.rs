@@ -10,7 +10,7 @@ use napi_derive::napi;
 use shmring::media::{kind, MediaHeader};
 use shmring::{FullPolicy, Meta, Producer, Segment};
 
-use crate::consumer::{own_fd, stats_object, JsConsumer};
+use crate::consumer::{descriptors, own_fd, stats_object, JsConsumer};
 use crate::errors::{error, millis, u32_arg, uint, OrThrow, CLOSED, INVALID_ARG, RELEASED};
 use crate::views::{self, WeakView};
 
@@ -278,16 +278,24 @@ impl JsProducer {
         Self::attach(env, seg, init)
     }
 
-    /// Attaches to a ring received as a descriptor (inherited or passed); the
-    /// producer takes the descriptor (and `eventfdFd`) over.
+    /// Attaches to a named ring received as a descriptor (inherited or passed);
+    /// the producer takes the descriptor (and `eventfdFd`) over. A memfd ring
+    /// needs all its descriptors: [`Producer::from_fds`].
     #[napi(factory)]
     pub fn from_fd(env: Env, fd: i32, init: Option<ProducerInit>) -> napi::Result<Self> {
-        let efd = init
-            .as_ref()
-            .and_then(|i| i.eventfd_fd)
-            .map(|e| own_fd(env, e, "eventfdFd"))
-            .transpose()?;
-        let seg = Segment::from_fds(own_fd(env, fd, "fd")?, efd).or_throw(env)?;
+        let efd = init.as_ref().and_then(|i| i.eventfd_fd);
+        let fds = descriptors(env, Some(fd), efd, None)?.expect("fd given");
+        let seg = Segment::from_descriptors(fds).or_throw(env)?;
+        Self::attach(env, seg, init)
+    }
+
+    /// Attaches to a ring received as its descriptors (`consumer.descriptors`:
+    /// the segment, a memfd ring's lock file, an eventfd ring's eventfd, in that
+    /// order); the producer takes them over.
+    #[napi(factory)]
+    pub fn from_fds(env: Env, fds: Vec<i32>, init: Option<ProducerInit>) -> napi::Result<Self> {
+        let fds = descriptors(env, None, None, Some(&fds))?.expect("fds given");
+        let seg = Segment::from_descriptors(fds).or_throw(env)?;
         Self::attach(env, seg, init)
     }
 

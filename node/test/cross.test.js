@@ -15,9 +15,10 @@ test('Rust producer -> Node consumer: for await over 1,000 frames in order, ever
   const c = new Consumer({ memfd: true, create: true, capacity: 1 << 22, eventfd: true });
   t.after(() => c.close());
   const count = 1000;
-  // The child gets the segment as fd 3 and the eventfd as fd 4.
-  const child = guardChild(t, spawn(ringPeer, ['3', '4', String(count), '200'], {
-    stdio: ['ignore', 'inherit', 'inherit', c.fd, c.eventfdFd],
+  // The child gets the ring's descriptors (segment, lock file, eventfd) as fds 3, 4, 5.
+  assert.equal(c.descriptors.length, 3);
+  const child = guardChild(t, spawn(ringPeer, ['3,4,5', String(count), '200'], {
+    stdio: ['ignore', 'inherit', 'inherit', ...c.descriptors],
   }));
   const done = exited(child);
 

@@ -1,7 +1,7 @@
 """Type stubs for the native module shmring._shmring."""
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
@@ -132,6 +132,7 @@ class Consumer:
         persist: bool = False,
         fd: int | None = None,
         eventfd_fd: int | None = None,
+        fds: Sequence[int] | None = None,
         liveness_interval: float | None = None,
         spin: int | None = None,
         overtake_after: float | None = None,
@@ -139,6 +140,7 @@ class Consumer:
         role: Literal["owner", "tethered"] = "owner",
         tether_stall_limit: float | None = None,
         latency_budget: float | None = None,
+        claim_timeout: float | None = None,
     ) -> None: ...
     def next(self, timeout: float | None = None) -> Frame | None: ...
     def try_next(self) -> Frame | None: ...
@@ -146,6 +148,7 @@ class Consumer:
     def __next__(self) -> Frame: ...
     def arm(self) -> bool: ...
     def disarm(self) -> None: ...
+    def descriptors(self) -> list[int]: ...
     def eventfd_fileno(self) -> int | None: ...
     def fileno(self) -> int: ...
     def read_only_fileno(self) -> int: ...
@@ -206,6 +209,7 @@ class Producer:
         *,
         fd: int | None = None,
         eventfd_fd: int | None = None,
+        fds: Sequence[int] | None = None,
         ring: Consumer | None = None,
         on_full: Literal["block", "fail"] = "block",
         timeout: float = 1.0,

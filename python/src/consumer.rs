@@ -56,6 +56,38 @@ pub fn own_fd(fd: i32, what: &str) -> PyResult<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// The descriptors given for a ring, taken over: `fds` (the ring's, in the order
+/// of `Segment::descriptors`), or `fd` and the optional `eventfd_fd`; `None` if
+/// neither was given.
+pub fn descriptors(
+    fd: Option<i32>,
+    eventfd_fd: Option<i32>,
+    fds: Option<Vec<i32>>,
+) -> PyResult<Option<Vec<OwnedFd>>> {
+    match (fd, fds) {
+        (Some(_), Some(_)) => Err(ConfigError::new_err("give either fd= or fds=, not both")),
+        (None, Some(list)) => {
+            if eventfd_fd.is_some() {
+                return Err(ConfigError::new_err(
+                    "fds= already lists the ring's eventfd; leave eventfd_fd= out",
+                ));
+            }
+            list.into_iter()
+                .map(|f| own_fd(f, "fds[]"))
+                .collect::<PyResult<Vec<_>>>()
+                .map(Some)
+        }
+        (Some(f), None) => {
+            let mut v = vec![own_fd(f, "fd")?];
+            if let Some(e) = eventfd_fd {
+                v.push(own_fd(e, "eventfd_fd")?);
+            }
+            Ok(Some(v))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
 /// The consumer of a ring: creates it or attaches to it, and hands out frames that
 /// point into the ring (zero copy).
 ///
@@ -63,7 +95,7 @@ pub fn own_fd(fd: i32, what: &str) -> PyResult<OwnedFd> {
 ///          log_entries=None, max_producers=None, eventfd=False, memfd=False,
 ///          persist=False, fd=None, eventfd_fd=None, liveness_interval=None, spin=None,
 ///          overtake_after=None, manual_reset=False, role="owner",
-///          tether_stall_limit=None, latency_budget=None)
+///          tether_stall_limit=None, latency_budget=None, claim_timeout=None)
 ///
 /// Sizes and options left at None are the library's defaults (a 16 MiB ring, 64
 /// producer slots, a 50 ms liveness interval, ...).
@@ -73,8 +105,9 @@ pub fn own_fd(fd: i32, what: &str) -> PyResult<OwnedFd> {
 ///   unlinked again when the consumer is closed unless ``persist=True``.
 /// * ``Consumer("cam0", create=True, memfd=True)`` creates an anonymous sealed
 ///   memfd; hand ``fileno()`` (and ``eventfd_fileno()``) to producers.
-/// * ``Consumer(fd=N, eventfd_fd=M)`` attaches to a ring received as descriptors;
-///   the consumer takes ownership of them.
+/// * ``Consumer(fds=[...])`` attaches to a ring received as its descriptors (the
+///   creator's ``descriptors()``, in that order); ``Consumer(fd=N, eventfd_fd=M)``
+///   to a named ring's file. The consumer takes ownership of them.
 /// * ``eventfd=True`` makes producers wake the consumer through an eventfd, which
 ///   ``frames()`` (asyncio) needs.
 /// * ``Consumer("cam0", role="tethered")`` (or ``fd=``) attaches a *tethered*
@@ -86,6 +119,10 @@ pub fn own_fd(fd: i32, what: &str) -> PyResult<OwnedFd> {
 /// * ``latency_budget=0.001`` lets a record wait up to that many seconds before
 ///   the consumer sees it: producers stop waking the consumer for each record,
 ///   and one wake-up serves every record that came meanwhile.
+/// * ``claim_timeout`` (seconds; None: the library's default) takes back a
+///   reservation still open that long after the consumer first saw it, whoever
+///   holds it (a stuck producer, or a claim a peer made up in a live producer's
+///   name); ``math.inf``: wait for live producers for ever (trusted producers).
 ///
 /// Frames: ``ring.next(timeout=None)`` returns the next Frame (None on timeout),
 /// ``ring.try_next()`` does not wait, ``for frame in ring:`` waits forever.
@@ -240,8 +277,9 @@ impl PyConsumer {
     #[new]
     #[pyo3(signature = (name=None, *, create=false, capacity=None, max_record=None,
         log_entries=None, max_producers=None, eventfd=false, memfd=false, persist=false,
-        fd=None, eventfd_fd=None, liveness_interval=None, spin=None, overtake_after=None,
-        manual_reset=false, role="owner", tether_stall_limit=None, latency_budget=None))]
+        fd=None, eventfd_fd=None, fds=None, liveness_interval=None, spin=None,
+        overtake_after=None, manual_reset=false, role="owner", tether_stall_limit=None,
+        latency_budget=None, claim_timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: Option<&str>,
@@ -255,6 +293,7 @@ impl PyConsumer {
         persist: bool,
         fd: Option<i32>,
         eventfd_fd: Option<i32>,
+        fds: Option<Vec<i32>>,
         liveness_interval: Option<f64>,
         spin: Option<u32>,
         overtake_after: Option<f64>,
@@ -262,6 +301,7 @@ impl PyConsumer {
         role: &str,
         tether_stall_limit: Option<f64>,
         latency_budget: Option<f64>,
+        claim_timeout: Option<f64>,
     ) -> PyResult<Self> {
         let d = ConsumerOptions::default();
         let opts = ConsumerOptions {
@@ -281,6 +321,11 @@ impl PyConsumer {
             latency_budget: latency_budget
                 .map(|t| secs(t, "latency_budget"))
                 .transpose()?,
+            claim_timeout: match claim_timeout {
+                Some(t) if t == f64::INFINITY => None,
+                Some(t) => Some(secs(t, "claim_timeout")?),
+                None => d.claim_timeout,
+            },
         };
         let tethered = match role {
             "owner" => false,
@@ -296,14 +341,13 @@ impl PyConsumer {
                 "a tethered consumer attaches to an existing ring: give a name or fd=, not create=True",
             ));
         }
-        let seg: Arc<Segment> = if let Some(fd) = fd {
+        let seg: Arc<Segment> = if let Some(fds) = descriptors(fd, eventfd_fd, fds)? {
             if create {
                 return Err(ConfigError::new_err(
-                    "give either fd= or create=True, not both",
+                    "give either descriptors (fd=, fds=) or create=True, not both",
                 ));
             }
-            let efd = eventfd_fd.map(|e| own_fd(e, "eventfd_fd")).transpose()?;
-            Segment::from_fds(own_fd(fd, "fd")?, efd).py_err()?
+            Segment::from_descriptors(fds).py_err()?
         } else if create {
             // Unset sizes are the library's defaults (`Config::default`).
             let d = Config::default();
@@ -422,15 +466,29 @@ impl PyConsumer {
         self.with(|c| Ok(c.segment().read_only_fd().py_err()?.as_raw_fd()))
     }
 
+    /// The ring's descriptors, in the order a producer in another process needs
+    /// them (``Producer(fds=...)``): the segment, a memfd ring's lock file, an
+    /// eventfd ring's eventfd. Owned by the consumer; do not close them.
+    fn descriptors(&self) -> PyResult<Vec<i32>> {
+        use std::os::fd::AsRawFd;
+        self.with(|c| {
+            Ok(c.segment()
+                .descriptors()
+                .iter()
+                .map(|f| f.as_raw_fd())
+                .collect())
+        })
+    }
+
     /// The eventfd that becomes readable when data is ready (rings created with
-    /// eventfd=True), or None. Pass it to producers with the segment's fileno().
+    /// eventfd=True), or None (it is also the last of ``descriptors()``).
     fn eventfd_fileno(&self) -> PyResult<Option<i32>> {
         use std::os::fd::AsRawFd;
         self.with(|c| Ok(c.segment().eventfd().map(|f| f.as_raw_fd())))
     }
 
-    /// The segment's descriptor (a memfd for memfd rings): pass it to producers.
-    /// Owned by the consumer; do not close it.
+    /// The segment's descriptor (a memfd for memfd rings; producers of a memfd
+    /// ring need all of ``descriptors()``). Owned by the consumer; do not close it.
     fn fileno(&self) -> PyResult<i32> {
         use std::os::fd::AsRawFd;
         self.with(|c| Ok(c.segment().fd().as_raw_fd()))

@@ -159,12 +159,14 @@ pub fn to_py(e: shmring::Error) -> PyErr {
         E::TooManyHeld { .. } => TooManyHeld::new_err(msg),
         E::NotHeld { .. } => NotHeld::new_err(msg),
         E::EventfdRequired(_) => EventfdRequired::new_err(msg),
+        // Descriptors that are not the ring's: how the caller attached is wrong.
+        E::Descriptors { .. } => ConfigError::new_err(msg),
         // The package's reservations pair every reserve with one commit or abort;
         // these come only from misuse of the raw producer API.
         E::ReservationOpen(_) | E::NoReservation(_) => Error::new_err(msg),
         E::Refused { .. } => Refused::new_err(msg),
         E::Handoff { .. } => HandoffError::new_err(msg),
-        E::Detached(_) => Detached::new_err(msg),
+        E::Detached { .. } => Detached::new_err(msg),
         E::NoTetherLine { .. } => NoTetherLine::new_err(msg),
     }
 }

@@ -11,22 +11,24 @@ use pyo3::types::{PyDict, PyMemoryView, PyTuple, PyWeakrefMethods, PyWeakrefRefe
 use shmring::media::{kind, MediaHeader};
 use shmring::{FullPolicy, Meta, Producer, Segment};
 
-use crate::consumer::{own_fd, secs, stats_dict, PyConsumer};
+use crate::consumer::{descriptors, own_fd, secs, stats_dict, PyConsumer};
 use crate::errors::{Closed, ConfigError, Error, IntoPy, Released};
 use crate::media::{parse_format, plane_layouts, Elem};
 use crate::views::{array_of, make_readonly, Plane};
 
 /// A producer attached to a ring: writes records in place (zero copy).
 ///
-/// Producer(name=None, *, fd=None, eventfd_fd=None, ring=None, on_full="block",
-///          timeout=1.0)
+/// Producer(name=None, *, fd=None, eventfd_fd=None, fds=None, ring=None,
+///          on_full="block", timeout=1.0)
 ///
 /// * ``Producer("cam0")`` attaches to ``/dev/shm/cam0`` (an eventfd ring also
 ///   needs ``eventfd_fd=``).
-/// * ``Producer(fd=N, eventfd_fd=M)`` attaches to descriptors received from the
-///   consumer (inherited or passed); the producer takes ownership of them. Do not
-///   close other descriptors of the same segment in this process while it is
-///   attached: that drops the liveness lock the consumer checks.
+/// * ``Producer(fds=consumer_descriptors)`` attaches to a ring received as its
+///   descriptors (the consumer's ``descriptors()``, inherited or passed, in that
+///   order; a memfd ring's include its lock file); ``Producer(fd=N,
+///   eventfd_fd=M)`` to a named ring's file. The producer takes ownership of
+///   them. Do not close other descriptors of the ring's lock file in this process
+///   while it is attached: that drops the liveness lock the consumer checks.
 /// * ``Producer(ring=consumer)`` attaches to a consumer's ring in this process.
 ///
 /// Full ring: ``on_full="block"`` waits up to ``timeout`` seconds for space and
@@ -186,29 +188,36 @@ impl Drop for BufferGuard {
 #[pymethods]
 impl PyProducer {
     #[new]
-    #[pyo3(signature = (name=None, *, fd=None, eventfd_fd=None, ring=None, on_full="block", timeout=1.0))]
+    #[pyo3(signature = (name=None, *, fd=None, eventfd_fd=None, fds=None, ring=None,
+        on_full="block", timeout=1.0))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         name: Option<&str>,
         fd: Option<i32>,
         eventfd_fd: Option<i32>,
+        fds: Option<Vec<i32>>,
         ring: Option<PyRef<'_, PyConsumer>>,
         on_full: &str,
         timeout: f64,
     ) -> PyResult<Self> {
         let policy = policy_from(on_full, timeout)?;
-        let seg: Arc<Segment> = match (name, fd, ring) {
+        let given = if fd.is_some() || fds.is_some() {
+            descriptors(fd, eventfd_fd, fds)?
+        } else {
+            None
+        };
+        let seg: Arc<Segment> = match (name, given, ring) {
             (_, _, Some(r)) => r.segment()?,
-            (_, Some(fd), None) => {
-                let efd = eventfd_fd.map(|e| own_fd(e, "eventfd_fd")).transpose()?;
-                Segment::from_fds(own_fd(fd, "fd")?, efd).py_err()?
-            }
+            (_, Some(fds), None) => Segment::from_descriptors(fds).py_err()?,
             (Some(name), None, None) => match eventfd_fd {
                 Some(e) => Segment::open_named_with_eventfd(name, own_fd(e, "eventfd_fd")?),
                 None => Segment::open_named(name),
             }
             .py_err()?,
             (None, None, None) => {
-                return Err(ConfigError::new_err("give a ring name, fd=, or ring="))
+                return Err(ConfigError::new_err(
+                    "give a ring name, fd=, fds=, or ring=",
+                ))
             }
         };
         Self::attach(seg, policy)

@@ -3,8 +3,9 @@
 Records carry a checksum: payload = 8-byte header (index u32, crc32 u32 of the
 rest) + bytes from a seeded generator, so the consumer can verify every byte.
 
-    _producer.py (--name NAME | --fd N [--efd M] | --connect PATH) --count C [--min L] [--max L]
-                 [--seed S] [--stream S] [--video WxH] [--hold] [--interval SEC]
+    _producer.py (--name NAME [--efd M] | --fds N,M[,K] | --connect PATH) --count C
+                 [--min L] [--max L] [--seed S] [--stream S] [--video WxH] [--hold]
+                 [--interval SEC]
 
 --hold: reserve one record, print "held" and sleep (to be killed mid-write).
 """
@@ -30,7 +31,7 @@ def payload(i: int, n: int, seed: int) -> bytes:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--name")
-    ap.add_argument("--fd", type=int)
+    ap.add_argument("--fds", help="the ring's descriptors, in Consumer.descriptors() order")
     ap.add_argument("--efd", type=int)
     ap.add_argument("--connect")
     ap.add_argument("--count", type=int, default=100)
@@ -44,8 +45,8 @@ def main() -> int:
     a = ap.parse_args()
     if a.connect is not None:
         p = shmring.Producer.connect(a.connect, timeout=10.0)
-    elif a.fd is not None:
-        p = shmring.Producer(fd=a.fd, eventfd_fd=a.efd, timeout=10.0)
+    elif a.fds is not None:
+        p = shmring.Producer(fds=[int(f) for f in a.fds.split(",")], timeout=10.0)
     else:
         p = shmring.Producer(a.name, eventfd_fd=a.efd, timeout=10.0)
     if a.hold:

@@ -40,21 +40,19 @@ async def consume(ring: shmring.Consumer, count: int) -> tuple[list[int], int]:
 
 def test_async_consumer_gets_every_frame_in_order(children: Children) -> None:
     ring = shmring.Consumer("pytest-async", create=True, memfd=True, eventfd=True, capacity=1 << 22)
-    fd, efd = ring.fileno(), ring.eventfd_fileno()
-    assert efd is not None
+    fds = ring.descriptors()
+    assert len(fds) == 3 and fds[-1] == ring.eventfd_fileno()
     n = 200
     proc = children.producer(
-        "--fd",
-        str(fd),
-        "--efd",
-        str(efd),
+        "--fds",
+        ",".join(map(str, fds)),
         "--count",
         str(n),
         "--max",
         "100000",
         "--interval",
         "0.002",
-        pass_fds=(fd, efd),
+        pass_fds=fds,
     )
     got, ticks = asyncio.run(asyncio.wait_for(consume(ring, n), 60))
     assert got == list(range(n))

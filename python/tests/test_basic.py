@@ -166,7 +166,12 @@ def test_memfd_ring_and_fd_attach(ring_name: str) -> None:
 
     ring = shmring.Consumer("pytest-memfd", create=True, memfd=True, capacity=1 << 20)
     assert ring.name.startswith("memfd:")
-    p = shmring.Producer(fd=os.dup(ring.fileno()))
+    # A memfd ring's producers need its lock file too, and are told so.
+    with pytest.raises(shmring.ConfigError, match="lock file"):
+        shmring.Producer(fd=os.dup(ring.fileno()))
+    fds = ring.descriptors()
+    assert len(fds) == 2 and fds[0] == ring.fileno()
+    p = shmring.Producer(fds=[os.dup(f) for f in fds])
     p.send(b"x" * 10)
     f = ring.next(timeout=1.0)
     assert f is not None and f.tobytes() == b"x" * 10

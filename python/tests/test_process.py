@@ -25,19 +25,17 @@ def test_producer_process_by_name(ring_name: str, children: Children) -> None:
 
 def test_producer_process_by_fd_memfd_eventfd(children: Children) -> None:
     ring = shmring.Consumer("pytest-fd", create=True, memfd=True, eventfd=True, capacity=1 << 20)
-    fd, efd = ring.fileno(), ring.eventfd_fileno()
-    assert efd is not None
+    fds = ring.descriptors()
+    assert len(fds) == 3 and fds[-1] == ring.eventfd_fileno()
     n = 200
     proc = children.producer(
-        "--fd",
-        str(fd),
-        "--efd",
-        str(efd),
+        "--fds",
+        ",".join(map(str, fds)),
         "--count",
         str(n),
         "--max",
         "50000",
-        pass_fds=(fd, efd),
+        pass_fds=fds,
     )
     assert receive(ring, n, proc) == list(range(n))
     assert proc.wait(timeout=30) == 0

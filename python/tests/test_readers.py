@@ -224,11 +224,10 @@ def test_tap_copies_are_never_torn(children: Children) -> None:
     t = threading.Thread(target=watch, daemon=True)
     t.start()
     try:
-        fd = os.dup(owner.fileno())
+        fds = owner.descriptors()
         proc = children.producer(
-            "--fd", str(fd), "--count", str(count), "--max", "8192", pass_fds=(fd,)
+            "--fds", ",".join(map(str, fds)), "--count", str(count), "--max", "8192", pass_fds=fds
         )
-        os.close(fd)
         assert receive(owner, count, proc) == list(range(count))
         assert proc.wait(timeout=30) == 0
         # The last record, in the producer process's format.

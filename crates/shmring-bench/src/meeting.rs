@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::{Barrier, Mutex};
 
-use shmring::{Consumer, FullPolicy, Meta, Producer, Segment};
+use shmring::{Consumer, FullPolicy, Meta, Producer};
 
 use crate::args::{Role, WorkerArgs};
 use crate::report::WorkerReport;
@@ -235,8 +235,7 @@ fn floor(a: &WorkerArgs, n: u32) -> Res<WorkerReport> {
 // ---- shmring: every thread its own producer handle on the one ring ----
 
 fn shm_producer(a: &WorkerArgs, streams: Vec<usize>) -> Res<WorkerReport> {
-    let seg =
-        Segment::from_fd(fd_args(a)?.remove(0)).map_err(|e| format!("cannot map the ring: {e}"))?;
+    let seg = crate::transports::shm_segment(a)?;
     let copy = a.transport == "shmring-copy";
     let meta = |stream: usize, seq: u64, flags: u32| Meta {
         stream: ring_tag(stream, seq),
@@ -274,8 +273,7 @@ fn shm_producer(a: &WorkerArgs, streams: Vec<usize>) -> Res<WorkerReport> {
 }
 
 fn shm_consumer(a: &WorkerArgs, n: u32) -> Res<WorkerReport> {
-    let seg =
-        Segment::from_fd(fd_args(a)?.remove(0)).map_err(|e| format!("cannot map the ring: {e}"))?;
+    let seg = crate::transports::shm_segment(a)?;
     let c = Consumer::with_options(seg, crate::transports::consumer_options(&a.transport))
         .map_err(|e| e.to_string())?;
     let mut ck = Checker::streams(sizes(n));

@@ -421,8 +421,10 @@ fn floor(a: &WorkerArgs) -> Res<WorkerReport> {
 
 // ---- shmring, zero-copy and one-copy ----
 
-fn shm_segment(a: &WorkerArgs) -> Res<std::sync::Arc<Segment>> {
-    Segment::from_fd(fd_arg(a)?).map_err(|e| format!("cannot map the ring: {e}"))
+/// The ring from its descriptors, one `--fd` each, in the order of
+/// `Segment::descriptors`.
+pub fn shm_segment(a: &WorkerArgs) -> Res<std::sync::Arc<Segment>> {
+    Segment::from_descriptors(fd_args(a)?).map_err(|e| format!("cannot map the ring: {e}"))
 }
 
 fn shm_producer(a: &WorkerArgs) -> Res<WorkerReport> {

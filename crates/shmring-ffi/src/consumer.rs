@@ -51,7 +51,16 @@ pub struct shmring_consumer_options {
     /// wake-up serves many records (0, the default: producers wake a sleeping
     /// consumer at every commit; see the core's `ConsumerOptions::latency_budget`).
     pub latency_budget_ns: u64,
+    /// Take back a claim still pending this long after the consumer first saw it,
+    /// whoever holds it: its producer's commit then fails with
+    /// SHMRING_ERR_ABANDONED (default 500 ms; see the core's
+    /// `ConsumerOptions::claim_timeout`). SHMRING_NEVER: wait for live producers for
+    /// ever (trusted producers only).
+    pub claim_timeout_ns: u64,
 }
+
+/// A duration option meaning "never" (see shmring_consumer_options.claim_timeout_ns).
+pub const SHMRING_NEVER: u64 = u64::MAX;
 
 /// Pass as a timeout to wait forever.
 pub const SHMRING_WAIT_FOREVER: i64 = -1;
@@ -97,6 +106,9 @@ pub unsafe extern "C" fn shmring_consumer_options_init(
             overtake_after_ns: d.overtake_after.map_or(0, |t| t.as_nanos() as u64),
             tether_stall_limit_ns: d.tether_stall_limit.as_nanos() as u64,
             latency_budget_ns: d.latency_budget.map_or(0, |t| t.as_nanos() as u64),
+            claim_timeout_ns: d
+                .claim_timeout
+                .map_or(SHMRING_NEVER, |t| t.as_nanos() as u64),
         };
         ok()
     })
@@ -122,6 +134,8 @@ fn core_options(opts: *const shmring_consumer_options) -> ConsumerOptions {
         },
         latency_budget: (o.latency_budget_ns != 0)
             .then(|| Duration::from_nanos(o.latency_budget_ns)),
+        claim_timeout: (o.claim_timeout_ns != SHMRING_NEVER)
+            .then(|| Duration::from_nanos(o.claim_timeout_ns)),
     }
 }
 

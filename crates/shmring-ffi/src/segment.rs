@@ -181,12 +181,13 @@ pub unsafe extern "C" fn shmring_segment_open_named(
     })
 }
 
-/// Attaches to a ring from a descriptor (inherited or received): the sandbox-friendly
-/// way, no file-system access. `eventfd` is the ring's eventfd, or -1.
+/// Attaches to a named ring from its file's descriptor. `eventfd` is the ring's
+/// eventfd, or -1. A memfd ring needs its lock file too: use
+/// shmring_segment_attach_fds (this call reports SHMRING_ERR_DESCRIPTORS).
 ///
 /// OWNERSHIP: the library takes ownership of `fd` (and of `eventfd` if >= 0) as soon
 /// as they are checked to be open, whether the call succeeds or not: do not close
-/// them, and do not close any other descriptor of the same segment while producers
+/// them, and do not close any other descriptor of the same file while producers
 /// are attached in this process (closing any descriptor of a file drops the
 /// process's record locks, which are its liveness signal).
 #[no_mangle]
@@ -198,14 +199,79 @@ pub unsafe extern "C" fn shmring_segment_attach_fd(
     entry("shmring_segment_attach_fd", || {
         let out = out_ptr(out, "out")?;
         *out = std::ptr::null_mut();
-        let fd = own_fd(fd, "fd")?;
-        let efd = if eventfd >= 0 {
-            Some(own_fd(eventfd, "eventfd")?)
-        } else {
-            None
-        };
-        let seg = Segment::from_fds(fd, efd).map_err(core_err)?;
+        let mut fds = vec![own_fd(fd, "fd")?];
+        if eventfd >= 0 {
+            fds.push(own_fd(eventfd, "eventfd")?);
+        }
+        let seg = Segment::from_descriptors(fds).map_err(core_err)?;
         new_segment(seg, out)
+    })
+}
+
+/// Attaches to a ring from its descriptors (inherited or received): the
+/// sandbox-friendly way, no file-system access. `fds` holds `n` descriptors in the
+/// order shmring_segment_descriptors gives them: the segment; for a memfd ring, its
+/// lock file; for an eventfd ring, its eventfd.
+///
+/// OWNERSHIP: the library takes ownership of every descriptor as soon as they are
+/// checked to be open, whether the call succeeds or not: do not close them, and do
+/// not close any other descriptor of the ring's lock file while producers are
+/// attached in this process (that drops its record locks, its liveness signal).
+#[no_mangle]
+pub unsafe extern "C" fn shmring_segment_attach_fds(
+    fds: *const c_int,
+    n: usize,
+    out: *mut *mut shmring_segment,
+) -> shmring_status {
+    entry("shmring_segment_attach_fds", || {
+        let out = out_ptr(out, "out")?;
+        *out = std::ptr::null_mut();
+        if fds.is_null() || n == 0 || n > shmring::sys::fdpass::MAX_FDS {
+            return Err(fail!(
+                SHMRING_ERR_INVALID_ARGUMENT,
+                "fds must point at 1 to {} descriptors (got {n})",
+                shmring::sys::fdpass::MAX_FDS
+            ));
+        }
+        // SAFETY: the caller passes `n` readable ints at `fds` (checked non-null).
+        let raw = unsafe { std::slice::from_raw_parts(fds, n) };
+        let owned = raw
+            .iter()
+            .map(|&f| own_fd(f, "fds[]"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let seg = Segment::from_descriptors(owned).map_err(core_err)?;
+        new_segment(seg, out)
+    })
+}
+
+/// The ring's descriptors, in the order a producer in another process needs them
+/// (shmring_segment_attach_fds): up to `cap` are written to `out`, their number to
+/// `*n` (at most 3: segment, lock file, eventfd). They stay owned by the segment:
+/// do not close them.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_segment_descriptors(
+    seg: *const shmring_segment,
+    out: *mut c_int,
+    cap: usize,
+    n: *mut usize,
+) -> shmring_status {
+    entry("shmring_segment_descriptors", || {
+        let (h, _l) = lease(seg)?;
+        let n = out_ptr(n, "n")?;
+        let d = h.seg.descriptors();
+        *n = d.len();
+        if cap < d.len() || out.is_null() {
+            return Err(fail!(
+                SHMRING_ERR_INVALID_ARGUMENT,
+                "the ring has {} descriptors; out must hold that many (cap {cap})",
+                d.len()
+            ));
+        }
+        for (i, f) in d.iter().enumerate() {
+            // SAFETY: `out` holds at least `cap` >= d.len() ints (checked above).
+            unsafe { *out.add(i) = f.as_raw_fd() };
+        }
+        ok()
     })
 }
 
@@ -227,26 +293,19 @@ pub unsafe extern "C" fn shmring_segment_recv(
         }
         // SAFETY: borrowed for the call only; recvmsg reports EBADF for a closed fd.
         let s = unsafe { BorrowedFd::borrow_raw(sock) };
-        let mut fds = shmring::recv_fds(s)
-            .map_err(|e| {
-                fail!(
-                    SHMRING_ERR_OS,
-                    "receiving descriptors on socket {sock}: {e}"
-                )
-            })?
-            .into_iter();
-        let fd = fds.next().ok_or_else(|| {
+        let fds = shmring::recv_fds(s).map_err(|e| {
             fail!(
                 SHMRING_ERR_OS,
-                "socket {sock}: message carried no descriptors"
+                "receiving descriptors on socket {sock}: {e}"
             )
         })?;
-        let seg = Segment::from_fds(fd, fds.next()).map_err(core_err)?;
+        let seg = Segment::from_descriptors(fds).map_err(core_err)?;
         new_segment(seg, out)
     })
 }
 
-/// Sends the ring's descriptor (and eventfd) over a connected Unix socket.
+/// Sends the ring's descriptors (shmring_segment_descriptors) over a connected Unix
+/// socket.
 #[no_mangle]
 pub unsafe extern "C" fn shmring_segment_send(
     sock: c_int,
@@ -262,9 +321,8 @@ pub unsafe extern "C" fn shmring_segment_send(
         }
         // SAFETY: borrowed for the call only; sendmsg reports EBADF for a closed fd.
         let s = unsafe { BorrowedFd::borrow_raw(sock) };
-        let mut fds = vec![h.seg.fd()];
-        fds.extend(h.seg.eventfd());
-        shmring::send_fds(s, &fds)
+        h.seg
+            .send(s)
             .map_err(|e| fail!(SHMRING_ERR_OS, "sending descriptors on socket {sock}: {e}"))?;
         ok()
     })

@@ -43,6 +43,8 @@ pub struct shmring_stats {
     pub tethered_consumers: u32,
     /// Tethered consumers the consumer detached (dead, or stopped releasing).
     pub tethers_detached: u64,
+    /// Claims taken back because they stayed pending past the claim timeout.
+    pub expired_claims: u64,
 }
 
 /// The core's snapshot as the C struct (its fields are `Stats::fields()`, in that
@@ -78,5 +80,6 @@ pub(crate) fn c_stats(s: &shmring::Stats) -> shmring_stats {
         oldest_pending_pid: s.oldest_pending_pid,
         tethered_consumers: s.tethered_consumers,
         tethers_detached: s.tethers_detached,
+        expired_claims: s.expired_claims,
     }
 }

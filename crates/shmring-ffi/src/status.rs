@@ -75,13 +75,18 @@ pub enum shmring_status {
     /// The hand-off over a socket broke (closed early, not a shmring socket...).
     SHMRING_ERR_HANDOFF = -25,
     /// This tethered consumer was detached by the ring's consumer (it stopped
-    /// releasing frames for too long); attach again.
+    /// releasing frames for too long, or another process wrote its line; the
+    /// message says which); attach again.
     SHMRING_ERR_DETACHED = -26,
     /// Every tethered-consumer line of the ring is taken.
     SHMRING_ERR_NO_TETHER_LINE = -27,
     /// The caller's buffer is smaller than the record (the length needed is
     /// reported; the record is kept for the next call).
     SHMRING_ERR_BUFFER_TOO_SMALL = -28,
+    /// The descriptors given are not the ring's: a memfd ring's lock file is
+    /// missing (producers need every descriptor of shmring_segment_descriptors, in
+    /// its order), one is of the wrong kind, or there are too many.
+    SHMRING_ERR_DESCRIPTORS = -29,
 }
 
 use shmring_status::*;
@@ -105,10 +110,11 @@ pub(crate) fn status_of(e: &Error) -> shmring_status {
         Error::TooManyHeld { .. } => SHMRING_ERR_TOO_MANY_HELD,
         Error::NotHeld { .. } => SHMRING_ERR_NOT_HELD,
         Error::EventfdRequired(_) => SHMRING_ERR_EVENTFD_REQUIRED,
+        Error::Descriptors { .. } => SHMRING_ERR_DESCRIPTORS,
         Error::ReservationOpen(_) | Error::NoReservation(_) => SHMRING_ERR_STATE,
         Error::Refused { .. } => SHMRING_ERR_REFUSED,
         Error::Handoff { .. } => SHMRING_ERR_HANDOFF,
-        Error::Detached(_) => SHMRING_ERR_DETACHED,
+        Error::Detached { .. } => SHMRING_ERR_DETACHED,
         Error::NoTetherLine { .. } => SHMRING_ERR_NO_TETHER_LINE,
     }
 }
@@ -246,6 +252,7 @@ pub extern "C" fn shmring_status_name(status: i32) -> *const c_char {
         -26 => c"SHMRING_ERR_DETACHED",
         -27 => c"SHMRING_ERR_NO_TETHER_LINE",
         -28 => c"SHMRING_ERR_BUFFER_TOO_SMALL",
+        -29 => c"SHMRING_ERR_DESCRIPTORS",
         _ => c"(unknown status)",
     };
     s.as_ptr()

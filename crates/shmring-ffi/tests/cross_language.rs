@@ -18,8 +18,8 @@ fn c_producer_to_rust_consumer_1080p() {
     let seg = Segment::create_memfd("c-to-rust", &Config::with_capacity(32 << 20)).unwrap();
     let consumer = seg.consumer().unwrap();
     let mut cmd = Command::new(&producer);
-    cmd.args(["--fd", "3", "--frames", "60", "--stream", "5", "--quiet"]);
-    pass_fds(&mut cmd, &[seg.fd()]);
+    cmd.args(["--fds", "3,4", "--frames", "60", "--stream", "5", "--quiet"]);
+    pass_fds(&mut cmd, &seg.descriptors());
     let child = Guard(Some(cmd.stderr(Stdio::piped()).spawn().unwrap()));
     for i in 0..60u64 {
         let f = consumer
@@ -55,15 +55,15 @@ fn c_producer_to_rust_consumer_1080p() {
 fn start_c_consumer(seg: &Segment, frames: u32) -> (Guard, BufReader<std::process::ChildStdout>) {
     let mut cmd = Command::new(c_example("consumer"));
     cmd.args([
-        "--fd",
-        "3",
+        "--fds",
+        "3,4",
         "--frames",
         &frames.to_string(),
         "--timeout-ms",
         "10000",
         "--quiet",
     ]);
-    pass_fds(&mut cmd, &[seg.fd()]);
+    pass_fds(&mut cmd, &seg.descriptors());
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -9,20 +9,62 @@ use shmring::{Error, FullPolicy, Meta, Segment};
 
 use crate::common::{fill_body, seal_record, state, verify_record, Flags, Rng, REC_HDR};
 
-/// Attaches to a segment descriptor inherited from the orchestrator.
-pub fn attach_fd(fd: i32) -> Result<Arc<Segment>, String> {
-    // SAFETY: the orchestrator left this descriptor open for us and nothing else in
-    // this process owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    Segment::from_fd(fd).map_err(|e| format!("attach segment descriptor: {e}"))
+/// A ring's descriptors as a child inherits them, in the order of
+/// `Segment::descriptors`; on the command line `--fd=N,M`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RingFds(pub Vec<i32>);
+
+impl RingFds {
+    /// The descriptors of `seg`, to be inherited by a child.
+    pub fn of(seg: &Segment) -> RingFds {
+        use std::os::fd::AsRawFd;
+        RingFds(seg.descriptors().iter().map(|f| f.as_raw_fd()).collect())
+    }
+
+    /// These descriptors and `more`, for a child's inherit list.
+    pub fn with(&self, more: &[i32]) -> Vec<i32> {
+        [&self.0[..], more].concat()
+    }
+}
+
+impl std::fmt::Display for RingFds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list: Vec<String> = self.0.iter().map(|n| n.to_string()).collect();
+        f.write_str(&list.join(","))
+    }
+}
+
+impl std::str::FromStr for RingFds {
+    type Err = String;
+    fn from_str(s: &str) -> Result<RingFds, String> {
+        s.split(',')
+            .map(|n| {
+                n.parse()
+                    .map_err(|_| format!("{n:?} is not a descriptor number"))
+            })
+            .collect::<Result<_, _>>()
+            .map(RingFds)
+    }
+}
+
+/// Attaches to a ring's descriptors inherited from the orchestrator.
+pub fn attach_fd(fds: &RingFds) -> Result<Arc<Segment>, String> {
+    let owned = fds
+        .0
+        .iter()
+        // SAFETY: the orchestrator left these descriptors open for us and nothing
+        // else in this process owns them.
+        .map(|&fd| unsafe { OwnedFd::from_raw_fd(fd) })
+        .collect();
+    Segment::from_descriptors(owned).map_err(|e| format!("attach the ring's descriptors: {e}"))
 }
 
 /// How a producer process writes.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ProducerArgs {
-    /// Segment descriptor (inherited).
+    /// The ring's descriptors (inherited), comma-separated.
     #[arg(long)]
-    pub fd: i32,
+    pub fd: RingFds,
     /// Flag-table descriptor (inherited).
     #[arg(long)]
     pub flags_fd: i32,
@@ -76,7 +118,7 @@ pub fn producer(a: ProducerArgs) -> i32 {
             .store(state::FAILED, std::sync::atomic::Ordering::SeqCst);
         2
     };
-    let seg = match attach_fd(a.fd) {
+    let seg = match attach_fd(&a.fd) {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
@@ -207,7 +249,7 @@ pub fn producer(a: ProducerArgs) -> i32 {
 
 /// A consumer process for consumer-crash: prints `G instance seq` for every record
 /// (before releasing it), holds up to `hold` frames and releases them shuffled.
-pub fn consumer(fd: i32, hold: usize) -> i32 {
+pub fn consumer(fd: &RingFds, hold: usize) -> i32 {
     let seg = match attach_fd(fd) {
         Ok(s) => s,
         Err(e) => {
@@ -278,7 +320,7 @@ pub fn consumer(fd: i32, hold: usize) -> i32 {
 
 /// Writes random bytes at random places of one region of the segment until killed
 /// (see `scribble::REGIONS`; "all": anywhere but the identity line).
-pub fn scribbler(fd: i32, writes_per_sec: u64, region: &str) -> i32 {
+pub fn scribbler(fd: &RingFds, writes_per_sec: u64, region: &str) -> i32 {
     let seg = match attach_fd(fd) {
         Ok(s) => s,
         Err(e) => {

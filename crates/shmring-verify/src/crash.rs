@@ -5,8 +5,8 @@
 //! record arrives at least once; only records the dead consumer still held (at most
 //! `--hold`) arrive twice.
 
+use crate::child::RingFds;
 use std::io::{BufRead, BufReader};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -52,7 +52,7 @@ pub struct Args {
 type Deliveries = Vec<(u32, u64)>;
 
 fn run_consumer_child(
-    fd: i32,
+    fd: &RingFds,
     hold: usize,
 ) -> std::io::Result<(Kid, mpsc::Receiver<()>, std::thread::JoinHandle<Deliveries>)> {
     let args = vec![
@@ -60,7 +60,7 @@ fn run_consumer_child(
         format!("--fd={fd}"),
         format!("--hold={hold}"),
     ];
-    let mut kid = spawn_self(&args, &[fd], true)?;
+    let mut kid = spawn_self(&args, &fd.0, true)?;
     let out = kid.child.stdout.take().expect("piped stdout");
     let (tx, rx) = mpsc::channel();
     let reader = std::thread::spawn(move || {
@@ -100,14 +100,14 @@ pub fn run(a: Args) -> i32 {
             return 2;
         }
     };
-    let fd = seg.fd().as_raw_fd();
+    let fd = RingFds::of(&seg);
     let mut lists: Vec<Deliveries> = Vec::new();
     let mut rng = Rng::seeded();
 
     // The first consumer attaches before the producers start.
     let spawn_consumer = || -> Result<_, String> {
         let (kid, ready, reader) =
-            run_consumer_child(fd, a.hold).map_err(|e| format!("spawn consumer: {e}"))?;
+            run_consumer_child(&fd, a.hold).map_err(|e| format!("spawn consumer: {e}"))?;
         ready
             .recv_timeout(Duration::from_secs(20))
             .map_err(|_| "consumer process did not attach".to_string())?;
@@ -131,7 +131,7 @@ pub fn run(a: Args) -> i32 {
             "--max-size=16384".into(),
             format!("--block-ms={}", a.block_ms),
         ];
-        match spawn_self(&args, &[fd, flags.raw_fd()], false) {
+        match spawn_self(&args, &fd.with(&[flags.raw_fd()]), false) {
             Ok(k) => producers.push(k),
             Err(e) => {
                 eprintln!("consumer-crash: spawn producer: {e}");

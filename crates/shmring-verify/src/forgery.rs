@@ -481,12 +481,17 @@ fn run_case(case: &Case, records: u64, seed: u64) -> Outcome {
     };
     // Honest producers: the victim, and one attaching after the attack (a new
     // attach validates the identity line). Each retries a record until it is in.
-    let fd = seg.fd().try_clone_to_owned().expect("dup");
+    let fds: Vec<std::os::fd::OwnedFd> = seg
+        .descriptors()
+        .iter()
+        .map(|f| f.try_clone_to_owned().expect("dup"))
+        .collect();
     let (late_flowing, late_finished) = (flowing.clone(), finished.clone());
     let late = std::thread::spawn(move || {
         let deadline = Instant::now() + Duration::from_secs(20);
         let seg2 = loop {
-            match Segment::from_fd(fd.try_clone().expect("dup")) {
+            let copies = fds.iter().map(|f| f.try_clone().expect("dup")).collect();
+            match Segment::from_descriptors(copies) {
                 Ok(s) => break Some(s),
                 Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
                 Err(_) => break None,

@@ -130,7 +130,7 @@ pub fn run(a: Args) -> i32 {
         std::thread::sleep(Duration::from_millis(1));
     }
 
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&seg.fd());
+    let fd = crate::child::RingFds::of(&seg);
     let spawn = |inst: u32| -> std::io::Result<Kid> {
         if inst as usize >= instances {
             return Err(std::io::Error::other(
@@ -149,7 +149,7 @@ pub fn run(a: Args) -> i32 {
             format!("--gap-us={}", a.gap_us),
             "--block-ms=1000".into(),
         ];
-        crate::common::spawn_self(&args, &[fd, flags.raw_fd()], false)
+        crate::common::spawn_self(&args, &fd.with(&[flags.raw_fd()]), false)
     };
     let mut kids: Vec<(u32, Kid)> = Vec::new();
     let mut next_inst = 0u32;

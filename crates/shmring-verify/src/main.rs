@@ -50,14 +50,14 @@ enum Cmd {
     #[command(hide = true)]
     ChildConsumer {
         #[arg(long)]
-        fd: i32,
+        fd: child::RingFds,
         #[arg(long, default_value_t = 8)]
         hold: usize,
     },
     #[command(hide = true)]
     ChildScribbler {
         #[arg(long)]
-        fd: i32,
+        fd: child::RingFds,
         #[arg(long, default_value_t = 2000)]
         writes_per_sec: u64,
         #[arg(long, default_value = "all")]
@@ -66,7 +66,7 @@ enum Cmd {
     #[command(hide = true)]
     ChildResize {
         #[arg(long)]
-        fd: i32,
+        fd: child::RingFds,
     },
     #[command(hide = true)]
     ChildNamedConsumer {
@@ -93,13 +93,13 @@ fn main() {
         Cmd::Sigbus(a) => sigbus::run(a),
         Cmd::Perms(a) => perms::run(a),
         Cmd::ChildProducer(a) => child::producer(a),
-        Cmd::ChildConsumer { fd, hold } => child::consumer(fd, hold),
+        Cmd::ChildConsumer { fd, hold } => child::consumer(&fd, hold),
         Cmd::ChildScribbler {
             fd,
             writes_per_sec,
             region,
-        } => child::scribbler(fd, writes_per_sec, &region),
-        Cmd::ChildResize { fd } => sigbus::child_resize(fd),
+        } => child::scribbler(&fd, writes_per_sec, &region),
+        Cmd::ChildResize { fd } => sigbus::child_resize(&fd),
         Cmd::ChildNamedConsumer { name, foreign } => sigbus::child_named_consumer(&name, foreign),
         Cmd::ChildOpenNamed { name } => perms::child_open_named(&name),
     };

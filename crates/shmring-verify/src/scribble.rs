@@ -9,7 +9,6 @@
 //! arrive exactly once. Reported per region: the longest time, over the rounds,
 //! from "scribbler stopped" to "a record produced after that was delivered".
 
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use shmring::{Config, Error, Segment};
@@ -95,7 +94,7 @@ pub fn run(a: Args) -> i32 {
             return 2;
         }
     };
-    let fd = seg.fd().as_raw_fd();
+    let fd = crate::child::RingFds::of(&seg);
     let mut producers: Vec<Kid> = Vec::new();
     for inst in 0..a.producers {
         let args: Vec<String> = vec![
@@ -108,7 +107,7 @@ pub fn run(a: Args) -> i32 {
             "--block-ms=200".into(),
             "--count=0".into(),
         ];
-        match spawn_self(&args, &[fd, flags.raw_fd()], false) {
+        match spawn_self(&args, &fd.with(&[flags.raw_fd()]), false) {
             Ok(k) => producers.push(k),
             Err(e) => {
                 eprintln!("scribble: spawn producer: {e}");
@@ -138,7 +137,7 @@ pub fn run(a: Args) -> i32 {
                 format!("--writes-per-sec={}", a.writes_per_sec),
                 format!("--region={target}"),
             ];
-            let mut scribbler = match spawn_self(&sargs, &[fd], false) {
+            let mut scribbler = match spawn_self(&sargs, &fd.0, false) {
                 Ok(k) => k,
                 Err(e) => {
                     eprintln!("scribble: spawn scribbler: {e}");

@@ -38,7 +38,7 @@ fn file_size(fd: BorrowedFd<'_>) -> std::io::Result<u64> {
 // ---- child roles -------------------------------------------------------------------
 
 /// A producer process tries to shrink and grow the memfd it was given.
-pub fn child_resize(fd: i32) -> i32 {
+pub fn child_resize(fd: &crate::child::RingFds) -> i32 {
     let seg = match crate::child::attach_fd(fd) {
         Ok(s) => s,
         Err(e) => {
@@ -167,12 +167,12 @@ pub fn run(a: Args) -> i32 {
     // 1. Sealed memfd.
     match Segment::create_memfd("verify-seals", &Config::with_capacity(1 << 20)) {
         Ok(seg) => {
-            let fd = seg.fd().as_raw_fd();
+            let fd = crate::child::RingFds::of(&seg);
             let mut cmd = Command::new(std::env::current_exe().expect("own path"));
             cmd.args(["child-resize", &format!("--fd={fd}")])
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped());
-            let out = spawn_cmd(cmd, &[fd]).map(|mut k| {
+            let out = spawn_cmd(cmd, &fd.0).map(|mut k| {
                 let mut s = String::new();
                 if let Some(o) = k.child.stdout.take() {
                     let _ = BufReader::new(o).read_line(&mut s);

@@ -3,7 +3,6 @@
 //! resident memory of every process is sampled each second and must stay flat
 //! after warm-up; sent = received + counted drops, exactly.
 
-use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -68,7 +67,7 @@ pub fn run(a: Args) -> i32 {
             return 2;
         }
     };
-    let fd = seg.fd().as_raw_fd();
+    let fd = crate::child::RingFds::of(&seg);
     let per = a.rate * 1_000_000 / a.producers.max(1) as u64;
     let mut producers: Vec<Kid> = Vec::new();
     for inst in 0..a.producers {
@@ -81,7 +80,7 @@ pub fn run(a: Args) -> i32 {
             "--block-ms=0".into(),
             "--drop".into(),
         ];
-        match spawn_self(&args, &[fd, flags.raw_fd()], false) {
+        match spawn_self(&args, &fd.with(&[flags.raw_fd()]), false) {
             Ok(k) => producers.push(k),
             Err(e) => {
                 eprintln!("soak: spawn producer: {e}");

@@ -80,7 +80,11 @@ fn scribbled_identity_then_reset() -> std::sync::Arc<Segment> {
 #[test]
 fn reset_restores_identity_line() {
     let seg = scribbled_identity_then_reset();
-    let fd = seg.fd().try_clone_to_owned().unwrap();
-    let again = Segment::from_fd(fd).expect("attach after reset");
+    let fds = seg
+        .descriptors()
+        .iter()
+        .map(|f| f.try_clone_to_owned().unwrap())
+        .collect();
+    let again = Segment::from_descriptors(fds).expect("attach after reset");
     drop(again.producer().expect("a producer after reset"));
 }

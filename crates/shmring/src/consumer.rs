@@ -75,6 +75,16 @@ pub struct ConsumerOptions {
     /// came meanwhile. After a wake that found nothing it sleeps as without a
     /// budget, so the first record of a burst wakes it at once.
     pub latency_budget: Option<Duration>,
+    /// Take back a claim still pending (reserved and not committed) this long
+    /// after the consumer first saw it, whoever holds it: its space is freed and
+    /// its producer's commit fails with [`Error::Abandoned`]. A producer fills a
+    /// reservation in microseconds to milliseconds; a claim older than this is a
+    /// stuck producer or one made up by a peer in a live producer's name, which
+    /// nothing in shared memory can tell apart, so this bounds how long either can
+    /// stop a consumer that delivers in claim order (and, with `overtake_after`,
+    /// how long it can pin its space). `None`: wait for live producers for ever
+    /// (trusted producers only).
+    pub claim_timeout: Option<Duration>,
 }
 
 impl Default for ConsumerOptions {
@@ -86,6 +96,7 @@ impl Default for ConsumerOptions {
             auto_reset: true,
             tether_stall_limit: Duration::from_millis(500),
             latency_budget: None,
+            claim_timeout: Some(Duration::from_millis(500)),
         }
     }
 }
@@ -117,8 +128,9 @@ struct Watched {
     checked: Instant,
 }
 
-/// Parked claims watched at once; more are left in claim order (not overtaken).
-const MAX_PARKED: usize = 16;
+/// Parked claims watched without allocating; more grow the list (at most one per
+/// claim log entry: every parked claim is in flight).
+const PARKED_PREALLOC: usize = 16;
 
 /// What the consumer has seen of the ring's health (see [`Consumer::health`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -321,7 +333,7 @@ impl Consumer {
             cur: RefCell::new(cur),
             opts,
             pending: Cell::new(None),
-            parked: RefCell::new(Vec::with_capacity(MAX_PARKED)),
+            parked: RefCell::new(Vec::with_capacity(PARKED_PREALLOC)),
             found: Cell::new(false),
             spin_limit: Cell::new(opts.spin),
             last_reap: Cell::new(None),
@@ -694,7 +706,7 @@ impl Consumer {
                     )
                 };
                 let room = (rec_units - 1) * UNIT;
-                if h.len > room || h.seq != seq & SEQ_MASK {
+                if h.len > room || h.seq != crate::layout::header_seq(seq) {
                     let _ = cur.release(seq);
                     self.publish(cur);
                     let what = if h.len > room {
@@ -829,14 +841,21 @@ impl Consumer {
         let alive = !owner || slots::is_alive(&self.seg, slot);
         let forged =
             owner && alive && is_forged(&sh, w.seq, value, &self.seg.slot(slot).open_claim);
-        if !alive || forged {
+        let expired = owner
+            && self
+                .opts
+                .claim_timeout
+                .is_some_and(|t| now.duration_since(w.since) >= t);
+        if !alive || forged || expired {
             if ConsumerCursor::abandon_at(&sh, w.seq, value) {
-                if forged {
-                    let h = &self.seg.control().health.0;
+                let h = &self.seg.control().health.0;
+                if !alive {
+                    bump(&self.seg.control().counters.0.abandoned, 1);
+                } else if forged {
                     bump(&h.forged_claims, 1);
                     bump(&self.seg.control().counters.0.corruption, 1);
                 } else {
-                    bump(&self.seg.control().counters.0.abandoned, 1);
+                    bump(&h.expired_claims, 1);
                 }
             }
             slots::reap(&self.seg);
@@ -847,7 +866,7 @@ impl Consumer {
         }
         if parked.is_none() {
             if let Some(limit) = self.opts.overtake_after {
-                if now.duration_since(w.since) >= limit && self.parked.borrow().len() < MAX_PARKED {
+                if now.duration_since(w.since) >= limit {
                     let units = crate::layout::LogEntry::unpack(value).units;
                     let (seq, pos) = cur.park(units);
                     self.parked.borrow_mut().push(Watched { seq, pos, ..w });
@@ -990,11 +1009,23 @@ impl Consumer {
         let sh = self.seg.shared();
         if let Role::Owner { tethers, published } = &self.role {
             let own = cur.published();
-            if c.cursors.0.read.load(Ordering::Relaxed) != published.get()
-                || c.cursors.0.owner_read.load(Ordering::Relaxed) != own
-            {
+            let ring = c.cursors.0.read.load(Ordering::Relaxed);
+            if ring != published.get() || c.cursors.0.owner_read.load(Ordering::Relaxed) != own {
                 self.publish(&cur);
                 repair("read cursor changed");
+            } else {
+                // The ring's read cursor is a function of our cursors and the
+                // tethered consumers' lines, never a value kept on its own: one
+                // that stopped following them (whatever put it there) would hold
+                // space nobody holds for ever.
+                let expected = if tethers.borrow().any() {
+                    tethers.borrow().ring_read(&self.seg, own)
+                } else {
+                    own
+                };
+                if ring != expected {
+                    self.publish(&cur);
+                }
             }
             let limit = self.opts.tether_stall_limit;
             let detached = tethers.borrow_mut().audit(&self.seg, own, limit);
@@ -1029,7 +1060,8 @@ impl Consumer {
         let mut cur = self.cur.borrow_mut();
         let l = tether::counters(&self.seg, j);
         if l.read.load(Ordering::Relaxed) != cur.published() {
-            self.publish(&cur);
+            // Only we write our line's read cursor once adopted.
+            return Err(tether::overwritten(&self.seg, j));
         }
         let sh = self.seg.shared();
         if let Err(what) = cur.audit_write_cursor(&sh) {
@@ -1047,13 +1079,13 @@ impl Consumer {
         let sh = self.seg.shared();
         let c = self.seg.control();
         self.seg.restore_identity();
-        let floor = match &self.role {
+        let tethers_pos = match &self.role {
             Role::Owner { tethers, .. } if tethers.borrow().any() => {
-                tethers.borrow().floor_pos(&self.seg, cur.read_pos)
+                Some(tethers.borrow().floor_pos(&self.seg, cur.read_pos))
             }
-            _ => cur.read_pos,
+            _ => None,
         };
-        cur.reset(&sh, floor);
+        cur.reset(&sh, tethers_pos);
         c.cursors
             .0
             .owner_read

@@ -64,10 +64,8 @@ pub enum Error {
     /// A tethered consumer was detached by the ring's consumer (it stopped releasing
     /// frames for longer than the consumer allows); frames it still holds are no
     /// longer protected. Attach again to carry on from the newest records.
-    #[error(
-        "ring {0}: this tethered consumer was detached (it stopped releasing frames for too long)"
-    )]
-    Detached(Name),
+    #[error("ring {segment}: this tethered consumer was detached: {why}")]
+    Detached { segment: Name, why: &'static str },
     /// Every tether line is taken.
     #[error("ring {segment}: all {max} tethered consumer lines are in use")]
     NoTetherLine { segment: Name, max: u32 },
@@ -101,6 +99,11 @@ pub enum Error {
     /// `commit_raw` with no open reservation.
     #[error("ring {0}: this producer holds no open reservation")]
     NoReservation(Name),
+    /// The descriptors given for a ring are not the ones it has: its lock file is
+    /// missing (a memfd ring's producers need every descriptor of
+    /// `Segment::descriptors`), or there are too many, or one is of the wrong kind.
+    #[error("ring {segment}: {what}")]
+    Descriptors { segment: Name, what: String },
     /// The ring requires producers to signal through its eventfd.
     #[error(
         "ring {0} was created with eventfd wake-ups: attach the producer with the ring's eventfd"

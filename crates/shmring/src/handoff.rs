@@ -11,9 +11,11 @@
 //! * The peer sends a 16-byte hello (magic, [`PROTOCOL_VERSION`], [`Role`]); the
 //!   consumer answers with a 256-byte reply (status, ring geometry, and on refusal a
 //!   message naming the [`Refusal`] rule) carrying, on success, the descriptors by
-//!   `SCM_RIGHTS`: producers get the memfd (and the ring's eventfd, if it has one),
-//!   observers a **read-only** descriptor of it, which the kernel refuses to map
-//!   writable. Then the connection is closed: the hand-off is one message each way.
+//!   `SCM_RIGHTS`: producers get the ring's descriptors
+//!   ([`Segment::descriptors`]: the memfd, its lock file, and the ring's eventfd
+//!   if it has one), observers a **read-only** descriptor of the memfd alone,
+//!   which the kernel refuses to map writable, and nothing they could lock. Then
+//!   the connection is closed: the hand-off is one message each way.
 //! * Pending connections are bounded ([`ListenerOptions::max_pending`]) and timed
 //!   out ([`ListenerOptions::hello_timeout`]); every outcome is counted
 //!   ([`ListenerStats`]), refusals by rule.
@@ -56,14 +58,15 @@ use rustix::net::{
 };
 
 use crate::error::{Error, Name, Result};
-use crate::layout::{Geometry, FLAG_EVENTFD};
-use crate::segment::Segment;
-use crate::stats::Stats;
+use crate::layout::{Geometry, FLAG_EVENTFD, FLAG_LOCK_FILE};
+use crate::segment::{ReadOnlySegment, Segment};
 use crate::sys::unix;
 
 /// The hand-off protocol's version, sent in every hello and reply. A consumer
 /// refuses a hello of another version (rule `protocol-version`) and says its own.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
+/// Most descriptors a reply carries (a producer's: segment, lock file, eventfd).
+const MAX_DESCRIPTORS: usize = 3;
 /// Bytes of a hello (peer → consumer).
 pub const HELLO_LEN: usize = 16;
 /// Bytes of a reply (consumer → peer).
@@ -364,6 +367,9 @@ struct Pending {
     got: usize,
     uid: u32,
     gid: u32,
+    /// The peer's pid (0: not visible from here), for fair shares.
+    pid: u32,
+    since: Instant,
 }
 
 /// Serves a ring's memfd on a Unix socket. Create with [`Listener::bind`]; drive it
@@ -620,17 +626,6 @@ impl Listener {
                     return;
                 }
             };
-            let Some(slot) = self.pending.iter().position(Option::is_none) else {
-                self.counters.refuse(Refusal::Busy);
-                let msg = format!(
-                    "{} connections are already waiting for an answer; try again",
-                    self.opts.max_pending
-                );
-                let mut junk = [0u8; HELLO_LEN];
-                let _ = rustix::io::read(&conn, &mut junk);
-                refuse(&conn, Refusal::Busy, &msg);
-                continue;
-            };
             let (uid, gid) = match unix::peer_credentials(&conn) {
                 Ok(c) => c,
                 Err(_) => {
@@ -642,6 +637,19 @@ impl Listener {
                     );
                     continue;
                 }
+            };
+            let pid = unix::peer_pid(&conn).unwrap_or(0);
+            let Some(slot) = self.make_room(uid, pid) else {
+                self.counters.refuse(Refusal::Busy);
+                let msg = format!(
+                    "{} connections are already waiting for an answer, as many of them \
+                     from this peer as from any; try again",
+                    self.opts.max_pending
+                );
+                let mut junk = [0u8; HELLO_LEN];
+                let _ = rustix::io::read(&conn, &mut junk);
+                refuse(&conn, Refusal::Busy, &msg);
+                continue;
             };
             if epoll::add(
                 &self.epoll,
@@ -661,9 +669,56 @@ impl Listener {
                 got: 0,
                 uid,
                 gid,
+                pid,
+                since: Instant::now(),
             });
             self.counters.pending.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// A free pending entry for a new connection from (`uid`, `pid`). When all are
+    /// taken, each peer gets a fair share: the oldest pending connection of the
+    /// peer holding the most is refused (`too-many-pending`) to make room, unless
+    /// the newcomer holds as many itself (then it is the one refused: `None`). So
+    /// peers that hold connections open without a hello cannot lock out others,
+    /// however many they open.
+    fn make_room(&mut self, uid: u32, pid: u32) -> Option<usize> {
+        if let Some(free) = self.pending.iter().position(Option::is_none) {
+            return Some(free);
+        }
+        let held = |who: (u32, u32)| {
+            self.pending
+                .iter()
+                .flatten()
+                .filter(|p| (p.uid, p.pid) == who)
+                .count()
+        };
+        let hog = self
+            .pending
+            .iter()
+            .flatten()
+            .map(|p| ((p.uid, p.pid), held((p.uid, p.pid))))
+            .max_by_key(|&(_, n)| n)?;
+        if held((uid, pid)) >= hog.1 {
+            return None;
+        }
+        let victim = self
+            .pending
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.as_ref().map(|p| (i, p)))
+            .filter(|(_, p)| (p.uid, p.pid) == hog.0)
+            .min_by_key(|(_, p)| p.since)
+            .map(|(i, _)| i)?;
+        let p = self.finish(victim)?;
+        self.counters.refuse(Refusal::Busy);
+        refuse(
+            &p.sock,
+            Refusal::Busy,
+            "this peer holds more connections waiting for an answer than any other; \
+             its oldest was dropped to serve another peer",
+        );
+        Some(victim)
     }
 
     fn finish(&mut self, slot: usize) -> Option<Pending> {
@@ -788,24 +843,11 @@ impl Listener {
     }
 
     fn grant(&self, sock: &OwnedFd, role: Role) -> std::io::Result<()> {
-        let fds: [BorrowedFd<'_>; 2];
-        let list: &[BorrowedFd<'_>] = match role {
-            Role::Producer => match self.seg.eventfd() {
-                Some(e) => {
-                    fds = [self.seg.fd(), e];
-                    &fds
-                }
-                None => {
-                    fds = [self.seg.fd(), self.seg.fd()];
-                    &fds[..1]
-                }
-            },
-            Role::Observer => {
-                let ro = self.seg.read_only_fd().map_err(std::io::Error::other)?;
-                fds = [ro, ro];
-                &fds[..1]
-            }
+        let list: Vec<BorrowedFd<'_>> = match role {
+            Role::Producer => self.seg.descriptors(),
+            Role::Observer => vec![self.seg.read_only_fd().map_err(std::io::Error::other)?],
         };
+        let list = &list[..];
         let reply = encode_reply(
             0,
             role.code(),
@@ -964,7 +1006,7 @@ fn send_reply(
     reply: &[u8; REPLY_LEN],
     fds: &[BorrowedFd<'_>],
 ) -> std::io::Result<()> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_DESCRIPTORS))];
     let mut cmsg = SendAncillaryBuffer::new(&mut space);
     if !fds.is_empty() && !cmsg.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(std::io::Error::other("ancillary buffer too small"));
@@ -991,10 +1033,9 @@ fn refuse(sock: &OwnedFd, why: Refusal, msg: &str) {
 /// The descriptors a consumer handed over, before attaching.
 #[derive(Debug)]
 pub struct Received {
-    /// The memfd (read-write for a producer, read-only for an observer).
-    pub segment: OwnedFd,
-    /// The ring's eventfd (producers of an eventfd ring only).
-    pub eventfd: Option<OwnedFd>,
+    /// A producer's: the ring's descriptors in the order of
+    /// [`Segment::descriptors`]. An observer's: the read-only memfd alone.
+    pub fds: Vec<OwnedFd>,
     /// What the consumer said about the ring.
     pub announced: Announced,
 }
@@ -1024,8 +1065,34 @@ pub struct Announced {
 /// segment's file drops the process's record locks on it, its liveness signal.
 /// `Segment::connect` / `observe` keep the descriptors where the segment keeps its
 /// own.
+///
+/// A consumer that is busy (it answers `too-many-pending`, or its backlog is full)
+/// is asked again, with a growing pause (10 ms doubling up to 200 ms), until
+/// `timeout` has passed since the first try: a peer holding connections open
+/// delays an honest one, it does not turn it away.
 pub fn request(path: impl AsRef<Path>, role: Role, timeout: Duration) -> Result<Received> {
     let path = path.as_ref();
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(10);
+    loop {
+        let busy = |e: &Error| match e {
+            Error::Refused { rule, .. } => *rule == Refusal::Busy.rule(),
+            Error::Timeout { waiting_for, .. } => *waiting_for == WAIT_ACCEPT,
+            _ => false,
+        };
+        match request_once(path, role, timeout) {
+            Err(e) if busy(&e) && start.elapsed() + pause < timeout => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            r => return r,
+        }
+    }
+}
+
+const WAIT_ACCEPT: &str = "the consumer to accept the connection";
+
+fn request_once(path: &Path, role: Role, timeout: Duration) -> Result<Received> {
     let socket = display(path);
     let addr = unix::address(path).map_err(|e| os_err("socket address", &socket, e))?;
     let sock = unix::stream_socket(false).map_err(|e| os_err("socket", &socket, e))?;
@@ -1045,7 +1112,7 @@ pub fn request(path: impl AsRef<Path>, role: Role, timeout: Duration) -> Result<
     rustix::net::connect(&sock, &addr).map_err(|e| match e {
         Errno::NOENT => Error::NotFound(socket.as_str().into()),
         Errno::CONNREFUSED => Error::NoConsumer(socket.as_str().into()),
-        Errno::AGAIN => timed_out("the consumer to accept the connection"),
+        Errno::AGAIN => timed_out(WAIT_ACCEPT),
         e => os_err("connect", &socket, e),
     })?;
     let mut hello = [0u8; HELLO_LEN];
@@ -1142,7 +1209,7 @@ fn read_reply(sock: &OwnedFd, socket: &str, role: Role, timeout: Duration) -> Re
         ));
     }
     let nfds = u32_at(36) as usize;
-    if nfds == 0 || nfds != fds.len() || nfds > 2 {
+    if nfds == 0 || nfds != fds.len() || nfds > MAX_DESCRIPTORS {
         return Err(handoff_err(
             socket,
             format!(
@@ -1151,11 +1218,8 @@ fn read_reply(sock: &OwnedFd, socket: &str, role: Role, timeout: Duration) -> Re
             ),
         ));
     }
-    let mut it = fds.into_iter();
-    let segment = it.next().expect("counted above");
     Ok(Received {
-        segment,
-        eventfd: it.next(),
+        fds,
         announced: Announced {
             role,
             capacity: u64_at(8),
@@ -1204,18 +1268,16 @@ impl Segment {
     /// [`Segment::connect`] with a timeout for each step.
     pub fn connect_timeout(path: impl AsRef<Path>, timeout: Duration) -> Result<Arc<Segment>> {
         let socket = display(path.as_ref());
-        let Received {
-            segment,
-            eventfd,
-            announced,
-        } = request(path, Role::Producer, timeout)?;
-        if announced.flags & FLAG_EVENTFD != 0 && eventfd.is_none() {
+        let Received { fds, announced } = request(path, Role::Producer, timeout)?;
+        if announced.flags & FLAG_EVENTFD != 0
+            && fds.len() < 1 + (announced.flags & FLAG_LOCK_FILE != 0) as usize + 1
+        {
             return Err(handoff_err(
                 &socket,
                 "the ring uses eventfd wake-ups but no eventfd came with it",
             ));
         }
-        let seg = Segment::from_fds(segment, eventfd)?;
+        let seg = Segment::from_descriptors(fds)?;
         check_geometry(&announced, seg.geometry(), &socket)?;
         Ok(seg)
     }
@@ -1230,81 +1292,12 @@ impl Segment {
     /// [`Segment::observe`] with a timeout for each step.
     pub fn observe_timeout(path: impl AsRef<Path>, timeout: Duration) -> Result<ReadOnlySegment> {
         let socket = display(path.as_ref());
-        let Received {
-            segment, announced, ..
-        } = request(path, Role::Observer, timeout)?;
-        let seg = Segment::attach_read_only(segment)?;
-        check_geometry(&announced, seg.geometry(), &socket)?;
-        Ok(ReadOnlySegment { seg })
-    }
-}
-
-/// A ring mapped read-only (`PROT_READ`), from [`Segment::observe`]: its counters
-/// and geometry. Nothing here writes to the segment, and the kernel refuses a
-/// writable mapping of its descriptor (`EACCES`).
-pub struct ReadOnlySegment {
-    seg: Segment,
-}
-
-impl ReadOnlySegment {
-    /// Opens a named ring (`/dev/shm/NAME`) read-only: `O_RDONLY` and `PROT_READ`.
-    pub fn open_named(name: &str) -> Result<ReadOnlySegment> {
-        Ok(ReadOnlySegment {
-            seg: Segment::open_named_read_only(name)?,
-        })
-    }
-
-    /// Maps a ring read-only from a descriptor (a sealed memfd, e.g. one received
-    /// from [`Segment::read_only_fd`] of the ring's owner).
-    pub fn from_fd(fd: std::os::fd::OwnedFd) -> Result<ReadOnlySegment> {
-        Ok(ReadOnlySegment {
-            seg: Segment::attach_read_only(fd)?,
-        })
-    }
-
-    pub(crate) fn segment(&self) -> &Segment {
-        &self.seg
-    }
-
-    /// A snapshot of the ring's counters.
-    pub fn stats(&self) -> Stats {
-        self.seg.stats()
-    }
-
-    /// The validated layout.
-    pub fn geometry(&self) -> &Geometry {
-        self.seg.geometry()
-    }
-
-    /// The tethered consumers attached (see [`Segment::tethers`]).
-    pub fn tethers(&self) -> Vec<crate::TetherInfo> {
-        self.seg.tethers()
-    }
-
-    /// The segment's name, for messages.
-    pub fn name(&self) -> &str {
-        self.seg.name()
-    }
-
-    /// The read-only mapping's address range.
-    pub fn mapping(&self) -> (*const u8, usize) {
-        self.seg.mapping()
-    }
-
-    /// The descriptor the mapping was made from: the read-only one received, unless
-    /// this process already had the ring open (a process keeps one descriptor per
-    /// segment file, see `Segment`), as when a consumer observes its own ring. The
-    /// mapping is read-only either way.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.seg.fd()
-    }
-}
-
-impl std::fmt::Debug for ReadOnlySegment {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReadOnlySegment")
-            .field("name", &self.seg.name())
-            .field("geometry", self.seg.geometry())
-            .finish()
+        let Received { fds, announced } = request(path, Role::Observer, timeout)?;
+        let Ok::<[OwnedFd; 1], _>([fd]) = fds.try_into() else {
+            return Err(handoff_err(&socket, "an observer gets one descriptor"));
+        };
+        let ro = ReadOnlySegment::from_fd(fd)?;
+        check_geometry(&announced, ro.geometry(), &socket)?;
+        Ok(ro)
     }
 }

@@ -45,7 +45,7 @@ use crate::sync::{AtomicU32, AtomicU64};
 /// `b"SHMRING1"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING1");
 /// Bumped on any change to this file's layout or to the protocol.
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 /// Record alignment, record header size and the unit of all positions.
 pub const UNIT: u64 = 64;
 /// Size of the control block at offset 0.
@@ -72,6 +72,10 @@ pub const FLAG_EVENTFD: u32 = 1;
 /// Flag in [`Identity::flags`]: every process maps the ring asking for transparent
 /// huge pages (`MADV_HUGEPAGE`), so whoever touches a page first gets a huge one.
 pub const FLAG_HUGE_PAGES: u32 = 2;
+/// Flag in [`Identity::flags`]: the ring's record locks (liveness) live on a lock
+/// file of their own, a second memfd handed only to processes that may write the
+/// ring (every memfd ring); without it, on the segment file (named rings).
+pub const FLAG_LOCK_FILE: u32 = 4;
 
 // ---- packed cursor: seq (28 bits) | pos (36 bits) ----------------------------------
 
@@ -300,6 +304,9 @@ pub struct ClaimHealth {
     /// The pid holding that slot's lock, as the kernel reports it to the consumer
     /// (0: unknown, e.g. in another pid namespace).
     pub oldest_pending_pid: AtomicU32,
+    /// Claims taken back because they stayed pending past the consumer's claim
+    /// timeout (their producer alive).
+    pub expired_claims: AtomicU64,
 }
 
 /// Which tether lines are in use. Written by tethered consumers (setting their
@@ -320,8 +327,12 @@ pub const TETHER_FREE: u32 = 0;
 /// Asked to attach; the consumer sets `read` and makes it ACTIVE.
 pub const TETHER_REQUESTED: u32 = 1;
 pub const TETHER_ACTIVE: u32 = 2;
-/// Detached by the consumer; its owner is told and frees the line.
+/// Expelled by the consumer because it stopped releasing for too long; its owner
+/// is told and frees the line.
 pub const TETHER_DETACHED: u32 = 3;
+/// Expelled by the consumer because its read cursor moved in a way no release
+/// makes (backwards, or without giving space back): another process wrote it.
+pub const TETHER_OVERWRITTEN: u32 = 4;
 
 /// One tethered consumer: a full consumer beside the ring's own, with its own
 /// cursors, holding space until it releases it.
@@ -390,6 +401,17 @@ pub struct Slot {
     pub counters: ProducerCounters,
 }
 
+/// Marks the `seq` field of a record header written by a producer (bits 32..64):
+/// bytes never written (zeros) or written by something else never read as the
+/// header of claim 0, whatever the consumer's position.
+pub const HEADER_TAG: u64 = (u64::from_le_bytes(*b"SHMRREC\0") & 0xffff_ffff) << 32;
+
+/// The `seq` field of the header of claim `seq`: its low 28 bits and [`HEADER_TAG`].
+#[inline]
+pub const fn header_seq(seq: u64) -> u64 {
+    HEADER_TAG | (seq & SEQ_MASK)
+}
+
 /// The 64-byte header at the start of every record. Written by the producer before
 /// it commits; read by the consumer (as untrusted input) after it sees the commit.
 #[repr(C)]
@@ -403,7 +425,7 @@ pub struct RecordHeader {
     pub kind: u32,
     pub flags: u32,
     pub _pad: u32,
-    /// The claim sequence number (low 28 bits), for cross-checking.
+    /// The claim sequence number, for cross-checking: [`header_seq`] of it.
     pub seq: u64,
     pub _reserved: [u64; 3],
 }

@@ -68,11 +68,11 @@ pub use consumer::{Consumer, ConsumerOptions, Frame, Health, RawFrame};
 #[cfg(not(loom))]
 pub use error::{Error, Name, Result};
 #[cfg(not(loom))]
-pub use handoff::{Listener, ListenerOptions, ReadOnlySegment};
+pub use handoff::{Listener, ListenerOptions};
 #[cfg(not(loom))]
 pub use producer::{FullPolicy, Meta, Producer, RawReservation, Reservation};
 #[cfg(not(loom))]
-pub use segment::{Config, Segment};
+pub use segment::{Config, ReadOnlySegment, Segment};
 #[cfg(not(loom))]
 pub use stats::{Field, FieldKind, Stats};
 #[cfg(not(loom))]

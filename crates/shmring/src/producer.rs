@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::layout::{
-    cursor_pos, cursor_seq, pos_diff, record_units, seq_diff, ClaimState, RecordHeader, Slot, UNIT,
+    cursor_pos, cursor_seq, header_seq, pos_diff, record_units, seq_diff, ClaimState, RecordHeader,
+    Slot, UNIT,
 };
 use crate::protocol::{Claim, ClaimError};
 use crate::segment::Segment;
@@ -324,7 +325,7 @@ impl Producer {
             kind: meta.kind,
             flags: meta.flags,
             _pad: 0,
-            seq: claim.seq,
+            seq: header_seq(claim.seq),
             _reserved: [0; 3],
         };
         // SAFETY: the header is the first unit of our record (see `record_ptr`),

@@ -204,6 +204,34 @@ impl<'a> Shared<'a> {
         }
     }
 
+    /// Helps the write cursor past every claim already stamped at it, as a producer
+    /// about to claim does (a claimer stamps its entry, then moves the cursor; one
+    /// that died or stalls in between leaves the move to whoever comes next).
+    /// Returns the cursor as finally loaded. At most one log's worth of steps.
+    pub fn help_write_cursor(&self) -> u64 {
+        let n = self.n();
+        let mut c = self.write.load(Ordering::Acquire);
+        for _ in 0..n {
+            let (k, p) = (cursor_seq(c), cursor_pos(c));
+            // Acquire: as in `try_claim`.
+            let le = LogEntry::unpack(self.entry(k).load(Ordering::Acquire));
+            if le.stamp != k || le.units == 0 || le.units > self.cap_units {
+                break;
+            }
+            // AcqRel, as a producer's helping CAS; failure means someone moved it.
+            c = match self.write.compare_exchange(
+                c,
+                pack_cursor(k + 1, p + le.units),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => pack_cursor(k + 1, p + le.units),
+                Err(now) => now,
+            };
+        }
+        c
+    }
+
     /// Moves our claim to `Committed` or `Aborted`, then clears our `open_claim`
     /// word. `false`: it was taken from us.
     pub fn settle(&self, claim: &Claim, state: ClaimState, open: &AtomicU64) -> bool {
@@ -659,11 +687,15 @@ impl ConsumerCursor {
     /// every claim between the peek and write cursors must be stamped, and the write
     /// position must be exactly the peek position plus their lengths; the entry at
     /// the write cursor, and every one after it up to a full log, must be free or
-    /// being claimed. `Err` names the first contradiction. Reads only; O(log size).
+    /// being claimed. `Err` names the first contradiction. O(log size). First it
+    /// helps the write cursor past claims already stamped at it, as any producer
+    /// would: a producer that died (or stalls) between stamping its entry and
+    /// moving the cursor leaves the cursor behind a claim we may already have
+    /// stepped over, which is no contradiction.
     pub fn audit_write_cursor(&self, sh: &Shared<'_>) -> Result<(), &'static str> {
         let n = self.state.len() as u64;
-        // Acquire: the entries of every claim the cursor passed are visible.
-        let w = sh.write.load(Ordering::Acquire);
+        // Acquire (inside): the entries of every claim the cursor passed are visible.
+        let w = sh.help_write_cursor();
         let (k, p) = (cursor_seq(w), cursor_pos(w));
         if seq_diff(k, self.published_read_seq()) > n || seq_diff(k, self.peek_seq) > n {
             return Err("write cursor's claim number is outside the claim log");
@@ -711,13 +743,26 @@ impl ConsumerCursor {
     /// half-done reset retry). Records still held stay valid: their space stays
     /// behind the published read cursor until they are released, and the read
     /// cursor then jumps to the new generation. Pending and parked claims are
-    /// forgotten (their producers' commits fail). `floor_pos` is the farthest-behind
-    /// byte any reader still holds (our read position with no tethered consumer):
-    /// the new generation starts no more than a ring ahead of it, and the ring's
-    /// read cursor keeps it. Returns the new base cursor.
-    pub fn reset(&mut self, sh: &Shared<'_>, floor_pos: u64) -> u64 {
+    /// forgotten (their producers' commits fail). `tethers_pos` is the
+    /// farthest-behind byte the tethered consumers still hold (`None`: there are
+    /// none): the new generation starts no more than a ring ahead of it and of our
+    /// own read position, and the ring's read cursor keeps the farther behind of
+    /// the two. Returns the new base cursor.
+    ///
+    /// The ring's read cursor is published from our state after the rebase, never
+    /// from before it: with nothing held, our read cursor *is* the new base, so
+    /// whatever lay between the old read position and the base (claims a peer
+    /// made up, or a write cursor moved a ring ahead) is free again at once.
+    pub fn reset(&mut self, sh: &Shared<'_>, tethers_pos: Option<u64>) -> u64 {
         let n = self.state.len() as u64;
         let base_seq = self.peek_seq + 2 * n;
+        let floor_pos = tethers_pos.map_or(self.read_pos, |t| {
+            if pos_diff(self.read_pos, t) <= sh.cap_units {
+                t
+            } else {
+                self.read_pos
+            }
+        });
         // Start after whatever producers had claimed, if the write cursor is sane and
         // the ring can afford it, so a writer still finishing an old claim does not
         // scribble on new records soon.
@@ -735,11 +780,11 @@ impl ConsumerCursor {
                 .store(LogEntry::initial(k, n), Ordering::Release);
         }
         self.rebase(base_seq, base_pos);
-        // The ring's read cursor: our new claim number, the farthest-behind byte.
-        let pos = if pos_diff(self.read_pos, floor_pos) <= sh.cap_units {
-            floor_pos
-        } else {
-            self.read_pos
+        // The ring's read cursor: our new claim number, and the farther behind of
+        // our (new) read position and the tethered consumers'.
+        let pos = match tethers_pos {
+            Some(t) if pos_diff(self.read_pos, t) <= sh.cap_units => t,
+            _ => self.read_pos,
         };
         sh.read.store(
             pack_cursor(self.published_read_seq(), pos),

@@ -15,12 +15,40 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::layout::{cursor_seq, seq_diff, ClaimState, LogEntry, SEQ_MASK, SLOT_ACTIVE, SLOT_FREE};
+use crate::segment::files::LocalRoles;
 use crate::segment::Segment;
 use crate::sync::Ordering;
 use crate::sys::lock::{self, LOCK_BASE};
 
 pub(crate) fn slot_byte(slot: u32) -> i64 {
     LOCK_BASE + 1 + slot as i64
+}
+
+/// Is the role whose lock byte is `byte` held by a live process? A kernel-held
+/// fact: this process's own record of its roles (`mine`), or a write lock another
+/// process holds on the ring's lock file (read locks, which a read-only descriptor
+/// could take, are not looked at: see [`lock::held_by_other`]). A read-only view of
+/// a memfd ring has no lock file and answers what the ring `reported` instead.
+pub(crate) fn held(
+    seg: &Segment,
+    byte: i64,
+    mine: impl FnOnce(&LocalRoles) -> bool,
+    reported: impl FnOnce() -> bool,
+) -> bool {
+    match seg.locks() {
+        Some(l) => mine(l.local()) || lock::held_by_other(l.fd(), byte),
+        None => reported(),
+    }
+}
+
+/// The pid the kernel reports for the holder of lock byte `byte` (this process's
+/// own when `mine`), 0 when unknown or none.
+pub(crate) fn holder(seg: &Segment, byte: i64, mine: impl FnOnce(&LocalRoles) -> bool) -> u32 {
+    match seg.locks() {
+        Some(l) if mine(l.local()) => rustix::process::getpid().as_raw_nonzero().get() as u32,
+        Some(l) => lock::holder_pid(l.fd(), byte).unwrap_or(0),
+        None => 0,
+    }
 }
 
 /// Serialises slot and consumer-role changes within this process.
@@ -33,6 +61,7 @@ pub(crate) fn attach_guard() -> std::sync::MutexGuard<'static, ()> {
 /// Takes a free slot for a producer of this process.
 pub(crate) fn acquire(seg: &Segment) -> Result<u32> {
     let _g = attach_guard();
+    let locks = seg.lock_file();
     for pass in 0..2 {
         for i in 0..seg.geometry().max_producers {
             let s = seg.slot(i);
@@ -43,17 +72,17 @@ pub(crate) fn acquire(seg: &Segment) -> Result<u32> {
             // A live process holding the byte of a FREE slot is attaching or
             // detaching: leave it alone. Our own process holds no byte of a FREE slot
             // (we detach under the same mutex, FREE before unlock).
-            match lock::try_lock(seg.lock_fd(), slot_byte(i)) {
+            match lock::try_lock(locks.fd(), slot_byte(i)) {
                 Ok(true) => {}
                 _ => continue,
             }
             // Holding the byte, nobody else can take this slot; check it is still FREE
             // (a reaper in another process may have just freed... it stays FREE).
             if s.state.load(Ordering::Acquire) != SLOT_FREE {
-                lock::unlock(seg.lock_fd(), slot_byte(i));
+                lock::unlock(locks.fd(), slot_byte(i));
                 continue;
             }
-            seg.local().set_slot(i, true);
+            locks.local().set_slot(i, true);
             s.open_claim.store(0, Ordering::Relaxed);
             s.space_waiting.store(0, Ordering::Relaxed);
             // Release: the token is visible before the slot reads ACTIVE.
@@ -74,26 +103,30 @@ pub(crate) fn acquire(seg: &Segment) -> Result<u32> {
 pub(crate) fn detach(seg: &Segment, slot: u32) {
     let _g = attach_guard();
     let s = seg.slot(slot);
+    let locks = seg.lock_file();
     s.open_claim.store(0, Ordering::Relaxed);
-    seg.local().set_slot(slot, false);
+    locks.local().set_slot(slot, false);
     // Release: our counters are visible to the next owner. FREE before unlock, so
     // nobody can see this slot non-FREE and unlocked while we are alive.
     s.state.store(SLOT_FREE, Ordering::Release);
-    lock::unlock(seg.lock_fd(), slot_byte(slot));
+    lock::unlock(locks.fd(), slot_byte(slot));
+    locks.close_extras_if_idle();
 }
 
-/// Is the producer that owns `slot` alive? Used for a slot that owns a pending claim.
-/// A kernel-held fact: our own process's record (private memory) or the slot's lock.
+/// Is the producer that owns `slot` alive? Used for a slot that owns a pending
+/// claim (see [`held`]).
 pub(crate) fn is_alive(seg: &Segment, slot: u32) -> bool {
-    seg.local().has_slot(slot) || lock::held_by_other(seg.lock_fd(), slot_byte(slot))
+    held(
+        seg,
+        slot_byte(slot),
+        |l| l.has_slot(slot),
+        || seg.slot(slot).state.load(Ordering::Relaxed) != SLOT_FREE,
+    )
 }
 
 /// The pid holding `slot`'s lock, as the kernel reports it (0: unknown or none).
 pub(crate) fn holder_pid(seg: &Segment, slot: u32) -> u32 {
-    if seg.local().has_slot(slot) {
-        return rustix::process::getpid().as_raw_nonzero().get() as u32;
-    }
-    lock::holder_pid(seg.lock_fd(), slot_byte(slot)).unwrap_or(0)
+    holder(seg, slot_byte(slot), |l| l.has_slot(slot))
 }
 
 /// Frees the slots of dead producers that have no outstanding claim, and takes
@@ -151,10 +184,11 @@ pub(crate) const CONSUMER_ATTACHED: u32 = 1;
 pub(crate) fn take_consumer(seg: &Segment) -> Result<()> {
     let _g = attach_guard();
     let role = &seg.control().consumer.0;
-    if seg.local().is_consumer() {
+    let locks = seg.lock_file();
+    if locks.local().is_consumer() {
         return Err(Error::ConsumerBusy(seg.label()));
     }
-    match lock::try_lock(seg.lock_fd(), LOCK_BASE) {
+    match lock::try_lock(locks.fd(), LOCK_BASE) {
         Ok(true) => {}
         _ => return Err(Error::ConsumerBusy(seg.label())),
     }
@@ -162,7 +196,7 @@ pub(crate) fn take_consumer(seg: &Segment) -> Result<()> {
     // predecessor killed while asleep left its mark, which would make producers
     // send a wake-up with every commit from now on.
     seg.control().data.0.waiting.store(0, Ordering::Relaxed);
-    seg.local().set_consumer(true);
+    locks.local().set_consumer(true);
     role.state.store(CONSUMER_ATTACHED, Ordering::Release);
     Ok(())
 }
@@ -170,20 +204,29 @@ pub(crate) fn take_consumer(seg: &Segment) -> Result<()> {
 pub(crate) fn drop_consumer(seg: &Segment) {
     let _g = attach_guard();
     let role = &seg.control().consumer.0;
+    let locks = seg.lock_file();
     role.state.store(CONSUMER_NONE, Ordering::Release);
-    seg.local().set_consumer(false);
-    lock::unlock(seg.lock_fd(), LOCK_BASE);
+    locks.local().set_consumer(false);
+    lock::unlock(locks.fd(), LOCK_BASE);
+    locks.close_extras_if_idle();
 }
 
 /// Is a consumer attached and alive? Its lock (or our own record) says; the role
-/// word in the segment is not consulted, since a peer could write it.
+/// word in the segment is consulted only by a read-only view of a memfd ring, which
+/// has no lock file to look at (see [`held`]).
 pub(crate) fn consumer_alive(seg: &Segment) -> bool {
-    seg.local().is_consumer() || lock::held_by_other(seg.lock_fd(), LOCK_BASE)
+    held(
+        seg,
+        LOCK_BASE,
+        |l| l.is_consumer(),
+        || seg.control().consumer.0.state.load(Ordering::Relaxed) == CONSUMER_ATTACHED,
+    )
 }
 
-/// Number of slots in use (including dead ones not reaped yet).
-pub(crate) fn active_count(seg: &Segment) -> u32 {
+/// Number of live producers: slots in use whose producer is alive (dead ones not
+/// reaped yet are not counted).
+pub(crate) fn live_count(seg: &Segment) -> u32 {
     (0..seg.geometry().max_producers)
-        .filter(|&i| seg.slot(i).state.load(Ordering::Relaxed) != SLOT_FREE)
+        .filter(|&i| seg.slot(i).state.load(Ordering::Relaxed) != SLOT_FREE && is_alive(seg, i))
         .count() as u32
 }

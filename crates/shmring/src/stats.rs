@@ -42,7 +42,9 @@ pub struct Stats {
     pub records_in_flight: u64,
     pub resets: u64,
     pub reaped_slots: u64,
-    /// Producer slots in use (including dead ones not reaped yet).
+    /// Producers attached and alive (by their record locks; a read-only view of
+    /// a memfd ring, which has no lock file, counts the slots the ring reports in
+    /// use).
     pub producers: u32,
     /// A consumer is attached and alive (its lock is held).
     pub consumer_attached: bool,
@@ -68,6 +70,9 @@ pub struct Stats {
     pub tethered_consumers: u32,
     /// Tethered consumers the consumer detached (dead, or stopped releasing).
     pub tethers_detached: u64,
+    /// Claims the consumer took back because they stayed pending past its claim
+    /// timeout while their producer was alive (`ConsumerOptions::claim_timeout`).
+    pub expired_claims: u64,
 }
 
 impl Stats {
@@ -87,7 +92,7 @@ impl Stats {
             peak_occupancy: cc.peak_occupancy.load(Ordering::Relaxed),
             resets: cc.resets.load(Ordering::Relaxed),
             reaped_slots: cc.reaped_slots.load(Ordering::Relaxed),
-            producers: slots::active_count(seg),
+            producers: slots::live_count(seg),
             consumer_attached: slots::consumer_alive(seg),
             stalled_claims: h.stalled_claims.load(Ordering::Relaxed),
             forged_claims: h.forged_claims.load(Ordering::Relaxed),
@@ -100,6 +105,7 @@ impl Stats {
             oldest_pending_pid: h.oldest_pending_pid.load(Ordering::Relaxed),
             tethered_consumers: crate::tether::infos(seg).len() as u32,
             tethers_detached: c.tethers.0.detached.load(Ordering::Relaxed),
+            expired_claims: h.expired_claims.load(Ordering::Relaxed),
             ..Default::default()
         };
         for i in 0..seg.geometry().max_producers {
@@ -310,7 +316,7 @@ impl Stats {
             f(
                 "producers",
                 Gauge,
-                "Producer slots in use (including dead ones not reaped yet).",
+                "Producers attached and alive.",
                 self.producers as u64,
             ),
             f(
@@ -368,6 +374,12 @@ impl Stats {
                 "Tethered consumers detached (dead, or stopped releasing).",
                 self.tethers_detached,
             ),
+            f(
+                "expired_claims",
+                Counter,
+                "Claims taken back because they stayed pending past the consumer's claim timeout.",
+                self.expired_claims,
+            ),
         ]
         .into_iter()
     }
@@ -409,13 +421,14 @@ mod tests {
             oldest_pending_pid: 27,
             tethered_consumers: 28,
             tethers_detached: 29,
+            expired_claims: 30,
         };
         let got: Vec<(&str, u64)> = s.fields().map(|f| (f.name, f.value)).collect();
-        // Every field of the struct appears, each with its own value (1..=29 above),
+        // Every field of the struct appears, each with its own value (1..=30 above),
         // so a field added to Stats but not to fields() fails here.
         let mut values: Vec<u64> = got.iter().map(|g| g.1).collect();
         values.sort_unstable();
-        assert_eq!(values, (1..=29).collect::<Vec<_>>());
+        assert_eq!(values, (1..=30).collect::<Vec<_>>());
         assert_eq!(
             format!("{s:?}").matches(": ").count(),
             got.len(),

@@ -30,12 +30,12 @@
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
-use crate::handoff::ReadOnlySegment;
 use crate::layout::{
     claim_geometry, cursor_pos, cursor_seq, pos_diff, seq_diff, ClaimState, LogEntry, RecordHeader,
     POS_MASK, SEQ_MASK, UNIT,
 };
 use crate::producer::Meta;
+use crate::segment::ReadOnlySegment;
 use crate::sync::{fence, Ordering};
 
 /// What a tap takes and how it waits.
@@ -221,24 +221,31 @@ impl Tap {
 
     /// Jumps to the newest record at the write cursor `w`: the last claim before
     /// it, when its entry shows one (else `w` itself), counting the claims skipped
-    /// as lost.
-    fn skip_to(&mut self, w: u64) {
+    /// as lost. Never backwards: a write cursor behind the tap (a claimer that has
+    /// not moved it past the claim the tap stepped over, or a value a peer wrote)
+    /// is waited for, unless the ring was reset since (a reset starts a new
+    /// generation of claim numbers). So no record is delivered twice, and only
+    /// claims the tap really jumped over are counted.
+    fn skip_to(&mut self, w: u64) -> Look {
         let (mut seq, mut pos) = (cursor_seq(w), cursor_pos(w));
+        let resets = self.resets();
+        let reset = resets != self.resets_seen;
+        let ahead = seq_diff(seq, self.seq);
+        if ahead > SEQ_MASK / 2 && !reset {
+            return Look::Wait;
+        }
         let sh = self.ro.segment().shared();
         let prev = seq.wrapping_sub(1) & SEQ_MASK;
         // Acquire: as any entry load (the claim's units are the ones it was made with).
         let e = LogEntry::unpack(sh.entry(prev).load(Ordering::Acquire));
-        // Never back before where we are (a jump of 0 claims only resynchronises).
-        let ahead = seq_diff(seq, self.seq) != 0;
-        if ahead && e.stamp == prev && e.units != 0 && e.units <= sh.cap_units {
+        if ahead != 0 && e.stamp == prev && e.units != 0 && e.units <= sh.cap_units {
             seq = prev;
             pos = pos.wrapping_sub(e.units) & POS_MASK;
         }
         // After a reset the new generation's claim numbers start far ahead: those
         // were never used, so a jump across a reset counts nothing (the consumer
         // counts what the reset dropped).
-        let resets = self.resets();
-        if resets == self.resets_seen {
+        if !reset {
             self.stats.lost += seq_diff(seq, self.seq);
         }
         self.resets_seen = resets;
@@ -246,6 +253,7 @@ impl Tap {
         self.seq = seq;
         self.pos = pos;
         self.pending = None;
+        Look::Again
     }
 
     fn step(&mut self, units: u64) {
@@ -255,10 +263,12 @@ impl Tap {
     }
 
     /// Is the tap behind by more than the ring holds (claims or bytes) at `w`?
+    /// (A write cursor behind the tap is not lapping it: see [`Tap::skip_to`].)
     fn lapped(&self, w: u64) -> bool {
         let n = self.ro.geometry().log_entries as u64;
         let sh = self.ro.segment().shared();
-        seq_diff(cursor_seq(w), self.seq) > n || pos_diff(cursor_pos(w), self.pos) > sh.cap_units
+        let ahead = seq_diff(cursor_seq(w), self.seq);
+        ahead <= SEQ_MASK / 2 && (ahead > n || pos_diff(cursor_pos(w), self.pos) > sh.cap_units)
     }
 
     /// Looks at the claim at the tap's cursor once.
@@ -272,16 +282,17 @@ impl Tap {
         if e.stamp != self.seq {
             // Not claimed yet, or we were lapped (or the ring was reset).
             let w = sh.write.load(Ordering::Acquire);
-            if self.lapped(w) || cursor_seq(w) == self.seq && cursor_pos(w) != self.pos {
-                self.skip_to(w);
-                return Look::Again;
+            if self.lapped(w)
+                || cursor_seq(w) == self.seq && cursor_pos(w) != self.pos
+                || self.resets() != self.resets_seen
+            {
+                return self.skip_to(w);
             }
             return Look::Wait;
         }
         if e.units == 0 || e.units > cap {
             let w = sh.write.load(Ordering::Acquire);
-            self.skip_to(w);
-            return Look::Again;
+            return self.skip_to(w);
         }
         match e.state {
             ClaimState::Claimed => {
@@ -298,8 +309,7 @@ impl Tap {
                 }
                 let w = sh.write.load(Ordering::Acquire);
                 if self.lapped(w) {
-                    self.skip_to(w);
-                    return Look::Again;
+                    return self.skip_to(w);
                 }
                 Look::Wait
             }
@@ -322,8 +332,7 @@ impl Tap {
         // Still in the ring before we start?
         let w = sh.write.load(Ordering::Acquire);
         if self.lapped(w) {
-            self.skip_to(w);
-            return Look::Again;
+            return self.skip_to(w);
         }
         // SAFETY: rec_off + rec_units <= cap_units (claim_geometry), so the header
         // lies inside the data ring of the mapping. It may be changing under us: one
@@ -338,7 +347,7 @@ impl Tap {
             timestamp_ns: h.timestamp_ns,
             flags: h.flags,
         };
-        let sane = h.len <= room && h.seq == self.seq;
+        let sane = h.len <= room && h.seq == crate::layout::header_seq(self.seq);
         let wanted = self.opts.kind.is_none_or(|k| k == h.kind)
             && self.opts.stream.is_none_or(|s| s == h.stream);
         let seq = self.seq;

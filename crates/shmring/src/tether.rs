@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::layout::{
-    cursor_pos, pos_diff, TetherLine, MAX_PRODUCERS, MAX_TETHERS, TETHER_ACTIVE, TETHER_DETACHED,
-    TETHER_FREE, TETHER_REQUESTED,
+    cursor_pos, cursor_seq, pos_diff, seq_diff, TetherLine, MAX_PRODUCERS, MAX_TETHERS,
+    TETHER_ACTIVE, TETHER_DETACHED, TETHER_FREE, TETHER_OVERWRITTEN, TETHER_REQUESTED,
 };
 use crate::segment::Segment;
 use crate::sync::Ordering;
@@ -47,17 +47,20 @@ fn line(seg: &Segment, j: u32) -> &TetherLine {
     &seg.control().tether[j as usize].0
 }
 
-/// Is the tethered consumer on line `j` alive? A kernel-held fact, as for producers.
+/// Is the tethered consumer on line `j` alive? A kernel-held fact, as for
+/// producers (see [`crate::slots::held`]).
 pub(crate) fn is_alive(seg: &Segment, j: u32) -> bool {
-    seg.local().has_tether(j) || lock::held_by_other(seg.lock_fd(), tether_byte(j))
+    crate::slots::held(
+        seg,
+        tether_byte(j),
+        |l| l.has_tether(j),
+        || line(seg, j).state.load(Ordering::Relaxed) != TETHER_FREE,
+    )
 }
 
 /// The pid holding line `j` (0: unknown or none).
 pub(crate) fn holder_pid(seg: &Segment, j: u32) -> u32 {
-    if seg.local().has_tether(j) {
-        return rustix::process::getpid().as_raw_nonzero().get() as u32;
-    }
-    lock::holder_pid(seg.lock_fd(), tether_byte(j)).unwrap_or(0)
+    crate::slots::holder(seg, tether_byte(j), |l| l.has_tether(j))
 }
 
 /// Tethered side: takes a free line and asks the consumer to adopt it (it does at
@@ -82,33 +85,65 @@ pub(crate) fn attach(seg: &Segment) -> Result<u32> {
 }
 
 /// Tethered side: has the consumer adopted line `j`? `Some(read cursor to start
-/// at)` once it has; `Err(Detached)` if the line is not ours any more.
+/// at)` once it has; `Err(Detached)` if the line is not ours any more, saying why
+/// as far as the line tells (the ring's consumer writes why it expelled a line;
+/// any other state was written by another process).
 pub(crate) fn joined(seg: &Segment, j: u32) -> Result<Option<u64>> {
     let l = line(seg, j);
     // Acquire: pairs with the consumer's Release store of ACTIVE, so the read
     // cursor it wrote before is visible.
-    match l.state.load(Ordering::Acquire) {
-        TETHER_ACTIVE => Ok(Some(l.read.load(Ordering::Relaxed))),
-        TETHER_REQUESTED => Ok(None),
-        _ => Err(Error::Detached(seg.label())),
+    let why = match l.state.load(Ordering::Acquire) {
+        TETHER_ACTIVE => return Ok(Some(l.read.load(Ordering::Relaxed))),
+        TETHER_REQUESTED => return Ok(None),
+        TETHER_DETACHED => {
+            "it stopped releasing frames for longer than the ring's consumer allows \
+             (its tether stall limit)"
+        }
+        TETHER_OVERWRITTEN => {
+            "its tether line's read cursor moved in a way no release makes: \
+             another process wrote it"
+        }
+        TETHER_FREE => "its tether line was freed by another process",
+        _ => "its tether line holds a state no consumer writes: another process wrote it",
+    };
+    Err(Error::Detached {
+        segment: seg.label(),
+        why,
+    })
+}
+
+/// Tethered side: its line's read cursor is not the one it published, so another
+/// process wrote it (the ring's consumer writes it only at adoption). It expels
+/// itself (the ring's consumer stops holding space for it at its next look; the
+/// line is freed when it is dropped) and the caller reports this error.
+pub(crate) fn overwritten(seg: &Segment, j: u32) -> Error {
+    // Release: as the consumer's own expelling store.
+    line(seg, j)
+        .state
+        .store(TETHER_OVERWRITTEN, Ordering::Release);
+    poke_consumer(seg);
+    Error::Detached {
+        segment: seg.label(),
+        why: "its tether line's read cursor was written by another process",
     }
 }
 
 fn take_line(seg: &Segment) -> Result<u32> {
     let _g = crate::slots::attach_guard();
+    let locks = seg.lock_file();
     for j in 0..MAX_TETHERS {
         let l = line(seg, j);
-        if l.state.load(Ordering::Acquire) != TETHER_FREE || seg.local().has_tether(j) {
+        if l.state.load(Ordering::Acquire) != TETHER_FREE || locks.local().has_tether(j) {
             continue;
         }
-        if !matches!(lock::try_lock(seg.lock_fd(), tether_byte(j)), Ok(true)) {
+        if !matches!(lock::try_lock(locks.fd(), tether_byte(j)), Ok(true)) {
             continue;
         }
         if l.state.load(Ordering::Acquire) != TETHER_FREE {
-            lock::unlock(seg.lock_fd(), tether_byte(j));
+            lock::unlock(locks.fd(), tether_byte(j));
             continue;
         }
-        seg.local().set_tether(j, true);
+        locks.local().set_tether(j, true);
         for c in [&l.records_consumed, &l.bytes_consumed, &l.lost] {
             c.store(0, Ordering::Relaxed);
         }
@@ -127,10 +162,12 @@ pub(crate) fn leave(seg: &Segment, j: u32) {
     let c = seg.control();
     // Release: our last cursor and counters before the line reads FREE. FREE before
     // unlock, as for producer slots.
+    let locks = seg.lock_file();
     line(seg, j).state.store(TETHER_FREE, Ordering::Release);
     c.tethers.0.mask.fetch_and(!(1 << j), Ordering::AcqRel);
-    seg.local().set_tether(j, false);
-    lock::unlock(seg.lock_fd(), tether_byte(j));
+    locks.local().set_tether(j, false);
+    lock::unlock(locks.fd(), tether_byte(j));
+    locks.close_extras_if_idle();
     poke_consumer(seg);
 }
 
@@ -321,9 +358,25 @@ impl Supervisor {
             }
             let read = l.read.load(Ordering::Acquire);
             let (seen, since) = self.watch[j as usize];
+            let cap = seg.shared().cap_units;
+            if read != seen {
+                // Acquire, after the line: the cursor loaded is at or behind it.
+                let w = seg.shared().write.load(Ordering::Acquire);
+                let n = seg.geometry().log_entries as u64;
+                if !moved_by_release(seen, read, w, n, cap) {
+                    l.state.store(TETHER_OVERWRITTEN, Ordering::Release);
+                    c.tethers.0.mask.fetch_and(!bit, Ordering::AcqRel);
+                    self.adopted &= !bit;
+                    detached += 1;
+                    continue;
+                }
+                // It gave space back: its stall clock starts again.
+                self.watch[j as usize] = (read, None);
+                continue;
+            }
             let behind = pos_diff(cursor_pos(own_read), cursor_pos(read)) != 0
-                && pos_diff(cursor_pos(own_read), cursor_pos(read)) <= seg.shared().cap_units;
-            if read != seen || !behind {
+                && pos_diff(cursor_pos(own_read), cursor_pos(read)) <= cap;
+            if !behind {
                 self.watch[j as usize] = (read, None);
                 continue;
             }
@@ -346,6 +399,29 @@ impl Supervisor {
         }
         detached
     }
+}
+
+/// Could a tethered consumer's read cursor have gone from `seen` to `read` by
+/// releasing frames, with `w` the write cursor loaded after `read`? Releases only
+/// move it forward and give bytes back; the one move that gives none is joining a
+/// new generation after a reset (a claim number from before the reset, which
+/// cannot be behind `w`, becomes one that is). A cursor that holds no bytes
+/// (more than a ring behind `w`) is not judged: it holds nothing.
+fn moved_by_release(seen: u64, read: u64, w: u64, n: u64, cap: u64) -> bool {
+    let (ws, wp) = (cursor_seq(w), cursor_pos(w));
+    let holds = |c: u64| pos_diff(wp, cursor_pos(c)) <= cap;
+    let seq_in = |c: u64| seq_diff(ws, cursor_seq(c)) <= n;
+    if !holds(read) || !holds(seen) {
+        return true;
+    }
+    let forward = pos_diff(cursor_pos(read), cursor_pos(seen));
+    if forward > cap {
+        return false; // backwards
+    }
+    if seq_in(read) && seq_in(seen) && seq_diff(cursor_seq(read), cursor_seq(seen)) > n {
+        return false; // claim number backwards
+    }
+    forward > 0 || (!seq_in(seen) && seq_in(read))
 }
 
 /// One tethered consumer as `shmring stat` shows it.

@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,13 +37,13 @@ fn env(seg: String, p: u32, n: u64, max: usize) -> Vec<(&'static str, String)> {
 fn producer_killed_holding_a_reservation_is_skipped() {
     let seg = Segment::create_memfd("crash-hold", &Config::with_capacity(1 << 20)).unwrap();
     let consumer = seg.consumer().unwrap();
-    let fd = seg.fd().as_raw_fd();
+    let (spec, fds) = common::inherit(&seg);
     // Producer 0 (child) commits 10 records, then reserves and hangs.
     let mut child = spawn(
         ENTRY,
         "reserve-and-hang",
-        &env(format!("fd:{fd}"), 0, 10, SMALL),
-        &[fd],
+        &env(spec.clone(), 0, 10, SMALL),
+        &fds,
     );
     child.expect("HOLDING", GUARD);
     // Producer 1 (here) commits 50 records after the pending claim.
@@ -124,8 +123,12 @@ fn producer_killed_between_records_loses_nothing() {
     assert!(consumer.try_next().unwrap().is_none());
     let s = seg.stats();
     assert_eq!((s.abandoned, s.records_consumed, s.corruption), (0, 25, 0));
-    assert_eq!(s.producers, 2, "the dead slot stays until reaped");
-    assert_eq!(consumer.reap(), 1, "the dead producer's slot is freed");
+    assert_eq!(s.producers, 1, "only live producers count");
+    assert_eq!(
+        consumer.reap(),
+        1,
+        "the dead producer's slot stays until reaped"
+    );
     assert_eq!(seg.stats().producers, 1);
     drop((consumer, prod, seg));
     assert!(!name.exists());
@@ -135,12 +138,12 @@ fn producer_killed_between_records_loses_nothing() {
 fn producer_killed_while_blocked_for_space() {
     let seg = Segment::create_memfd("crash-block", &Config::with_capacity(64 << 10)).unwrap();
     let consumer = seg.consumer().unwrap();
-    let fd = seg.fd().as_raw_fd();
+    let (spec, fds) = common::inherit(&seg);
     let mut child = spawn(
         ENTRY,
         "fill-and-block",
-        &env(format!("fd:{fd}"), 0, 0, SMALL),
-        &[fd],
+        &env(spec.clone(), 0, 0, SMALL),
+        &fds,
     );
     // The consumer reads nothing: the ring fills and the child waits for space.
     wait_until("the producer to block", GUARD, || {
@@ -185,15 +188,12 @@ fn consumer_killed_new_consumer_takes_over() {
         ..Config::default()
     };
     let seg = Segment::create_memfd("takeover", &cfg).unwrap();
-    let fd = seg.fd().as_raw_fd();
+    let (spec, fds) = common::inherit(&seg);
     let old = spawn(
         ENTRY,
         "consume-report",
-        &[
-            ("SHMRING_TEST_SEG", format!("fd:{fd}")),
-            ("MAX", MAX.to_string()),
-        ],
-        &[fd],
+        &[("SHMRING_TEST_SEG", spec.clone()), ("MAX", MAX.to_string())],
+        &fds,
     );
     old.expect("ATTACHED", GUARD);
 
@@ -302,12 +302,12 @@ fn consumer_killed_new_consumer_takes_over() {
 #[test]
 fn blocked_producer_learns_the_consumer_died() {
     let seg = Segment::create_memfd("nocons", &Config::with_capacity(64 << 10)).unwrap();
-    let fd = seg.fd().as_raw_fd();
+    let (spec, fds) = common::inherit(&seg);
     let mut child = spawn(
         ENTRY,
         "consume-idle",
-        &[("SHMRING_TEST_SEG", format!("fd:{fd}"))],
-        &[fd],
+        &[("SHMRING_TEST_SEG", spec.clone())],
+        &fds,
     );
     child.expect("ATTACHED", GUARD);
     assert!(
@@ -373,12 +373,12 @@ fn blocked_producer_learns_the_consumer_died() {
 #[test]
 fn consumer_killed_asleep_leaves_producers_quiet() {
     let seg = Segment::create_memfd("asleep", &Config::with_capacity(1 << 20)).unwrap();
-    let fd = seg.fd().as_raw_fd();
+    let (spec, fds) = common::inherit(&seg);
     let mut child = spawn(
         ENTRY,
         "consume-wait",
-        &[("SHMRING_TEST_SEG", format!("fd:{fd}"))],
-        &[fd],
+        &[("SHMRING_TEST_SEG", spec.clone())],
+        &fds,
     );
     child.expect("ATTACHED", GUARD);
     let mut prod = seg.producer().unwrap();
@@ -428,12 +428,12 @@ fn consumer_killed_asleep_leaves_producers_quiet() {
 fn producer_killed_asleep_leaves_consumer_quiet() {
     let seg = Segment::create_memfd("asleep-p", &Config::with_capacity(64 << 10)).unwrap();
     let consumer = seg.consumer().unwrap();
-    let fd = seg.fd().as_raw_fd();
+    let (spec, fds) = common::inherit(&seg);
     let mut child = spawn(
         ENTRY,
         "fill-and-block",
-        &env(format!("fd:{fd}"), 0, 0, SMALL),
-        &[fd],
+        &env(spec.clone(), 0, 0, SMALL),
+        &fds,
     );
     wait_until("the producer to block", GUARD, || {
         seg.stats().producer_waits >= 2
@@ -467,7 +467,7 @@ fn producers_killed_at_random_points_lose_no_committed_record() {
     };
     let seg = Segment::create_memfd("random-kill", &cfg).unwrap();
     let consumer = seg.consumer().unwrap();
-    let fd = seg.fd().as_raw_fd();
+    let (spec, fds) = common::inherit(&seg);
     let stop = Arc::new(AtomicBool::new(false));
     let live = {
         let (seg, stop) = (seg.clone(), stop.clone());
@@ -502,8 +502,8 @@ fn producers_killed_at_random_points_lose_no_committed_record() {
         let mut child = spawn(
             ENTRY,
             "produce",
-            &env(format!("fd:{fd}"), round, 1 << 40, MAX),
-            &[fd],
+            &env(spec.clone(), round, 1 << 40, MAX),
+            &fds,
         );
         let kill_after = 20 + rng.below(3000);
         while ck.next[round as usize] < kill_after {

@@ -136,6 +136,32 @@ fn handoff_child_entry() {
         }
         // The flood: see `stalled_garbage_and_flood_leave_consumer_delivering`.
         "flood" => flood(),
+        // Holds N silent connections to SOCK, opening a new one whenever one is
+        // closed on it, until its stdin closes.
+        "hog" => {
+            let sock = env("SOCK");
+            let n: usize = env("N").parse().unwrap();
+            let mut held: Vec<UnixStream> = Vec::new();
+            say("HOGGING");
+            loop {
+                held.retain(|s| {
+                    let mut b = [0u8; 1];
+                    s.set_nonblocking(true).unwrap();
+                    // Still open and unanswered: WouldBlock.
+                    matches!(
+                        (&*s).read(&mut b),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock
+                    )
+                });
+                while held.len() < n {
+                    match UnixStream::connect(&sock) {
+                        Ok(s) => held.push(s),
+                        Err(_) => break,
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
         // A producer that gets through after the stall, then 1,000 connections in a
         // row: closed at once, garbage, half a hello, and valid observers.
         "flood-client" => {
@@ -178,8 +204,12 @@ fn observe_raw() {
         }
     }
     let got = handoff::request(env("SOCK"), Role::Observer, GUARD).unwrap();
-    assert!(got.eventfd.is_none(), "observers get no eventfd");
-    let fd = got.segment;
+    assert_eq!(
+        got.fds.len(),
+        1,
+        "observers get the read-only segment alone"
+    );
+    let fd = got.fds.into_iter().next().unwrap();
     let flags = rustix::fs::fcntl_getfl(&fd).unwrap();
     let rdonly = flags & rustix::fs::OFlags::RWMODE == rustix::fs::OFlags::RDONLY;
     let len = got.announced.total_size as usize;
@@ -573,7 +603,9 @@ fn flood() {
     wait_until("the consumer to deliver while clients stall", GUARD, || {
         received.load(Ordering::Relaxed) > r0 + 100
     });
-    match Segment::connect(dir.sock()) {
+    // This process holds every pending connection: its own next one is refused
+    // (it retries for the 30 ms it allows, and is refused again).
+    match Segment::connect_timeout(dir.sock(), Duration::from_millis(30)) {
         Err(Error::Refused { rule, .. }) => assert_eq!(rule, "too-many-pending"),
         Err(Error::Handoff { .. }) => {} // closed before our hello was read
         r => panic!("expected too-many-pending, got {r:?}"),
@@ -622,13 +654,59 @@ fn stalled_garbage_and_flood_leave_consumer_delivering_and_fds_flat() {
     let w: Vec<&str> = msg.split_whitespace().collect();
     assert_eq!(w[1], w[2], "descriptor count before and after: {msg}");
     let n = |i: usize| w[i].parse::<u64>().unwrap();
-    // observers, malformed, busy (the one refused while 8 stalled), timed out
-    // (those 8), producers (the one that got through after them).
-    assert_eq!(
-        (n(4), n(6), n(8), n(10), n(12)),
-        (250, 750, 1, 8, 1),
-        "{msg}"
+    // observers, malformed, timed out (the 8 stalled), producers (the one that
+    // got through after them); busy: the connection refused while 8 stalled, once
+    // per retry.
+    assert_eq!((n(4), n(6), n(10), n(12)), (250, 750, 8, 1), "{msg}");
+    assert!(n(8) >= 1, "{msg}");
+}
+
+/// A peer that holds every pending connection open, replacing each one the
+/// consumer drops, does not lock out others: each peer gets a fair share, and an
+/// honest producer's connect goes through (retrying while the consumer is busy).
+#[test]
+fn a_peer_holding_connections_open_does_not_lock_others_out() {
+    let dir = SockDir::new("hog");
+    let seg = ring(false);
+    let consumer = seg.consumer().unwrap();
+    let opts = ListenerOptions {
+        hello_timeout: Duration::from_secs(30),
+        ..ListenerOptions::default()
+    };
+    let l = Listener::bind(&seg, dir.sock(), opts)
+        .unwrap()
+        .spawn()
+        .unwrap();
+    let max = ListenerOptions::default().max_pending;
+    let hog = spawn_child(
+        "hog",
+        &[
+            ("SOCK", dir.sock().display().to_string()),
+            ("N", (max + 4).to_string()),
+        ],
     );
+    hog.expect("HOGGING", GUARD);
+    wait_until("the hog fills the pending set", GUARD, || {
+        l.stats().pending as usize == max
+    });
+    for i in 0..20u64 {
+        let remote = Segment::connect(dir.sock())
+            .unwrap_or_else(|e| panic!("connect {i} while a peer hogs the socket: {e}"));
+        remote
+            .producer()
+            .unwrap()
+            .send(&i.to_le_bytes(), Meta::new(0, 0))
+            .unwrap();
+        let f = consumer.recv().unwrap();
+        assert_eq!(f.payload(), i.to_le_bytes());
+    }
+    assert_eq!(l.stats().producers, 20);
+    assert!(
+        l.stats().refused_busy > 0,
+        "the hog was refused: {:?}",
+        l.stats()
+    );
+    drop(hog);
 }
 
 #[test]

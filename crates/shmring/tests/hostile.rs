@@ -8,7 +8,6 @@
 //!
 //! All randomness comes from fixed seeds, so a failure reproduces.
 
-use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -122,7 +121,7 @@ impl Peer {
                         1 => rng.below(g.capacity + 1),
                         _ => rng.next(),
                     },
-                    seq: (read + rng.below(n)) & SEQ_MASK,
+                    seq: shmring::layout::header_seq(read + rng.below(n)),
                     timestamp_ns: rng.next(),
                     stream: rng.next() as u32,
                     ..Default::default()
@@ -357,7 +356,7 @@ fn identity_scribbles_fail_attach_naming_the_field() {
     let seg = Segment::create_memfd("hostile-identity", &config()).unwrap();
     let peer = Peer::new(&seg);
     let g = *seg.geometry();
-    let attach = || Segment::from_fd(seg.fd().as_fd().try_clone_to_owned().unwrap());
+    let attach = || Segment::from_descriptors(dup_descriptors(&seg));
     // (offset, width, value, field named in the error)
     let cases: &[(u64, u32, u64, &str)] = &[
         (0, 8, u64::from_le_bytes(*b"SHMRING0"), "magic"),
@@ -517,4 +516,13 @@ fn reset_recovers_a_scribbled_slot_table() {
     }
     consumer.reset().unwrap();
     honest_flow(&seg, &consumer, 0);
+}
+
+/// Copies of the ring's descriptors, to attach a second mapping as another process
+/// would.
+fn dup_descriptors(seg: &Segment) -> Vec<std::os::fd::OwnedFd> {
+    seg.descriptors()
+        .iter()
+        .map(|f| f.try_clone_to_owned().unwrap())
+        .collect()
 }

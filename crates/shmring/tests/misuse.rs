@@ -75,7 +75,7 @@ fn second_consumer_is_busy_while_the_first_lives() {
     let e = seg.consumer().err().expect("second consumer refused");
     assert!(matches!(e, Error::ConsumerBusy(_)), "{e}");
     // Also through a second Segment mapping the same file.
-    let again = Segment::from_fd(seg.fd().try_clone_to_owned().unwrap()).unwrap();
+    let again = Segment::from_descriptors(dup_descriptors(&seg)).unwrap();
     assert!(matches!(again.consumer(), Err(Error::ConsumerBusy(_))));
     assert!(seg.stats().consumer_attached);
     drop(first);
@@ -327,14 +327,13 @@ fn eventfd_ring_producer_without_the_eventfd_is_refused() {
         ..small()
     };
     let seg = Segment::create_memfd("misuse-efd", &cfg).unwrap();
-    let bare = Segment::from_fd(seg.fd().try_clone_to_owned().unwrap()).unwrap();
+    let mut fds = dup_descriptors(&seg);
+    assert_eq!(fds.len(), 3, "segment, lock file, eventfd");
+    fds.pop();
+    let bare = Segment::from_descriptors(fds).unwrap();
     let e = bare.producer().expect_err("no eventfd");
     assert!(matches!(e, Error::EventfdRequired(_)), "{e}");
-    let with = Segment::from_fds(
-        seg.fd().try_clone_to_owned().unwrap(),
-        Some(seg.eventfd().unwrap().try_clone_to_owned().unwrap()),
-    )
-    .unwrap();
+    let with = Segment::from_descriptors(dup_descriptors(&seg)).unwrap();
     let consumer = seg.consumer().unwrap();
     with.producer()
         .unwrap()
@@ -403,4 +402,32 @@ fn consumer_alive_and_unlink_named() {
         Err(Error::Config(_))
     ));
     drop((seg, other));
+}
+
+/// Copies of the ring's descriptors, to attach a second mapping as another process
+/// would.
+fn dup_descriptors(seg: &Segment) -> Vec<std::os::fd::OwnedFd> {
+    seg.descriptors()
+        .iter()
+        .map(|f| f.try_clone_to_owned().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_memfd_ring_attached_without_its_lock_file_says_so() {
+    let seg = Segment::create_memfd("misuse-locks", &small()).unwrap();
+    let e = Segment::from_fd(seg.fd().try_clone_to_owned().unwrap()).expect_err("no lock file");
+    assert!(matches!(e, Error::Descriptors { .. }), "{e}");
+    assert!(e.to_string().contains("lock file"), "{e}");
+    let mut fds = dup_descriptors(&seg);
+    fds.push(seg.fd().try_clone_to_owned().unwrap());
+    let e = Segment::from_descriptors(fds).expect_err("one too many");
+    assert!(e.to_string().contains("more than the ring has"), "{e}");
+    // The segment given twice: its copy is not a lock file.
+    let twice = vec![
+        seg.fd().try_clone_to_owned().unwrap(),
+        seg.fd().try_clone_to_owned().unwrap(),
+    ];
+    let e = Segment::from_descriptors(twice).expect_err("not a lock file");
+    assert!(e.to_string().contains("lock file"), "{e}");
 }

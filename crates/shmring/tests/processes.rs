@@ -66,16 +66,9 @@ fn consume_from(seg: &Arc<Segment>, children: &mut [Child], seed: u64) {
 #[test]
 fn memfd_inherited_across_exec() {
     let seg = Segment::create_memfd("inherit", &cfg()).unwrap();
-    let fd = seg.fd().as_raw_fd();
+    let (spec, fds) = common::inherit(&seg);
     let mut children: Vec<Child> = (0..CHILDREN)
-        .map(|p| {
-            spawn(
-                ENTRY,
-                "produce",
-                &producer_env(format!("fd:{fd}"), p),
-                &[fd],
-            )
-        })
+        .map(|p| spawn(ENTRY, "produce", &producer_env(spec.clone(), p), &fds))
         .collect();
     consume_from(&seg, &mut children, 1);
 }
@@ -94,7 +87,7 @@ fn memfd_sent_over_unix_socket() {
             &[sfd],
         ));
         drop(theirs);
-        shmring::send_fds(&ours, &[seg.fd()]).unwrap();
+        seg.send(&ours).unwrap();
     }
     consume_from(&seg, &mut children, 2);
 }
@@ -108,7 +101,7 @@ fn eventfd_ring_sent_over_unix_socket() {
         ..cfg()
     };
     let seg = Segment::create_memfd("sendfds-efd", &cfg).unwrap();
-    let efd = seg.eventfd().expect("an eventfd ring has one");
+    assert!(seg.eventfd().is_some(), "an eventfd ring has one");
     let mut children = Vec::new();
     for p in 0..CHILDREN {
         let (ours, theirs) = UnixStream::pair().unwrap();
@@ -116,11 +109,11 @@ fn eventfd_ring_sent_over_unix_socket() {
         children.push(spawn(
             ENTRY,
             "produce",
-            &producer_env(format!("sockefd:{sfd}"), p),
+            &producer_env(format!("sock:{sfd}"), p),
             &[sfd],
         ));
         drop(theirs);
-        shmring::send_fds(&ours, &[seg.fd(), efd]).unwrap();
+        seg.send(&ours).unwrap();
     }
     consume_from(&seg, &mut children, 4);
     assert!(

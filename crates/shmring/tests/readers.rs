@@ -220,7 +220,7 @@ fn a_tethered_consumer_that_stops_releasing_is_detached() {
     assert!(t0.elapsed() < Duration::from_secs(25));
     drop(frame);
     match t.try_next() {
-        Err(Error::Detached(_)) => {}
+        Err(Error::Detached { .. }) => {}
         other => panic!("expected Detached, got {other:?}"),
     }
     let s = seg.stats();
@@ -247,13 +247,8 @@ fn a_killed_tethered_consumer_is_detached_and_producers_carry_on() {
     };
     let owner = Owner::start(&seg, opts);
     wait_until("the owner attached", GUARD, || seg.consumer_alive());
-    let fd = seg.fd().as_raw_fd();
-    let mut child: Child = spawn(
-        ENTRY,
-        "tether-hold",
-        &[("SHMRING_TEST_SEG", format!("fd:{fd}"))],
-        &[fd],
-    );
+    let (spec, fds) = common::inherit(&seg);
+    let mut child: Child = spawn(ENTRY, "tether-hold", &[("SHMRING_TEST_SEG", spec)], &fds);
     child.expect("HOLDING", GUARD);
     assert_eq!(seg.stats().tethered_consumers, 1);
     let mut prod = seg.producer().unwrap();
@@ -458,7 +453,7 @@ fn owner_tethered_recorder_and_tap_in_separate_processes() {
     let seg = Segment::create_memfd("readers-procs", &cfg(1 << 20)).unwrap();
     let owner = owner_thread(seg.clone(), ConsumerOptions::default(), P as usize, PER);
     wait_until("the owner attached", GUARD, || seg.consumer_alive());
-    let fd = seg.fd().as_raw_fd();
+    let (spec, fds) = common::inherit(&seg);
     let ro = seg.read_only_fd().unwrap().as_raw_fd();
     let total = (P as u64 * PER).to_string();
     let per = PER.to_string();
@@ -466,23 +461,23 @@ fn owner_tethered_recorder_and_tap_in_separate_processes() {
         ENTRY,
         "tether-check",
         &[
-            ("SHMRING_TEST_SEG", format!("fd:{fd}")),
+            ("SHMRING_TEST_SEG", spec.clone()),
             ("P", P.to_string()),
             ("N", per.clone()),
             ("MAX", MAX.to_string()),
         ],
-        &[fd],
+        &fds,
     );
     let mut tap = spawn(
         ENTRY,
         "tap-check",
         &[
-            ("SHMRING_TEST_SEG", format!("fd:{fd}")),
+            // A tap gets the read-only descriptor alone: nothing it could lock.
             ("SHMRING_TEST_RO", ro.to_string()),
             ("N", total.clone()),
             ("MAX", MAX.to_string()),
         ],
-        &[fd, ro],
+        &[ro],
     );
     tethered.expect("ATTACHED", GUARD);
     tap.expect("ATTACHED", GUARD);
@@ -492,12 +487,12 @@ fn owner_tethered_recorder_and_tap_in_separate_processes() {
                 ENTRY,
                 "produce",
                 &[
-                    ("SHMRING_TEST_SEG", format!("fd:{fd}")),
+                    ("SHMRING_TEST_SEG", spec.clone()),
                     ("P", p.to_string()),
                     ("N", per.clone()),
                     ("MAX", MAX.to_string()),
                 ],
-                &[fd],
+                &fds,
             )
         })
         .collect();
@@ -556,7 +551,7 @@ fn every_reader_recovers_after_a_peer_scribbles_the_ring() {
                         false
                     }
                     Ok(None) | Err(Error::Corrupt { .. }) => false,
-                    Err(Error::Detached(_)) => true,
+                    Err(Error::Detached { .. }) => true,
                     Err(e) => panic!("reader: {e}"),
                 };
                 if detached {

@@ -554,9 +554,16 @@ fn drive(
                 prod_extra = vec!["--port".into(), port.to_string()];
             }
             Wiring::Ring(seg) => {
-                keep.push(dup(&seg.fd())?);
+                for f in seg.descriptors() {
+                    keep.push(dup(&f)?);
+                }
                 for _ in 0..producers {
-                    prod_fds.push(vec![dup(&seg.fd())?]);
+                    prod_fds.push(
+                        seg.descriptors()
+                            .iter()
+                            .map(|f| dup(f))
+                            .collect::<Result<_, _>>()?,
+                    );
                 }
                 ring = Some(seg);
             }

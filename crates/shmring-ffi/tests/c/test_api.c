@@ -469,6 +469,45 @@ static void test_named_ring_and_info(void) {
     CHECK(access(path, F_OK) != 0); /* removed with its creator */
 }
 
+/* A memfd ring's producers need every descriptor of shmring_segment_descriptors:
+ * the segment alone is refused by name (the lock file is how liveness works). */
+static void test_descriptors(void) {
+    shmring_segment *s = make_ring(1u << 20);
+    shmring_consumer *c = NULL;
+    CHECK_ST(shmring_consumer_attach(s, NULL, &c), SHMRING_OK);
+    int fds[3];
+    size_t n = 0;
+    CHECK_ST(shmring_segment_descriptors(s, fds, 1, &n), SHMRING_ERR_INVALID_ARGUMENT);
+    CHECK(n == 2);
+    CHECK_ST(shmring_segment_descriptors(s, fds, 3, &n), SHMRING_OK);
+    CHECK(n == 2 && fds[0] >= 0 && fds[1] >= 0 && fds[0] != fds[1]);
+    shmring_segment *other = NULL;
+    CHECK_ST(shmring_segment_attach_fd(dup(fds[0]), -1, &other), SHMRING_ERR_DESCRIPTORS);
+    CHECK_MSG("lock file");
+    int both[2] = {dup(fds[0]), dup(fds[1])};
+    CHECK_ST(shmring_segment_attach_fds(both, 2, &other), SHMRING_OK);
+    shmring_producer *p = NULL;
+    CHECK_ST(shmring_producer_attach(other, &p), SHMRING_OK);
+    shmring_meta m = {.stream = 1, .kind = SHMRING_KIND_RAW};
+    CHECK_ST(shmring_producer_send(p, (const uint8_t *)"hi", 2, &m), SHMRING_OK);
+    shmring_frame f;
+    CHECK_ST(shmring_consumer_next(c, 0, &f), SHMRING_OK);
+    CHECK(f.len == 2 && memcmp(f.data, "hi", 2) == 0);
+    CHECK_ST(shmring_consumer_release(c, &f), SHMRING_OK);
+    /* the segment twice: the second is not a lock file */
+    int twice[2] = {dup(fds[0]), dup(fds[0])};
+    shmring_segment *bad = NULL;
+    CHECK_ST(shmring_segment_attach_fds(twice, 2, &bad), SHMRING_ERR_DESCRIPTORS);
+    int three[3] = {dup(fds[0]), dup(fds[1]), dup(fds[1])};
+    CHECK_ST(shmring_segment_attach_fds(three, 3, &bad), SHMRING_ERR_DESCRIPTORS);
+    CHECK_MSG("more than the ring has");
+    CHECK_ST(shmring_segment_attach_fds(NULL, 1, &bad), SHMRING_ERR_INVALID_ARGUMENT);
+    shmring_producer_close(p);
+    shmring_segment_close(other);
+    shmring_consumer_close(c);
+    shmring_segment_close(s);
+}
+
 int main(void) {
     pattern_init();
     RUN(test_round_trip_video);
@@ -479,6 +518,7 @@ int main(void) {
     RUN(test_double_and_foreign_release);
     RUN(test_wrong_layout_version);
     RUN(test_bad_descriptors);
+    RUN(test_descriptors);
     RUN(test_media_errors);
     RUN(test_media_parse_for);
     RUN(test_fd_passing);

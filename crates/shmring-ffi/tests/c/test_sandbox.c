@@ -29,19 +29,20 @@ static int passed, failed;
 #define H 360
 
 static pid_t spawn(shmring_segment *s, char **extra) {
-    int fd = -1, efd = -1;
-    shmring_segment_fd(s, &fd);
-    shmring_segment_eventfd(s, &efd);
+    int fds[3];
+    size_t nfds = 0;
+    if (shmring_segment_descriptors(s, fds, 3, &nfds) != SHMRING_OK) return -1;
     pid_t pid = fork();
     if (pid == 0) {
-        /* the child gets the ring as fd 3 (and its eventfd as fd 4), nothing else */
-        int tfd = fcntl(fd, F_DUPFD_CLOEXEC, 10);
-        int tefd = efd >= 0 ? fcntl(efd, F_DUPFD_CLOEXEC, 10) : -1;
-        if (tfd < 0 || dup2(tfd, 3) < 0) _exit(120);
-        if (efd >= 0 && (tefd < 0 || dup2(tefd, 4) < 0)) _exit(120);
-        char *argv[32] = {(char *)producer_path, "--fd", "3", "--width", "640", "--height", "360"};
+        /* the child gets the ring's descriptors as fds 3, 4 (and 5), nothing else */
+        int tmp[3];
+        for (size_t i = 0; i < nfds; i++)
+            if ((tmp[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10)) < 0) _exit(120);
+        for (size_t i = 0; i < nfds; i++)
+            if (dup2(tmp[i], 3 + (int)i) < 0) _exit(120);
+        static const char *lists[] = {"3", "3,4", "3,4,5"};
+        char *argv[32] = {(char *)producer_path, "--fds", (char *)lists[nfds - 1], "--width", "640", "--height", "360"};
         int n = 7;
-        if (efd >= 0) argv[n++] = "--eventfd", argv[n++] = "4";
         for (int i = 0; extra[i] && n < 31; i++) argv[n++] = extra[i];
         argv[n] = NULL;
         execv(producer_path, argv);

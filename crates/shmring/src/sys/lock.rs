@@ -1,13 +1,19 @@
-//! Liveness through POSIX record locks on one byte of the segment file per role.
+//! Liveness through POSIX record locks on one byte of the ring's lock file per role
+//! (see [`crate::segment::files`]).
 //!
-//! A producer (or the consumer) holds a write lock on its byte for as long as it is
+//! A producer (or a consumer) holds a *write* lock on its byte for as long as it is
 //! attached. The kernel drops a process's record locks when the process dies,
 //! however it dies, and never because it is slow or stopped; and a lock carries no
 //! pid, so the check works across PID namespaces. Record locks belong to the
 //! process: they do not show up to `F_GETLK` in the process holding them, and they
 //! are dropped when the process closes *any* descriptor of the file (see
-//! [`crate::segment`], which keeps one descriptor per file open per process).
-//! The lock bytes lie far beyond the end of the file; that is allowed.
+//! [`crate::segment::files`], which keeps them open). The lock bytes lie far
+//! beyond the end of the file; that is allowed.
+//!
+//! Only write locks count. A write lock needs a descriptor opened for writing; a
+//! *read* lock needs only a readable one, which a read-only peer may have. So the
+//! liveness probe asks `F_GETLK` about a *read* lock, which conflicts with write
+//! locks only: whatever read locks others take, they never make a role look held.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 
@@ -47,10 +53,11 @@ pub fn unlock(fd: BorrowedFd<'_>, byte: i64) {
     unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETLK, &fl) };
 }
 
-/// Does another process hold the lock on `byte`? Errors count as "held": when in
-/// doubt, a producer is alive.
+/// Does another process hold a write lock on `byte`? (Asked as "could we take a
+/// read lock?", so read locks, which read-only descriptors can take, are never
+/// seen.) Errors count as "held": when in doubt, a producer is alive.
 pub fn held_by_other(fd: BorrowedFd<'_>, byte: i64) -> bool {
-    let mut fl = flock(libc::F_WRLCK as libc::c_short, byte);
+    let mut fl = flock(libc::F_RDLCK as libc::c_short, byte);
     // SAFETY: as in `try_lock`; the kernel writes into `fl`, which we own.
     let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETLK, &mut fl) };
     r != 0 || fl.l_type != libc::F_UNLCK as libc::c_short
@@ -59,7 +66,8 @@ pub fn held_by_other(fd: BorrowedFd<'_>, byte: i64) -> bool {
 /// The pid of the process holding the lock on `byte`, as the kernel reports it to
 /// us: `None` when nobody holds it, and 0 for a holder in another pid namespace.
 pub fn holder_pid(fd: BorrowedFd<'_>, byte: i64) -> Option<u32> {
-    let mut fl = flock(libc::F_WRLCK as libc::c_short, byte);
+    // A read-lock probe, as in `held_by_other`: only write locks are reported.
+    let mut fl = flock(libc::F_RDLCK as libc::c_short, byte);
     // SAFETY: as in `held_by_other`.
     let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETLK, &mut fl) };
     if r != 0 || fl.l_type == libc::F_UNLCK as libc::c_short {

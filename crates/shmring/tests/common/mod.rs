@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
@@ -318,29 +318,33 @@ fn env_num(k: &str) -> u64 {
         .unwrap_or_else(|_| panic!("child: {k} is not a number"))
 }
 
-/// Attaches to a segment described as `fd:N` (inherited descriptor), `sock:N`
-/// (receive the descriptor over the inherited Unix socket N), `sockefd:N` (receive
-/// the descriptor and the ring's eventfd) or `name:NAME`.
+/// The spec (`fd:N,M,...`) and the raw descriptors a child needs to attach to
+/// `seg` from inherited descriptors (see [`open_segment`]).
+pub fn inherit(seg: &Segment) -> (String, Vec<RawFd>) {
+    let fds: Vec<RawFd> = seg.descriptors().iter().map(|f| f.as_raw_fd()).collect();
+    let list: Vec<String> = fds.iter().map(|f| f.to_string()).collect();
+    (format!("fd:{}", list.join(",")), fds)
+}
+
+/// Attaches to a segment described as `fd:N[,M...]` (inherited descriptors, in the
+/// order of `Segment::descriptors`), `sock:N` (receive them over the inherited
+/// Unix socket N) or `name:NAME`.
 pub fn open_segment(spec: &str) -> Arc<Segment> {
     let (how, arg) = spec.split_once(':').expect("segment spec");
     match how {
         "fd" => {
-            // SAFETY: the parent left this descriptor open for us, and nobody else
-            // in this process owns it.
-            let fd = unsafe { OwnedFd::from_raw_fd(arg.parse().unwrap()) };
-            Segment::from_fd(fd).expect("attach inherited memfd")
+            let fds = arg
+                .split(',')
+                // SAFETY: the parent left these descriptors open for us, and nobody
+                // else in this process owns them.
+                .map(|n| unsafe { OwnedFd::from_raw_fd(n.parse().unwrap()) })
+                .collect();
+            Segment::from_descriptors(fds).expect("attach inherited descriptors")
         }
-        "sock" | "sockefd" => {
+        "sock" => {
             // SAFETY: as above, for the socket.
             let sock = unsafe { UnixStream::from_raw_fd(arg.parse().unwrap()) };
-            let mut fds = shmring::recv_fds(&sock).expect("receive the segment descriptor");
-            if how == "sockefd" {
-                assert_eq!(fds.len(), 2, "a memfd and an eventfd");
-                let efd = fds.pop();
-                Segment::from_fds(fds.remove(0), efd).expect("attach received memfd + eventfd")
-            } else {
-                Segment::from_fd(fds.remove(0)).expect("attach received memfd")
-            }
+            Segment::receive(&sock).expect("receive and attach the ring's descriptors")
         }
         "name" => Segment::open_named(arg).expect("open named segment"),
         _ => panic!("bad segment spec {spec}"),
@@ -401,6 +405,42 @@ fn run_tap_role(role: &str) -> bool {
             let st = tap.stats();
             println!("@@TAPPED {} {} {}", st.delivered, st.lost, st.torn);
             true
+        }
+        // A read-only peer that read-locks every byte of every file it can reach:
+        // the read-only descriptor in SHMRING_TEST_RO, or, with SHMRING_TEST_OBSERVE,
+        // one received as an observer on that socket (as uid SHMRING_TEST_UID when
+        // given), or the named ring in SHMRING_TEST_SEG opened read-only.
+        "ro-lock-all" => {
+            let fd: OwnedFd = if let Ok(sock) = std::env::var("SHMRING_TEST_OBSERVE") {
+                if let Ok(uid) = std::env::var("SHMRING_TEST_UID") {
+                    let uid: u32 = uid.parse().unwrap();
+                    // SAFETY: plain system calls changing this process's ids.
+                    unsafe {
+                        assert_eq!(libc::setgid(uid), 0);
+                        assert_eq!(libc::setuid(uid), 0);
+                    }
+                }
+                let ro = Segment::observe(&sock).expect("observe");
+                ro.fd().try_clone_to_owned().unwrap()
+            } else if let Ok(n) = std::env::var("SHMRING_TEST_RO") {
+                // SAFETY: the parent left this descriptor open for us.
+                unsafe { OwnedFd::from_raw_fd(n.parse().unwrap()) }
+            } else {
+                let name = env("SHMRING_TEST_SEG");
+                let name = name.strip_prefix("name:").expect("a named ring");
+                let path = format!("/dev/shm/{name}");
+                std::fs::File::open(path).expect("open read-only").into()
+            };
+            // SAFETY: `flock` is a plain C struct; all-zero is valid.
+            let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+            fl.l_type = libc::F_RDLCK as libc::c_short;
+            fl.l_whence = libc::SEEK_SET as libc::c_short;
+            fl.l_start = 0;
+            fl.l_len = 0; // every byte, to the end of all files
+                          // SAFETY: a valid descriptor and struct for the call.
+            let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETLK, &fl) };
+            println!("@@LOCKED {r}");
+            sleep_forever();
         }
         // Map a named ring read-only, try to make it writable, then write to it.
         "tap-write" => {

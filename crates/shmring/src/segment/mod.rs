@@ -1,238 +1,40 @@
 //! The shared-memory segment: creation (memfd or named), attaching, validation,
 //! mapping, and typed access to the structures of [`crate::layout`].
 
+mod config;
+pub(crate) mod files;
+mod read_only;
+
+pub use config::Config;
+pub use read_only::ReadOnlySegment;
+
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 
 use rustix::fs::{MemfdFlags, Mode, SealFlags};
 use rustix::mm::{MapFlags, ProtFlags};
 
 use crate::error::{os, Error, Result};
 use crate::layout::{
-    Control, Geometry, LogEntry, Slot, CONTROL_SIZE, FLAG_EVENTFD, FLAG_HUGE_PAGES, LAYOUT_VERSION,
-    MAGIC, SLOT_SIZE,
+    Control, Geometry, LogEntry, Slot, CONTROL_SIZE, FLAG_EVENTFD, FLAG_HUGE_PAGES, FLAG_LOCK_FILE,
+    LAYOUT_VERSION, MAGIC, SLOT_SIZE,
 };
+
+/// The seals of a lock file: it can never hold a byte (nor grow into storage).
+const LOCK_FILE_SEALS: SealFlags = SealFlags::GROW
+    .union(SealFlags::SHRINK)
+    .union(SealFlags::WRITE);
+
+fn shm_open_err(path: &str, e: rustix::io::Errno) -> Error {
+    match e {
+        rustix::io::Errno::NOENT => Error::NotFound(path.into()),
+        e => os("shm_open", path, e),
+    }
+}
 use crate::protocol::Shared;
 use crate::stats::Stats;
 use crate::sync::{AtomicU64, Ordering};
-
-/// How a ring is sized. Worst-case shared memory is [`Config::segment_size`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config {
-    /// Data ring bytes: a power of two, 64 KiB to 2 GiB. The default, 16 MiB, holds
-    /// five 1080p I420 frames and stays within a server's last-level cache; size it
-    /// up for consumers that stall for long (`shmring record --capacity-mib`).
-    pub capacity: u64,
-    /// Largest payload; `None`: a quarter of the capacity. At most capacity/2 − 64.
-    pub max_record: Option<u64>,
-    /// Records in flight at once (claimed, unread or held); `None`: capacity/4096,
-    /// clamped to 64..=65536. A power of two.
-    pub log_entries: Option<u32>,
-    /// Producer slots, 1..=256.
-    pub max_producers: u32,
-    /// Producers wake the consumer through an eventfd (for epoll/asyncio/tokio)
-    /// instead of the futex.
-    pub eventfd: bool,
-    /// Ask for transparent huge pages on the ring (`MADV_HUGEPAGE` in every process
-    /// that maps it): fewer TLB misses when frames are megabytes. Takes effect only
-    /// where the kernel allows huge pages on shared memory
-    /// (`/sys/kernel/mm/transparent_hugepage/shmem_enabled` is `advise` or
-    /// `always`); elsewhere the ring works as without it.
-    pub huge_pages: bool,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            capacity: Self::DEFAULT_CAPACITY,
-            max_record: None,
-            log_entries: None,
-            max_producers: Self::DEFAULT_MAX_PRODUCERS,
-            eventfd: false,
-            huge_pages: false,
-        }
-    }
-}
-
-impl Config {
-    /// The default ring size, 16 MiB: every binding and command starts from it.
-    pub const DEFAULT_CAPACITY: u64 = 16 << 20;
-    /// The default number of producer slots.
-    pub const DEFAULT_MAX_PRODUCERS: u32 = 64;
-
-    /// A default configuration with `capacity` bytes of ring.
-    pub fn with_capacity(capacity: u64) -> Self {
-        Config {
-            capacity,
-            ..Default::default()
-        }
-    }
-
-    /// A default configuration with `capacity` bytes of ring whose records may be as
-    /// large as `largest` bytes: max_record is the default (a quarter of the capacity)
-    /// or `largest`, whichever is more. A ring too small for `largest` (more than
-    /// capacity/2 − 64) is reported by [`Config::geometry`] and by segment creation.
-    ///
-    /// ```
-    /// use shmring::Config;
-    /// let frame = 1920 * 1080 * 3 / 2;
-    /// assert_eq!(Config::for_records(8 << 20, frame).max_record, Some(frame));
-    /// assert_eq!(Config::for_records(64 << 20, frame).max_record, Some(16 << 20));
-    /// assert!(Config::for_records(4 << 20, frame).geometry().is_err());
-    /// ```
-    pub fn for_records(capacity: u64, largest: u64) -> Self {
-        Config {
-            max_record: Some((capacity / 4).max(largest)),
-            ..Config::with_capacity(capacity)
-        }
-    }
-
-    /// The layout this configuration produces, or why it is invalid.
-    pub fn geometry(&self) -> Result<Geometry> {
-        let max_record = self.max_record.unwrap_or(self.capacity / 4);
-        let log_entries = self.log_entries.unwrap_or_else(|| {
-            ((self.capacity / 4096).clamp(64, 65536) as u32).next_power_of_two()
-        });
-        let flags = if self.eventfd { FLAG_EVENTFD } else { 0 }
-            | if self.huge_pages { FLAG_HUGE_PAGES } else { 0 };
-        Geometry::new(
-            self.capacity,
-            max_record,
-            log_entries,
-            self.max_producers,
-            flags,
-        )
-        .map_err(Error::Config)
-    }
-
-    /// Bytes of shared memory the segment takes: control block, slots, claim log
-    /// and data ring. Nothing else in shmring grows with traffic.
-    pub fn segment_size(&self) -> Result<u64> {
-        Ok(self.geometry()?.total_size)
-    }
-}
-
-/// One open descriptor per segment file per process. Record locks (our liveness
-/// signal) are dropped when a process closes *any* descriptor of the file, so every
-/// descriptor of a file that this process hands us stays open until the last user
-/// of that file is gone.
-struct FileHandle {
-    fd: OwnedFd,
-    key: (u64, u64),
-    extra: Mutex<Vec<OwnedFd>>,
-    local: LocalRoles,
-    /// A read-only descriptor of the same file, opened once on demand
-    /// ([`Segment::read_only_fd`]) and kept as long as the file's other descriptors.
-    read_only: std::sync::OnceLock<OwnedFd>,
-}
-
-/// Which roles of a segment this process holds: the producer slots of its own
-/// producers and the consumer role. Record locks cannot tell a process its own
-/// locks, so the process remembers them here, in its private memory, where no peer
-/// can forge them. After `fork` the child holds none of its parent's locks: the
-/// record carries the fork generation it belongs to (see [`crate::sys::forks`],
-/// no system call, so sandboxed producers may detach) and reads as empty after one.
-#[derive(Default)]
-pub(crate) struct LocalRoles {
-    /// 1 + the fork generation this record belongs to (0: never used).
-    generation: std::sync::atomic::AtomicU32,
-    slots: [std::sync::atomic::AtomicU64; 4],
-    consumer: std::sync::atomic::AtomicBool,
-    /// Bit `j`: a tethered consumer of this process holds tether line `j`.
-    tethers: std::sync::atomic::AtomicU32,
-}
-
-impl LocalRoles {
-    fn current(&self) -> bool {
-        use std::sync::atomic::Ordering::*;
-        let me = crate::sys::forks().wrapping_add(1);
-        if self.generation.load(Acquire) == me {
-            return true;
-        }
-        // A fresh record, or one inherited through fork: start empty.
-        for w in &self.slots {
-            w.store(0, Relaxed);
-        }
-        self.consumer.store(false, Relaxed);
-        self.tethers.store(0, Relaxed);
-        self.generation.store(me, Release);
-        false
-    }
-    /// Does a producer of this process hold `slot`?
-    pub(crate) fn has_slot(&self, slot: u32) -> bool {
-        self.current()
-            && self.slots[(slot / 64) as usize].load(std::sync::atomic::Ordering::Acquire)
-                & (1 << (slot % 64))
-                != 0
-    }
-    pub(crate) fn set_slot(&self, slot: u32, held: bool) {
-        self.current();
-        let w = &self.slots[(slot / 64) as usize];
-        let bit = 1u64 << (slot % 64);
-        if held {
-            w.fetch_or(bit, std::sync::atomic::Ordering::AcqRel);
-        } else {
-            w.fetch_and(!bit, std::sync::atomic::Ordering::AcqRel);
-        }
-    }
-    /// Is this process the segment's consumer?
-    pub(crate) fn is_consumer(&self) -> bool {
-        self.current() && self.consumer.load(std::sync::atomic::Ordering::Acquire)
-    }
-    pub(crate) fn set_consumer(&self, held: bool) {
-        self.current();
-        self.consumer
-            .store(held, std::sync::atomic::Ordering::Release);
-    }
-    /// Does a tethered consumer of this process hold tether line `j`?
-    pub(crate) fn has_tether(&self, j: u32) -> bool {
-        self.current() && self.tethers.load(std::sync::atomic::Ordering::Acquire) & (1 << j) != 0
-    }
-    pub(crate) fn set_tether(&self, j: u32, held: bool) {
-        use std::sync::atomic::Ordering::AcqRel;
-        self.current();
-        if held {
-            self.tethers.fetch_or(1 << j, AcqRel);
-        } else {
-            self.tethers.fetch_and(!(1 << j), AcqRel);
-        }
-    }
-}
-
-type FileKey = (u64, u64);
-static FILES: Mutex<Vec<(FileKey, Weak<FileHandle>)>> = Mutex::new(Vec::new());
-
-fn file_handle(fd: OwnedFd, name: &str) -> Result<Arc<FileHandle>> {
-    let st = rustix::fs::fstat(&fd).map_err(|e| os("fstat", name, e))?;
-    let key = (st.st_dev as u64, st.st_ino as u64);
-    let mut files = FILES.lock().unwrap_or_else(|p| p.into_inner());
-    files.retain(|(_, w)| w.strong_count() > 0);
-    if let Some(h) = files
-        .iter()
-        .find(|(k, _)| *k == key)
-        .and_then(|(_, w)| w.upgrade())
-    {
-        h.extra.lock().unwrap_or_else(|p| p.into_inner()).push(fd);
-        return Ok(h);
-    }
-    let h = Arc::new(FileHandle {
-        fd,
-        key,
-        extra: Mutex::new(Vec::new()),
-        local: LocalRoles::default(),
-        read_only: std::sync::OnceLock::new(),
-    });
-    files.push((key, Arc::downgrade(&h)));
-    Ok(h)
-}
-
-impl Drop for FileHandle {
-    fn drop(&mut self) {
-        let mut files = FILES.lock().unwrap_or_else(|p| p.into_inner());
-        files.retain(|(k, w)| *k != self.key || w.strong_count() > 0);
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Backing {
@@ -258,7 +60,14 @@ enum Backing {
 pub struct Segment {
     base: NonNull<u8>,
     len: usize,
-    file: Arc<FileHandle>,
+    /// The ring's lock file as this process holds it (see [`files`]); `None` only
+    /// for a read-only view of a memfd ring, which gets no lock file.
+    locks: Option<Arc<files::LockFile>>,
+    /// A memfd ring's segment descriptor (a named ring's is its lock file's).
+    data: Option<OwnedFd>,
+    /// [`Segment::read_only_fd`], opened once on demand (memfd rings; a named
+    /// ring's goes to its lock file entry).
+    read_only: std::sync::OnceLock<OwnedFd>,
     geo: Geometry,
     name: String,
     label: crate::error::Name,
@@ -288,23 +97,43 @@ fn shm_name(name: &str) -> Result<String> {
 
 impl Segment {
     /// Creates an anonymous segment backed by a memfd sealed against shrinking and
-    /// growing. Hand [`Segment::fd`] to producers (inherit it, or [`crate::send_fds`]).
+    /// growing, with its lock file (a second sealed memfd that holds no bytes). Hand
+    /// producers every descriptor of [`Segment::descriptors`] (inherit them, or
+    /// [`Segment::send`] them; a [`crate::Listener`] does it for you).
     pub fn create_memfd(name: &str, cfg: &Config) -> Result<Arc<Segment>> {
-        let geo = cfg.geometry()?;
+        let mut geo = cfg.geometry()?;
+        geo.flags |= FLAG_LOCK_FILE;
         let label = format!("memfd:{name}");
         let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
             .map_err(|e| os("memfd_create", &label, e))?;
         rustix::fs::ftruncate(&fd, geo.total_size).map_err(|e| os("ftruncate", &label, e))?;
         rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
             .map_err(|e| os("add seals", &label, e))?;
-        let mut seg = Self::map(fd, geo, label, Backing::Memfd)?;
+        let locks = rustix::fs::memfd_create(
+            format!("{name}:locks"),
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )
+        .map_err(|e| os("memfd_create (lock file)", &label, e))?;
+        // Empty for ever: a lock file can hold record locks, never bytes.
+        rustix::fs::fcntl_add_seals(&locks, LOCK_FILE_SEALS | SealFlags::SEAL)
+            .map_err(|e| os("add seals (lock file)", &label, e))?;
+        let locks = files::register(locks, true, &label)?;
+        let mut seg = Self::map_file(
+            Some(locks),
+            Some(fd),
+            geo,
+            label,
+            Backing::Memfd,
+            ProtFlags::READ | ProtFlags::WRITE,
+        )?;
         seg.init();
         seg.make_eventfd()?;
         Ok(Arc::new(seg))
     }
 
     /// Creates a named segment (`/dev/shm/NAME`, mode 0600). It is unlinked when
-    /// this `Segment` is dropped, unless [`Segment::persist`] is called.
+    /// this `Segment` is dropped, unless [`Segment::persist`] is called. Its lock
+    /// file is the segment file itself (see [`Segment::descriptors`]).
     pub fn create_named(name: &str, cfg: &Config) -> Result<Arc<Segment>> {
         let geo = cfg.geometry()?;
         let path = shm_name(name)?;
@@ -323,10 +152,17 @@ impl Segment {
         };
         rustix::fs::ftruncate(&fd, geo.total_size)
             .map_err(|e| cleanup(os("ftruncate", &path, e)))?;
-        let seg =
-            Self::map(fd, geo, path.clone(), Backing::Named { owner: true }).map_err(cleanup)?;
+        let locks = files::register(fd, true, &path).map_err(cleanup)?;
+        let mut seg = Self::map_file(
+            Some(locks),
+            None,
+            geo,
+            path.clone(),
+            Backing::Named { owner: true },
+            ProtFlags::READ | ProtFlags::WRITE,
+        )
+        .map_err(cleanup)?;
         seg.init();
-        let mut seg = seg;
         seg.make_eventfd()?;
         Ok(Arc::new(seg))
     }
@@ -346,48 +182,186 @@ impl Segment {
     /// Opens an existing named segment.
     pub fn open_named(name: &str) -> Result<Arc<Segment>> {
         let path = shm_name(name)?;
-        let fd = rustix::shm::open(path.as_str(), rustix::shm::OFlags::RDWR, Mode::empty())
-            .map_err(|e| match e {
-                rustix::io::Errno::NOENT => Error::NotFound(path.as_str().into()),
-                e => os("shm_open", &path, e),
-            })?;
-        Self::attach(fd, path, Backing::Named { owner: false }).map(Arc::new)
+        let locks = match Self::named_open_here(&path)?.filter(|l| l.writable().is_some()) {
+            Some(locks) => locks,
+            None => {
+                let fd = rustix::shm::open(path.as_str(), rustix::shm::OFlags::RDWR, Mode::empty())
+                    .map_err(|e| shm_open_err(&path, e))?;
+                files::register(fd, true, &path)?
+            }
+        };
+        Self::attach(locks, None, path, Backing::Named { owner: false }, false).map(Arc::new)
     }
 
-    /// Opens an existing named segment read-only (`O_RDONLY`, `PROT_READ`): for
-    /// taps and observers, which must not be able to write a byte of it.
+    /// Opens an existing named segment read-only (`PROT_READ`, and `O_RDONLY` unless
+    /// this process has it open already): for taps and observers, which must not be
+    /// able to write a byte of it.
     pub(crate) fn open_named_read_only(name: &str) -> Result<Segment> {
         let path = shm_name(name)?;
-        let fd = rustix::shm::open(path.as_str(), rustix::shm::OFlags::RDONLY, Mode::empty())
-            .map_err(|e| match e {
-                rustix::io::Errno::NOENT => Error::NotFound(path.as_str().into()),
-                e => os("shm_open", &path, e),
-            })?;
-        Self::attach_prot(fd, path, Backing::Named { owner: false }, ProtFlags::READ)
-    }
-
-    /// Attaches to a segment from a descriptor (inherited or received). A memfd must
-    /// be sealed against shrinking and growing.
-    pub fn from_fd(fd: OwnedFd) -> Result<Arc<Segment>> {
-        Self::from_fds(fd, None)
-    }
-
-    /// Attaches from a segment descriptor and, for a ring created with
-    /// [`Config::eventfd`], its eventfd (both as sent by [`crate::send_fds`]).
-    pub fn from_fds(fd: OwnedFd, eventfd: Option<OwnedFd>) -> Result<Arc<Segment>> {
-        let label = format!("fd:{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
-        let backing = match rustix::fs::fcntl_get_seals(&fd) {
-            Ok(seals) => {
-                if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
-                    return Err(Error::Unsealed(label.into()));
-                }
-                Backing::Memfd
+        let locks = match Self::named_open_here(&path)? {
+            Some(locks) => locks,
+            None => {
+                let fd =
+                    rustix::shm::open(path.as_str(), rustix::shm::OFlags::RDONLY, Mode::empty())
+                        .map_err(|e| shm_open_err(&path, e))?;
+                files::register(fd, false, &path)?
             }
-            Err(_) => Backing::Named { owner: false },
         };
-        let mut seg = Self::attach(fd, label, backing)?;
-        seg.eventfd = eventfd;
+        Self::attach(locks, None, path, Backing::Named { owner: false }, true)
+    }
+
+    /// The entry of the file `/dev/shm/NAME` names now, if this process holds it
+    /// open: a named ring open here is never opened again, since closing the new
+    /// descriptor would drop this process's record locks on it.
+    fn named_open_here(path: &str) -> Result<Option<Arc<files::LockFile>>> {
+        let full = format!("/dev/shm{path}");
+        match rustix::fs::stat(full.as_str()) {
+            Ok(st) => Ok(files::lookup(files::key_of_stat(&st))),
+            Err(rustix::io::Errno::NOENT) => Err(Error::NotFound(path.into())),
+            // Let the open say what is wrong.
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Attaches from a descriptor (inherited or received): a named ring's file, or
+    /// a sealed memfd. A memfd ring needs its lock file too: use
+    /// [`Segment::from_descriptors`] with every descriptor of
+    /// [`Segment::descriptors`].
+    pub fn from_fd(fd: OwnedFd) -> Result<Arc<Segment>> {
+        Self::from_descriptors(vec![fd])
+    }
+
+    /// Attaches from a ring's descriptors, in the one order shmring hands them over
+    /// (see [`Segment::descriptors`]): the segment; for a memfd ring, its lock file;
+    /// for a ring created with [`Config::eventfd`], its eventfd (which a consumer
+    /// or a tap may leave out). The ring itself says which it has: a missing lock
+    /// file or a descriptor too many is [`Error::Descriptors`].
+    pub fn from_descriptors(fds: Vec<OwnedFd>) -> Result<Arc<Segment>> {
+        let mut fds = fds.into_iter();
+        let Some(fd) = fds.next() else {
+            return Err(Error::Descriptors {
+                segment: "(none)".into(),
+                what: "no descriptor given".into(),
+            });
+        };
+        let label = format!("fd:{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+        let missing = |what: String| Error::Descriptors {
+            segment: label.as_str().into(),
+            what,
+        };
+        let seals = rustix::fs::fcntl_get_seals(&fd);
+        if let Ok(s) = seals {
+            // A memfd whose seals can still change (a file of /dev/shm reads as
+            // sealed against sealing, and is attached as a named ring's file).
+            if !s.contains(SealFlags::SEAL) && !s.contains(SealFlags::SHRINK | SealFlags::GROW) {
+                return Err(Error::Unsealed(label.into()));
+            }
+        }
+        let mut seg = match seals {
+            Ok(seals) if seals.contains(SealFlags::SHRINK | SealFlags::GROW) => {
+                let flags =
+                    Self::probe(fd.as_fd(), &label, &Backing::Memfd, ProtFlags::READ)?.flags;
+                if flags & FLAG_LOCK_FILE == 0 {
+                    return Err(missing(
+                        "a memfd ring must name its lock file in its identity line, and this \
+                         one does not (written by another process?)"
+                            .into(),
+                    ));
+                }
+                let Some(locks) = fds.next() else {
+                    return Err(missing(
+                        "the ring's lock file descriptor is missing: hand over every \
+                         descriptor Segment::descriptors lists, in its order"
+                            .into(),
+                    ));
+                };
+                let locks = Self::lock_file_from(locks, fd.as_fd(), &label)?;
+                Self::attach(locks, Some(fd), label.clone(), Backing::Memfd, false)?
+            }
+            _ => {
+                let writable = rustix::fs::fcntl_getfl(&fd)
+                    .map(|f| f.contains(rustix::fs::OFlags::RDWR))
+                    .unwrap_or(false);
+                let locks = files::register(fd, writable, &label)?;
+                let seg = Self::attach(
+                    locks,
+                    None,
+                    label.clone(),
+                    Backing::Named { owner: false },
+                    false,
+                )?;
+                if seg.geo.flags & FLAG_LOCK_FILE != 0 {
+                    return Err(missing(
+                        "a named ring's file says it has a separate lock file".into(),
+                    ));
+                }
+                seg
+            }
+        };
+        if seg.uses_eventfd() {
+            seg.eventfd = fds.next();
+        }
+        let extra = fds.count();
+        if extra > 0 {
+            return Err(missing(format!(
+                "{extra} descriptor(s) more than the ring has (segment{}{})",
+                if seg.geo.flags & FLAG_LOCK_FILE != 0 {
+                    ", lock file"
+                } else {
+                    ""
+                },
+                if seg.uses_eventfd() { ", eventfd" } else { "" }
+            )));
+        }
         Ok(Arc::new(seg))
+    }
+
+    /// A received lock file: a memfd sealed so that it can never hold bytes (or
+    /// grow into a second segment), not the segment itself.
+    fn lock_file_from(
+        fd: OwnedFd,
+        segment: BorrowedFd<'_>,
+        label: &str,
+    ) -> Result<Arc<files::LockFile>> {
+        let bad = |what: &str| Error::Descriptors {
+            segment: label.into(),
+            what: format!("the descriptor given as the ring's lock file {what}"),
+        };
+        match rustix::fs::fcntl_get_seals(&fd) {
+            Ok(seals) if seals.contains(LOCK_FILE_SEALS) => {}
+            _ => return Err(bad("is not a sealed, empty memfd")),
+        }
+        if files::key_of(fd.as_fd(), label)? == files::key_of(segment, label)? {
+            return Err(bad("is the segment itself"));
+        }
+        files::register(fd, true, label)
+    }
+
+    /// The ring's descriptors, in the one order shmring hands them over (and
+    /// [`Segment::from_descriptors`] takes them): the segment; for a memfd ring,
+    /// its lock file; for an eventfd ring, its eventfd. A producer needs all of
+    /// them. (A read-only observer gets [`Segment::read_only_fd`] alone, and
+    /// nothing it can lock.)
+    pub fn descriptors(&self) -> Vec<BorrowedFd<'_>> {
+        let mut v = vec![self.fd()];
+        if self.geo.flags & FLAG_LOCK_FILE != 0 {
+            if let Some(l) = self.locks.as_ref().and_then(|l| l.writable()) {
+                v.push(l);
+            }
+        }
+        v.extend(self.eventfd());
+        v
+    }
+
+    /// Sends [`Segment::descriptors`] over a connected Unix socket (`SCM_RIGHTS`).
+    pub fn send(&self, sock: impl AsFd) -> std::io::Result<()> {
+        crate::sys::fdpass::send_fds(sock, &self.descriptors())
+    }
+
+    /// Receives a ring's descriptors sent with [`Segment::send`] and attaches.
+    pub fn receive(sock: impl AsFd) -> Result<Arc<Segment>> {
+        let fds = crate::sys::fdpass::recv_fds(sock).map_err(|e| os("recvmsg", "(socket)", e))?;
+        Self::from_descriptors(fds)
     }
 
     /// Opens a named segment created with [`Config::eventfd`], with its eventfd.
@@ -421,35 +395,62 @@ impl Segment {
         self.geo.flags & FLAG_EVENTFD != 0
     }
 
-    fn attach(fd: OwnedFd, name: String, backing: Backing) -> Result<Segment> {
-        Self::attach_prot(fd, name, backing, ProtFlags::READ | ProtFlags::WRITE)
-    }
-
-    /// Attaches a sealed memfd and maps it read-only (`PROT_READ`): for observers
-    /// that must never write into the ring. The result is not an `Arc<Segment>`, so
-    /// no producer or consumer (which write) can be made from it; wrap it (see
-    /// `crate::handoff::ReadOnlySegment`).
+    /// Maps a sealed memfd read-only (`PROT_READ`), with no lock file: for
+    /// observers that must never write into the ring. The result is not an
+    /// `Arc<Segment>`, so no producer or consumer (which write) can be made from
+    /// it; wrap it (see [`ReadOnlySegment`]).
     pub(crate) fn attach_read_only(fd: OwnedFd) -> Result<Segment> {
         let label = format!("fd:{} (read-only)", std::os::fd::AsRawFd::as_raw_fd(&fd));
         match rustix::fs::fcntl_get_seals(&fd) {
             Ok(seals) if seals.contains(SealFlags::SHRINK | SealFlags::GROW) => {}
             _ => return Err(Error::Unsealed(label.into())),
         }
-        Self::attach_prot(fd, label, Backing::Memfd, ProtFlags::READ)
+        let geo = Self::probe(fd.as_fd(), &label, &Backing::Memfd, ProtFlags::READ)?;
+        Self::map_file(None, Some(fd), geo, label, Backing::Memfd, ProtFlags::READ)
     }
 
-    fn attach_prot(
-        fd: OwnedFd,
+    /// Validates the ring in `data` (the segment itself for a memfd ring, else the
+    /// lock file, which is the segment) and maps it.
+    fn attach(
+        locks: Arc<files::LockFile>,
+        data: Option<OwnedFd>,
         name: String,
         backing: Backing,
-        prot: ProtFlags,
+        read_only: bool,
     ) -> Result<Segment> {
-        // Register the descriptor first: if this process already uses the file, the
-        // descriptor must stay open even when validation fails (closing it would drop
-        // our record locks on the file).
-        let file = file_handle(fd, &name)?;
-        let fd = file.fd.as_fd();
-        let st = rustix::fs::fstat(fd).map_err(|e| os("fstat", &name, e))?;
+        let prot = if read_only {
+            ProtFlags::READ
+        } else {
+            ProtFlags::READ | ProtFlags::WRITE
+        };
+        let fd = match &data {
+            Some(d) => d.as_fd(),
+            None => match (read_only, locks.writable()) {
+                (false, Some(w)) => w,
+                (false, None) => {
+                    return Err(Error::Descriptors {
+                        segment: name.into(),
+                        what: "the descriptor is read-only; a producer or consumer needs one \
+                               opened for reading and writing"
+                            .into(),
+                    })
+                }
+                (true, _) => locks.fd(),
+            },
+        };
+        let geo = Self::probe(fd, &name, &backing, prot)?;
+        Self::map_file(Some(locks), data, geo, name, backing, prot)
+    }
+
+    /// Validates the control block of the ring in `fd`: every size comes from
+    /// untrusted memory, so the control block is mapped alone first.
+    fn probe(
+        fd: BorrowedFd<'_>,
+        name: &str,
+        backing: &Backing,
+        prot: ProtFlags,
+    ) -> Result<Geometry> {
+        let st = rustix::fs::fstat(fd).map_err(|e| os("fstat", name, e))?;
         let size = st.st_size as u64;
         if size < CONTROL_SIZE {
             return Err(Error::LayoutMismatch {
@@ -459,25 +460,21 @@ impl Segment {
                 found: size.to_string(),
             });
         }
-        // Map the control block alone first: every size comes from untrusted memory.
-        let geo = {
-            let probe = Mapping::new(fd, CONTROL_SIZE as usize, &name, prot)?;
-            // Declared after `probe`, so dropped (unregistered) before it is unmapped.
-            let guard = probe.guard(&backing, &name)?;
-            // SAFETY: the mapping is CONTROL_SIZE bytes, page aligned, and Control fits.
-            let c = unsafe { &*(probe.ptr.as_ptr() as *const Control) };
-            let geo = Self::validate(c, size, &name);
-            if guard.as_ref().is_some_and(|g| g.tripped()) {
-                return Err(Error::LayoutMismatch {
-                    segment: name.into(),
-                    field: "file size",
-                    expected: CONTROL_SIZE.to_string(),
-                    found: "the file was truncated while attaching".into(),
-                });
-            }
-            geo?
-        };
-        Self::map_file(file, geo, name, backing, prot)
+        let probe = Mapping::new(fd, CONTROL_SIZE as usize, name, prot)?;
+        // Declared after `probe`, so dropped (unregistered) before it is unmapped.
+        let guard = probe.guard(backing, name)?;
+        // SAFETY: the mapping is CONTROL_SIZE bytes, page aligned, and Control fits.
+        let c = unsafe { &*(probe.ptr.as_ptr() as *const Control) };
+        let geo = Self::validate(c, size, name);
+        if guard.as_ref().is_some_and(|g| g.tripped()) {
+            return Err(Error::LayoutMismatch {
+                segment: name.into(),
+                field: "file size",
+                expected: CONTROL_SIZE.to_string(),
+                found: "the file was truncated while attaching".into(),
+            });
+        }
+        geo
     }
 
     fn validate(c: &Control, file_size: u64, name: &str) -> Result<Geometry> {
@@ -523,10 +520,13 @@ impl Segment {
             id.flags.load(Ordering::Relaxed),
         )
         .map_err(|e| mismatch("geometry", "a valid configuration".into(), e))?;
-        if geo.flags & !(FLAG_EVENTFD | FLAG_HUGE_PAGES) != 0 {
+        if geo.flags & !(FLAG_EVENTFD | FLAG_HUGE_PAGES | FLAG_LOCK_FILE) != 0 {
             return Err(mismatch(
                 "flags",
-                format!("a subset of {FLAG_EVENTFD:#x}"),
+                format!(
+                    "a subset of {:#x}",
+                    FLAG_EVENTFD | FLAG_HUGE_PAGES | FLAG_LOCK_FILE
+                ),
                 format!("{:#x}", geo.flags),
             ));
         }
@@ -564,20 +564,26 @@ impl Segment {
         Ok(geo)
     }
 
-    fn map(fd: OwnedFd, geo: Geometry, name: String, backing: Backing) -> Result<Segment> {
-        let file = file_handle(fd, &name)?;
-        Self::map_file(file, geo, name, backing, ProtFlags::READ | ProtFlags::WRITE)
-    }
-
+    /// Maps the whole ring from `data` (a memfd ring's segment) or the lock file
+    /// (a named ring's, which is the segment).
     fn map_file(
-        file: Arc<FileHandle>,
+        locks: Option<Arc<files::LockFile>>,
+        data: Option<OwnedFd>,
         geo: Geometry,
         name: String,
         backing: Backing,
         prot: ProtFlags,
     ) -> Result<Segment> {
         let len = geo.total_size as usize;
-        let m = Mapping::new(file.fd.as_fd(), len, &name, prot)?;
+        let fd = match (&data, &locks) {
+            (Some(d), _) => d.as_fd(),
+            (None, Some(l)) => l
+                .writable()
+                .filter(|_| prot.contains(ProtFlags::WRITE))
+                .unwrap_or(l.fd()),
+            (None, None) => unreachable!("a segment is mapped from a descriptor"),
+        };
+        let m = Mapping::new(fd, len, &name, prot)?;
         if geo.flags & FLAG_HUGE_PAGES != 0 {
             // SAFETY: advice on our own mapping, its exact range; it changes no
             // contents. Refused (an old kernel): the ring works with small pages.
@@ -595,7 +601,9 @@ impl Segment {
         Ok(Segment {
             base,
             len,
-            file,
+            locks,
+            data,
+            read_only: std::sync::OnceLock::new(),
             geo,
             label: name.as_str().into(),
             name,
@@ -668,22 +676,37 @@ impl Segment {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// The segment's descriptor (a memfd for [`Segment::create_memfd`]).
+    /// The segment's descriptor (a memfd for [`Segment::create_memfd`]). A
+    /// producer in another process needs [`Segment::descriptors`].
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.file.fd.as_fd()
+        match (&self.data, &self.locks) {
+            (Some(d), _) => d.as_fd(),
+            (None, Some(l)) => l.writable().unwrap_or(l.fd()),
+            (None, None) => unreachable!("a segment holds a descriptor"),
+        }
     }
 
-    /// A read-only descriptor of the segment's file (`O_RDONLY`, re-opened through
+    /// A read-only descriptor of the segment (`O_RDONLY`, re-opened through
     /// `/proc/self/fd`), for observers: the kernel refuses a writable shared mapping
-    /// of it. Opened once and kept open as long as the segment's other descriptors
-    /// (closing it would drop this process's record locks on the file).
+    /// of it, and it gives no access to the lock file. Opened once and kept.
     pub fn read_only_fd(&self) -> Result<BorrowedFd<'_>> {
-        if let Some(fd) = self.file.read_only.get() {
+        let slot = match (&self.data, &self.locks) {
+            // A named ring: the segment is the lock file, whose descriptors this
+            // process must keep (closing one would drop its record locks).
+            (None, Some(l)) => {
+                if let Some(fd) = l.read_only() {
+                    return Ok(fd);
+                }
+                None
+            }
+            _ => Some(&self.read_only),
+        };
+        if let Some(fd) = slot.and_then(|s| s.get()) {
             return Ok(fd.as_fd());
         }
         let path = format!(
             "/proc/self/fd/{}",
-            std::os::fd::AsRawFd::as_raw_fd(&self.file.fd)
+            std::os::fd::AsRawFd::as_raw_fd(&self.fd())
         );
         let fd = rustix::fs::open(
             path.as_str(),
@@ -691,16 +714,19 @@ impl Segment {
             Mode::empty(),
         )
         .map_err(|e| os("re-open read-only (/proc/self/fd)", &self.name, e))?;
-        // Another thread may have won the race: keep its descriptor and ours both
-        // open (ours goes to `extra`; closing it would drop our record locks).
-        if let Err(fd) = self.file.read_only.set(fd) {
-            self.file
-                .extra
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(fd);
+        match (slot, &self.locks) {
+            (Some(s), _) => {
+                // Another thread may have won the race: ours is closed (a memfd
+                // ring's segment holds no lock).
+                let _ = s.set(fd);
+                Ok(s.get().expect("set above").as_fd())
+            }
+            (None, Some(l)) => {
+                files::register(fd, false, &self.name)?;
+                Ok(l.read_only().expect("registered above"))
+            }
+            (None, None) => unreachable!("a named ring has a lock file"),
         }
-        Ok(self.file.read_only.get().expect("set above").as_fd())
     }
 
     /// The segment's name, for messages (`/name`, `memfd:name` or `fd:N`).
@@ -797,13 +823,18 @@ impl Segment {
         unsafe { self.base.as_ptr().add(self.geo.data_offset as usize) }
     }
 
-    pub(crate) fn lock_fd(&self) -> BorrowedFd<'_> {
-        self.file.fd.as_fd()
+    /// The ring's lock file as this process holds it; `None` only in a read-only
+    /// view of a memfd ring (see [`ReadOnlySegment`]), which cannot lock.
+    pub(crate) fn locks(&self) -> Option<&files::LockFile> {
+        self.locks.as_deref()
     }
 
-    /// The roles this process holds in this segment (see [`LocalRoles`]).
-    pub(crate) fn local(&self) -> &LocalRoles {
-        &self.file.local
+    /// The lock file of a segment that producers or consumers use (every
+    /// `Arc<Segment>` has one).
+    pub(crate) fn lock_file(&self) -> &files::LockFile {
+        self.locks
+            .as_deref()
+            .expect("only a read-only view lacks a lock file, and nothing locks through it")
     }
 }
 

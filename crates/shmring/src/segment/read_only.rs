@@ -1,0 +1,77 @@
+//! A ring mapped read-only: what taps and observers read.
+
+use std::os::fd::BorrowedFd;
+
+use crate::error::Result;
+use crate::layout::Geometry;
+use crate::segment::Segment;
+use crate::stats::Stats;
+
+/// A ring mapped read-only (`PROT_READ`), from [`Segment::observe`]: its counters
+/// and geometry. Nothing here writes to the segment, and the kernel refuses a
+/// writable mapping of its descriptor (`EACCES`).
+pub struct ReadOnlySegment {
+    seg: Segment,
+}
+
+impl ReadOnlySegment {
+    /// Opens a named ring (`/dev/shm/NAME`) read-only: `O_RDONLY` and `PROT_READ`.
+    pub fn open_named(name: &str) -> Result<ReadOnlySegment> {
+        Ok(ReadOnlySegment {
+            seg: Segment::open_named_read_only(name)?,
+        })
+    }
+
+    /// Maps a ring read-only from a descriptor (a sealed memfd, e.g. one received
+    /// from [`Segment::read_only_fd`] of the ring's owner).
+    pub fn from_fd(fd: std::os::fd::OwnedFd) -> Result<ReadOnlySegment> {
+        Ok(ReadOnlySegment {
+            seg: Segment::attach_read_only(fd)?,
+        })
+    }
+
+    pub(crate) fn segment(&self) -> &Segment {
+        &self.seg
+    }
+
+    /// A snapshot of the ring's counters.
+    pub fn stats(&self) -> Stats {
+        self.seg.stats()
+    }
+
+    /// The validated layout.
+    pub fn geometry(&self) -> &Geometry {
+        self.seg.geometry()
+    }
+
+    /// The tethered consumers attached (see [`Segment::tethers`]).
+    pub fn tethers(&self) -> Vec<crate::TetherInfo> {
+        self.seg.tethers()
+    }
+
+    /// The segment's name, for messages.
+    pub fn name(&self) -> &str {
+        self.seg.name()
+    }
+
+    /// The read-only mapping's address range.
+    pub fn mapping(&self) -> (*const u8, usize) {
+        self.seg.mapping()
+    }
+
+    /// The descriptor the mapping was made from: the read-only one received (or,
+    /// for a named ring this process already had open, the one it holds). The
+    /// mapping is read-only either way.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.seg.fd()
+    }
+}
+
+impl std::fmt::Debug for ReadOnlySegment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadOnlySegment")
+            .field("name", &self.seg.name())
+            .field("geometry", self.seg.geometry())
+            .finish()
+    }
+}

@@ -1,0 +1,443 @@
+//! Bounds that hold against a peer who aims (issue: hostile peers, round 3): one
+//! test per class a targeted write or a live attacker used to break. Each attack is
+//! a plain store into the mapping (what any process with the descriptor can do);
+//! afterwards honest producers' records must flow again, exactly once.
+
+use std::mem::offset_of;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shmring::layout::{
+    cursor_pos, cursor_seq, pack_cursor, ClaimState, Control, LogEntry, Slot, TetherLine,
+    SLOT_ACTIVE, UNIT,
+};
+use shmring::{Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, Producer, Segment};
+
+/// A peer's raw view of a segment: 8-byte words addressed through the layout.
+struct Peer {
+    base: usize,
+    seg: Arc<Segment>,
+}
+
+impl Peer {
+    fn new(seg: &Arc<Segment>) -> Peer {
+        Peer {
+            base: seg.mapping().0 as usize,
+            seg: seg.clone(),
+        }
+    }
+    fn word(&self, off: usize) -> &AtomicU64 {
+        assert!(off % 8 == 0 && off + 8 <= self.seg.mapping().1);
+        // SAFETY: aligned and inside the mapping, which `self.seg` keeps alive;
+        // every peer accesses shared words atomically.
+        unsafe { &*((self.base + off) as *const AtomicU64) }
+    }
+    fn write_cursor(&self) -> &AtomicU64 {
+        self.word(offset_of!(Control, write))
+    }
+    fn entry(&self, seq: u64) -> &AtomicU64 {
+        let g = self.seg.geometry();
+        self.word(g.log_offset as usize + (seq & (g.log_entries as u64 - 1)) as usize * 8)
+    }
+    fn slot_word(&self, slot: u32, field: usize) -> &AtomicU64 {
+        let g = self.seg.geometry();
+        self.word(g.slots_offset as usize + slot as usize * std::mem::size_of::<Slot>() + field)
+    }
+    fn tether_read(&self, line: usize) -> &AtomicU64 {
+        let line_size = std::mem::size_of_val(&unsafe_zeroed_control().tether[0]);
+        self.word(offset_of!(Control, tether) + line * line_size + offset_of!(TetherLine, read))
+    }
+}
+
+/// Only for `size_of_val` of a field type without naming the private `Line` size.
+fn unsafe_zeroed_control() -> &'static Control {
+    static BYTES: [u64; 512] = [0; 512];
+    // SAFETY: Control is made of atomics and plain integers, for which all-zero
+    // bytes are valid; 4096 bytes cover it; only its field sizes are used.
+    unsafe { &*(BYTES.as_ptr() as *const Control) }
+}
+
+fn small() -> Config {
+    Config {
+        capacity: 64 << 10,
+        max_record: Some(4 << 10),
+        log_entries: Some(16),
+        max_producers: 32,
+        ..Config::default()
+    }
+}
+
+fn fast(opts: ConsumerOptions) -> ConsumerOptions {
+    ConsumerOptions {
+        liveness_interval: Duration::from_millis(5),
+        spin: 0,
+        ..opts
+    }
+}
+
+fn payload(i: u64) -> Vec<u8> {
+    (0..(64 + (i % 7) * 100))
+        .map(|b| (b ^ i) as u8)
+        .collect()
+}
+
+/// Sends records tagged from `first` on until the consumer receives one sent
+/// after the attack, then `more` further ones, each exactly once and intact.
+/// Fails if nothing flows within `budget` (the liveness bound, not a speed goal).
+fn records_flow(consumer: &Consumer, producer: &mut Producer, first: u64, more: u64) {
+    let budget = Duration::from_secs(1);
+    let start = Instant::now();
+    let mut next = first;
+    let mut seen = Vec::new();
+    let target = loop {
+        assert!(
+            start.elapsed() < budget,
+            "no record got through within {budget:?} (sent {} since the attack)",
+            next - first
+        );
+        if let Ok(mut r) = producer.try_reserve(payload(next).len()) {
+            r.payload().copy_from_slice(&payload(next));
+            let _ = r.commit(Meta::new(0, next as u32));
+        }
+        next += 1;
+        while let Some(f) = consumer
+            .next_timeout(Some(Duration::from_millis(2)))
+            .expect("consumer")
+        {
+            let tag = f.meta().kind as u64;
+            assert_eq!(f.payload(), payload(tag), "record {tag} damaged");
+            seen.push(tag);
+        }
+        if seen.iter().any(|&t| t >= first) {
+            break next;
+        }
+    };
+    // From now on: every record exactly once, in order.
+    let mut expect = Vec::new();
+    for tag in target..target + more {
+        producer
+            .send(&payload(tag), Meta::new(0, tag as u32))
+            .expect("send after recovery");
+        expect.push(tag);
+        let f = consumer
+            .next_timeout(Some(Duration::from_secs(1)))
+            .expect("consumer")
+            .expect("a record after recovery");
+        assert_eq!(f.meta().kind as u64, tag);
+        assert_eq!(f.payload(), payload(tag));
+    }
+    assert!(
+        consumer.try_next().expect("consumer").is_none(),
+        "a record twice"
+    );
+}
+
+#[test]
+fn a_write_cursor_moved_about_a_ring_ahead_recovers() {
+    let cap = small().capacity / UNIT;
+    let rec = 2; // units of a small record
+    for (ahead, committed_first) in [
+        (cap, 0),
+        (cap, 3),
+        (cap - 1, 0),
+        (cap - 3 * rec, 0),
+        (cap - 3 * rec, 2),
+        (cap + 1, 0),
+        (2 * cap, 0),
+        (cap / 2, 0),
+    ] {
+        let seg = Segment::create_memfd("bounds-ahead", &small()).unwrap();
+        let consumer = Consumer::with_options(seg.clone(), fast(Default::default())).unwrap();
+        let mut producer = seg.producer().unwrap();
+        for i in 0..committed_first {
+            producer.send(&payload(i), Meta::new(0, i as u32)).unwrap();
+        }
+        let peer = Peer::new(&seg);
+        let w = peer.write_cursor().load(Ordering::Relaxed);
+        peer.write_cursor().store(
+            pack_cursor(cursor_seq(w), cursor_pos(w) + ahead),
+            Ordering::Relaxed,
+        );
+        records_flow(&consumer, &mut producer, 1000, 40);
+    }
+}
+
+#[test]
+fn a_producer_killed_between_stamping_its_claim_and_moving_the_cursor_costs_no_reset() {
+    let seg = Segment::create_memfd("bounds-half-claim", &small()).unwrap();
+    let consumer = Consumer::with_options(seg.clone(), fast(Default::default())).unwrap();
+    let mut producer = seg.producer().unwrap();
+    producer.send(&payload(1), Meta::new(0, 1)).unwrap();
+    // The dead producer: a slot that is ACTIVE while nobody holds its lock, and its
+    // claim stamped at the write cursor, which it never moved.
+    let peer = Peer::new(&seg);
+    let dead = 7;
+    peer.slot_word(dead, offset_of!(Slot, state))
+        .store(SLOT_ACTIVE as u64, Ordering::Relaxed);
+    let w = peer.write_cursor().load(Ordering::Relaxed);
+    let claim = LogEntry {
+        stamp: cursor_seq(w),
+        state: ClaimState::Claimed,
+        slot: dead,
+        units: 3,
+    };
+    peer.entry(cursor_seq(w))
+        .store(claim.pack(), Ordering::Relaxed);
+    let f = consumer.recv().unwrap();
+    assert_eq!(f.payload(), payload(1));
+    drop(f);
+    // The consumer judges the claim, steps over it, and helps the cursor past it
+    // as a producer would: no reset, nothing counted as corruption.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while seg.stats().abandoned == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the dead claim was never skipped"
+        );
+        assert!(consumer
+            .next_timeout(Some(Duration::from_millis(5)))
+            .unwrap()
+            .is_none());
+    }
+    let _ = consumer.audit().unwrap();
+    let s = seg.stats();
+    assert_eq!((s.resets, s.corruption), (0, 0), "{s:?}");
+    records_flow(&consumer, &mut producer, 2000, 20);
+    assert_eq!(seg.stats().resets, 0);
+}
+
+#[test]
+fn any_number_of_held_reservations_lets_the_records_behind_them_through() {
+    let seg = Segment::create_memfd("bounds-held", &small()).unwrap();
+    let opts = fast(ConsumerOptions {
+        overtake_after: Some(Duration::from_millis(10)),
+        claim_timeout: None,
+        ..Default::default()
+    });
+    let consumer = Consumer::with_options(seg.clone(), opts).unwrap();
+    // Twenty live producers each hold a reservation open (more than the claims a
+    // consumer could once watch at a time), the log has 16 entries, so 12 of them.
+    let mut holders: Vec<Producer> = (0..12).map(|_| seg.producer().unwrap()).collect();
+    let held: Vec<_> = holders
+        .iter_mut()
+        .map(|p| p.reserve_raw(100, FullPolicy::Fail).unwrap())
+        .collect();
+    assert_eq!(held.len(), 12);
+    let mut honest = seg.producer().unwrap();
+    for i in 0..3u64 {
+        honest.send(&payload(i), Meta::new(0, i as u32)).unwrap();
+    }
+    for i in 0..3u64 {
+        let f = consumer
+            .next_timeout(Some(Duration::from_secs(1)))
+            .unwrap()
+            .unwrap_or_else(|| panic!("record {i} stayed behind the held reservations"));
+        assert_eq!(f.payload(), payload(i));
+    }
+    assert!(seg.stats().stalled_claims >= 12);
+}
+
+#[test]
+fn held_reservations_expire_after_the_claim_timeout() {
+    let seg = Segment::create_memfd("bounds-expire", &small()).unwrap();
+    let opts = fast(ConsumerOptions {
+        claim_timeout: Some(Duration::from_millis(50)),
+        ..Default::default()
+    });
+    let consumer = Consumer::with_options(seg.clone(), opts).unwrap();
+    let mut stuck = seg.producer().unwrap();
+    let r = stuck.reserve_raw(100, FullPolicy::Fail).unwrap();
+    let mut honest = seg.producer().unwrap();
+    honest.send(&payload(5), Meta::new(0, 5)).unwrap();
+    // Strict claim order: the record waits for the stuck claim, which is taken
+    // back after the timeout.
+    let f = consumer
+        .next_timeout(Some(Duration::from_secs(1)))
+        .unwrap()
+        .expect("the record behind an expired claim");
+    assert_eq!(f.payload(), payload(5));
+    drop(f);
+    assert_eq!(seg.stats().expired_claims, 1);
+    assert!(matches!(
+        stuck.commit_raw(r.len, Meta::new(0, 0)),
+        Err(Error::Abandoned { .. })
+    ));
+    // The stuck producer carries on with new reservations.
+    stuck.send(&payload(6), Meta::new(0, 6)).unwrap();
+    assert_eq!(consumer.recv().unwrap().payload(), payload(6));
+}
+
+#[test]
+fn a_claim_forged_in_an_idle_producers_name_stalls_no_longer_than_the_claim_timeout() {
+    let seg = Segment::create_memfd("bounds-forged-idle", &small()).unwrap();
+    let opts = fast(ConsumerOptions {
+        claim_timeout: Some(Duration::from_millis(100)),
+        ..Default::default()
+    });
+    let consumer = Consumer::with_options(seg.clone(), opts).unwrap();
+    let idle = seg.producer().unwrap();
+    let victim = idle.slot();
+    // The forger writes a claim in the idle producer's name *and* the producer's
+    // open-claim word, moves the write cursor past it, and is gone.
+    let peer = Peer::new(&seg);
+    let w = peer.write_cursor().load(Ordering::Relaxed);
+    let forged = LogEntry {
+        stamp: cursor_seq(w),
+        state: ClaimState::Claimed,
+        slot: victim,
+        units: 4,
+    }
+    .pack();
+    peer.slot_word(victim, offset_of!(Slot, open_claim))
+        .store(forged, Ordering::Relaxed);
+    peer.entry(cursor_seq(w)).store(forged, Ordering::Relaxed);
+    peer.write_cursor().store(
+        pack_cursor(cursor_seq(w) + 1, cursor_pos(w) + 4),
+        Ordering::Relaxed,
+    );
+    let mut honest = seg.producer().unwrap();
+    records_flow(&consumer, &mut honest, 3000, 10);
+    assert_eq!(seg.stats().expired_claims, 1);
+    drop(idle);
+}
+
+#[test]
+fn a_tether_line_written_by_another_process_is_expelled_and_its_reader_told_why() {
+    let seg = Segment::create_memfd("bounds-tether", &small()).unwrap();
+    let owner = Consumer::with_options(seg.clone(), fast(Default::default())).unwrap();
+    let tethered = Consumer::tethered(seg.clone(), fast(Default::default())).unwrap();
+    let mut producer = seg.producer().unwrap();
+    for i in 0..4u64 {
+        producer.send(&payload(i), Meta::new(0, i as u32)).unwrap();
+    }
+    for _ in 0..4 {
+        drop(owner.recv().unwrap());
+    }
+    let line = tethered.tether_info().unwrap().line as usize;
+    for _ in 0..4 {
+        drop(tethered.recv().unwrap());
+    }
+    // Another process moves the line's read cursor backwards, again and again.
+    let peer = Peer::new(&seg);
+    let before = peer.tether_read(line).load(Ordering::Relaxed);
+    // Two values behind the line's, alternately (the owner never sees a release
+    // that leads from one to the other).
+    let back = [
+        pack_cursor(cursor_seq(before) - 2, cursor_pos(before) - 4),
+        pack_cursor(cursor_seq(before) - 1, cursor_pos(before) - 2),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(1);
+    for i in 0.. {
+        peer.tether_read(line).store(back[i % 2], Ordering::Relaxed);
+        let _ = owner.audit().unwrap();
+        if seg.stats().tethers_detached > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the written line was never expelled"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    match tethered.try_next() {
+        Err(Error::Detached { why, .. }) => {
+            assert!(why.contains("another process"), "{why}")
+        }
+        other => panic!("expected Detached, got {other:?}"),
+    }
+    // The owner holds nothing for it any more: records flow to the end of the ring.
+    records_flow(&owner, &mut producer, 4000, 60);
+}
+
+#[test]
+fn a_tethered_reader_notices_its_own_line_was_written() {
+    let seg = Segment::create_memfd("bounds-tether-self", &small()).unwrap();
+    let owner = Consumer::with_options(seg.clone(), fast(Default::default())).unwrap();
+    let tethered = Consumer::tethered(seg.clone(), fast(Default::default())).unwrap();
+    let mut producer = seg.producer().unwrap();
+    producer.send(&payload(1), Meta::new(0, 1)).unwrap();
+    drop(owner.recv().unwrap());
+    drop(tethered.recv().unwrap());
+    let line = tethered.tether_info().unwrap().line as usize;
+    let peer = Peer::new(&seg);
+    let r = peer.tether_read(line).load(Ordering::Relaxed);
+    // Forward, as if it had released records it never read.
+    peer.tether_read(line).store(
+        pack_cursor(cursor_seq(r) + 1, cursor_pos(r) + 2),
+        Ordering::Relaxed,
+    );
+    match tethered.audit() {
+        Err(Error::Detached { why, .. }) => assert!(why.contains("another process"), "{why}"),
+        other => panic!("expected Detached, got {other:?}"),
+    }
+    drop(tethered);
+    producer.send(&payload(2), Meta::new(0, 2)).unwrap();
+    assert_eq!(owner.recv().unwrap().payload(), payload(2));
+}
+
+#[test]
+fn a_claim_stamped_at_an_unmoved_write_cursor_never_makes_a_tap_go_back() {
+    use shmring::{ReadOnlySegment, Tap, TapOptions};
+    let seg = Segment::create_memfd("bounds-tap-unmoved", &small()).unwrap();
+    let consumer = Consumer::with_options(seg.clone(), fast(Default::default())).unwrap();
+    let ro = seg.read_only_fd().unwrap().try_clone_to_owned().unwrap();
+    let mut tap = Tap::new(
+        ReadOnlySegment::from_fd(ro).unwrap(),
+        TapOptions {
+            skip_pending_after: Duration::from_millis(10),
+            poll_interval: Duration::from_millis(1),
+            ..Default::default()
+        },
+    );
+    let mut producer = seg.producer().unwrap();
+    for i in 0..3u64 {
+        producer.send(&payload(i), Meta::new(0, i as u32)).unwrap();
+    }
+    // A claim stamped at the write cursor, which nobody moves past it.
+    let peer = Peer::new(&seg);
+    let w = peer.write_cursor().load(Ordering::Relaxed);
+    let claim = LogEntry {
+        stamp: cursor_seq(w),
+        state: ClaimState::Claimed,
+        slot: producer.slot(),
+        units: 2,
+    };
+    peer.entry(cursor_seq(w))
+        .store(claim.pack(), Ordering::Relaxed);
+    let mut buf = Vec::new();
+    let mut seen = Vec::new();
+    let until = Instant::now() + Duration::from_millis(200);
+    while Instant::now() < until {
+        if let Some(f) = tap
+            .next_into(&mut buf, Some(Duration::from_millis(5)))
+            .unwrap()
+        {
+            seen.push(f.meta.kind);
+        }
+    }
+    assert_eq!(seen, [0, 1, 2], "each record once, none again");
+    assert_eq!(
+        tap.stats().lost,
+        1,
+        "only the claim stepped over: {:?}",
+        tap.stats()
+    );
+    // The consumer takes the claim back; honest records reach the tap once each.
+    for _ in 0..3 {
+        drop(consumer.recv().unwrap());
+    }
+    records_flow(&consumer, &mut producer, 10, 5);
+    let mut later = Vec::new();
+    while let Some(f) = tap
+        .next_into(&mut buf, Some(Duration::from_millis(50)))
+        .unwrap()
+    {
+        later.push(f.meta.kind);
+    }
+    let mut dedup = later.clone();
+    dedup.dedup();
+    assert_eq!(later, dedup, "no record twice");
+    assert!(later.iter().all(|&k| k >= 10), "{later:?}");
+    assert!(tap.stats().lost < 10, "{:?}", tap.stats());
+}
