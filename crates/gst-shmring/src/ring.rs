@@ -1,5 +1,5 @@
 //! The ring both elements name in their properties: the properties themselves
-//! (`ring`, `fd`, and the source's `create` and `capacity`), their values, and
+//! (`ring`, `fd`, `lock-fd`, and the source's `create` and `capacity`), their values, and
 //! opening the ring they name.
 
 use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
@@ -16,6 +16,8 @@ pub struct Location {
     pub name: Option<String>,
     /// An inherited descriptor (a memfd); -1: none.
     pub fd: RawFd,
+    /// The ring's inherited lock file descriptor (a memfd ring's); -1: none.
+    pub lock_fd: RawFd,
     /// Create the named ring (source only).
     pub create: bool,
     /// Ring bytes when creating; 0: the core's default.
@@ -27,6 +29,7 @@ impl Default for Location {
         Location {
             name: None,
             fd: -1,
+            lock_fd: -1,
             create: false,
             capacity: 0,
         }
@@ -48,6 +51,16 @@ pub fn properties(purpose: &str, create: bool) -> Vec<glib::ParamSpec> {
             .blurb(&format!(
                 "An inherited descriptor of the ring (a memfd) to {purpose} instead of a named ring; -1: none"
             ))
+            .minimum(-1)
+            .default_value(-1)
+            .mutable_ready()
+            .build(),
+        glib::ParamSpecInt::builder("lock-fd")
+            .nick("Lock file descriptor")
+            .blurb(
+                "With fd: the ring's inherited lock file descriptor (a memfd ring's second \
+                 descriptor, which producers and consumers need; a tap does not); -1: none",
+            )
             .minimum(-1)
             .default_value(-1)
             .mutable_ready()
@@ -74,7 +87,8 @@ pub fn properties(purpose: &str, create: bool) -> Vec<glib::ParamSpec> {
 
 /// Where [`Location::source`] found the ring.
 enum Source<'a> {
-    Fd(OwnedFd),
+    /// Copies of the inherited descriptors, in the order of `Segment::descriptors`.
+    Fd(Vec<OwnedFd>),
     Name(&'a str),
 }
 
@@ -85,6 +99,7 @@ impl Location {
         match name {
             "ring" => self.name = value.get().expect(CHECKED),
             "fd" => self.fd = value.get().expect(CHECKED),
+            "lock-fd" => self.lock_fd = value.get().expect(CHECKED),
             "create" => self.create = value.get().expect(CHECKED),
             "capacity" => self.capacity = value.get().expect(CHECKED),
             _ => return false,
@@ -97,6 +112,7 @@ impl Location {
         Some(match name {
             "ring" => self.name.to_value(),
             "fd" => self.fd.to_value(),
+            "lock-fd" => self.lock_fd.to_value(),
             "create" => self.create.to_value(),
             "capacity" => self.capacity.to_value(),
             _ => return None,
@@ -124,17 +140,25 @@ impl Location {
         })
     }
 
-    /// A copy of the inherited descriptor, if one is set; else the ring's name.
-    fn source(&self) -> Result<Source<'_>, String> {
+    /// Copies of the inherited descriptors, if set; else the ring's name.
+    fn source(&self, with_lock_file: bool) -> Result<Source<'_>, String> {
         if self.fd >= 0 {
-            // SAFETY: the descriptor is only borrowed for the duplication below, which
-            // the kernel checks: a descriptor that is not open fails with EBADF and
-            // is reported, never used.
-            let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
-            return fd
-                .try_clone_to_owned()
-                .map(Source::Fd)
-                .map_err(|e| format!("descriptor {}: {e}", self.fd));
+            let mut fds = vec![self.fd];
+            if with_lock_file && self.lock_fd >= 0 {
+                fds.push(self.lock_fd);
+            }
+            return fds
+                .into_iter()
+                .map(|n| {
+                    // SAFETY: the descriptor is only borrowed for the duplication
+                    // below, which the kernel checks: a descriptor that is not open
+                    // fails with EBADF and is reported, never used.
+                    let fd = unsafe { BorrowedFd::borrow_raw(n) };
+                    fd.try_clone_to_owned()
+                        .map_err(|e| format!("descriptor {n}: {e}"))
+                })
+                .collect::<Result<_, _>>()
+                .map(Source::Fd);
         }
         match self.name.as_deref().filter(|n| !n.is_empty()) {
             Some(name) => Ok(Source::Name(name)),
@@ -144,9 +168,10 @@ impl Location {
 
     /// The ring, or an error naming it and the cause.
     pub fn open(&self) -> Result<Arc<Segment>, String> {
-        let name = match self.source()? {
+        let name = match self.source(true)? {
             Source::Fd(owned) => {
-                return Segment::from_fd(owned).map_err(|e| format!("descriptor {}: {e}", self.fd))
+                return Segment::from_descriptors(owned)
+                    .map_err(|e| format!("descriptor {}: {e}", self.fd))
             }
             Source::Name(name) => name,
         };
@@ -164,10 +189,9 @@ impl Location {
 
     /// The ring mapped read-only (`create` does not apply), or an error naming it.
     pub fn open_read_only(&self) -> Result<ReadOnlySegment, String> {
-        match self.source()? {
-            Source::Fd(owned) => {
-                ReadOnlySegment::from_fd(owned).map_err(|e| format!("descriptor {}: {e}", self.fd))
-            }
+        match self.source(false)? {
+            Source::Fd(mut owned) => ReadOnlySegment::from_fd(owned.remove(0))
+                .map_err(|e| format!("descriptor {}: {e}", self.fd)),
             Source::Name(name) => ReadOnlySegment::open_named(name).map_err(|e| e.to_string()),
         }
     }

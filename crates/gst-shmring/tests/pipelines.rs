@@ -366,14 +366,17 @@ fn encodes_from_the_ring_into_an_mp4_with_every_frame() {
 fn inherited_descriptors_work_for_both_elements() {
     use std::os::fd::AsRawFd;
     let seg = Segment::create_memfd("gst-fd", &Config::default()).expect("memfd ring");
-    let fd = seg.fd().as_raw_fd();
+    let fds = seg.descriptors();
+    let (fd, lock) = (fds[0].as_raw_fd(), fds[1].as_raw_fd());
     let desc = video("ball", 5, "I420", 320, 240);
     let want = reference(&desc, 5);
     let p = Pipeline::launch(&format!(
-        "shmringsrc name=src fd={fd} timestamp-mode=stream ! appsink name=out sync=false max-buffers=4"
+        "shmringsrc name=src fd={fd} lock-fd={lock} timestamp-mode=stream ! appsink name=out sync=false max-buffers=4"
     ));
     p.play();
-    let s = Pipeline::launch(&format!("{desc} ! shmringsink name=sink fd={fd}"));
+    let s = Pipeline::launch(&format!(
+        "{desc} ! shmringsink name=sink fd={fd} lock-fd={lock}"
+    ));
     s.play();
     s.wait_eos(LIMIT).expect("sink pipeline ends");
     assert_same(&pull(&p.appsink("out"), 5, LIMIT), &want);

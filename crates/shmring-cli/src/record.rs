@@ -125,20 +125,27 @@ fn tethered(
     Ok(c)
 }
 
-/// Records and bytes this recorder has read: the ring's consumer's counters, or a
-/// tethered consumer's own (with its line; once the line is gone, as `seen` last).
-fn reads(
-    seg: &Segment,
-    consumer: &Consumer,
-    seen: &mut Option<TetherInfo>,
-) -> (u64, u64, Option<TetherInfo>) {
+/// A tethered recorder's line as the ring lists it (once the line is gone, as
+/// `seen` last); `None` for the ring's consumer.
+fn line_of(consumer: &Consumer, seen: &mut Option<TetherInfo>) -> Option<TetherInfo> {
     if consumer.is_tethered() {
         *seen = consumer.tether_info().or(*seen);
-        let (r, b) = seen.map_or((0, 0), |t| (t.records_consumed, t.bytes_consumed));
-        (r, b, *seen)
-    } else {
-        let st = seg.stats();
-        (st.records_consumed, st.bytes_consumed, None)
+    }
+    *seen
+}
+
+/// Records and bytes this recorder read, counted by itself (the ring's counters
+/// are statistics a peer can write).
+#[derive(Debug, Default, Clone, Copy)]
+struct Read {
+    records: u64,
+    bytes: u64,
+}
+
+impl Read {
+    fn add(&mut self, len: usize) {
+        self.records += 1;
+        self.bytes += len as u64;
     }
 }
 
@@ -308,6 +315,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     let mut ring_error: Option<String> = None;
     let mut owner_gone = false;
     let mut line_seen = None;
+    let mut read = Read::default();
     let wait = Some(Duration::from_millis(100));
     'run: loop {
         if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
@@ -315,6 +323,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
         }
         match consumer.next_timeout(wait) {
             Ok(Some(f)) => {
+                read.add(f.len());
                 // The frame is read in place and released when it goes out of scope.
                 if let Err(e) = rec.process(f.meta(), f.payload()) {
                     write_error = Some(e);
@@ -343,7 +352,8 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
                 owner_gone = true;
                 break 'run;
             }
-            let (records, bytes, line) = reads(&seg, &consumer, &mut line_seen);
+            let line = line_of(&consumer, &mut line_seen);
+            let (records, bytes) = (read.records, read.bytes);
             if a.progress {
                 let st = seg.stats();
                 emit(json!({"progress": {
@@ -363,7 +373,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     // Record what was committed before the stop (bounded: a producer still
     // running cannot keep us here).
     if write_error.is_none() && ring_error.is_none() {
-        let mut left = match reads(&seg, &consumer, &mut line_seen).2 {
+        let mut left = match line_of(&consumer, &mut line_seen) {
             Some(line) => line.lag_records,
             None => seg.stats().records_in_flight,
         } + 16;
@@ -371,6 +381,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
             left -= 1;
             match consumer.try_next() {
                 Ok(Some(f)) => {
+                    read.add(f.len());
                     if let Err(e) = rec.process(f.meta(), f.payload()) {
                         write_error = Some(e);
                         break;
@@ -389,7 +400,8 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     report_health(&seg, &consumer, &mut seen);
     let consumer_resets = consumer.resets();
     let st = seg.stats();
-    let (records, bytes, line) = reads(&seg, &consumer, &mut line_seen);
+    let line = line_of(&consumer, &mut line_seen);
+    let (records, bytes) = (read.records, read.bytes);
     drop(consumer);
     let (cpu_s, max_rss_kb) = procinfo::own_usage();
 
@@ -482,7 +494,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     if st.abandoned > 0 {
         let _ = writeln!(
             e,
-            "  {} records abandoned by producers that died mid-write",
+            "  the ring reports {} records abandoned by producers that died mid-write",
             st.abandoned
         );
     }

@@ -983,6 +983,7 @@ impl Consumer {
     pub fn audit(&self) -> Result<bool> {
         self.last_audit.set(Instant::now());
         self.since_audit.set(0);
+        self.seg.check_size()?;
         if let Role::Tethered(j) = self.role {
             return self.audit_tethered(j);
         }

@@ -340,7 +340,9 @@ pub const TETHER_OVERWRITTEN: u32 = 4;
 #[derive(Default)]
 pub struct TetherLine {
     pub state: AtomicU32,
-    pub _pad: u32,
+    /// The pid the kernel reported to the ring's consumer for the line's lock when
+    /// it adopted it (0: unknown), for readers without the lock file (observers).
+    pub pid: AtomicU32,
     /// Its read cursor (its own store, Release; the consumer's at adoption).
     pub read: AtomicU64,
     /// Its peek cursor (statistics).

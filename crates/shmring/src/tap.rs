@@ -108,7 +108,13 @@ pub struct Tap {
     pending: Option<(u64, Instant)>,
     /// The ring's reset count when the tap last jumped (or started).
     resets_seen: u64,
+    /// When the tap last checked that the file is still as long as the ring.
+    last_size_check: Instant,
 }
+
+/// How often a tap checks that a named ring's file was not truncated (as a
+/// consumer does at its liveness interval).
+const SIZE_CHECK_EVERY: Duration = Duration::from_millis(50);
 
 enum Look {
     Taken(TapFrame),
@@ -132,6 +138,7 @@ impl Tap {
             matched: 0,
             pending: None,
             resets_seen: 0,
+            last_size_check: Instant::now(),
         }
         .started()
     }
@@ -197,7 +204,10 @@ impl Tap {
         let start = Instant::now();
         let mut out = None;
         loop {
-            if self.ro.segment().truncated() {
+            if self.last_size_check.elapsed() >= SIZE_CHECK_EVERY {
+                self.last_size_check = Instant::now();
+                self.ro.segment().check_size()?;
+            } else if self.ro.segment().truncated() {
                 return Err(self.ro.segment().truncated_error());
             }
             match self.look(&mut |p: &[u8], m: &Meta| out = Some(f(p, m))) {

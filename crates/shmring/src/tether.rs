@@ -265,6 +265,7 @@ impl Supervisor {
             self.watch[j as usize] = (own_read, None);
             l.read.store(own_read, Ordering::Relaxed);
             l.peek.store(own_read, Ordering::Relaxed);
+            l.pid.store(holder_pid(seg, j), Ordering::Relaxed);
             // Release: its start cursor before it reads ACTIVE.
             l.state.store(TETHER_ACTIVE, Ordering::Release);
             any = true;
@@ -431,7 +432,8 @@ pub struct TetherInfo {
     pub line: u32,
     /// Asked to attach and not adopted yet.
     pub requested: bool,
-    /// The pid holding the line, as the kernel reports it (0: unknown).
+    /// The pid holding the line, as the kernel reports it (0: unknown); for a
+    /// read-only view, as the ring's consumer reported it when it adopted the line.
     pub pid: u32,
     pub records_consumed: u64,
     pub bytes_consumed: u64,
@@ -461,7 +463,11 @@ pub(crate) fn info(seg: &Segment, j: u32) -> Option<TetherInfo> {
     Some(TetherInfo {
         line: j,
         requested: state == TETHER_REQUESTED,
-        pid: holder_pid(seg, j),
+        pid: match seg.locks() {
+            Some(_) => holder_pid(seg, j),
+            // A read-only view has no lock file: what the ring's consumer reported.
+            None => l.pid.load(Ordering::Relaxed),
+        },
         records_consumed: l.records_consumed.load(Ordering::Relaxed),
         bytes_consumed: l.bytes_consumed.load(Ordering::Relaxed),
         lost: l.lost.load(Ordering::Relaxed),

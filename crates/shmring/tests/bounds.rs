@@ -77,9 +77,7 @@ fn fast(opts: ConsumerOptions) -> ConsumerOptions {
 }
 
 fn payload(i: u64) -> Vec<u8> {
-    (0..(64 + (i % 7) * 100))
-        .map(|b| (b ^ i) as u8)
-        .collect()
+    (0..(64 + (i % 7) * 100)).map(|b| (b ^ i) as u8).collect()
 }
 
 /// Sends records tagged from `first` on until the consumer receives one sent

@@ -445,6 +445,76 @@ mod model {
         );
     }
 
+    static CLAIMED_DURING_RESET: AtomicUsize = AtomicUsize::new(0);
+
+    /// The reset and what it publishes. A peer moved the write cursor exactly one
+    /// ring ahead (the value that once left a ring full for ever); the consumer
+    /// finds it in its audit and resets while a producer tries to claim. Every
+    /// interleaving: the ring's read cursor the reset publishes is the consumer's
+    /// own, the producer's claim (if it got one) lies in the new generation and is
+    /// delivered, and afterwards there is room: a claim succeeds.
+    #[test]
+    fn a_reset_publishes_a_read_cursor_producers_can_use() {
+        use shmring::layout::pack_cursor;
+        builder().check(|| {
+            let ring = Arc::new(Ring::new(2, 4));
+            ring.write.store(pack_cursor(0, 4), Release);
+            let producer = {
+                let ring = ring.clone();
+                loom::thread::spawn(move || {
+                    let sh = ring.shared();
+                    for _ in 0..2 {
+                        match sh.try_claim(1, 0, &ring.open[0]) {
+                            Ok(c) => {
+                                assert!(sh.settle(&c, ClaimState::Committed, &ring.open[0]));
+                                return Some(c);
+                            }
+                            Err(_) => loom::thread::yield_now(),
+                        }
+                    }
+                    None
+                })
+            };
+            let sh = ring.shared();
+            let mut cur = ConsumerCursor::new(2, 0);
+            assert!(
+                cur.audit_write_cursor(&sh).is_err(),
+                "one ring ahead is found"
+            );
+            cur.reset(&sh, None);
+            assert_eq!(
+                ring.read.load(Acquire),
+                cur.published(),
+                "the ring's read cursor is the consumer's own"
+            );
+            let claimed = producer.join().unwrap();
+            if let Some(c) = claimed {
+                CLAIMED_DURING_RESET.fetch_add(1, Relaxed);
+                // A claim made with the forged cursor would have been taken back by
+                // the reset (its commit fails); one that committed is in the new
+                // generation, and delivered.
+                match cur.poll(&sh) {
+                    Poll::Record { seq, .. } => {
+                        assert_eq!(seq & shmring::layout::SEQ_MASK, c.seq);
+                        cur.release(seq).unwrap();
+                        cur.publish(&sh);
+                    }
+                    other => panic!("the committed record is not delivered: {other:?}"),
+                }
+            }
+            assert!(cur.audit_write_cursor(&sh).is_ok());
+            let c = sh
+                .try_claim(1, 1, &ring.open[1])
+                .expect("room for a claim after the reset");
+            assert!(sh.settle(&c, ClaimState::Committed, &ring.open[1]));
+            assert!(matches!(cur.poll(&sh), Poll::Record { .. }));
+        });
+        assert!(
+            CLAIMED_DURING_RESET.load(Relaxed) > 0,
+            "no execution let the producer claim around the reset"
+        );
+    }
+
     static BUDGET_SKIPPED: AtomicUsize = AtomicUsize::new(0);
 
     /// The wake-up handshake of `protocol::handshake` (what `wake` runs before its

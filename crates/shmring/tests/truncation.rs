@@ -85,3 +85,45 @@ fn a_memfd_segment_cannot_be_truncated() {
     }
     assert!(!seg.truncated());
 }
+
+/// Truncated to half: the pages the consumer and a tap touch may all lie in the
+/// half that is left, so nothing faults; both still notice at their next look
+/// (within a liveness interval) and say so.
+#[test]
+fn truncation_to_half_is_noticed_by_the_consumer_and_a_tap() {
+    let name = shm_name("trunc-half");
+    let seg = Segment::create_named(&name.0, &Config::with_capacity(1 << 20)).unwrap();
+    let opts = shmring::ConsumerOptions {
+        liveness_interval: Duration::from_millis(5),
+        ..Default::default()
+    };
+    let consumer = shmring::Consumer::with_options(seg.clone(), opts).unwrap();
+    let mut tap = shmring::Tap::new(
+        shmring::ReadOnlySegment::open_named(&name.0).unwrap(),
+        shmring::TapOptions::default(),
+    );
+    let mut prod = seg.producer().unwrap();
+    prod.send(&[1u8; 100], Meta::new(1, 2)).unwrap();
+    drop(consumer.recv().unwrap());
+    let half = seg.geometry().total_size / 2;
+    truncate(&name, half);
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    let e = loop {
+        match consumer.next_timeout(Some(Duration::from_millis(10))) {
+            Err(e) => break e,
+            Ok(_) => assert!(std::time::Instant::now() < deadline, "never noticed"),
+        }
+    };
+    assert!(is_truncation(&e), "{e}");
+    let mut buf = Vec::new();
+    let e = loop {
+        match tap.next_into(&mut buf, Some(Duration::from_millis(10))) {
+            Err(e) => break e,
+            Ok(_) => assert!(
+                std::time::Instant::now() < deadline,
+                "the tap never noticed"
+            ),
+        }
+    };
+    assert!(is_truncation(&e), "{e}");
+}

@@ -756,6 +756,23 @@ impl Segment {
         self.guard.as_ref().is_some_and(|g| g.tripped())
     }
 
+    /// A named segment's file shorter than the ring (a peer truncated it, maybe
+    /// only partly, so no page we touched has faulted yet): [`Error::Truncated`].
+    /// One `fstat`; consumers and taps ask every liveness interval. A sealed
+    /// memfd cannot shrink: always `Ok`.
+    pub fn check_size(&self) -> Result<()> {
+        if self.truncated() {
+            return Err(self.truncated_error());
+        }
+        if self.backing == Backing::Memfd {
+            return Ok(());
+        }
+        match rustix::fs::fstat(self.fd()) {
+            Ok(st) if (st.st_size as u64) < self.geo.total_size => Err(self.truncated_error()),
+            _ => Ok(()),
+        }
+    }
+
     /// The error for a truncated segment (see [`Segment::truncated`]).
     pub(crate) fn truncated_error(&self) -> Error {
         Error::Truncated(self.label())
