@@ -1,0 +1,134 @@
+/*
+ * Glue between the Go package and the C ABI, for the calls made per frame: each
+ * returns its result by value, so Go never hands C a pointer to Go memory to fill
+ * (which would move the Go value to the heap) and the frame path allocates nothing.
+ * Plane geometry comes from shmring_media_plane only.
+ */
+#ifndef SHMRING_GO_GLUE_H
+#define SHMRING_GO_GLUE_H
+
+#include <string.h>
+#include <shmring.h>
+
+/* As many planes as a media header describes at most. */
+#define GO_PLANES (sizeof(((shmring_media_header *)0)->offset) / sizeof(((shmring_media_header *)0)->offset[0]))
+
+typedef struct {
+    size_t off;
+    size_t len;
+} go_plane;
+
+/* Where each plane the header describes lies in the payload (from shmring_media_plane). */
+static inline shmring_status go_planes(const shmring_media_header *h, const uint8_t *payload,
+                                       size_t len, go_plane *out) {
+    for (uint32_t i = 0; i < h->planes && i < GO_PLANES; i++) {
+        const uint8_t *data = NULL;
+        size_t size = 0;
+        shmring_status st = shmring_media_plane(h, payload, len, i, &data, &size);
+        if (st != SHMRING_OK) return st;
+        out[i].off = (size_t)(data - payload);
+        out[i].len = size;
+    }
+    return SHMRING_OK;
+}
+
+typedef struct {
+    shmring_status status;
+    shmring_frame frame;
+} go_next;
+
+static inline go_next go_consumer_next(shmring_consumer *c, int64_t timeout_ns) {
+    go_next r;
+    memset(&r, 0, sizeof r);
+    r.status = shmring_consumer_next(c, timeout_ns, &r.frame);
+    return r;
+}
+
+static inline shmring_status go_consumer_release(shmring_consumer *c, shmring_frame f) {
+    return shmring_consumer_release(c, &f);
+}
+
+typedef struct {
+    shmring_status status;
+    uint32_t value;
+} go_u32;
+
+static inline go_u32 go_consumer_arm(shmring_consumer *c) {
+    go_u32 r = {SHMRING_OK, 0};
+    r.status = shmring_consumer_arm(c, &r.value);
+    return r;
+}
+
+typedef struct {
+    shmring_status status;
+    shmring_media_header h;
+    go_plane plane[GO_PLANES];
+} go_media;
+
+static inline go_media go_media_parse_for(uint32_t kind, const uint8_t *payload, size_t len) {
+    go_media r;
+    memset(&r, 0, sizeof r);
+    r.status = shmring_media_parse_for(kind, payload, len, &r.h);
+    if (r.status == SHMRING_OK) r.status = go_planes(&r.h, payload, len, r.plane);
+    return r;
+}
+
+typedef struct {
+    shmring_status status;
+    shmring_reservation res;
+    go_plane plane[GO_PLANES];
+} go_reserve;
+
+/* timed: 0 follows the producer's policy, 1 waits at most timeout_ns. */
+static inline go_reserve go_producer_reserve(shmring_producer *p, size_t len, int timed,
+                                             uint64_t timeout_ns) {
+    go_reserve r;
+    memset(&r, 0, sizeof r);
+    r.status = timed ? shmring_producer_reserve_timeout(p, len, timeout_ns, &r.res)
+                     : shmring_producer_reserve(p, len, &r.res);
+    return r;
+}
+
+/* Reserves the payload `h` describes, writes `h` at its start and finds its planes;
+ * aborts the reservation if any of that fails. */
+static inline go_reserve go_producer_reserve_media(shmring_producer *p, shmring_media_header h,
+                                                   int timed, uint64_t timeout_ns) {
+    go_reserve r;
+    memset(&r, 0, sizeof r);
+    size_t len = 0;
+    r.status = shmring_media_payload_len(&h, &len);
+    if (r.status != SHMRING_OK) return r;
+    r = go_producer_reserve(p, len, timed, timeout_ns);
+    if (r.status != SHMRING_OK) return r;
+    r.status = shmring_media_write(&h, r.res.data, r.res.len);
+    if (r.status == SHMRING_OK) r.status = go_planes(&h, r.res.data, r.res.len, r.plane);
+    if (r.status != SHMRING_OK) {
+        shmring_producer_abort(p); /* keeps the failing call's message */
+        memset(&r.res, 0, sizeof r.res);
+    }
+    return r;
+}
+
+static inline shmring_status go_producer_commit(shmring_producer *p, shmring_meta m) {
+    return shmring_producer_commit(p, &m);
+}
+
+static inline shmring_status go_producer_send(shmring_producer *p, const uint8_t *data,
+                                              size_t len, shmring_meta m) {
+    return shmring_producer_send(p, data, len, &m);
+}
+
+typedef struct {
+    shmring_status status;
+    shmring_tap_frame frame;
+} go_tap_next_result;
+
+static inline go_tap_next_result go_tap_next(shmring_tap *t, uint8_t *buf, size_t cap,
+                                             int64_t timeout_ns) {
+    go_tap_next_result r;
+    memset(&r, 0, sizeof r);
+    r.status = shmring_tap_next(t, buf, cap, timeout_ns, &r.frame);
+    return r;
+}
+
+#endif
