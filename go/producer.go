@@ -240,6 +240,7 @@ func (p *Producer) reserveMedia(h C.shmring_media_header) (*Reservation, error) 
 		return nil, err
 	}
 	p.res.open(&r, true)
+	p.res.media = mediaOf(&h)
 	return &p.res, nil
 }
 
@@ -276,12 +277,14 @@ type Reservation struct {
 	seq     uint64
 	planes  [maxPlanes]plane
 	nplanes int
+	media   Media
 }
 
 func (r *Reservation) open(g *C.go_reserve, media bool) {
 	r.data = unsafe.Slice((*byte)(unsafe.Pointer(g.res.data)), int(g.res.len))
 	r.seq = uint64(g.res.seq)
 	r.nplanes = 0
+	r.media = Media{}
 	if media {
 		for i := range r.planes {
 			r.planes[i] = plane{int(g.plane[i].off), int(g.plane[i].len)}
@@ -306,6 +309,10 @@ func (r *Reservation) Seq() uint64 { return r.seq }
 
 // Planes is how many planes a media reservation has (0 for Reserve).
 func (r *Reservation) Planes() int { return r.nplanes }
+
+// Media is the media header the library wrote at the start of a media
+// reservation (strides, offsets and sizes of its planes); false for Reserve.
+func (r *Reservation) Media() (Media, bool) { return r.media, r.nplanes > 0 }
 
 // Plane is plane i of a media reservation, in the ring (nil if there is none).
 func (r *Reservation) Plane(i int) []byte {

@@ -1,8 +1,10 @@
-//! A Rust producer for the Node package's tests: attaches to a ring handed over as
-//! inherited descriptors and commits `count` records whose first 4 bytes are the
-//! FNV-1a (32-bit) checksum of the rest, so the consumer can check every byte.
+//! A Rust producer for the Node and Go packages' tests: attaches to a ring handed
+//! over as inherited descriptors, or from a consumer's socket, and commits `count`
+//! records whose first 4 bytes are the FNV-1a (32-bit) checksum of the rest, so the
+//! consumer can check every byte.
 //!
 //! `ring_peer <segment-fd> <eventfd-fd or -> <count> [pause-us]`
+//! `ring_peer --connect <socket-path> <count> [pause-us]`
 //!
 //! Record `i`: stream 1, flags `i`, 64 + (i * 7919) % 65536 bytes of a pattern seeded
 //! by `i`. A pause (default 100 µs) between records makes the consumer wait often.
@@ -18,6 +20,12 @@ fn fnv1a(bytes: &[u8]) -> u32 {
     })
 }
 
+/// Where the ring comes from.
+enum Source {
+    Fds(OwnedFd, Option<OwnedFd>),
+    Socket(String),
+}
+
 fn fd_arg(s: &str) -> Option<OwnedFd> {
     let n: i32 = s.parse().ok()?;
     // SAFETY: the parent handed this descriptor to us; nothing else owns it here.
@@ -27,25 +35,33 @@ fn fd_arg(s: &str) -> Option<OwnedFd> {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 {
-        eprintln!("usage: ring_peer <segment-fd> <eventfd-fd or -> <count> [pause-us]");
+        eprintln!("usage: ring_peer (<segment-fd> <eventfd-fd or -> | --connect <socket-path>) <count> [pause-us]");
         std::process::exit(2);
     }
-    let seg_fd = fd_arg(&args[1]).unwrap_or_else(|| {
-        eprintln!("ring_peer: {:?} is not a descriptor number", args[1]);
-        std::process::exit(2)
-    });
-    let efd = if args[2] == "-" {
-        None
+    let source = if args[1] == "--connect" {
+        Source::Socket(args[2].clone())
     } else {
-        fd_arg(&args[2])
+        let seg_fd = fd_arg(&args[1]).unwrap_or_else(|| {
+            eprintln!("ring_peer: {:?} is not a descriptor number", args[1]);
+            std::process::exit(2)
+        });
+        let efd = if args[2] == "-" {
+            None
+        } else {
+            fd_arg(&args[2])
+        };
+        Source::Fds(seg_fd, efd)
     };
     let count: u32 = args[3].parse().unwrap_or_else(|_| {
         eprintln!("ring_peer: count {:?} is not a number", args[3]);
         std::process::exit(2)
     });
     let pause = Duration::from_micros(args.get(4).and_then(|s| s.parse().ok()).unwrap_or(100));
-    let run = || -> shmring::Result<()> {
-        let seg = Segment::from_fds(seg_fd, efd)?;
+    let run = move || -> shmring::Result<()> {
+        let seg = match source {
+            Source::Socket(path) => Segment::connect(path)?,
+            Source::Fds(seg_fd, efd) => Segment::from_fds(seg_fd, efd)?,
+        };
         let mut p = seg.producer()?;
         for i in 0..count {
             let len = 64 + (i as usize * 7919) % 65536;
