@@ -411,4 +411,3 @@ func rssAnonKB() uint64 {
 	}
 	return 0
 }
-
