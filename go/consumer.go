@@ -88,6 +88,7 @@ type Consumer struct {
 	armed   bool  // between a successful arm and its disarm (the receiving goroutine's)
 	waitErr error // an error of arm or disarm inside waitFn
 	watch   *watcher
+	parks   uint64 // waits in the netpoller so far (for the tests)
 }
 
 // waitSlice bounds each wait inside the library, so Recv sees a cancelled

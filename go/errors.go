@@ -132,6 +132,10 @@ func check(call func() int32) error {
 // frame), with the status the C ABI gives for the same misuse.
 func misuse(s Status, msg string) error { return &Error{Status: s, Msg: msg} }
 
+// layoutVersion is the layout version the library speaks (a C call that does
+// nothing else: the benchmarks measure a bare cgo call with it).
+func layoutVersion() uint32 { return uint32(C.shmring_layout_version()) }
+
 // statusNames is every status the C ABI names, walking shmring_status_name
 // until it stops knowing them (for the tests: what the C ABI says it has).
 func statusNames() map[Status]string {

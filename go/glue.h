@@ -65,6 +65,22 @@ typedef struct {
     go_plane plane[GO_PLANES];
 } go_media;
 
+static inline go_media go_media_video(uint32_t format, uint32_t width, uint32_t height,
+                                      uint64_t pts_ns, uint64_t sequence) {
+    go_media r;
+    memset(&r, 0, sizeof r);
+    r.status = shmring_media_video(format, width, height, pts_ns, sequence, &r.h);
+    return r;
+}
+
+static inline go_media go_media_audio(uint32_t format, uint32_t sample_rate, uint32_t channels,
+                                      uint32_t samples, uint64_t pts_ns, uint64_t sequence) {
+    go_media r;
+    memset(&r, 0, sizeof r);
+    r.status = shmring_media_audio(format, sample_rate, channels, samples, pts_ns, sequence, &r.h);
+    return r;
+}
+
 static inline go_media go_media_parse_for(uint32_t kind, const uint8_t *payload, size_t len) {
     go_media r;
     memset(&r, 0, sizeof r);

@@ -200,30 +200,29 @@ const (
 // (tight strides, aligned planes) and writes it; fill the planes (Plane) in place,
 // then Commit with Kind KindVideo.
 func (p *Producer) ReserveVideo(format Format, width, height uint32, ptsNs, sequence uint64) (*Reservation, error) {
-	var h C.shmring_media_header
-	err := check(func() int32 {
-		return C.shmring_media_video(C.uint32_t(format), C.uint32_t(width), C.uint32_t(height),
-			C.uint64_t(ptsNs), C.uint64_t(sequence), &h)
-	})
+	runtime.LockOSThread()
+	r := C.go_media_video(C.uint32_t(format), C.uint32_t(width), C.uint32_t(height), C.uint64_t(ptsNs), C.uint64_t(sequence))
+	err := errorOf(int32(r.status))
+	runtime.UnlockOSThread()
 	if err != nil {
 		return nil, err
 	}
-	return p.reserveMedia(h)
+	return p.reserveMedia(r.h)
 }
 
 // ReserveAudio reserves an audio record of samples per channel: the library
 // builds and writes its media header; fill Plane(0) (interleaved samples) in
 // place, then Commit with Kind KindAudio.
 func (p *Producer) ReserveAudio(format Format, sampleRate, channels, samples uint32, ptsNs, sequence uint64) (*Reservation, error) {
-	var h C.shmring_media_header
-	err := check(func() int32 {
-		return C.shmring_media_audio(C.uint32_t(format), C.uint32_t(sampleRate), C.uint32_t(channels),
-			C.uint32_t(samples), C.uint64_t(ptsNs), C.uint64_t(sequence), &h)
-	})
+	runtime.LockOSThread()
+	r := C.go_media_audio(C.uint32_t(format), C.uint32_t(sampleRate), C.uint32_t(channels), C.uint32_t(samples),
+		C.uint64_t(ptsNs), C.uint64_t(sequence))
+	err := errorOf(int32(r.status))
+	runtime.UnlockOSThread()
 	if err != nil {
 		return nil, err
 	}
-	return p.reserveMedia(h)
+	return p.reserveMedia(r.h)
 }
 
 func (p *Producer) reserveMedia(h C.shmring_media_header) (*Reservation, error) {

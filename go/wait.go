@@ -65,6 +65,7 @@ func (c *Consumer) park(ctx context.Context) error {
 		c.startWatch(ctx)
 	}
 	c.armed, c.waitErr = false, nil
+	c.parks++
 	err := c.rc.Read(c.waitFn)
 	if done != nil {
 		c.watch.ack <- struct{}{}

@@ -5,8 +5,8 @@
 //	recorder -ring cam0 -out rec/                           # a named ring, /dev/shm/cam0
 //
 // Producers: `shmring produce --connect /tmp/cam0.sock` (or `--ring cam0`), or the
-// producer example. The ring has an eventfd: the recorder's goroutine waits in Go's
-// netpoller. Frames are written from the ring straight into 64 KiB buffered
+// producer example. With -listen the ring has an eventfd and the recorder's
+// goroutine waits in Go's netpoller. Frames are written from the ring straight into 64 KiB buffered
 // writes (bufio.Writer): nothing is allocated per frame. Files are written as
 // NAME.part and renamed when finished, at -seconds, SIGINT or SIGTERM. A line
 // "ready NAME" on stdout says the ring exists; the last line is a JSON summary
@@ -79,7 +79,10 @@ func run(ring, listen, dir string, seconds float64, fps int, capMiB uint64) erro
 		return err
 	}
 	cfg := shmring.DefaultConfig()
-	cfg.Eventfd = true
+	// A ring served on a socket hands producers its eventfd with it, and the
+	// recorder's goroutine waits in Go's netpoller. A named ring is opened by name,
+	// which carries no eventfd: there the recorder waits in the library (one thread).
+	cfg.Eventfd = listen != ""
 	if capMiB > 0 {
 		cfg.Capacity = capMiB << 20
 	}
