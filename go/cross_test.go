@@ -408,7 +408,7 @@ func TestRustProducerIntoGoRecorder(t *testing.T) {
 			var produced struct {
 				Produced struct {
 					Audio struct{ Sent, SamplesSent uint64 } `json:"audio"`
-					Video []struct{ Sent uint64 }          `json:"video"`
+					Video []struct{ Sent uint64 }            `json:"video"`
 				} `json:"produced"`
 			}
 			must(t, json.Unmarshal(js, &produced))
