@@ -165,6 +165,10 @@ func (c *Consumer) Close() error {
 	return check(func() int32 { return C.shmring_consumer_close(h) })
 }
 
+// uh is the handle as the glue's frame-path functions take it (see glue.h).
+// Call with c.mu held.
+func (c *Consumer) uh() C.uintptr_t { return C.uintptr_t(uintptr(unsafe.Pointer(c.h))) }
+
 func (c *Consumer) closedErr(op string) error {
 	return misuse(ErrBadHandle, op+": the consumer is closed")
 }
@@ -238,7 +242,7 @@ func (c *Consumer) next(f *Frame, wait time.Duration) (bool, error) {
 		return false, c.closedErr("Consumer.Recv")
 	}
 	runtime.LockOSThread()
-	r := C.go_consumer_next(c.h, C.int64_t(wait))
+	r := C.go_consumer_next(c.uh(), C.int64_t(wait))
 	var err error
 	if r.status != C.SHMRING_TIMEOUT {
 		err = errorOf(int32(r.status))
@@ -314,7 +318,8 @@ func (c *Consumer) release(f *Frame) error {
 		return c.closedErr("Frame.Release")
 	}
 	runtime.LockOSThread()
-	st := C.go_consumer_release(c.h, f.raw)
+	st := C.go_consumer_release(c.uh(), C.uintptr_t(uintptr(unsafe.Pointer(f.raw.data))), f.raw.len,
+		f.raw.meta, f.raw.seq, f.raw.owner)
 	err := errorOf(int32(st))
 	runtime.UnlockOSThread()
 	return err

@@ -97,7 +97,7 @@ func (f *Frame) Media() (Media, error) {
 	}
 	if f.parsed == 0 {
 		runtime.LockOSThread()
-		r := C.go_media_parse_for(f.raw.meta.kind, f.raw.data, f.raw.len)
+		r := C.go_media_parse_for(f.raw.meta.kind, C.uintptr_t(uintptr(unsafe.Pointer(f.raw.data))), f.raw.len)
 		err := errorOf(int32(r.status))
 		runtime.UnlockOSThread()
 		if err != nil {

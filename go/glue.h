@@ -1,8 +1,10 @@
 /*
- * Glue between the Go package and the C ABI, for the calls made per frame: each
+ * Glue between the Go package and the C ABI, for the calls made per frame. Each
  * returns its result by value, so Go never hands C a pointer to Go memory to fill
- * (which would move the Go value to the heap) and the frame path allocates nothing.
- * Plane geometry comes from shmring_media_plane only.
+ * (which would move the Go value to the heap), and takes handles and pointers into
+ * the ring as uintptr_t: a pointer argument costs an allocation per call with the
+ * cgo of Go 1.19 (its pointer check). So the frame path allocates nothing. Plane
+ * geometry comes from shmring_media_plane only.
  */
 #ifndef SHMRING_GO_GLUE_H
 #define SHMRING_GO_GLUE_H
@@ -37,15 +39,24 @@ typedef struct {
     shmring_frame frame;
 } go_next;
 
-static inline go_next go_consumer_next(shmring_consumer *c, int64_t timeout_ns) {
+static inline go_next go_consumer_next(uintptr_t c, int64_t timeout_ns) {
     go_next r;
     memset(&r, 0, sizeof r);
-    r.status = shmring_consumer_next(c, timeout_ns, &r.frame);
+    r.status = shmring_consumer_next((shmring_consumer *)c, timeout_ns, &r.frame);
     return r;
 }
 
-static inline shmring_status go_consumer_release(shmring_consumer *c, shmring_frame f) {
-    return shmring_consumer_release(c, &f);
+/* The frame as shmring_consumer_next handed it out, field for field. */
+static inline shmring_status go_consumer_release(uintptr_t c, uintptr_t data, size_t len,
+                                                 shmring_meta meta, uint64_t seq, uint64_t owner) {
+    shmring_frame f;
+    memset(&f, 0, sizeof f);
+    f.data = (const uint8_t *)data;
+    f.len = len;
+    f.meta = meta;
+    f.seq = seq;
+    f.owner = owner;
+    return shmring_consumer_release((shmring_consumer *)c, &f);
 }
 
 typedef struct {
@@ -53,10 +64,14 @@ typedef struct {
     uint32_t value;
 } go_u32;
 
-static inline go_u32 go_consumer_arm(shmring_consumer *c) {
+static inline go_u32 go_consumer_arm(uintptr_t c) {
     go_u32 r = {SHMRING_OK, 0};
-    r.status = shmring_consumer_arm(c, &r.value);
+    r.status = shmring_consumer_arm((shmring_consumer *)c, &r.value);
     return r;
+}
+
+static inline shmring_status go_consumer_disarm(uintptr_t c) {
+    return shmring_consumer_disarm((shmring_consumer *)c);
 }
 
 typedef struct {
@@ -81,11 +96,12 @@ static inline go_media go_media_audio(uint32_t format, uint32_t sample_rate, uin
     return r;
 }
 
-static inline go_media go_media_parse_for(uint32_t kind, const uint8_t *payload, size_t len) {
+static inline go_media go_media_parse_for(uint32_t kind, uintptr_t payload, size_t len) {
     go_media r;
     memset(&r, 0, sizeof r);
-    r.status = shmring_media_parse_for(kind, payload, len, &r.h);
-    if (r.status == SHMRING_OK) r.status = go_planes(&r.h, payload, len, r.plane);
+    const uint8_t *p = (const uint8_t *)payload;
+    r.status = shmring_media_parse_for(kind, p, len, &r.h);
+    if (r.status == SHMRING_OK) r.status = go_planes(&r.h, p, len, r.plane);
     return r;
 }
 
@@ -96,18 +112,19 @@ typedef struct {
 } go_reserve;
 
 /* timed: 0 follows the producer's policy, 1 waits at most timeout_ns. */
-static inline go_reserve go_producer_reserve(shmring_producer *p, size_t len, int timed,
+static inline go_reserve go_producer_reserve(uintptr_t p, size_t len, int timed,
                                              uint64_t timeout_ns) {
     go_reserve r;
     memset(&r, 0, sizeof r);
-    r.status = timed ? shmring_producer_reserve_timeout(p, len, timeout_ns, &r.res)
-                     : shmring_producer_reserve(p, len, &r.res);
+    shmring_producer *pr = (shmring_producer *)p;
+    r.status = timed ? shmring_producer_reserve_timeout(pr, len, timeout_ns, &r.res)
+                     : shmring_producer_reserve(pr, len, &r.res);
     return r;
 }
 
 /* Reserves the payload `h` describes, writes `h` at its start and finds its planes;
  * aborts the reservation if any of that fails. */
-static inline go_reserve go_producer_reserve_media(shmring_producer *p, shmring_media_header h,
+static inline go_reserve go_producer_reserve_media(uintptr_t p, shmring_media_header h,
                                                    int timed, uint64_t timeout_ns) {
     go_reserve r;
     memset(&r, 0, sizeof r);
@@ -119,19 +136,14 @@ static inline go_reserve go_producer_reserve_media(shmring_producer *p, shmring_
     r.status = shmring_media_write(&h, r.res.data, r.res.len);
     if (r.status == SHMRING_OK) r.status = go_planes(&h, r.res.data, r.res.len, r.plane);
     if (r.status != SHMRING_OK) {
-        shmring_producer_abort(p); /* keeps the failing call's message */
+        shmring_producer_abort((shmring_producer *)p); /* keeps the failing call's message */
         memset(&r.res, 0, sizeof r.res);
     }
     return r;
 }
 
-static inline shmring_status go_producer_commit(shmring_producer *p, shmring_meta m) {
-    return shmring_producer_commit(p, &m);
-}
-
-static inline shmring_status go_producer_send(shmring_producer *p, const uint8_t *data,
-                                              size_t len, shmring_meta m) {
-    return shmring_producer_send(p, data, len, &m);
+static inline shmring_status go_producer_commit(uintptr_t p, shmring_meta m) {
+    return shmring_producer_commit((shmring_producer *)p, &m);
 }
 
 typedef struct {

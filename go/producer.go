@@ -95,6 +95,10 @@ func (s *Segment) Producer() (*Producer, error) {
 	return pr, nil
 }
 
+// uh is the handle as the glue's frame-path functions take it (see glue.h).
+// Call with p.mu held.
+func (p *Producer) uh() C.uintptr_t { return C.uintptr_t(uintptr(unsafe.Pointer(p.h))) }
+
 // Close detaches the producer: it aborts an open reservation and frees its slot.
 func (p *Producer) Close() error {
 	p.mu.Lock()
@@ -163,7 +167,7 @@ func (p *Producer) reserve(n int, timed bool, timeout time.Duration) (*Reservati
 		return nil, misuse(ErrBadHandle, "Producer.Reserve: the producer is closed")
 	}
 	runtime.LockOSThread()
-	r := C.go_producer_reserve(p.h, C.size_t(n), cint(timed), C.uint64_t(durationNs(timeout)))
+	r := C.go_producer_reserve(p.uh(), C.size_t(n), cint(timed), C.uint64_t(durationNs(timeout)))
 	err := errorOf(int32(r.status))
 	runtime.UnlockOSThread()
 	if err != nil {
@@ -232,7 +236,7 @@ func (p *Producer) reserveMedia(h C.shmring_media_header) (*Reservation, error) 
 		return nil, misuse(ErrBadHandle, "Producer.Reserve: the producer is closed")
 	}
 	runtime.LockOSThread()
-	r := C.go_producer_reserve_media(p.h, h, 0, 0)
+	r := C.go_producer_reserve_media(p.uh(), h, 0, 0)
 	err := errorOf(int32(r.status))
 	runtime.UnlockOSThread()
 	if err != nil {
@@ -243,22 +247,14 @@ func (p *Producer) reserveMedia(h C.shmring_media_header) (*Reservation, error) 
 	return &p.res, nil
 }
 
-// Send copies b into the ring as one record (reserve, copy, commit).
+// Send copies b into the ring as one record: Reserve, copy, Commit.
 func (p *Producer) Send(b []byte, m Meta) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.h == nil {
-		return misuse(ErrBadHandle, "Producer.Send: the producer is closed")
+	r, err := p.Reserve(len(b))
+	if err != nil {
+		return err
 	}
-	var data *C.uint8_t
-	if len(b) > 0 {
-		data = (*C.uint8_t)(unsafe.Pointer(&b[0]))
-	}
-	runtime.LockOSThread()
-	st := C.go_producer_send(p.h, data, C.size_t(len(b)), m.toC())
-	err := errorOf(int32(st))
-	runtime.UnlockOSThread()
-	return err
+	copy(r.Bytes(), b)
+	return r.Commit(m)
 }
 
 // plane is where a plane lies in a payload (from shmring_media_plane).
@@ -333,7 +329,7 @@ func (r *Reservation) Commit(m Meta) error {
 	}
 	r.clear()
 	runtime.LockOSThread()
-	st := C.go_producer_commit(p.h, m.toC())
+	st := C.go_producer_commit(p.uh(), m.toC())
 	err := errorOf(int32(st))
 	runtime.UnlockOSThread()
 	return err

@@ -115,7 +115,7 @@ func (c *Consumer) waitStep(uintptr) bool {
 		return true
 	}
 	runtime.LockOSThread()
-	r := C.go_consumer_arm(c.h)
+	r := C.go_consumer_arm(c.uh())
 	err := errorOf(int32(r.status))
 	runtime.UnlockOSThread()
 	c.mu.Unlock()
@@ -137,7 +137,7 @@ func (c *Consumer) disarm() error {
 		return c.closedErr("Consumer.Recv")
 	}
 	runtime.LockOSThread()
-	st := C.shmring_consumer_disarm(c.h)
+	st := C.go_consumer_disarm(c.uh())
 	err := errorOf(int32(st))
 	runtime.UnlockOSThread()
 	return err
