@@ -177,7 +177,7 @@ func (c *Consumer) closedErr(op string) error {
 func (c *Consumer) IsTethered() bool { return c.tethered }
 
 // Recv waits for the next frame and hands it out in f, until ctx is done (then
-// it returns ctx.Err()). f must not hold a frame (ErrState). The frame's views
+// it returns ctx.Err(), and ctx.Err() is not nil). f must not hold a frame (ErrState). The frame's views
 // point into the ring until f.Release(). Zero allocations per frame.
 func (c *Consumer) Recv(ctx context.Context, f *Frame) error {
 	if f.c != nil {
@@ -205,7 +205,8 @@ func (c *Consumer) Recv(ctx context.Context, f *Frame) error {
 			if dl, ok := ctx.Deadline(); ok {
 				left := time.Until(dl)
 				if left <= 0 {
-					return context.DeadlineExceeded
+					<-ctx.Done() // its timer fires at the deadline: ctx.Err() says so
+					return ctx.Err()
 				}
 				if left < wait {
 					wait = left

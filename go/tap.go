@@ -164,7 +164,8 @@ func (t *Tap) Next(ctx context.Context, buf []byte) (TapFrame, error) {
 			return TapFrame{}, err
 		}
 		if wait == 0 {
-			return TapFrame{}, context.DeadlineExceeded
+			<-ctx.Done() // the deadline passed: its timer fires at it
+			return TapFrame{}, ctx.Err()
 		}
 	}
 }

@@ -94,8 +94,9 @@ func (c *Consumer) parkErr(ctx context.Context, err error) error {
 		return cerr
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		// The context's deadline passed; its own timer may not have fired yet.
-		return context.DeadlineExceeded
+		// The context's deadline passed; its own timer fires at it too.
+		<-ctx.Done()
+		return ctx.Err()
 	}
 	return misuse(ErrOS, "Consumer.Recv: waiting on the eventfd: "+err.Error())
 }

@@ -6,8 +6,9 @@
 //
 // Producers: `shmring produce --connect /tmp/cam0.sock` (or `--ring cam0`), or the
 // producer example. With -listen the ring has an eventfd and the recorder's
-// goroutine waits in Go's netpoller. Frames are written from the ring straight into 64 KiB buffered
-// writes (bufio.Writer): nothing is allocated per frame. Files are written as
+// goroutine waits in Go's netpoller. Frames go from the ring through one 64 KiB
+// bufio.Writer per file, and the kernel sees writes of at most 64 KiB; nothing is
+// allocated per frame. Files are written as
 // NAME.part and renamed when finished, at -seconds, SIGINT or SIGTERM. A line
 // "ready NAME" on stdout says the ring exists; the last line is a JSON summary
 // (frames, packets, writes, the peak of RssAnon, CPU time).
@@ -66,6 +67,7 @@ type summary struct {
 	Writes        uint64   `json:"writes"`
 	BytesWritten  uint64   `json:"bytes_written"`
 	AvgWriteBytes uint64   `json:"avg_write_bytes"`
+	MaxWriteBytes uint64   `json:"max_write_bytes"`
 	DropsFull     uint64   `json:"drops_full"`
 	RssAnonPeakKB uint64   `json:"rss_anon_peak_kib"`
 	CPUUserS      float64  `json:"cpu_user_s"`
@@ -128,7 +130,7 @@ func run(ring, listen, dir string, seconds float64, fps int, capMiB uint64) erro
 	for {
 		if err := c.Recv(ctx, &f); err != nil {
 			if ctx.Err() != nil {
-				break
+				break // -seconds, SIGINT or SIGTERM: finish the files
 			}
 			return err
 		}
@@ -148,6 +150,9 @@ func run(ring, listen, dir string, seconds float64, fps int, capMiB uint64) erro
 		sum.Files = append(sum.Files, path)
 		sum.Writes += o.w.calls
 		sum.BytesWritten += o.w.bytes
+		if o.w.max > sum.MaxWriteBytes {
+			sum.MaxWriteBytes = o.w.max
+		}
 	}
 	if sum.Writes > 0 {
 		sum.AvgWriteBytes = sum.BytesWritten / sum.Writes
@@ -205,17 +210,33 @@ func record(outs map[key]*output, dir string, fps int, f *shmring.Frame, sum *su
 	return o.audio(f, &m)
 }
 
-// counting is the file under the buffer, counting the writes that reach it.
+// counting is the file under the buffer: it writes at most bufSize bytes a call
+// (bufio hands a plane larger than its free room straight from the ring, and it
+// goes to the kernel in bufSize pieces, still without a copy) and counts the calls.
 type counting struct {
-	f            *os.File
-	calls, bytes uint64
+	f                 *os.File
+	calls, bytes, max uint64
 }
 
 func (c *counting) Write(p []byte) (int, error) {
-	n, err := c.f.Write(p)
-	c.calls++
-	c.bytes += uint64(n)
-	return n, err
+	done := 0
+	for done < len(p) {
+		chunk := p[done:]
+		if len(chunk) > bufSize {
+			chunk = chunk[:bufSize]
+		}
+		n, err := c.f.Write(chunk)
+		c.calls++
+		c.bytes += uint64(n)
+		if uint64(n) > c.max {
+			c.max = uint64(n)
+		}
+		done += n
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
 }
 
 type output struct {
