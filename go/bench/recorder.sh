@@ -4,6 +4,7 @@
 # /proc/PID/status), its CPU time, and what it wrote.
 #
 #   go/bench/recorder.sh [SECONDS] [OUT-DIR]      (from the repository's root)
+#   RECORDER=rust go/bench/recorder.sh ...        the same with `shmring record --listen`
 #
 # Needs target/release/shmring (cargo build --release -p shmring-cli) and the staged
 # libshmring (make -C crates/shmring-ffi stage). OUT-DIR (default: a temporary
@@ -16,12 +17,15 @@ export PKG_CONFIG_PATH=$target/shmring-ffi-c/stage/lib/pkgconfig
 work=$(mktemp -d)
 out=${2:-$work/out}
 trap 'kill $rec 2>/dev/null || true; rm -rf "$work"' EXIT
-(cd "$root/go" && go build -o "$work/recorder" ./examples/recorder)
 sock=$work/cam.sock
-"$work/recorder" -listen "$sock" -out "$out" > "$work/rec.txt" &
+if [ "${RECORDER:-go}" = rust ]; then
+    "$target/release/shmring" record --listen "$sock" --out "$out" > "$work/rec.txt" 2> "$work/rec.err" &
+else
+    (cd "$root/go" && go build -o "$work/recorder" ./examples/recorder)
+    "$work/recorder" -listen "$sock" -out "$out" > "$work/rec.txt" &
+fi
 rec=$!
-for _ in $(seq 100); do grep -q ready "$work/rec.txt" 2>/dev/null && break; sleep 0.05; done
-peak=0
+for _ in $(seq 200); do grep -q ready "$work/rec.txt" 2>/dev/null && break; sleep 0.05; done
 ( while kill -0 $rec 2>/dev/null; do
     v=$(awk '/^RssAnon:/ {print $2}' /proc/$rec/status 2>/dev/null || true)
     [ -n "$v" ] && echo "$v"
@@ -36,4 +40,5 @@ wait $sampler || true
 peak=$(sort -n "$work/rss.txt" | tail -1)
 echo "producer: $(cat "$work/prod.json")"
 echo "recorder: $(tail -1 "$work/rec.txt")"
+[ -s "$work/rec.err" ] && grep -E "CPU|write calls" "$work/rec.err"
 echo "recorder peak RssAnon (sampled every 100 ms): ${peak} KiB over $(wc -l < "$work/rss.txt") samples"
