@@ -29,7 +29,6 @@ func cpuPerOp(b *testing.B) func() {
 	}
 }
 
-
 // One call through cgo of a C function that does nothing but return a constant:
 // the toll every C call on the frame path pays.
 func BenchmarkCgoCall(b *testing.B) {
