@@ -138,6 +138,24 @@ func TestViewsAreGoneAfterRelease(t *testing.T) {
 	if n, _ := c.Outstanding(); n != 0 {
 		t.Fatalf("%d outstanding", n)
 	}
+	// A frame still held when its consumer closes has no view either.
+	r, err = p.ReserveVideo(FormatI420, 64, 32, 1, 3)
+	must(t, err)
+	must(t, r.Commit(Meta{Kind: KindVideo}))
+	must(t, c.Recv(context.Background(), &f))
+	must(t, c.Close())
+	if f.Data() != nil {
+		t.Fatal("a frame of a closed consumer still has a view")
+	}
+	if _, err := f.Media(); !errors.Is(err, ErrBadHandle) {
+		t.Fatalf("Media after Close: %v", err)
+	}
+	if _, err := f.Plane(0); !errors.Is(err, ErrBadHandle) {
+		t.Fatalf("Plane after Close: %v", err)
+	}
+	if err := f.Release(); !errors.Is(err, ErrBadHandle) {
+		t.Fatalf("Release after Close: %v", err)
+	}
 }
 
 func TestSendAndOutOfOrderRelease(t *testing.T) {

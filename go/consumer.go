@@ -183,6 +183,9 @@ func (c *Consumer) Recv(ctx context.Context, f *Frame) error {
 	if f.c != nil {
 		return misuse(ErrState, "Consumer.Recv: the Frame still holds a frame: release it first")
 	}
+	if c.closing.Load() {
+		return c.closedErr("Consumer.Recv")
+	}
 	if !c.recvMu.TryLock() {
 		return misuse(ErrBusy, "Consumer.Recv: another goroutine is receiving on this consumer")
 	}

@@ -51,11 +51,17 @@ func (f *Frame) hold(c *Consumer, raw *C.shmring_frame) {
 func (f *Frame) Held() bool { return f.c != nil }
 
 // Data is the payload, in the ring (read-only by contract: a producer could still
-// change it, so copy what you validate before trusting it). nil once released.
-func (f *Frame) Data() []byte { return f.data }
+// change it, so copy what you validate before trusting it). nil once released, or
+// once its consumer is closed.
+func (f *Frame) Data() []byte {
+	if f.c == nil || f.c.closing.Load() {
+		return nil
+	}
+	return f.data
+}
 
 // Len is the payload's length (0 once released).
-func (f *Frame) Len() int { return len(f.data) }
+func (f *Frame) Len() int { return len(f.Data()) }
 
 // Meta is the record's metadata.
 func (f *Frame) Meta() Meta { return metaOf(&f.raw.meta) }
@@ -94,6 +100,9 @@ func (f *Frame) Release() error {
 func (f *Frame) Media() (Media, error) {
 	if f.c == nil {
 		return Media{}, misuse(ErrNotHeld, "Frame.Media: the frame is not held")
+	}
+	if f.c.closing.Load() {
+		return Media{}, f.c.closedErr("Frame.Media") // its bytes may be unmapped
 	}
 	if f.parsed == 0 {
 		runtime.LockOSThread()

@@ -81,7 +81,9 @@ func cids(ids []uint32) (*C.uint32_t, C.size_t) {
 		return nil, 0
 	}
 	p := (*C.uint32_t)(C.calloc(C.size_t(len(ids)), 4))
-	copy(unsafe.Slice(p, len(ids)), *(*[]C.uint32_t)(unsafe.Pointer(&ids)))
+	for i, id := range ids {
+		unsafe.Slice(p, len(ids))[i] = C.uint32_t(id)
+	}
 	return p, C.size_t(len(ids))
 }
 
