@@ -1,11 +1,12 @@
 # shmring — two commands matter: `make demo` and `make test`.
 
 CARGO  ?= cargo
+GO     ?= go
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 
-.PHONY: demo deps-demo deps-test build test lint test-rust test-loom test-c test-python test-gst test-node gst-plugin install-gst venv bench bench-node clean
+.PHONY: demo deps-demo deps-test build test lint test-rust test-loom test-c test-python test-gst test-node test-go gst-plugin install-gst venv bench bench-node clean
 
 ## Where `make demo` writes its recording (about 0.93 GB): `make demo DEMO_OUT=/tmp/demo`.
 DEMO_OUT ?=
@@ -29,12 +30,13 @@ build: deps-demo
 
 ## Every test: lints, Rust (unit, integration, property, process, crash, hostile; async with
 ## the tokio feature), loom model, C ABI (plain and sanitized, seccomp), Python, GStreamer
-## elements, Node.js.
+## elements, Node.js, Go.
 test: deps-test
-	$(MAKE) --no-print-directory lint test-rust test-loom test-c test-python test-gst test-node
+	$(MAKE) --no-print-directory lint test-rust test-loom test-c test-python test-gst test-node test-go
 
 lint:
 	$(CARGO) fmt --all -- --check
+	@unformatted=$$(gofmt -l go); if [ -n "$$unformatted" ]; then echo "gofmt: $$unformatted"; exit 1; fi
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p shmring --features tokio --all-targets -- -D warnings
 
@@ -80,6 +82,21 @@ test-python:
 test-node: venv
 	$(VENV)/bin/ruff check node/test
 	cd node && SHMRING_PYTHON=$(abspath $(PY)) npm test
+
+## The Go package (go/, cgo over the C ABI): stages libshmring for pkg-config, builds the
+## peers of its cross-language tests (the `shmring` command, the Rust ring_peer, the Python
+## package in .venv), then go vet, go test with the race detector, the allocation counts
+## (without it) and a build linked against libshmring.so.
+FFI_STAGE = $(abspath $(or $(CARGO_TARGET_DIR),target))/shmring-ffi-c/stage
+GO_ENV = PKG_CONFIG_PATH=$(FFI_STAGE)/lib/pkgconfig
+test-go: venv
+	$(MAKE) --no-print-directory -C crates/shmring-ffi stage
+	$(CARGO) build --release -p shmring-cli
+	$(CARGO) build --release -p shmring-node --example ring_peer
+	cd go && $(GO_ENV) $(GO) vet ./...
+	cd go && $(GO_ENV) SHMRING_GO_REQUIRE_PEERS=1 SHMRING_PYTHON=$(abspath $(PY)) $(GO) test -race -count=1 ./...
+	cd go && $(GO_ENV) $(GO) test -count=1 -run 'NoAllocation' .
+	cd go && $(GO_ENV) LD_LIBRARY_PATH=$(FFI_STAGE)/lib $(GO) test -tags shmring_shared -count=1 -run 'RoundTrip|Errors' .
 
 ## The transport comparison (see README).
 bench: build

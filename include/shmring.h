@@ -110,6 +110,15 @@
 // Wait for space up to the policy's timeout.
 #define SHMRING_POLICY_BLOCK 1
 
+// shmring_stats_field.kind: only ever grows while the ring lives.
+#define SHMRING_FIELD_COUNTER 0
+
+// shmring_stats_field.kind: a level that goes up and down.
+#define SHMRING_FIELD_GAUGE 1
+
+// shmring_stats_field.kind: a yes/no state, as 0 or 1.
+#define SHMRING_FIELD_FLAG 2
+
 // Pass as `kind` or `stream` of shmring_tap_options to take every value.
 #define SHMRING_TAP_ANY -1
 
@@ -404,6 +413,23 @@ typedef struct shmring_stats {
   // Claims taken back because they stayed pending past the claim timeout.
   uint64_t expired_claims;
 } shmring_stats;
+
+// One field of a shmring_stats snapshot, named and explained (the core's
+// `Stats::fields()`, from which every report is derived).
+typedef struct shmring_stats_field {
+  // The field's name in shmring_stats, e.g. "records_committed". Static.
+  const char *name;
+  // One line saying what it counts. Static.
+  const char *help;
+  // The unit of `value`: "bytes", "ns", or "" for a count. Static.
+  const char *unit;
+  // SHMRING_FIELD_COUNTER, _GAUGE or _FLAG.
+  uint32_t kind;
+  // Zero.
+  uint32_t reserved;
+  // Its value in the snapshot (a flag is 0 or 1).
+  uint64_t value;
+} shmring_stats_field;
 
 // What a tap takes and how it waits. Initialise with shmring_tap_options_init().
 typedef struct shmring_tap_options {
@@ -748,6 +774,12 @@ enum shmring_status shmring_segment_tethers(const struct shmring_segment *seg, s
 
 // A snapshot of the ring's counters.
 enum shmring_status shmring_segment_stats(const struct shmring_segment *seg, struct shmring_stats *out);
+
+// Every field of the snapshot `*s`, in the struct's order, with its name, kind,
+// unit and meaning: `*n` receives how many there are, and the first
+// `min(*n, cap)` are written to `out` (which may be NULL when `cap` is 0). The
+// strings are static. For reports that list every counter without naming each.
+enum shmring_status shmring_stats_fields(const struct shmring_stats *s, struct shmring_stats_field *out, size_t cap, size_t *n);
 
 // Fills `opts` with the library's defaults (every record, any kind and stream).
 enum shmring_status shmring_tap_options_init(struct shmring_tap_options *opts);

@@ -59,13 +59,14 @@ fn report_health(seg: &Segment, consumer: &shmring::Consumer, seen: &mut shmring
         );
     }
     if h.stalled_claims != seen.stalled_claims {
+        // The kernel proves which pid holds the slot, not who wrote the claim.
         let holder = match seg.stats().oldest_pending_pid {
-            0 => String::new(),
-            pid => format!(" (pid {pid})"),
+            0 => " (its holder is unknown)".to_string(),
+            pid => format!(" (which pid {pid} holds)"),
         };
         match h.oldest_pending {
             Some((slot, age)) => eprintln!(
-                "shmring record: ring {}: a reservation of producer slot {slot}{holder} has been open for {} ms; records behind it are recorded meanwhile",
+                "shmring record: ring {}: a reservation naming producer slot {slot}{holder} has been open for {} ms; records behind it are recorded meanwhile",
                 seg.name(),
                 age.as_millis()
             ),

@@ -126,12 +126,13 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
         let held = match (s.oldest_pending_age_ns, s.oldest_pending_pid) {
             (0, _) => String::new(),
             (age, 0) => format!(
-                "  oldest open claim {} ms (slot {})",
+                "  oldest open claim {} ms (names slot {}; its holder is unknown)",
                 age / 1_000_000,
                 s.oldest_pending_slot
             ),
+            // The kernel proves which pid holds the slot, not who wrote the claim.
             (age, pid) => format!(
-                "  oldest open claim {} ms (slot {}, pid {pid})",
+                "  oldest open claim {} ms (names slot {}, which pid {pid} holds)",
                 age / 1_000_000,
                 s.oldest_pending_slot
             ),

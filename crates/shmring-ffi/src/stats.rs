@@ -1,4 +1,13 @@
-//! The counters of a ring as a C struct.
+//! The counters of a ring as a C struct, and the core's list of them.
+
+use std::ffi::{c_char, CString};
+use std::sync::OnceLock;
+
+use shmring::FieldKind;
+
+use crate::handles::*;
+use crate::status::shmring_status::*;
+use crate::status::*;
 
 /// Counters of a ring (a snapshot). Statistics only: a peer can falsify them.
 #[repr(C)]
@@ -81,5 +90,152 @@ pub(crate) fn c_stats(s: &shmring::Stats) -> shmring_stats {
         tethered_consumers: s.tethered_consumers,
         tethers_detached: s.tethers_detached,
         expired_claims: s.expired_claims,
+    }
+}
+
+/// The C struct as the core's snapshot (the inverse of [`c_stats`]; no field is
+/// defaulted, so a counter added to the core fails to compile here).
+pub(crate) fn core_stats(s: &shmring_stats) -> shmring::Stats {
+    shmring::Stats {
+        capacity: s.capacity,
+        records_committed: s.records_committed,
+        bytes_committed: s.bytes_committed,
+        records_aborted: s.records_aborted,
+        drops_full: s.drops_full,
+        producer_waits: s.producer_waits,
+        producer_wakes: s.producer_wakes,
+        records_consumed: s.records_consumed,
+        bytes_consumed: s.bytes_consumed,
+        abandoned: s.abandoned,
+        skipped_aborted: s.skipped_aborted,
+        corruption: s.corruption,
+        consumer_waits: s.consumer_waits,
+        consumer_wakes: s.consumer_wakes,
+        peak_occupancy: s.peak_occupancy,
+        occupancy: s.occupancy,
+        records_in_flight: s.records_in_flight,
+        resets: s.resets,
+        reaped_slots: s.reaped_slots,
+        producers: s.producers,
+        consumer_attached: s.consumer_attached != 0,
+        stalled_claims: s.stalled_claims,
+        forged_claims: s.forged_claims,
+        repairs: s.repairs,
+        oldest_pending_age_ns: s.oldest_pending_age_ns,
+        oldest_pending_slot: s.oldest_pending_slot,
+        oldest_pending_pid: s.oldest_pending_pid,
+        tethered_consumers: s.tethered_consumers,
+        tethers_detached: s.tethers_detached,
+        expired_claims: s.expired_claims,
+    }
+}
+
+/// shmring_stats_field.kind: only ever grows while the ring lives.
+pub const SHMRING_FIELD_COUNTER: u32 = 0;
+/// shmring_stats_field.kind: a level that goes up and down.
+pub const SHMRING_FIELD_GAUGE: u32 = 1;
+/// shmring_stats_field.kind: a yes/no state, as 0 or 1.
+pub const SHMRING_FIELD_FLAG: u32 = 2;
+
+/// One field of a shmring_stats snapshot, named and explained (the core's
+/// `Stats::fields()`, from which every report is derived).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct shmring_stats_field {
+    /// The field's name in shmring_stats, e.g. "records_committed". Static.
+    pub name: *const c_char,
+    /// One line saying what it counts. Static.
+    pub help: *const c_char,
+    /// The unit of `value`: "bytes", "ns", or "" for a count. Static.
+    pub unit: *const c_char,
+    /// SHMRING_FIELD_COUNTER, _GAUGE or _FLAG.
+    pub kind: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// Its value in the snapshot (a flag is 0 or 1).
+    pub value: u64,
+}
+
+/// The core's field names, help lines and units as C strings, made once.
+fn field_strings() -> &'static [[CString; 3]] {
+    static STRINGS: OnceLock<Vec<[CString; 3]>> = OnceLock::new();
+    STRINGS.get_or_init(|| {
+        let c = |s: &str| CString::new(s.replace('\0', "?")).unwrap_or_default();
+        shmring::Stats::default()
+            .fields()
+            .map(|f| [c(f.name), c(f.help), c(f.unit)])
+            .collect()
+    })
+}
+
+/// Every field of the snapshot `*s`, in the struct's order, with its name, kind,
+/// unit and meaning: `*n` receives how many there are, and the first
+/// `min(*n, cap)` are written to `out` (which may be NULL when `cap` is 0). The
+/// strings are static. For reports that list every counter without naming each.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_stats_fields(
+    s: *const shmring_stats,
+    out: *mut shmring_stats_field,
+    cap: usize,
+    n: *mut usize,
+) -> shmring_status {
+    entry("shmring_stats_fields", || {
+        let s = core_stats(in_ptr(s, "s")?);
+        let n = out_ptr(n, "n")?;
+        if cap > 0 && out.is_null() {
+            return Err(fail!(SHMRING_ERR_NULL, "out is NULL and cap is {cap}"));
+        }
+        let strings = field_strings();
+        let mut count = 0;
+        for (i, f) in s.fields().enumerate() {
+            if i < cap {
+                let [name, help, unit] = &strings[i];
+                // SAFETY: the caller promises `cap` writable entries at `out`
+                // (non-NULL, checked above), and i < cap.
+                unsafe {
+                    *out.add(i) = shmring_stats_field {
+                        name: name.as_ptr(),
+                        help: help.as_ptr(),
+                        unit: unit.as_ptr(),
+                        kind: match f.kind {
+                            FieldKind::Counter => SHMRING_FIELD_COUNTER,
+                            FieldKind::Gauge => SHMRING_FIELD_GAUGE,
+                            FieldKind::Flag => SHMRING_FIELD_FLAG,
+                        },
+                        reserved: 0,
+                        value: f.value,
+                    }
+                };
+            }
+            count += 1;
+        }
+        *n = count;
+        ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn core_stats_inverts_c_stats() {
+        let mut core = shmring::Stats::default();
+        assert_eq!(core_stats(&c_stats(&core)), core);
+        core.records_committed = 7;
+        core.consumer_attached = true;
+        core.oldest_pending_pid = 9;
+        core.tethers_detached = 11;
+        assert_eq!(core_stats(&c_stats(&core)), core);
+    }
+
+    #[test]
+    fn field_strings_follow_the_cores_list() {
+        let names: Vec<String> = field_strings()
+            .iter()
+            .map(|[n, _, _]| n.to_str().unwrap().to_owned())
+            .collect();
+        let core: Vec<&str> = shmring::Stats::default().fields().map(|f| f.name).collect();
+        assert_eq!(names, core);
     }
 }

@@ -508,6 +508,57 @@ static void test_descriptors(void) {
     shmring_segment_close(s);
 }
 
+/* shmring_stats_fields lists every field of the struct, in order, with the
+ * snapshot's values; a short array gets the count and the first entries. */
+static void test_stats_fields(void) {
+    shmring_segment *s = make_ring(1u << 20);
+    shmring_consumer *c = NULL;
+    shmring_producer *p = NULL;
+    CHECK_ST(shmring_consumer_attach(s, NULL, &c), SHMRING_OK);
+    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    shmring_meta m = {0};
+    CHECK_ST(shmring_producer_send(p, (const uint8_t *)"abc", 3, &m), SHMRING_OK);
+    CHECK_ST(shmring_producer_send(p, (const uint8_t *)"de", 2, &m), SHMRING_OK);
+    shmring_stats st;
+    CHECK_ST(shmring_segment_stats(s, &st), SHMRING_OK);
+    size_t n = 0;
+    CHECK_ST(shmring_stats_fields(&st, NULL, 0, &n), SHMRING_OK);
+    CHECK(n >= 20);
+    shmring_stats_field f[64];
+    size_t n2 = 0;
+    CHECK(n <= 64);
+    CHECK_ST(shmring_stats_fields(&st, f, 64, &n2), SHMRING_OK);
+    CHECK(n2 == n);
+    int seen = 0;
+    for (size_t i = 0; i < n && i < 64; i++) {
+        CHECK(f[i].name != NULL && f[i].help != NULL && f[i].unit != NULL && f[i].name[0]);
+        if (strcmp(f[i].name, "records_committed") == 0) {
+            CHECK(f[i].value == 2 && f[i].kind == SHMRING_FIELD_COUNTER && f[i].unit[0] == 0);
+            seen++;
+        } else if (strcmp(f[i].name, "bytes_committed") == 0) {
+            CHECK(f[i].value == 5 && strcmp(f[i].unit, "bytes") == 0);
+            seen++;
+        } else if (strcmp(f[i].name, "capacity") == 0) {
+            CHECK(f[i].value == (1u << 20) && f[i].kind == SHMRING_FIELD_GAUGE);
+            seen++;
+        } else if (strcmp(f[i].name, "consumer_attached") == 0) {
+            CHECK(f[i].value == 1 && f[i].kind == SHMRING_FIELD_FLAG);
+            seen++;
+        }
+    }
+    CHECK(seen == 4);
+    CHECK(strcmp(f[0].name, "capacity") == 0); /* the struct's first field */
+    shmring_stats_field one[1];
+    CHECK_ST(shmring_stats_fields(&st, one, 1, &n2), SHMRING_OK);
+    CHECK(n2 == n && strcmp(one[0].name, "capacity") == 0);
+    CHECK_ST(shmring_stats_fields(&st, NULL, 1, &n2), SHMRING_ERR_NULL);
+    CHECK_ST(shmring_stats_fields(NULL, f, 64, &n2), SHMRING_ERR_NULL);
+    CHECK_ST(shmring_stats_fields(&st, f, 64, NULL), SHMRING_ERR_NULL);
+    shmring_producer_close(p);
+    shmring_consumer_close(c);
+    shmring_segment_close(s);
+}
+
 int main(void) {
     pattern_init();
     RUN(test_round_trip_video);
@@ -524,5 +575,6 @@ int main(void) {
     RUN(test_fd_passing);
     RUN(test_concurrent_use_is_refused);
     RUN(test_named_ring_and_info);
+    RUN(test_stats_fields);
     return check_summary();
 }

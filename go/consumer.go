@@ -1,0 +1,330 @@
+package shmring
+
+/*
+#include <stdlib.h>
+#include "glue.h"
+*/
+import "C"
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// ConsumerOptions tune a consumer. Start from DefaultConsumerOptions (the
+// library's defaults).
+type ConsumerOptions struct {
+	// How often a pending claim's producer is checked for liveness.
+	LivenessInterval time.Duration
+	// Polls to spin before sleeping in a wait inside the library.
+	Spin uint32
+	// Report ErrCorrupt and wait for Reset instead of resetting by itself.
+	ManualReset bool
+	// Deliver committed records behind a claim pending this long (0: always in
+	// claim order).
+	OvertakeAfter time.Duration
+	// The ring's consumer detaches a tethered consumer that stays behind without
+	// releasing for this long (0: the library's default).
+	TetherStallLimit time.Duration
+	// Let a record wait up to this long before the consumer sees it, so one
+	// wake-up serves many (0: woken at every commit).
+	LatencyBudget time.Duration
+}
+
+// DefaultConsumerOptions are the library's defaults (shmring_consumer_options_init).
+func DefaultConsumerOptions() ConsumerOptions {
+	var o C.shmring_consumer_options
+	C.shmring_consumer_options_init(&o)
+	return ConsumerOptions{
+		LivenessInterval: time.Duration(o.liveness_interval_ns),
+		Spin:             uint32(o.spin),
+		ManualReset:      o.manual_reset != 0,
+		OvertakeAfter:    time.Duration(o.overtake_after_ns),
+		TetherStallLimit: time.Duration(o.tether_stall_limit_ns),
+		LatencyBudget:    time.Duration(o.latency_budget_ns),
+	}
+}
+
+func (o *ConsumerOptions) toC() *C.shmring_consumer_options {
+	if o == nil {
+		return nil
+	}
+	return &C.shmring_consumer_options{
+		liveness_interval_ns:  C.uint64_t(durationNs(o.LivenessInterval)),
+		spin:                  C.uint32_t(o.Spin),
+		manual_reset:          cbool(o.ManualReset),
+		overtake_after_ns:     C.uint64_t(durationNs(o.OvertakeAfter)),
+		tether_stall_limit_ns: C.uint64_t(durationNs(o.TetherStallLimit)),
+		latency_budget_ns:     C.uint64_t(durationNs(o.LatencyBudget)),
+	}
+}
+
+// Consumer reads a ring's records as frames that point into the ring.
+//
+// One goroutine receives (Recv, TryRecv); frames may be released, and the
+// consumer queried, from any goroutine. The ring's consumer of an eventfd ring
+// (Config.Eventfd) waits in Go's netpoller on the ring's eventfd: a waiting Recv
+// parks its goroutine and holds no thread. Other consumers (tethered ones, and the
+// consumer of a futex ring) wait inside the library, holding a thread, in slices
+// of at most waitSlice so that a cancelled context is seen.
+type Consumer struct {
+	mu       sync.Mutex // serialises calls on the C handle (the ABI: one thread at a time)
+	h        *C.shmring_consumer
+	tethered bool
+
+	recvMu  sync.Mutex  // held by Recv for its whole call; Close waits for it
+	closing atomic.Bool // set first by Close: Recv stops
+
+	// The eventfd wait (nil for consumers that wait in the library).
+	efd     *os.File        // a non-blocking dup of the ring's eventfd, in the netpoller
+	rc      syscall.RawConn // efd's
+	waitFn  func(uintptr) bool
+	armed   bool  // between a successful arm and its disarm (the receiving goroutine's)
+	waitErr error // an error of arm or disarm inside waitFn
+	watch   *watcher
+	parks   uint64 // waits in the netpoller so far (for the tests)
+}
+
+// waitSlice bounds each wait inside the library, so Recv sees a cancelled
+// context or a Close within it. (This package's choice; the eventfd wait has no
+// slices.)
+const waitSlice = 20 * time.Millisecond
+
+// Consumer becomes the ring's consumer (taking over from a dead one). opts nil:
+// the library's defaults.
+func (s *Segment) Consumer(opts *ConsumerOptions) (*Consumer, error) {
+	return s.attachConsumer(opts, false)
+}
+
+// Tethered attaches a tethered consumer beside the ring's own: it gets every
+// record from where the ring's consumer is when it adopts it (at that consumer's
+// next look at the ring), and holds their space until it releases them. It waits
+// inside the library (not on the eventfd). ErrNoConsumer without a live ring
+// consumer; ErrDetached from its calls once the ring's consumer detached it.
+func (s *Segment) Tethered(opts *ConsumerOptions) (*Consumer, error) {
+	return s.attachConsumer(opts, true)
+}
+
+func (s *Segment) attachConsumer(opts *ConsumerOptions, tethered bool) (*Consumer, error) {
+	h, err := s.handle("Segment.Consumer")
+	if err != nil {
+		return nil, err
+	}
+	defer s.mu.RUnlock()
+	copts := opts.toC()
+	var ch *C.shmring_consumer
+	err = check(func() int32 {
+		if tethered {
+			return C.shmring_consumer_attach_tethered(h, copts, &ch)
+		}
+		return C.shmring_consumer_attach(h, copts, &ch)
+	})
+	if err != nil {
+		return nil, err
+	}
+	c := &Consumer{h: ch, tethered: tethered}
+	if !tethered {
+		var fd C.int
+		err := check(func() int32 { return C.shmring_segment_eventfd(h, &fd) })
+		if err == nil && fd >= 0 {
+			err = c.pollEventfd(int(fd))
+		}
+		if err != nil {
+			C.shmring_consumer_close(ch)
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Close detaches the consumer. Every frame it handed out becomes invalid:
+// release them (or stop using them) first. A Recv blocked in another goroutine
+// returns ErrBadHandle.
+func (c *Consumer) Close() error {
+	if c.closing.Swap(true) {
+		return misuse(ErrBadHandle, "Consumer.Close: the consumer is closed")
+	}
+	if c.efd != nil {
+		c.efd.Close() // wakes a Recv parked on it
+	}
+	c.recvMu.Lock()
+	defer c.recvMu.Unlock()
+	if c.watch != nil {
+		close(c.watch.ctxs)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.h
+	c.h = nil
+	return check(func() int32 { return C.shmring_consumer_close(h) })
+}
+
+// uh is the handle as the glue's frame-path functions take it (see glue.h).
+// Call with c.mu held.
+func (c *Consumer) uh() C.uintptr_t { return C.uintptr_t(uintptr(unsafe.Pointer(c.h))) }
+
+func (c *Consumer) closedErr(op string) error {
+	return misuse(ErrBadHandle, op+": the consumer is closed")
+}
+
+// IsTethered tells a tethered consumer from the ring's consumer.
+func (c *Consumer) IsTethered() bool { return c.tethered }
+
+// Recv waits for the next frame and hands it out in f, until ctx is done (then
+// it returns ctx.Err(), and ctx.Err() is not nil). f must not hold a frame (ErrState). The frame's views
+// point into the ring until f.Release(). Zero allocations per frame.
+func (c *Consumer) Recv(ctx context.Context, f *Frame) error {
+	if f.c != nil {
+		return misuse(ErrState, "Consumer.Recv: the Frame still holds a frame: release it first")
+	}
+	if c.closing.Load() {
+		return c.closedErr("Consumer.Recv")
+	}
+	if !c.recvMu.TryLock() {
+		return misuse(ErrBusy, "Consumer.Recv: another goroutine is receiving on this consumer")
+	}
+	defer c.recvMu.Unlock()
+	for {
+		if c.closing.Load() {
+			return c.closedErr("Consumer.Recv")
+		}
+		got, err := c.next(f, 0)
+		if got || err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if c.efd != nil {
+			err = c.park(ctx)
+		} else {
+			wait := waitSlice
+			if dl, ok := ctx.Deadline(); ok {
+				left := time.Until(dl)
+				if left <= 0 {
+					<-ctx.Done() // its timer fires at the deadline: ctx.Err() says so
+					return ctx.Err()
+				}
+				if left < wait {
+					wait = left
+				}
+			}
+			got, err = c.next(f, wait)
+			if got {
+				return nil
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// TryRecv hands out the next frame in f if one is there, without waiting.
+func (c *Consumer) TryRecv(f *Frame) (bool, error) {
+	if f.c != nil {
+		return false, misuse(ErrState, "Consumer.TryRecv: the Frame still holds a frame: release it first")
+	}
+	if !c.recvMu.TryLock() {
+		return false, misuse(ErrBusy, "Consumer.TryRecv: another goroutine is receiving on this consumer")
+	}
+	defer c.recvMu.Unlock()
+	return c.next(f, 0)
+}
+
+// next asks the library for a frame, waiting up to wait.
+func (c *Consumer) next(f *Frame, wait time.Duration) (bool, error) {
+	c.mu.Lock()
+	if c.h == nil {
+		c.mu.Unlock()
+		return false, c.closedErr("Consumer.Recv")
+	}
+	runtime.LockOSThread()
+	r := C.go_consumer_next(c.uh(), C.int64_t(wait))
+	var err error
+	if r.status != C.SHMRING_TIMEOUT {
+		err = errorOf(int32(r.status))
+	}
+	runtime.UnlockOSThread()
+	c.mu.Unlock()
+	if err != nil || r.status != C.SHMRING_OK {
+		return false, err
+	}
+	f.hold(c, &r.frame)
+	return true, nil
+}
+
+// Outstanding is how many frames the consumer handed out and has not had back.
+func (c *Consumer) Outstanding() (uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.h == nil {
+		return 0, c.closedErr("Consumer.Outstanding")
+	}
+	h := c.h
+	var n C.uint64_t
+	err := check(func() int32 { return C.shmring_consumer_outstanding(h, &n) })
+	return uint64(n), err
+}
+
+// Reset resets the ring by hand (a consumer does so by itself on corruption unless
+// ManualReset): every claim in flight is forgotten; frames held stay valid.
+func (c *Consumer) Reset() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.h == nil {
+		return c.closedErr("Consumer.Reset")
+	}
+	h := c.h
+	return check(func() int32 { return C.shmring_consumer_reset(h) })
+}
+
+// Resets is how many times this consumer reset the ring, and why it made the last
+// reset ("" if none).
+func (c *Consumer) Resets() (uint64, string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.h == nil {
+		return 0, "", c.closedErr("Consumer.Resets")
+	}
+	h := c.h
+	var n C.uint64_t
+	const causeLen = 512
+	cause := (*C.char)(C.calloc(causeLen, 1))
+	defer C.free(unsafe.Pointer(cause))
+	err := check(func() int32 { return C.shmring_consumer_resets(h, &n, cause, causeLen) })
+	return uint64(n), C.GoString(cause), err
+}
+
+// Reap frees the slots of dead producers that hold nothing and says how many.
+func (c *Consumer) Reap() (uint32, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.h == nil {
+		return 0, c.closedErr("Consumer.Reap")
+	}
+	h := c.h
+	var n C.uint32_t
+	err := check(func() int32 { return C.shmring_consumer_reap(h, &n) })
+	return uint32(n), err
+}
+
+func (c *Consumer) release(f *Frame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.h == nil {
+		return c.closedErr("Frame.Release")
+	}
+	runtime.LockOSThread()
+	st := C.go_consumer_release(c.uh(), C.uintptr_t(uintptr(unsafe.Pointer(f.raw.data))), f.raw.len,
+		f.raw.meta, f.raw.seq, f.raw.owner)
+	err := errorOf(int32(st))
+	runtime.UnlockOSThread()
+	return err
+}

@@ -1,0 +1,3 @@
+module shmring
+
+go 1.19

@@ -1,0 +1,95 @@
+package shmring
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestListenConnectObserve(t *testing.T) {
+	s := memfdRing(t, 1<<20, true)
+	c, err := s.Consumer(nil)
+	must(t, err)
+	defer c.Close()
+	path := filepath.Join(t.TempDir(), "ring.sock")
+	l, err := Listen(s, path, nil)
+	must(t, err)
+	defer l.Close()
+
+	ps, err := Connect(path, time.Second)
+	must(t, err)
+	defer ps.Close()
+	g, err := ps.Geometry()
+	must(t, err)
+	if g.Capacity != 1<<20 || !g.Eventfd() {
+		t.Fatalf("geometry %+v", g)
+	}
+	p, err := ps.Producer()
+	must(t, err)
+	defer p.Close()
+	must(t, p.Send([]byte("over the socket"), Meta{Stream: 5}))
+	var f Frame
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	must(t, c.Recv(ctx, &f))
+	if string(f.Data()) != "over the socket" {
+		t.Fatalf("%q", f.Data())
+	}
+	must(t, f.Release())
+
+	o, err := Observe(path, time.Second)
+	must(t, err)
+	defer o.Close()
+	st, err := o.Stats()
+	must(t, err)
+	if v, _ := st.Get("records_consumed"); v != 1 {
+		t.Fatalf("observer sees %d consumed", v)
+	}
+	tap, err := o.Tap(nil)
+	must(t, err)
+	must(t, tap.Close())
+
+	hs, err := l.Stats()
+	must(t, err)
+	if hs.Producers != 1 || hs.Observers != 1 || hs.Refused != 0 {
+		t.Fatalf("listener %+v", hs)
+	}
+	must(t, l.Close())
+	if _, err := Connect(path, time.Second); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("connect after Close: %v", err)
+	}
+}
+
+func TestListenOptionsAndErrors(t *testing.T) {
+	s := memfdRing(t, 1<<20, false)
+	c, err := s.Consumer(nil)
+	must(t, err)
+	defer c.Close()
+	o := DefaultListenOptions()
+	if o.MaxPending == 0 || o.HelloTimeout == 0 {
+		t.Fatalf("defaults %+v", o)
+	}
+	o.AllowUIDs = []uint32{65534}
+	o.AllowGIDs = []uint32{65534, 65533}
+	path := filepath.Join(t.TempDir(), "ring.sock")
+	l, err := Listen(s, path, &o)
+	must(t, err)
+	defer l.Close()
+	if _, err := Listen(s, path, nil); err == nil {
+		t.Fatal("a second listener on a live socket")
+	}
+	ps, err := Connect(path, time.Second)
+	must(t, err)
+	must(t, ps.Close())
+	if _, err := Connect(filepath.Join(t.TempDir(), "nobody.sock"), time.Second); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("no socket: %v", err)
+	}
+	named, err := CreateNamed(ringName(t), nil)
+	must(t, err)
+	defer named.Close()
+	if _, err := Listen(named, filepath.Join(t.TempDir(), "n.sock"), nil); err == nil {
+		t.Fatal("a named ring served on a socket")
+	}
+}

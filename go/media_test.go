@@ -1,0 +1,84 @@
+package shmring
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// Media translates every field of the C struct shmring_media_header (a field
+// added to the header and not to Media fails this test). magic, version,
+// header_size and the reserved bytes are the library's to check, not the reader's.
+func TestMediaTranslatesEveryHeaderField(t *testing.T) {
+	skip := map[string]bool{"magic": true, "version": true, "header_size": true}
+	goFields := map[string]bool{}
+	mt := reflect.TypeOf(Media{})
+	for i := 0; i < mt.NumField(); i++ {
+		goFields[mt.Field(i).Name] = true
+	}
+	for _, c := range mediaHeaderFields() {
+		if skip[c] || strings.HasPrefix(c, "reserved") {
+			continue
+		}
+		if !goFields[camel(c)] {
+			t.Errorf("C field %s has no Media.%s", c, camel(c))
+		}
+	}
+}
+
+// camel: pts_ns -> PtsNs.
+func camel(s string) string {
+	parts := strings.Split(s, "_")
+	for i, p := range parts {
+		parts[i] = strings.ToUpper(p[:1]) + p[1:]
+	}
+	return strings.Join(parts, "")
+}
+
+func TestStatsAreTheLibrarysFieldList(t *testing.T) {
+	s := memfdRing(t, 1<<20, false)
+	c, err := s.Consumer(nil)
+	must(t, err)
+	defer c.Close()
+	p, err := s.Producer()
+	must(t, err)
+	defer p.Close()
+	must(t, p.Send([]byte("abcde"), Meta{}))
+	st, err := s.Stats()
+	must(t, err)
+	if len(st.Fields) < 20 || st.Fields[0].Name != "capacity" {
+		t.Fatalf("%d fields, first %q", len(st.Fields), st.Fields[0].Name)
+	}
+	seen := map[string]bool{}
+	for _, f := range st.Fields {
+		if seen[f.Name] || f.Help == "" {
+			t.Errorf("field %q repeated or without help", f.Name)
+		}
+		seen[f.Name] = true
+	}
+	want := map[string]struct {
+		v    uint64
+		kind FieldKind
+		unit string
+	}{
+		"capacity":          {1 << 20, Gauge, "bytes"},
+		"records_committed": {1, Counter, ""},
+		"bytes_committed":   {5, Counter, "bytes"},
+		"consumer_attached": {1, Flag, ""},
+		"producers":         {1, Gauge, ""},
+	}
+	for name, w := range want {
+		var f *Field
+		for i := range st.Fields {
+			if st.Fields[i].Name == name {
+				f = &st.Fields[i]
+			}
+		}
+		if f == nil || f.Value != w.v || f.Kind != w.kind || f.Unit != w.unit {
+			t.Errorf("%s: %+v, want %+v", name, f, w)
+		}
+	}
+	if _, ok := st.Get("no_such_field"); ok {
+		t.Error("Get found a field that does not exist")
+	}
+}
