@@ -2,7 +2,8 @@
 //! fuzz/regressions/ (crashes once found, now fixed) and fuzz/seeds, plus
 //! a few thousand pseudo-random programs from fixed seeds. The properties are the
 //! fuzzer's: the consumer never panics, never hands out memory outside the segment,
-//! and every call returns.
+//! every call returns, and records flow again once the program stops writing. Also
+//! checks that `fuzz/boundary.dict` is the harness's dictionary.
 
 #[allow(dead_code)]
 #[path = "../../../fuzz/src/lib.rs"]
@@ -52,4 +53,19 @@ fn pseudo_random_programs() {
             .collect();
         harness::run(&data, seed % 2 == 0);
     }
+}
+
+#[test]
+fn the_dictionary_is_current() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/boundary.dict");
+    let want = harness::dictionary();
+    if std::env::var_os("SHMRING_WRITE_DICT").is_some() {
+        std::fs::write(&path, &want).unwrap();
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "fuzz/boundary.dict is not the harness's dictionary: SHMRING_WRITE_DICT=1 cargo test \
+         --release -p shmring --test fuzz_regressions the_dictionary_is_current"
+    );
 }

@@ -84,6 +84,26 @@ pub struct Outcome {
 
 type Fail = (Symptom, String);
 
+/// `SHMRING_MATRIX_TRACE=1`: every send, delivery, error and reset of a case on
+/// stderr, with the milliseconds since the write (for reading one case).
+fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("SHMRING_MATRIX_TRACE").is_some())
+}
+
+thread_local! {
+    static T0: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+macro_rules! trace {
+    ($($arg:tt)*) => {
+        if tracing() {
+            let ms = T0.with(|t| t.get()).map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
+            eprintln!("[{ms:8.3} ms] {}", format!($($arg)*));
+        }
+    };
+}
+
 /// Per-producer order and exactly-once for one consumer.
 struct Track {
     /// Next index expected from each producer.
@@ -137,6 +157,15 @@ impl Track {
         sent: &[u64; PRODUCERS],
     ) -> Result<(), Fail> {
         let p = id as usize;
+        trace!(
+            "{} got {id}/{i}{}",
+            if self.twice == Symptom::DeliversTwice {
+                "owner"
+            } else {
+                "tether"
+            },
+            if intact { "" } else { " (changed)" }
+        );
         if !intact {
             match self.cut {
                 Some(cut) if i >= cut[p] => {
@@ -309,6 +338,7 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
 /// Records an error: it must name the ring.
 fn error(seg: &Segment, out: &mut Outcome, e: &Error, sym: Symptom) -> Result<(), Fail> {
     let msg = e.to_string();
+    trace!("error: {msg}");
     if !msg.contains(seg.name()) {
         return Err((sym, format!("error does not name the ring: {msg}")));
     }
@@ -372,6 +402,9 @@ fn drain(
 
 fn drive(ring: &mut Ring, out: &mut Outcome) -> Result<(), Fail> {
     let t0 = Instant::now();
+    T0.with(|t| t.set(Some(t0)));
+    trace!("written; {}", ring_state(ring));
+    let mut resets_seen = ring.owner.resets();
     let seg = ring.seg.clone();
     let mut sent = [0u64; PRODUCERS];
     for h in &ring.producers {
@@ -436,8 +469,9 @@ fn drive(ring: &mut Ring, out: &mut Outcome) -> Result<(), Fail> {
         };
         for h in ring.producers[..2].iter_mut().chain(newcomer.as_mut()) {
             if h.sent < target(h.id, &own, &teth) {
-                if let Err(e) = h.send() {
-                    error(&seg, out, &e, Symptom::ErrorWithoutName)?;
+                match h.send() {
+                    Ok(()) => trace!("sent {}/{}", h.id, h.sent - 1),
+                    Err(e) => error(&seg, out, &e, Symptom::ErrorWithoutName)?,
                 }
                 sent[h.id as usize] = h.sent;
             }
@@ -484,6 +518,14 @@ fn drive(ring: &mut Ring, out: &mut Outcome) -> Result<(), Fail> {
                 let tr = teth.as_mut().expect("a track for the tethered consumer");
                 drain(&seg, t, Duration::ZERO, tr, &sent, out, true)?;
             }
+        }
+        if tracing() && ring.owner.resets() != resets_seen {
+            resets_seen = ring.owner.resets();
+            trace!(
+                "owner reset ({:?}); {}",
+                ring.owner.health().last_corruption,
+                ring_state(ring)
+            );
         }
         let now = Instant::now();
         if out.recovered_after.is_none() {

@@ -24,8 +24,8 @@ mod words;
 
 pub use case::{Case, Outcome, Symptom, AFTER, BUDGET};
 pub use ring::{
-    config, options, writer_child, Ring, State, Writer, CAPACITY, LIVENESS, LOG_ENTRIES,
-    MAX_PRODUCERS, WRITER_ENTRY,
+    config, options, typical_units, writer_child, Ring, State, Writer, CAPACITY, LIVENESS,
+    LOG_ENTRIES, MAX_PRODUCERS, WRITER_ENTRY,
 };
 pub use run::{representative, run, Matrix, Report};
 pub use values::{apply, values, Bits, Ctx, FieldOp, Op, Peek, Value, ABSOLUTE};

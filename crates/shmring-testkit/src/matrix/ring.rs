@@ -302,6 +302,12 @@ impl Ring {
         if state == State::Full {
             ring.producers.push(filler);
         }
+        // The write comes just after the consumers' audits, as an attacker who
+        // aims would time it: what it breaks stays unseen for a whole interval.
+        ring.owner.audit()?;
+        if let Some(t) = &ring.tether {
+            t.audit()?;
+        }
         Ok(ring)
     }
 }
