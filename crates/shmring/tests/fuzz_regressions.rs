@@ -20,7 +20,12 @@ fn replay_dir(dir: &Path, with_producer: bool) -> usize {
         let p = e.path();
         if p.is_file() {
             let data = std::fs::read(&p).unwrap();
-            harness::run(&data, with_producer);
+            let r = std::panic::catch_unwind(|| harness::run(&data, with_producer));
+            assert!(
+                r.is_ok(),
+                "{} failed (with_producer: {with_producer})",
+                p.display()
+            );
             n += 1;
         }
     }

@@ -112,14 +112,6 @@ fn a_forged_commit_of_a_pending_claim_delivers_nothing_twice() {
     case("claim-pending/log[1]/state=Committed");
 }
 
-/// The ring's read cursor one claim ahead lets producers claim a 17th record
-/// over a held frame's entry; the consumer finds it a liveness interval later and
-/// resets, dropping records sent after records had flowed again.
-#[test]
-fn a_forged_read_cursor_is_found_before_records_flow_again() {
-    case("frames-held/cursors.read/seq+1");
-}
-
 /// A claim of the next generation forged ahead of the write cursor passes the
 /// audit; producers reach it after records flowed again, the owner resets, and
 /// the tethered consumer rebases on the write cursor at its next audit, losing
