@@ -48,6 +48,8 @@ pub enum Symptom {
     NewcomerRefused,
     /// A new mapping of the segment could not attach (identity line not mended).
     NewAttachRefused,
+    /// A producer on a new mapping attached, but its record never arrived.
+    NewAttachBroken,
     /// The tethered consumer: no record within the budget, neither detached.
     TetherNeverRecovers,
     TetherLosesAfterRecovery,
@@ -614,8 +616,12 @@ fn late_attach(
             }
         }
         if let Some(h) = late.as_mut() {
-            if h.sent == 0 && h.send().is_ok() {
-                sent[LATE as usize] = 1;
+            if h.sent == 0 {
+                match h.send() {
+                    Ok(()) => sent[LATE as usize] = 1,
+                    // Its errors name the segment as its own mapping knows it.
+                    Err(e) => error(h.p.segment(), out, &e, Symptom::ErrorWithoutName)?,
+                }
             }
         }
         drain(
@@ -640,9 +646,10 @@ fn late_attach(
             return Err(match late {
                 None => (Symptom::NewAttachRefused, last),
                 Some(_) => (
-                    Symptom::LosesAfterRecovery,
+                    Symptom::NewAttachBroken,
                     format!(
-                        "the late producer's record did not arrive; {}",
+                        "the record of a producer on a new mapping did not arrive ({}); {}",
+                        out.errors.last().map_or("no error", |e| e.as_str()),
                         ring_state(ring)
                     ),
                 ),
