@@ -58,7 +58,7 @@ test-hostile:
 ## dictionary (needs cargo-fuzz and a nightly toolchain). Crashes land in fuzz/artifacts.
 FUZZ_SECONDS ?= 300
 fuzz:
-	cd fuzz && for t in consumer_vs_segment producers_and_scribbles; do \
+	cd fuzz && for t in consumer_vs_segment producers_and_scribbles; do mkdir -p corpus/$$t && \
 	  cargo +nightly fuzz run -O $$t corpus/$$t seeds/$$t -- -dict=boundary.dict \
 	    -max_total_time=$(FUZZ_SECONDS) -timeout=10 || exit 1; done
 
