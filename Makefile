@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 
-.PHONY: demo deps-demo deps-test build test lint test-rust test-loom test-c test-python test-gst test-node test-go gst-plugin install-gst venv bench bench-node clean
+.PHONY: demo deps-demo deps-test build test lint test-rust test-loom test-hostile test-c test-python test-gst test-node test-go gst-plugin install-gst venv bench bench-node fuzz clean
 
 ## Where `make demo` writes its recording (about 0.93 GB): `make demo DEMO_OUT=/tmp/demo`.
 DEMO_OUT ?=
@@ -49,6 +49,20 @@ test-rust:
 
 test-loom:
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p shmring --test loom
+
+## The whole one-write liveness matrix (every control block, slot and claim log word x
+## every boundary value x every ring state, crates/shmring/tests/matrix.rs); `make test`
+## runs its representative part. CI runs both.
+test-hostile:
+	SHMRING_MATRIX=full $(CARGO) test --release -p shmring --test matrix
+
+## Both fuzz targets for FUZZ_SECONDS each, with the matrix's boundary values as a
+## dictionary (needs cargo-fuzz and a nightly toolchain). Crashes land in fuzz/artifacts.
+FUZZ_SECONDS ?= 300
+fuzz:
+	cd fuzz && for t in consumer_vs_segment producers_and_scribbles; do mkdir -p corpus/$$t && \
+	  cargo +nightly fuzz run -O $$t corpus/$$t seeds/$$t -- -dict=boundary.dict \
+	    -max_total_time=$(FUZZ_SECONDS) -timeout=10 || exit 1; done
 
 test-c:
 	@if [ -x crates/shmring-ffi/run-tests.sh ]; then crates/shmring-ffi/run-tests.sh; else echo "C tests: none yet"; fi

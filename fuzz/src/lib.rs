@@ -1,14 +1,23 @@
 //! Fuzzing harness shared by the targets: a fresh small ring per input, driven by a
 //! byte program that mixes consumer operations, honest producer operations and
-//! arbitrary writes anywhere in the segment. The properties checked are the
-//! consumer's: no panic, no access outside the segment, every call returns; and,
-//! once the program's writes stop, liveness: an honest producer and the same
-//! consumer move a record again, after at most one reset.
+//! arbitrary writes anywhere in the segment, among them the one-write matrix's
+//! boundary values (`shmring_testkit::matrix`: 0, all ones, a cursor a ring ahead,
+//! a claim log entry's next generation, each state, ...), taken relative to what
+//! the word holds when it is written. The properties checked are the consumer's:
+//! no panic, no access outside the segment, every call returns; and, once the
+//! program's writes stop, liveness: an honest producer and the same consumer move
+//! a record again, after at most one reset.
+//!
+//! `fuzz/boundary.dict` ([`dictionary`]) gives libFuzzer the same values as
+//! tokens: `cargo +nightly fuzz run consumer_vs_segment -- -dict=boundary.dict`.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use shmring::layout::{pack_cursor, ClaimState, Geometry, LogEntry, POS_MASK, SEQ_MASK};
 use shmring::{Config, ConsumerOptions, FullPolicy, Meta, RawFrame, Segment};
+use shmring_testkit::matrix::{self, Ctx, Peek, Value, Word};
 
 /// Reads the program.
 struct Input<'a>(&'a [u8]);
@@ -37,18 +46,148 @@ impl Input<'_> {
     }
 }
 
+/// The ring every input runs on.
+fn config() -> Config {
+    Config {
+        capacity: 64 * 1024,
+        max_record: Some(16 * 1024),
+        log_entries: Some(16),
+        max_producers: 4,
+        ..Config::default()
+    }
+}
+
+/// The matrix's words of the fuzzed ring and their boundary values; the words a
+/// forgery aims at first (cursors, claim log, slot and tether state) come first.
+struct Boundary {
+    ctx: Ctx,
+    aimed: Vec<(Word, Vec<Value>)>,
+    all: Vec<(Word, Vec<Value>)>,
+}
+
+fn is_aimed(w: &Word) -> bool {
+    use matrix::Role;
+    w.fields.iter().any(|f| {
+        matches!(
+            f.role,
+            Role::Cursor | Role::Entry | Role::State(_) | Role::Mask
+        )
+    })
+}
+
+fn boundary() -> &'static Boundary {
+    static B: OnceLock<Boundary> = OnceLock::new();
+    B.get_or_init(|| {
+        let geo = config().geometry().expect("geometry");
+        let ctx = Ctx::new(&geo, matrix::typical_units());
+        let all: Vec<(Word, Vec<Value>)> = matrix::words(&geo)
+            .into_iter()
+            .map(|w| {
+                let v = matrix::values(&w, &ctx);
+                (w, v)
+            })
+            .collect();
+        let aimed = all.iter().filter(|(w, _)| is_aimed(w)).cloned().collect();
+        Boundary { ctx, aimed, all }
+    })
+}
+
+/// The word at `off` of a mapping at `base` (8-aligned, inside the segment).
+struct Mapping(usize);
+
+impl Mapping {
+    fn at(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: callers pass offsets of words of the layout, 8-aligned and inside
+        // the segment (`matrix::words` of its own geometry); the mapping outlives
+        // the run. Shared words are accessed atomically by every side.
+        unsafe { &*((self.0 + off) as *const AtomicU64) }
+    }
+}
+
+impl Peek for Mapping {
+    fn word(&self, off: usize) -> u64 {
+        self.at(off).load(Ordering::SeqCst)
+    }
+}
+
+/// Writes the boundary value `value` (an index into the word's values) over the
+/// word `word` (even: an aimed word; odd: any word), relative to what it holds.
+fn boundary_write(base: usize, word: u16, value: u8) {
+    let b = boundary();
+    let list = if word & 1 == 0 { &b.aimed } else { &b.all };
+    let (w, vals) = &list[(word >> 1) as usize % list.len()];
+    let v = &vals[value as usize % vals.len()];
+    let m = Mapping(base);
+    let new = matrix::apply(&v.op, m.word(w.offset), &b.ctx, &m);
+    m.at(w.offset).store(new, Ordering::SeqCst);
+}
+
+/// A libFuzzer dictionary of the same boundaries (`fuzz/boundary.dict`): the
+/// absolute values and packed cursors and claim log entries of the fuzzed ring
+/// as 8-byte little-endian tokens, and the boundary-write operation aimed at each
+/// aimed word (its value byte left to the fuzzer).
+pub fn dictionary() -> String {
+    let geo: Geometry = config().geometry().expect("geometry");
+    let (n, cap) = (geo.log_entries as u64, geo.cap_units());
+    let mut tokens: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut word = |name: String, v: u64| tokens.push((name, v.to_le_bytes().to_vec()));
+    for &(name, v) in matrix::ABSOLUTE {
+        word(format!("abs{name}"), v);
+    }
+    for (sname, seq) in [("0", 0), ("N", n), ("2N", 2 * n), ("mask", SEQ_MASK)] {
+        for (pname, pos) in [
+            ("0", 0),
+            ("cap-1", cap - 1),
+            ("cap", cap),
+            ("cap+1", cap + 1),
+            ("2cap", 2 * cap),
+            ("mask", POS_MASK),
+        ] {
+            word(format!("cursor({sname},{pname})"), pack_cursor(seq, pos));
+        }
+    }
+    for stamp in [0, n, SEQ_MASK] {
+        for state in [
+            ClaimState::Claimed,
+            ClaimState::Committed,
+            ClaimState::Aborted,
+        ] {
+            for units in [1, cap, cap + 1] {
+                let e = LogEntry {
+                    stamp,
+                    state,
+                    slot: 0,
+                    units,
+                };
+                word(format!("entry({stamp},{state:?},{units})"), e.pack());
+            }
+        }
+    }
+    for (i, (w, _)) in boundary().aimed.iter().enumerate() {
+        let sel = (i as u16) << 1;
+        let mut t = vec![BOUNDARY_OP];
+        t.extend_from_slice(&sel.to_le_bytes());
+        tokens.push((format!("boundary {}", w.name), t));
+    }
+    let mut out = String::from(
+        "# Boundary values of the one-write matrix for the fuzzed ring (generated by\n\
+         # shmring_fuzz::dictionary; crates/shmring/tests/fuzz_regressions.rs checks it).\n",
+    );
+    for (name, bytes) in tokens {
+        let esc: String = bytes.iter().map(|b| format!("\\x{b:02x}")).collect();
+        out += &format!("# {name}\n\"{esc}\"\n");
+    }
+    out
+}
+
+/// The operation byte of a boundary write (op 1 with bit 3 set).
+const BOUNDARY_OP: u8 = 9;
+
 thread_local! {
     /// One ring per thread and a copy of its pristine bytes: every input starts
     /// from exactly the same segment contents, without creating a new one.
     static RING: (Arc<Segment>, Vec<u8>) = {
-        let cfg = Config {
-            capacity: 64 * 1024,
-            max_record: Some(16 * 1024),
-            log_entries: Some(16),
-            max_producers: 4,
-            ..Config::default()
-        };
-        let seg = Segment::create_memfd("fuzz", &cfg).expect("create");
+        let seg = Segment::create_memfd("fuzz", &config()).expect("create");
         let (base, len) = seg.mapping();
         // SAFETY: the mapping is ours, `len` bytes long, and nobody writes it now.
         let pristine = unsafe { std::slice::from_raw_parts(base, len) }.to_vec();
@@ -112,6 +251,12 @@ fn run_on(seg: &Arc<Segment>, data: &[u8], with_producer: bool) {
                 unsafe {
                     std::ptr::copy_nonoverlapping(bytes.as_ptr(), (base as *mut u8).add(off), n)
                 };
+            }
+            // A boundary value of the one-write matrix, relative to the word's value.
+            1 if op & 8 != 0 => {
+                let Some(word) = input.u16() else { break };
+                let Some(value) = input.byte() else { break };
+                boundary_write(base as usize, word, value);
             }
             // A 64-bit value into a structure the protocol reads.
             1 => {

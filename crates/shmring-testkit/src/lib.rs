@@ -1,13 +1,16 @@
 //! Helpers shared by shmring's tests, its reliability suite and its bench: one child
 //! supervisor ([`Kid`]: killed and reaped on drop, even when a test panics), the
 //! test RNG ([`Rng`]), the payload checksum ([`checksum`]) and unique `/dev/shm`
-//! ring names removed on drop ([`ShmName`]). (The `/proc` and `getrusage` readers
+//! ring names removed on drop ([`ShmName`]), and the one-write liveness matrix
+//! ([`matrix`]). (The `/proc` and `getrusage` readers
 //! are used at run time by the bench and the CLI too, so they live in
 //! `shmring_bench`: `proc_memory`, `rusage`, `cpu_ns`.)
 //!
 //! Not published: a development dependency of the workspace's crates only.
 
 mod child;
+#[cfg(not(loom))]
+pub mod matrix;
 mod rng;
 
 pub use child::{pid_gone, spawn_cmd, spawn_self, Kid};

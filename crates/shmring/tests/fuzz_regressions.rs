@@ -2,7 +2,8 @@
 //! fuzz/regressions/ (crashes once found, now fixed) and fuzz/seeds, plus
 //! a few thousand pseudo-random programs from fixed seeds. The properties are the
 //! fuzzer's: the consumer never panics, never hands out memory outside the segment,
-//! and every call returns.
+//! every call returns, and records flow again once the program stops writing. Also
+//! checks that `fuzz/boundary.dict` is the harness's dictionary.
 
 #[allow(dead_code)]
 #[path = "../../../fuzz/src/lib.rs"]
@@ -10,7 +11,8 @@ mod harness;
 
 use std::path::Path;
 
-fn replay_dir(dir: &Path, with_producer: bool) -> usize {
+/// Replays every input in `dir`; returns how many, and the ones that failed.
+fn replay_dir(dir: &Path, with_producer: bool, failed: &mut Vec<String>) -> usize {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return 0;
     };
@@ -19,7 +21,11 @@ fn replay_dir(dir: &Path, with_producer: bool) -> usize {
         let p = e.path();
         if p.is_file() {
             let data = std::fs::read(&p).unwrap();
-            harness::run(&data, with_producer);
+            // A failing input leaves nothing behind: the harness restores the ring
+            // before every run, and unwinding drops its consumer and producer.
+            if std::panic::catch_unwind(|| harness::run(&data, with_producer)).is_err() {
+                failed.push(format!("{} (with_producer: {with_producer})", p.display()));
+            }
             n += 1;
         }
     }
@@ -29,11 +35,17 @@ fn replay_dir(dir: &Path, with_producer: bool) -> usize {
 #[test]
 fn kept_inputs_replay_cleanly() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
-    let mut n = replay_dir(&root.join("regressions"), true);
-    n += replay_dir(&root.join("regressions"), false);
-    n += replay_dir(&root.join("seeds/consumer_vs_segment"), false);
-    n += replay_dir(&root.join("seeds/producers_and_scribbles"), true);
+    let mut failed = Vec::new();
+    let mut n = replay_dir(&root.join("regressions"), true, &mut failed);
+    n += replay_dir(&root.join("regressions"), false, &mut failed);
+    n += replay_dir(&root.join("seeds/consumer_vs_segment"), false, &mut failed);
+    n += replay_dir(
+        &root.join("seeds/producers_and_scribbles"),
+        true,
+        &mut failed,
+    );
     eprintln!("replayed {n} kept inputs");
+    assert!(failed.is_empty(), "failed: {}", failed.join(", "));
 }
 
 #[test]
@@ -52,4 +64,19 @@ fn pseudo_random_programs() {
             .collect();
         harness::run(&data, seed % 2 == 0);
     }
+}
+
+#[test]
+fn the_dictionary_is_current() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/boundary.dict");
+    let want = harness::dictionary();
+    if std::env::var_os("SHMRING_WRITE_DICT").is_some() {
+        std::fs::write(&path, &want).unwrap();
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "fuzz/boundary.dict is not the harness's dictionary: SHMRING_WRITE_DICT=1 cargo test \
+         --release -p shmring --test fuzz_regressions the_dictionary_is_current"
+    );
 }
