@@ -54,10 +54,22 @@ def _persisted_ring(name: str) -> None:
     ring.close()
 
 
+# The identity line (control block line 0) and its two copies (lines 19 and 20):
+# whoever attaches takes what two of the three say, so a ring of another layout is
+# written into all three.
+IDENTITY_LINES = (0, 19 * 64, 20 * 64)
+
+
+def _scribble_identity(name: str, offset: int, data: bytes) -> None:
+    with open(shm_path(name), "r+b") as f:
+        for line in IDENTITY_LINES:
+            f.seek(line + offset)
+            f.write(data)
+
+
 def test_corrupt_magic_is_a_layout_mismatch(ring_name: str) -> None:
     _persisted_ring(ring_name)
-    with open(shm_path(ring_name), "r+b") as f:
-        f.write(b"NOTARING")
+    _scribble_identity(ring_name, 0, b"NOTARING")
     with pytest.raises(shmring.LayoutMismatch, match=r"magic.*expected"):
         shmring.Consumer(ring_name)
     with pytest.raises(shmring.LayoutMismatch, match=ring_name):
@@ -66,18 +78,14 @@ def test_corrupt_magic_is_a_layout_mismatch(ring_name: str) -> None:
 
 def test_wrong_layout_version(ring_name: str) -> None:
     _persisted_ring(ring_name)
-    with open(shm_path(ring_name), "r+b") as f:
-        f.seek(8)
-        f.write(struct.pack("<I", 99))
+    _scribble_identity(ring_name, 8, struct.pack("<I", 99))
     with pytest.raises(shmring.LayoutMismatch, match=r"layout version.*expected \d+, found 99"):
         shmring.Consumer(ring_name)
 
 
 def test_scribbled_geometry_and_truncated_file(ring_name: str) -> None:
     _persisted_ring(ring_name)
-    with open(shm_path(ring_name), "r+b") as f:
-        f.seek(16)
-        f.write(struct.pack("<Q", 12345))  # capacity: not a power of two
+    _scribble_identity(ring_name, 16, struct.pack("<Q", 12345))  # capacity: not a power of two
     with pytest.raises(shmring.LayoutMismatch, match="geometry"):
         shmring.Consumer(ring_name)
     os.truncate(shm_path(ring_name), 100)

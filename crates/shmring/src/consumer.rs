@@ -181,9 +181,20 @@ pub struct Consumer {
     /// When the shared state was last audited, and records handed out since.
     last_audit: Cell<Instant>,
     since_audit: Cell<u32>,
+    /// A tethered consumer: the ring's reset count when it last (re)joined the
+    /// generation, and since when it has seen the ring contradict its cursors
+    /// without the ring's consumer resetting (see `corrupt`).
+    resets_seen: Cell<u64>,
+    corrupt_since: Cell<Option<Instant>>,
     health: Cell<Health>,
     /// When the claim published as the oldest pending was first seen (0: none).
     published_since: Cell<u64>,
+}
+
+/// The ring consumer's reset count (statistics, a peer can write it: used only to
+/// tell when to rebase).
+fn seg_resets(seg: &Segment) -> u64 {
+    seg.control().counters.0.resets.load(Ordering::Relaxed)
 }
 
 /// A frame: a record's payload in place in shared memory, valid until dropped.
@@ -326,6 +337,7 @@ impl Consumer {
     /// A consumer in `role` whose cursors start at the read cursor `read`.
     fn with_role(seg: Arc<Segment>, role: Role, read: u64, opts: ConsumerOptions) -> Consumer {
         let cur = ConsumerCursor::new(seg.geometry().log_entries as usize, read);
+        let resets = seg_resets(&seg);
         Consumer {
             seg,
             joined: Cell::new(matches!(role, Role::Owner { .. })),
@@ -339,6 +351,8 @@ impl Consumer {
             last_reap: Cell::new(None),
             last_audit: Cell::new(Instant::now()),
             since_audit: Cell::new(0),
+            resets_seen: Cell::new(resets),
+            corrupt_since: Cell::new(None),
             health: Cell::new(Health::default()),
             published_since: Cell::new(0),
         }
@@ -368,6 +382,7 @@ impl Consumer {
                     Some(read) => {
                         *self.cur.borrow_mut() =
                             ConsumerCursor::new(self.seg.geometry().log_entries as usize, read);
+                        self.resets_seen.set(seg_resets(&self.seg));
                         self.joined.set(true);
                         Ok(true)
                     }
@@ -503,6 +518,11 @@ impl Consumer {
             let step = self.poll_once();
             if self.seg.truncated() {
                 return Err(self.seg.truncated_error());
+            }
+            if let Err(Error::TooManyHeld { .. }) = step {
+                // Holding as many frames as the log tracks, the caller may call again
+                // and again without releasing: the audit still runs every interval.
+                self.audit_if_due(Instant::now())?;
             }
             let step = step?;
             if let Step::Frame(f) = step {
@@ -707,6 +727,15 @@ impl Consumer {
                 };
                 let room = (rec_units - 1) * UNIT;
                 if h.len > room || h.seq != crate::layout::header_seq(seq) {
+                    // Marked committed by a peer while its owner still writes it (the
+                    // owner's open-claim word still holds the claim): wait for the
+                    // owner instead, as for any pending claim.
+                    if parked.is_none() && self.unpoll_forged_commit(cur, seq) {
+                        let h = &self.seg.control().health.0;
+                        bump(&h.forged_claims, 1);
+                        bump(&self.seg.control().counters.0.corruption, 1);
+                        return Ok(Step::Wait);
+                    }
                     let _ = cur.release(seq);
                     self.publish(cur);
                     let what = if h.len > room {
@@ -792,6 +821,33 @@ impl Consumer {
                 self.corrupt(cur, seq, what)
             }
         }
+    }
+
+    /// The record `seq` just handed out has no header of its own: was its entry
+    /// marked committed by a peer while its producer is still writing it? Then the
+    /// entry goes back to claimed and the peek cursor onto it (see
+    /// [`ConsumerCursor::unpoll_forged_commit`]).
+    fn unpoll_forged_commit(&self, cur: &mut ConsumerCursor, seq: u64) -> bool {
+        if self.is_tethered() {
+            return false;
+        }
+        let sh = self.seg.shared();
+        // Acquire: as any entry load.
+        let e = crate::layout::LogEntry::unpack(sh.entry(seq).load(Ordering::Acquire));
+        if e.state != ClaimState::Committed
+            || e.stamp != seq & SEQ_MASK
+            || e.slot >= self.seg.geometry().max_producers
+        {
+            return false;
+        }
+        let claimed = crate::layout::LogEntry {
+            state: ClaimState::Claimed,
+            ..e
+        }
+        .pack();
+        // Acquire: pairs with the owner's Release stores of its open-claim word.
+        self.seg.slot(e.slot).open_claim.load(Ordering::Acquire) == claimed
+            && cur.unpoll_forged_commit(&sh, seq, claimed)
     }
 
     /// A claim is pending: every liveness interval, skip it if its producer is
@@ -922,11 +978,33 @@ impl Consumer {
     /// it and, with `auto_reset`, reset and carry on.
     fn corrupt(&self, cur: &mut ConsumerCursor, seq: u64, what: &'static str) -> Result<Step> {
         if let Role::Tethered(j) = self.role {
-            // The ring's consumer resets the ring (or finds it intact); we follow
-            // the write cursor from here once our held frames allow it.
-            if cur.can_reset() {
+            // The ring's consumer judges the ring: it resets it (we then carry on
+            // from the new generation's start) or finds it intact. Jumping ahead
+            // by ourselves would skip records it still delivers. A ring's consumer
+            // that does neither for a few liveness intervals (gone, or blind to
+            // what we see) leaves us to follow the write cursor.
+            // Our position went wrong on an entry rewritten after the ring's
+            // consumer passed it: take it again from the write cursor back.
+            if cur.realign(&self.seg.shared()) && cur.audit_write_cursor(&self.seg.shared()).is_ok()
+            {
+                let mut h = self.health.get();
+                h.last_corruption = Some(what);
+                self.health.set(h);
+                self.publish(cur);
+                return Ok(Step::Again);
+            }
+            let resets = self.seg.control().counters.0.resets.load(Ordering::Relaxed);
+            let since = self.corrupt_since.get().unwrap_or_else(Instant::now);
+            self.corrupt_since.set(Some(since));
+            let waited = since.elapsed() >= self.opts.liveness_interval * 4;
+            if (resets != self.resets_seen.get() || waited) && cur.can_reset() {
+                self.resets_seen.set(resets);
+                self.corrupt_since.set(None);
                 self.resync(cur, j, what);
                 return Ok(Step::Again);
+            }
+            if cur.can_reset() {
+                return Ok(Step::Wait);
             }
             return Err(Error::Corrupt {
                 segment: self.seg.label(),
@@ -951,6 +1029,27 @@ impl Consumer {
     /// counting the records not read as lost. Frames held stay valid.
     fn resync(&self, cur: &mut ConsumerCursor, j: u32, why: &'static str) {
         let w = self.seg.shared().write.load(Ordering::Acquire);
+        // The new generation's start, as the ring's consumer published it at its
+        // reset: from there, not from the write cursor, so records committed since
+        // the reset (which the ring's consumer delivers) are not skipped. A value
+        // that cannot be at or behind the write cursor is not used.
+        let base = self
+            .seg
+            .control()
+            .tethers
+            .0
+            .reset_base
+            .load(Ordering::Acquire);
+        let n = self.seg.geometry().log_entries as u64;
+        // Only from a generation before it (never back within the current one).
+        let w = if seq_diff(cursor_seq(w), cur.peek_seq) > n
+            && seq_diff(cursor_seq(w), cursor_seq(base)) <= n
+            && pos_diff(cursor_pos(w), cursor_pos(base)) <= self.seg.geometry().cap_units()
+        {
+            base
+        } else {
+            w
+        };
         let lost = seq_diff(cursor_seq(w), cur.peek_seq);
         if lost <= self.seg.geometry().log_entries as u64 {
             bump(&tether::counters(&self.seg, j).lost, lost);
@@ -1040,6 +1139,10 @@ impl Consumer {
         if c.cursors.0.peek.load(Ordering::Relaxed) != peek {
             c.cursors.0.peek.store(peek, Ordering::Relaxed);
         }
+        // Entries no claim has reached yet are mended in place: no reset.
+        if cur.repair_ahead(&sh) > 0 {
+            repair("claim log entry ahead of the write cursor rewritten");
+        }
         if let Err(what) = cur.audit_write_cursor(&sh) {
             let seq = cur.peek_seq;
             return match self.corrupt(&mut cur, seq, what)? {
@@ -1086,7 +1189,9 @@ impl Consumer {
             }
             _ => None,
         };
-        cur.reset(&sh, tethers_pos);
+        let base = cur.reset(&sh, tethers_pos);
+        // Release: tethered consumers rebase here (see `resync`).
+        c.tethers.0.reset_base.store(base, Ordering::Release);
         c.cursors
             .0
             .owner_read

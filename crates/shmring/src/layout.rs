@@ -17,6 +17,7 @@
 //!  |  line 9  tether futex u32, tethers-waiting u32     (producers wake tethers)   |
 //!  |  line 10 tethers: mask u32 (requested or active), detached u64 (consumer)     |
 //!  |  line 11-18 one per tethered consumer: state u32, read, peek, counters        |
+//!  |  line 19-20 identity copies: line 0 twice more (two of three must agree)     |
 //!  +-------------------------------------------------------------------------------+
 //!  | SLOT TABLE  max_producers x SLOT_SIZE (128 bytes): one per attached producer  |
 //!  |  state u32 | (pad) u32 | open claim u64 | space-waiting u32 | counters       |
@@ -320,6 +321,9 @@ pub struct Tethers {
     pub _pad: u32,
     /// Tethered consumers the consumer detached (dead, or stopped releasing).
     pub detached: AtomicU64,
+    /// Where the consumer's last reset started the new generation (a cursor):
+    /// tethered consumers that find the ring reset rebase there.
+    pub reset_base: AtomicU64,
 }
 
 /// Tether line states.
@@ -367,6 +371,10 @@ pub struct Control {
     pub tether_data: Line<Futex>,
     pub tethers: Line<Tethers>,
     pub tether: [Line<TetherLine>; MAX_TETHERS as usize],
+    /// The identity line twice more, written with line 0: whoever attaches takes
+    /// the geometry two of the three agree on, so a peer's single write cannot
+    /// make anyone take a forged one (the consumer rewrites all three).
+    pub identity_copies: [Line<Identity>; 2],
 }
 
 /// Slot states. Any other value is treated like ACTIVE (and reaped once its lock

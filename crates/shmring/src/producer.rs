@@ -222,7 +222,10 @@ impl Producer {
         if let Some(open) = self.active.take() {
             self.abort_claim(open);
         }
-        let max = self.seg.geometry().max_record;
+        let mut max = self.seg.max_record();
+        if len > max {
+            max = self.seg.refresh_max_record();
+        }
         if len > max {
             return Err(Error::TooLarge {
                 segment: self.seg.label(),

@@ -234,14 +234,23 @@ impl<'a> Shared<'a> {
 
     /// Moves our claim to `Committed` or `Aborted`, then clears our `open_claim`
     /// word. `false`: it was taken from us.
+    /// An entry that already reads exactly the state we were setting (another
+    /// process wrote it there before us) counts as settled: for a commit, the record
+    /// was written before, so the consumer may have it already, and reporting it
+    /// abandoned would make the producer send it twice.
     pub fn settle(&self, claim: &Claim, state: ClaimState, open: &AtomicU64) -> bool {
         let le = LogEntry::unpack(claim.claimed);
         let new = LogEntry { state, ..le }.pack();
         // AcqRel: the Release half publishes the record written before the commit.
-        let ok = self
-            .entry(claim.seq)
-            .compare_exchange(claim.claimed, new, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok();
+        let ok = match self.entry(claim.seq).compare_exchange(
+            claim.claimed,
+            new,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => true,
+            Err(now) => now == new,
+        };
         // Release: a consumer that sees the cleared word (Acquire) sees the entry
         // resolved, so it never takes our finished claim for a forged one.
         open.store(0, Ordering::Release);
@@ -512,6 +521,24 @@ impl ConsumerCursor {
         }
         let e = LogEntry::unpack(v);
         if e.units == 0 || self.held_units() + e.units > sh.cap_units {
+            // At the write cursor, nobody claimed it (a claim of that length could
+            // not be made): a value a peer wrote ahead of every claim. Back to free,
+            // and nothing is lost.
+            // Acquire: as any cursor load.
+            let w = sh.write.load(Ordering::Acquire);
+            if cursor_seq(w) == k & SEQ_MASK
+                && sh
+                    .entry(k)
+                    .compare_exchange(
+                        v,
+                        LogEntry::initial(k, self.state.len() as u64),
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                return Poll::Empty;
+            }
             return Poll::Corrupt("claim length exceeds the free space it was claimed from");
         }
         match e.state {
@@ -600,6 +627,42 @@ impl ConsumerCursor {
                 Poll::Skipped { state }
             }
         }
+    }
+
+    /// Takes back the hand-out of the record `seq`, the last one [`poll`] handed
+    /// out, whose entry a peer marked committed while its owner was still writing
+    /// it (the owner's open-claim word still holds the claim): the entry goes back
+    /// to `claimed` (a CAS from `committed`, AcqRel, so a commit by the owner since
+    /// wins) and the peek cursor back onto it, so the record is delivered once its
+    /// owner commits it, or skipped if it dies. `false`: nothing was taken back.
+    ///
+    /// [`poll`]: ConsumerCursor::poll
+    pub fn unpoll_forged_commit(&mut self, sh: &Shared<'_>, seq: u64, claimed: u64) -> bool {
+        let e = LogEntry::unpack(claimed);
+        let i = self.idx(seq);
+        if seq.wrapping_add(1) != self.peek_seq
+            || self.state[i] != HELD
+            || e.units as u32 != self.units[i]
+        {
+            return false;
+        }
+        let committed = LogEntry {
+            state: ClaimState::Committed,
+            ..e
+        }
+        .pack();
+        if sh
+            .entry(seq)
+            .compare_exchange(committed, claimed, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        self.state[i] = IDLE;
+        self.held -= 1;
+        self.peek_seq -= 1;
+        self.peek_pos -= e.units;
+        true
     }
 
     /// Marks `seq` released (any order). Returns whether the read cursor moved.
@@ -697,7 +760,12 @@ impl ConsumerCursor {
         // Acquire (inside): the entries of every claim the cursor passed are visible.
         let w = sh.help_write_cursor();
         let (k, p) = (cursor_seq(w), cursor_pos(w));
-        if seq_diff(k, self.published_read_seq()) > n || seq_diff(k, self.peek_seq) > n {
+        // Claims ahead of the peek cursor: at most a log's worth. (More than a log
+        // ahead of the read cursor is possible when a peer moved the published read
+        // cursor's claim number while frames were held: those claims share log
+        // entries with held frames, which the peek cursor steps onto only once the
+        // frames are released, and bytes are not affected.)
+        if seq_diff(k, self.peek_seq) > n {
             return Err("write cursor's claim number is outside the claim log");
         }
         if pos_diff(p, self.read_pos) > sh.cap_units {
@@ -727,14 +795,120 @@ impl ConsumerCursor {
         // The entries producers will claim next hold their previous generation (or,
         // claimed since we loaded the cursor, their own claim): anything else would
         // stop producers when they get there.
+        // Claims are stamped in order (a claimer stamps entry j only once the cursor
+        // reads j, and the cursor passes only stamped entries, which stay stamped
+        // until released): a stamped entry past one we saw free is genuine only if
+        // that one is stamped by now.
         let end = self.published_read_seq() + n;
+        let mut first_free = None;
         for j in k + 1..end {
-            let stamp = LogEntry::unpack(sh.entry(j).load(Ordering::Acquire)).stamp;
-            if stamp != j.wrapping_sub(n) & SEQ_MASK && stamp != j & SEQ_MASK {
+            let e = LogEntry::unpack(sh.entry(j).load(Ordering::Acquire));
+            let stamp = e.stamp;
+            if stamp == j & SEQ_MASK {
+                if e.units == 0 || e.units > sh.cap_units {
+                    return Err("claim ahead of the write cursor has an impossible length");
+                }
+                if let Some(f) = first_free {
+                    // Acquire, after the later entry: as in `poll`.
+                    let again = LogEntry::unpack(sh.entry(f).load(Ordering::Acquire)).stamp;
+                    if again != f & SEQ_MASK {
+                        return Err("a claim ahead of the write cursor follows a free entry");
+                    }
+                    first_free = None;
+                }
+            } else if stamp == j.wrapping_sub(n) & SEQ_MASK {
+                first_free.get_or_insert(j);
+            } else {
                 return Err("claim log entry ahead of the write cursor is not free");
             }
         }
         Ok(())
+    }
+
+    /// Rewrites to their free value the entries at and ahead of the write cursor
+    /// that no claim can have written: not free and not stamped with their own
+    /// claim number, stamped with an impossible length, or stamped past an entry
+    /// that is still free (claims are stamped in order). No claim has reached them,
+    /// so nothing is lost: producers stopped there claim again, with no reset. Each
+    /// rewrite is a CAS from the value seen (AcqRel, like a producer's claim; a
+    /// claim made meanwhile wins). Returns how many were rewritten.
+    pub fn repair_ahead(&self, sh: &Shared<'_>) -> u32 {
+        let n = self.state.len() as u64;
+        // Acquire: as in `audit_write_cursor`.
+        let k = cursor_seq(sh.write.load(Ordering::Acquire));
+        if seq_diff(k, self.peek_seq) > n {
+            return 0; // the cursor itself is wrong: the audit resets
+        }
+        let sane = |e: &LogEntry| e.units != 0 && e.units <= sh.cap_units;
+        let mut repaired = 0;
+        let mut first_free: Option<u64> = None;
+        for j in k..self.published_read_seq() + n {
+            let v = sh.entry(j).load(Ordering::Acquire);
+            let e = LogEntry::unpack(v);
+            let free = e.stamp == j.wrapping_sub(n) & SEQ_MASK;
+            let claimed = e.stamp == j & SEQ_MASK && sane(&e);
+            let forged = if free {
+                first_free.get_or_insert(j);
+                false
+            } else if claimed {
+                // Acquire, after the later entry: a free entry before a claim must be
+                // claimed by now if the claim is real.
+                first_free.is_some_and(|f| {
+                    LogEntry::unpack(sh.entry(f).load(Ordering::Acquire)).stamp != f & SEQ_MASK
+                })
+            } else {
+                true
+            };
+            if forged
+                && sh
+                    .entry(j)
+                    .compare_exchange(
+                        v,
+                        LogEntry::initial(j, n),
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                repaired += 1;
+                first_free.get_or_insert(j);
+            }
+        }
+        repaired
+    }
+
+    /// Holding nothing, re-derives the peek (and read) position from the write
+    /// cursor back over the claims between: for a reader whose position went wrong
+    /// on an entry a peer rewrote after the ring's consumer had passed it (the
+    /// claims from the peek cursor on are intact, else the ring's consumer resets).
+    /// `true`: the position now agrees with the write cursor.
+    pub fn realign(&mut self, sh: &Shared<'_>) -> bool {
+        let n = self.state.len() as u64;
+        if self.held != 0 || self.gap.is_some() {
+            return false;
+        }
+        // Acquire: as in `audit_write_cursor`.
+        let w = sh.write.load(Ordering::Acquire);
+        let (k, p) = (cursor_seq(w), cursor_pos(w));
+        let ahead = seq_diff(k, self.peek_seq);
+        if ahead > n {
+            return false;
+        }
+        let mut units = 0u64;
+        for d in 0..ahead {
+            let j = self.peek_seq + d;
+            let e = LogEntry::unpack(sh.entry(j).load(Ordering::Acquire));
+            if e.stamp != j & SEQ_MASK || e.units == 0 || e.units > sh.cap_units {
+                return false;
+            }
+            units += e.units;
+        }
+        if units > sh.cap_units {
+            return false;
+        }
+        let pos = p.wrapping_sub(units) & crate::layout::POS_MASK;
+        self.rebase(self.peek_seq, pos);
+        true
     }
 
     /// Starts a new generation of sequence numbers past anything a producer could

@@ -381,6 +381,12 @@ fn identity_scribbles_fail_attach_naming_the_field() {
         (56, 8, g.total_size + 1, "segment size"),
         (56, 8, u64::MAX, "segment size"),
     ];
+    // The three identity lines (line 0 and its two copies): two must agree.
+    let lines = [
+        0u64,
+        std::mem::offset_of!(shmring::layout::Control, identity_copies) as u64,
+        std::mem::offset_of!(shmring::layout::Control, identity_copies) as u64 + 64,
+    ];
     for &(off, width, value, field) in cases {
         let word = off & !7;
         let saved = peer.get_u64(word);
@@ -390,7 +396,17 @@ fn identity_scribbles_fail_attach_naming_the_field() {
             let shift = (off - word) * 8;
             (saved & !(0xffff_ffffu64 << shift)) | ((value & 0xffff_ffff) << shift)
         };
-        peer.put_u64(word, new);
+        // One line scribbled: the other two outvote it.
+        for line in lines {
+            peer.put_u64(line + word, new);
+            let s = attach().unwrap_or_else(|e| panic!("one line {line} scribbled: {e}"));
+            assert_eq!(*s.geometry(), g, "the geometry two lines agree on");
+            peer.put_u64(line + word, saved);
+        }
+        // All three: the field is named.
+        for line in lines {
+            peer.put_u64(line + word, new);
+        }
         match attach() {
             Err(Error::LayoutMismatch { field: f, .. }) => {
                 assert_eq!(f, field, "scribbling offset {off} with {value}")
@@ -398,32 +414,19 @@ fn identity_scribbles_fail_attach_naming_the_field() {
             Err(e) => panic!("offset {off}: expected a {field} mismatch, got {e}"),
             Ok(_) => panic!("offset {off}: attach accepted a scribbled {field}"),
         }
-        peer.put_u64(word, saved);
+        for line in lines {
+            peer.put_u64(line + word, saved);
+        }
         attach().expect("restored identity attaches");
     }
-    // Random bytes anywhere in the identity line never attach and never panic.
+    // Random bytes anywhere in one identity line never change the geometry anyone
+    // takes, and never panic: the other two lines outvote it.
     let saved: Vec<u64> = (0..8).map(|i| peer.get_u64(i * 8)).collect();
     let mut rng = Rng(0x5eed_0003);
-    let mut accepted = 0;
     for _ in 0..500 {
         peer.random_bytes(&mut rng, 0..64, 16);
-        if peer.get_u64(0) != saved[0] && rng.below(2) == 0 {
-            peer.put_u64(0, saved[0]); // keep the magic often, to reach the rest
-        }
         match attach() {
-            Err(Error::LayoutMismatch { .. }) => {}
-            // Only fields no offset depends on (max_record, flags, padding) may
-            // change and still attach, and then within the layout's limits.
-            Ok(s) => {
-                assert!(
-                    [0, 1, 2, 4, 6, 7]
-                        .iter()
-                        .all(|&i| peer.get_u64(i * 8) == saved[i as usize]),
-                    "a scribbled identity attached"
-                );
-                assert!(s.geometry().max_record <= Geometry::largest_record(g.capacity));
-                accepted += 1;
-            }
+            Ok(s) => assert_eq!(*s.geometry(), g, "one scribbled line outvoted"),
             Err(Error::EventfdRequired(_)) => {}
             Err(e) => panic!("unexpected error {e}"),
         }
@@ -431,7 +434,6 @@ fn identity_scribbles_fail_attach_naming_the_field() {
             peer.put_u64(i as u64 * 8, v);
         }
     }
-    assert!(accepted < 500);
 }
 
 /// A producer may write anything into its own slot's counters; reading the

@@ -145,12 +145,23 @@ fn opening_a_missing_name_is_not_found() {
 }
 
 /// Writes `bytes` at `offset` of the named segment's file, bypassing shmring.
+/// Writes `bytes` at `offset`; an offset inside the identity line goes to all three
+/// identity lines (line 0 and its two copies), as a ring of another layout would
+/// differ in all of them.
 fn scribble(name: &ShmName, offset: u64, bytes: &[u8]) {
     let f = std::fs::OpenOptions::new()
         .write(true)
         .open(name.path())
         .unwrap();
-    f.write_at(bytes, offset).unwrap();
+    let copies = std::mem::offset_of!(shmring::layout::Control, identity_copies) as u64;
+    let lines: &[u64] = if offset < 64 {
+        &[0, copies, copies + 64]
+    } else {
+        &[0]
+    };
+    for line in lines {
+        f.write_at(bytes, line + offset).unwrap();
+    }
 }
 
 fn mismatch_field(e: Error) -> (&'static str, String, String) {

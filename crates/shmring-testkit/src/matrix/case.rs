@@ -381,7 +381,7 @@ fn drain(
                 }
             },
             Ok(None) => return Ok(()),
-            Err(Error::Detached(_)) if tether => {
+            Err(Error::Detached { .. }) if tether => {
                 out.tether_detached = true;
                 return Ok(());
             }
@@ -605,10 +605,12 @@ fn late_attach(
     loop {
         if late.is_none() {
             let attached = seg
-                .fd()
-                .try_clone_to_owned()
+                .descriptors()
+                .iter()
+                .map(|f| f.try_clone_to_owned())
+                .collect::<std::io::Result<Vec<_>>>()
                 .map_err(|e| Error::Config(e.to_string()))
-                .and_then(Segment::from_fd)
+                .and_then(Segment::from_descriptors)
                 .and_then(|s: Arc<Segment>| Honest::new(&s, LATE));
             match attached {
                 Ok(h) => late = Some(h),

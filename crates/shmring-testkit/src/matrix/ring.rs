@@ -330,7 +330,8 @@ impl Writer {
         use std::io::BufRead;
         use std::os::fd::AsRawFd;
         use std::process::{Command, Stdio};
-        let fd = seg.fd().as_raw_fd();
+        let fds: Vec<i32> = seg.descriptors().iter().map(|f| f.as_raw_fd()).collect();
+        let list: Vec<String> = fds.iter().map(|f| f.to_string()).collect();
         let exe = std::env::current_exe().map_err(|e| shmring::Error::Config(e.to_string()))?;
         let mut cmd = Command::new(exe);
         cmd.args([
@@ -340,12 +341,12 @@ impl Writer {
             "--test-threads=1",
             "-q",
         ])
-        .env(WRITER_ENV, fd.to_string())
+        .env(WRITER_ENV, list.join(","))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
         let io = |e: std::io::Error| shmring::Error::Config(format!("writer process: {e}"));
-        let mut kid = crate::spawn_cmd(cmd, &[fd]).map_err(io)?;
+        let mut kid = crate::spawn_cmd(cmd, &fds).map_err(io)?;
         let stdin = kid.child.stdin.take().expect("piped stdin");
         let out = kid.child.stdout.take().expect("piped stdout");
         let mut lines = std::io::BufReader::new(out).lines();
@@ -380,12 +381,18 @@ impl Writer {
 pub fn writer_child() {
     use std::io::BufRead;
     use std::os::fd::{FromRawFd, OwnedFd};
-    let Ok(fd) = std::env::var(WRITER_ENV) else {
+    let Ok(fds) = std::env::var(WRITER_ENV) else {
         return;
     };
-    let fd: i32 = fd.parse().expect("a descriptor number");
-    // SAFETY: the parent left this descriptor open for us; nothing else owns it.
-    let seg = Segment::from_fd(unsafe { OwnedFd::from_raw_fd(fd) }).expect("attach");
+    let fds = fds
+        .split(',')
+        .map(|n| {
+            let n: i32 = n.parse().expect("a descriptor number");
+            // SAFETY: the parent left this descriptor open for us; nothing else owns it.
+            unsafe { OwnedFd::from_raw_fd(n) }
+        })
+        .collect();
+    let seg = Segment::from_descriptors(fds).expect("attach");
     let mut p = seg.producer().expect("a producer slot");
     let r = p.reserve_raw(300, FullPolicy::Fail).expect("a claim");
     // SAFETY: the reservation gives us `r.len` writable bytes at `r.ptr`.

@@ -17,9 +17,13 @@ use rustix::mm::{MapFlags, ProtFlags};
 
 use crate::error::{os, Error, Result};
 use crate::layout::{
-    Control, Geometry, LogEntry, Slot, CONTROL_SIZE, FLAG_EVENTFD, FLAG_HUGE_PAGES, FLAG_LOCK_FILE,
-    LAYOUT_VERSION, MAGIC, SLOT_SIZE,
+    Control, Geometry, Identity, LogEntry, Slot, CONTROL_SIZE, FLAG_EVENTFD, FLAG_HUGE_PAGES,
+    FLAG_LOCK_FILE, LAYOUT_VERSION, MAGIC, SLOT_SIZE,
 };
+
+/// How long a writer attaching to a ring whose claim log contradicts its identity
+/// line waits for the consumer to repair the line (several liveness intervals).
+const GEOMETRY_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// The seals of a lock file: it can never hold a byte (nor grow into storage).
 const LOCK_FILE_SEALS: SealFlags = SealFlags::GROW
@@ -69,6 +73,10 @@ pub struct Segment {
     /// ring's goes to its lock file entry).
     read_only: std::sync::OnceLock<OwnedFd>,
     geo: Geometry,
+    /// The largest payload producers of this mapping accept: the geometry's, or a
+    /// larger one the identity line says once the consumer has repaired a line a
+    /// peer wrote before we attached (see [`Segment::refresh_max_record`]).
+    max_record: std::sync::atomic::AtomicU64,
     name: String,
     label: crate::error::Name,
     backing: Backing,
@@ -439,7 +447,76 @@ impl Segment {
             },
         };
         let geo = Self::probe(fd, &name, &backing, prot)?;
-        Self::map_file(Some(locks), data, geo, name, backing, prot)
+        let seg = Self::map_file(Some(locks), data, geo, name, backing, prot)?;
+        if read_only {
+            return Ok(seg);
+        }
+        seg.settle_geometry()
+    }
+
+    /// A writer's last check before it trusts the geometry it read: the identity
+    /// line is believed at attach, and a peer may have written one that describes
+    /// a ring of the same size with another claim log or slot table (the consumer
+    /// repairs it within a liveness interval). So the claim log must agree with the
+    /// cursors under this geometry; while it does not, the identity line is watched
+    /// for up to [`GEOMETRY_WAIT`]: once the consumer rewrites it, the ring is
+    /// mapped again with the geometry it gives. A log that stays inconsistent under
+    /// an unchanged line is the ring's own state (the consumer resets it): accepted.
+    fn settle_geometry(mut self) -> Result<Segment> {
+        let start = std::time::Instant::now();
+        loop {
+            if self.log_agrees() {
+                return Ok(self);
+            }
+            if !self.identity_intact() {
+                let (locks, data) = (self.locks.take(), self.data.take());
+                let (name, backing) = (std::mem::take(&mut self.name), self.backing.clone());
+                drop(self);
+                let locks = locks.expect("a writer's segment has a lock file");
+                let fd = match &data {
+                    Some(d) => d.as_fd(),
+                    None => locks.writable().expect("checked at attach"),
+                };
+                let prot = ProtFlags::READ | ProtFlags::WRITE;
+                let geo = Self::probe(fd, &name, &backing, prot)?;
+                self = Self::map_file(Some(locks), data, geo, name, backing, prot)?;
+                continue;
+            }
+            if start.elapsed() >= GEOMETRY_WAIT {
+                return Ok(self);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Does the claim log agree with the ring's cursors under our geometry? Every
+    /// entry from the read cursor to the write cursor holds its claim, every one
+    /// after holds its previous generation (or a claim made since). A few looks, as
+    /// claims move on while we read.
+    fn log_agrees(&self) -> bool {
+        let sh = self.shared();
+        let n = self.geo.log_entries as u64;
+        (0..3).any(|_| {
+            // Acquire, as the consumer's audit.
+            let r = sh.read.load(Ordering::Acquire);
+            let w = sh.write.load(Ordering::Acquire);
+            let (rs, ws) = (crate::layout::cursor_seq(r), crate::layout::cursor_seq(w));
+            let in_flight = crate::layout::seq_diff(ws, rs);
+            if in_flight > n
+                || crate::layout::pos_diff(
+                    crate::layout::cursor_pos(w),
+                    crate::layout::cursor_pos(r),
+                ) > sh.cap_units
+            {
+                return false;
+            }
+            (0..n).all(|d| {
+                let j = (rs + d) & crate::layout::SEQ_MASK;
+                let stamp = LogEntry::unpack(sh.entry(j).load(Ordering::Acquire)).stamp;
+                stamp == j
+                    || (d >= in_flight && stamp == j.wrapping_sub(n) & crate::layout::SEQ_MASK)
+            })
+        })
     }
 
     /// Validates the control block of the ring in `fd`: every size comes from
@@ -477,8 +554,35 @@ impl Segment {
         geo
     }
 
+    /// The geometry at least two of the three identity lines give (a peer's one
+    /// write changes at most one line), each line validated on its own; with no two
+    /// agreeing, the first line's own error (or, all three valid and different,
+    /// that they disagree).
     fn validate(c: &Control, file_size: u64, name: &str) -> Result<Geometry> {
-        let id = &c.identity.0;
+        let lines = [
+            &c.identity.0,
+            &c.identity_copies[0].0,
+            &c.identity_copies[1].0,
+        ];
+        let [a, b, d] = lines.map(|id| Self::validate_line(id, file_size, name));
+        let agree = |x: &Result<Geometry>, y: &Result<Geometry>| match (x, y) {
+            (Ok(g), Ok(h)) => (g == h).then_some(*g),
+            _ => None,
+        };
+        if let Some(g) = agree(&a, &b).or(agree(&a, &d)).or(agree(&b, &d)) {
+            return Ok(g);
+        }
+        a?;
+        Err(Error::LayoutMismatch {
+            segment: name.into(),
+            field: "identity lines",
+            expected: "two of the three identity lines agreeing".into(),
+            found: "three different geometries".into(),
+        })
+    }
+
+    /// Validates one identity line against the file's size.
+    fn validate_line(id: &Identity, file_size: u64, name: &str) -> Result<Geometry> {
         let mismatch = |field, expected: String, found: String| Error::LayoutMismatch {
             segment: name.into(),
             field,
@@ -604,6 +708,7 @@ impl Segment {
             locks,
             data,
             read_only: std::sync::OnceLock::new(),
+            max_record: std::sync::atomic::AtomicU64::new(geo.max_record),
             geo,
             label: name.as_str().into(),
             name,
@@ -625,49 +730,76 @@ impl Segment {
         self.restore_identity();
     }
 
-    /// Rewrites the identity line (line 0) from our validated geometry: at creation,
-    /// and when the consumer finds a peer changed it. Relaxed stores: the creator
-    /// publishes them with its Release store of the magic; at a repair, a peer that
-    /// attaches concurrently reads each field once and gets either value.
-    pub(crate) fn write_identity(&self) {
-        let g = &self.geo;
-        let id = &self.control().identity.0;
-        id.version.store(LAYOUT_VERSION, Ordering::Relaxed);
-        id.control_size
-            .store(CONTROL_SIZE as u32, Ordering::Relaxed);
-        id.capacity.store(g.capacity, Ordering::Relaxed);
-        id.max_record.store(g.max_record, Ordering::Relaxed);
-        id.log_entries.store(g.log_entries, Ordering::Relaxed);
-        id.max_producers.store(g.max_producers, Ordering::Relaxed);
-        id.flags.store(g.flags, Ordering::Relaxed);
-        id.data_offset.store(g.data_offset, Ordering::Relaxed);
-        id.total_size.store(g.total_size, Ordering::Relaxed);
+    /// Rewrites the identity lines (line 0 and its copy) from our validated
+    /// geometry: at creation, and when the consumer finds a peer changed one.
+    /// Relaxed stores: the creator publishes them with its Release store of the
+    /// magic; at a repair, a peer that attaches concurrently reads each field once
+    /// and gets either value (and waits while the two lines disagree).
+    fn write_identity(&self) {
+        for id in self.identities() {
+            write_identity_fields(id, &self.geo);
+        }
     }
 
-    /// Does the identity line still describe our geometry? (Each field loaded once.)
+    fn identities(&self) -> [&Identity; 3] {
+        let c = self.control();
+        [
+            &c.identity.0,
+            &c.identity_copies[0].0,
+            &c.identity_copies[1].0,
+        ]
+    }
+
+    /// Do both identity lines still describe our geometry? (Each field loaded once.)
     pub(crate) fn identity_intact(&self) -> bool {
-        let g = &self.geo;
+        self.identities().iter().all(|id| {
+            id.magic.load(Ordering::Relaxed) == MAGIC && identity_fields_are(id, &self.geo)
+        })
+    }
+
+    /// The largest payload a producer of this mapping may reserve.
+    pub(crate) fn max_record(&self) -> u64 {
+        self.max_record.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A producer refused as too large looks again: `max_record` is the one
+    /// identity field no offset depends on, so a line a peer wrote before we
+    /// attached (then repaired by the consumer) cannot be told from the real one
+    /// at attach. If the line now says more, and every other field is ours, that
+    /// is taken (within the ring's limit). Returns the limit now.
+    pub(crate) fn refresh_max_record(&self) -> u64 {
         let id = &self.control().identity.0;
-        id.magic.load(Ordering::Relaxed) == MAGIC
+        let g = &self.geo;
+        // Each field loaded once (Relaxed after the magic's Acquire).
+        let same = id.magic.load(Ordering::Acquire) == MAGIC
             && id.version.load(Ordering::Relaxed) == LAYOUT_VERSION
-            && id.control_size.load(Ordering::Relaxed) as u64 == CONTROL_SIZE
             && id.capacity.load(Ordering::Relaxed) == g.capacity
-            && id.max_record.load(Ordering::Relaxed) == g.max_record
             && id.log_entries.load(Ordering::Relaxed) == g.log_entries
             && id.max_producers.load(Ordering::Relaxed) == g.max_producers
             && id.flags.load(Ordering::Relaxed) == g.flags
             && id.data_offset.load(Ordering::Relaxed) == g.data_offset
-            && id.total_size.load(Ordering::Relaxed) == g.total_size
+            && id.total_size.load(Ordering::Relaxed) == g.total_size;
+        let line = id.max_record.load(Ordering::Relaxed);
+        let copies = &self.control().identity_copies;
+        if same
+            && copies
+                .iter()
+                .all(|c| c.0.max_record.load(Ordering::Relaxed) == line)
+            && line <= Geometry::largest_record(g.capacity)
+            && line > self.max_record()
+        {
+            self.max_record
+                .store(line, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.max_record()
     }
 
-    /// Rewrites the identity line, magic last (Release, as at creation).
+    /// Rewrites the identity lines, each magic last (Release, as at creation).
     pub(crate) fn restore_identity(&self) {
         self.write_identity();
-        self.control()
-            .identity
-            .0
-            .magic
-            .store(MAGIC, Ordering::Release);
+        for id in self.identities() {
+            id.magic.store(MAGIC, Ordering::Release);
+        }
     }
 
     /// Keep a named segment after this `Segment` is dropped.
@@ -853,6 +985,33 @@ impl Segment {
             .as_deref()
             .expect("only a read-only view lacks a lock file, and nothing locks through it")
     }
+}
+
+/// Writes the fields of an identity line from `g` (the magic is the caller's).
+fn write_identity_fields(id: &Identity, g: &Geometry) {
+    id.version.store(LAYOUT_VERSION, Ordering::Relaxed);
+    id.control_size
+        .store(CONTROL_SIZE as u32, Ordering::Relaxed);
+    id.capacity.store(g.capacity, Ordering::Relaxed);
+    id.max_record.store(g.max_record, Ordering::Relaxed);
+    id.log_entries.store(g.log_entries, Ordering::Relaxed);
+    id.max_producers.store(g.max_producers, Ordering::Relaxed);
+    id.flags.store(g.flags, Ordering::Relaxed);
+    id.data_offset.store(g.data_offset, Ordering::Relaxed);
+    id.total_size.store(g.total_size, Ordering::Relaxed);
+}
+
+/// Does an identity line's every field (magic aside) describe `g`? Each loaded once.
+fn identity_fields_are(id: &Identity, g: &Geometry) -> bool {
+    id.version.load(Ordering::Relaxed) == LAYOUT_VERSION
+        && id.control_size.load(Ordering::Relaxed) as u64 == CONTROL_SIZE
+        && id.capacity.load(Ordering::Relaxed) == g.capacity
+        && id.max_record.load(Ordering::Relaxed) == g.max_record
+        && id.log_entries.load(Ordering::Relaxed) == g.log_entries
+        && id.max_producers.load(Ordering::Relaxed) == g.max_producers
+        && id.flags.load(Ordering::Relaxed) == g.flags
+        && id.data_offset.load(Ordering::Relaxed) == g.data_offset
+        && id.total_size.load(Ordering::Relaxed) == g.total_size
 }
 
 impl Drop for Segment {
