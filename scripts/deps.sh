@@ -9,12 +9,16 @@
 #   scripts/deps.sh test     what `make test` needs besides: cmake, libseccomp, ffmpeg,
 #                            GStreamer's tools and plugins, Python 3.9+ with venv,
 #                            Node.js 18+ with npm, Go, promtool, rustfmt and clippy
+#                            (promtool alone, unpacked from Debian's prometheus
+#                            package into target/tools/bin: no Prometheus server is
+#                            installed or started)
 #   scripts/deps.sh --print test   only say what is missing and how to install it
 #
 # On Debian 12 and Ubuntu 22.04/24.04 it runs apt-get (as root, or through sudo).
 # Elsewhere, or without root or sudo, it prints exactly what to install and exits 1.
 # A Rust toolchain (cargo 1.85+, from rustup) must be there already.
 set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
 
 print_only=0
 if [ "${1:-}" = "--print" ]; then print_only=1; shift; fi
@@ -96,10 +100,42 @@ if [ -r /etc/os-release ]; then
   distro=$(. /etc/os-release; echo "${ID:-unknown}-${VERSION_ID:-}")
 fi
 case "$distro" in debian-12|ubuntu-22.04|ubuntu-24.04) supported=1 ;; *) supported=0 ;; esac
+sudo=()
+[ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && sudo=(sudo)
+
+# promtool (`promtool check metrics`, Prometheus' own linter), unless one is on PATH:
+# only the tool, taken out of Debian's prometheus package with dpkg-deb; installing
+# the package would start a Prometheus server as a service.
+tools=$repo/target/tools/bin
+want_promtool=0
+if [ "$profile" = test ] && ! command -v promtool >/dev/null && [ ! -x "$tools/promtool" ]; then
+  if [ $supported = 1 ] && [ $print_only = 0 ] && command -v apt-get >/dev/null; then
+    want_promtool=1
+  else
+    notes+=("promtool: put Prometheus' promtool on PATH or in $tools (Debian: apt-get download prometheus; dpkg-deb -x prometheus_*.deb DIR; cp DIR/usr/bin/promtool $tools/)")
+  fi
+fi
+fetch_promtool() {
+  local tmp
+  tmp=$(mktemp -d)
+  # apt-get download needs the package lists; a fresh image has none.
+  (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1) || {
+    "${sudo[@]}" apt-get update -qq
+    (cd "$tmp" && apt-get download prometheus >/dev/null)
+  }
+  dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/root"
+  mkdir -p "$tools"
+  install -m 0755 "$tmp/root/usr/bin/promtool" "$tools/promtool"
+  rm -rf "$tmp"
+  say "promtool: $tools/promtool"
+}
 
 fail=0
 for n in "${notes[@]+"${notes[@]}"}"; do say "$n"; fail=1; done
-[ ${#missing[@]} -eq 0 ] && exit $fail
+if [ ${#missing[@]} -eq 0 ]; then
+  [ $want_promtool = 1 ] && fetch_promtool
+  exit $fail
+fi
 
 if [ $supported = 0 ] || [ $print_only = 1 ] || ! command -v apt-get >/dev/null; then
   if [ $supported = 0 ]; then
@@ -112,14 +148,9 @@ if [ $supported = 0 ] || [ $print_only = 1 ] || ! command -v apt-get >/dev/null;
   exit 1
 fi
 
-sudo=()
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null; then
-    sudo=(sudo)
-  else
-    say "not root and no sudo; as root, run: apt-get install ${missing[*]}"
-    exit 1
-  fi
+if [ "$(id -u)" -ne 0 ] && [ ${#sudo[@]} -eq 0 ]; then
+  say "not root and no sudo; as root, run: apt-get install ${missing[*]}"
+  exit 1
 fi
 
 say "installing ${missing[*]}"
@@ -127,4 +158,5 @@ export DEBIAN_FRONTEND=noninteractive
 # Package lists may be absent on a fresh image, or too old to name current versions.
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+[ $want_promtool = 1 ] && fetch_promtool
 exit $fail

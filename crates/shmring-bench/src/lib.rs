@@ -39,6 +39,11 @@ pub fn run(args: &[String]) -> i32 {
     orchestrate::run(args)
 }
 
+/// The arguments of `shmring bench` (for its man page and completions).
+pub fn command() -> clap::Command {
+    <args::BenchArgs as clap::CommandFactory>::command()
+}
+
 /// `shmring bench-worker ARGS...` (hidden): one side of a transport, in its own process.
 pub fn worker(args: &[String]) -> i32 {
     transports::worker_main(args)

@@ -236,7 +236,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     let (seg, label, listener) = match (&a.create, &a.listen, &a.tethered) {
         (_, _, Some(name)) => {
             let seg = Segment::open_named(name)
-                .map_err(|e| fail(1, format!("cannot open ring {name:?}: {e}")))?;
+                .map_err(|e| fail(1, crate::ringref::named_error(name, e)))?;
             (seg, name.clone(), None)
         }
         (_, Some(path), None) => {
