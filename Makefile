@@ -68,8 +68,8 @@ venv: $(VENV)/.ok
 $(VENV)/.ok: python/pyproject.toml python/Cargo.toml python/src/*.rs
 	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q maturin pytest numpy websockets ruff prometheus_client
-	$(PY) -m pip install -q ./python
+	$(PY) -m pip install -q maturin ruff
+	$(PY) -m pip install -q "./python[test]"
 	touch $@
 
 test-python:
