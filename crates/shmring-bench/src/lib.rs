@@ -20,6 +20,8 @@ mod orchestrate;
 mod plot;
 mod python;
 pub mod report;
+/// The live status line of long work (bench, and the recorder's).
+pub mod status;
 mod sys;
 mod transports;
 mod wakeup;

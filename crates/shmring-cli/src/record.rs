@@ -13,6 +13,7 @@ use serde_json::json;
 use shmring::handoff::ListenerStats;
 use shmring::media::{Format, MediaHeader};
 use shmring::{Config, Consumer, ConsumerOptions, Listener, Segment, TetherInfo};
+use shmring_bench::status::{Look, StatusLine};
 
 use crate::cli::RecordArgs;
 use crate::output::ffmpeg_available;
@@ -308,6 +309,10 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     let mut ring_error: Option<String> = None;
     let mut owner_gone = false;
     let mut line_seen = None;
+    // What a person watching sees (the JSON lines of --progress are for programs):
+    // redrawn in place on a terminal, a line every 10 s elsewhere.
+    let mut status = (!a.progress)
+        .then(|| StatusLine::new("shmring record", Duration::from_secs(10), Look::Spinner));
     let wait = Some(Duration::from_millis(100));
     'run: loop {
         if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
@@ -344,6 +349,27 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
                 break 'run;
             }
             let (records, bytes, line) = reads(&seg, &consumer, &mut line_seen);
+            if let Some(s) = &mut status {
+                let st = seg.stats();
+                let resets = match consumer.resets() {
+                    0 => String::new(),
+                    n => format!("  resets {n}"),
+                };
+                s.set(
+                    format!(
+                        "{label}: {:.0} s  video {}  audio {}  {records} records ({:.1} MB)  \
+                         ring {:.1}/{} MiB  drops {}{resets}",
+                        start.elapsed().as_secs_f64(),
+                        rec.video_frames(),
+                        rec.audio_packets(),
+                        mb(bytes),
+                        st.occupancy as f64 / f64::from(1 << 20),
+                        st.capacity >> 20,
+                        st.drops_full,
+                    ),
+                    false,
+                );
+            }
             if a.progress {
                 let st = seg.stats();
                 emit(json!({"progress": {
@@ -380,6 +406,9 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
                 Err(_) => break,
             }
         }
+    }
+    if let Some(s) = status {
+        s.finish();
     }
     if let Some(m) = procinfo::own_memory() {
         peak_private_kb = peak_private_kb.max(m.private_kb());

@@ -168,3 +168,61 @@ fn a_socket_that_is_not_there_is_called_a_socket() {
     let o = run(&["produce", "--connect", f, "--seconds", "0.1"]);
     assert_fails_with(&o, 1, &[&format!("{f} is not a socket"), "--listen"]);
 }
+
+#[test]
+fn long_work_says_how_it_goes_on_stderr_when_it_is_not_a_terminal() {
+    // record: a status line (the first at once, then every 10 s) before its summary.
+    let ring = ring_name("status");
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(&[
+        "record",
+        "--create",
+        &ring.0,
+        "--out",
+        dir.path().to_str().unwrap(),
+        "--seconds",
+        "1.2",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let status = format!("shmring record: {}: ", ring.0);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with(&status))
+        .unwrap_or_else(|| panic!("no status line in {err}"));
+    for needle in ["video 0", "audio 0", "ring 0.0/", "drops 0"] {
+        assert!(line.contains(needle), "{line}");
+    }
+    // With --progress (JSON lines for programs), no status line.
+    let o = run(&[
+        "record",
+        "--create",
+        &ring.0,
+        "--out",
+        dir.path().to_str().unwrap(),
+        "--seconds",
+        "0.8",
+        "--progress",
+    ]);
+    assert!(o.status.success());
+    assert!(!String::from_utf8_lossy(&o.stderr).contains(&status));
+
+    // bench: a line as each run starts.
+    let o = run(&[
+        "bench",
+        "--quick",
+        "--transports",
+        "floor",
+        "--workload",
+        "audio",
+        "--mode",
+        "rated",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("shmring bench: run 1 of 1: floor audio rated")),
+        "{err}"
+    );
+}
