@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 
-.PHONY: demo deps-demo deps-test build test lint test-rust test-loom test-c test-python test-gst test-node gst-plugin install-gst venv bench bench-node clean
+.PHONY: demo deps-demo deps-test deps-deb deps-dist dist dist-deb build test lint test-rust test-loom test-c test-python test-gst test-node gst-plugin install-gst venv bench bench-node clean
 
 ## Where `make demo` writes its recording (about 0.93 GB): `make demo DEMO_OUT=/tmp/demo`.
 DEMO_OUT ?=
@@ -22,6 +22,20 @@ deps-demo:
 	@$(if $(SKIP_DEPS),true,scripts/deps.sh demo)
 deps-test:
 	@$(if $(SKIP_DEPS),true,scripts/deps.sh test)
+deps-deb:
+	@$(if $(SKIP_DEPS),true,scripts/deps.sh deb)
+deps-dist:
+	@$(if $(SKIP_DEPS),true,scripts/deps.sh dist)
+
+## Release packages into dist/ (scripts/dist.sh): the Debian package and its -dbgsym
+## package, the Python wheel (abi3, manylinux), the npm package with the prebuilt
+## add-on.
+dist: deps-dist
+	scripts/dist.sh
+
+## The Debian package alone (what the container recipe, Dockerfile, builds).
+dist-deb: deps-deb
+	scripts/dist.sh deb
 
 ## Everything in the workspace (the Python module and Node add-on are built by their tests).
 build: deps-demo
@@ -91,4 +105,4 @@ bench-node:
 
 clean:
 	$(CARGO) clean
-	rm -rf $(VENV) node/shmring.node
+	rm -rf $(VENV) node/shmring.node node/LICENSE-MIT node/LICENSE-APACHE dist

@@ -12,6 +12,14 @@
 #                            (promtool alone, unpacked from Debian's prometheus
 #                            package into target/tools/bin: no Prometheus server is
 #                            installed or started)
+#   scripts/deps.sh deb      what `make dist-deb` needs besides `demo`'s: dpkg-dev
+#                            (dpkg-shlibdeps) and cargo-deb (cargo install --locked,
+#                            into target/tools/bin)
+#   scripts/deps.sh dist     what `make dist` and `make test-dist` need: `deb`'s, plus
+#                            Python 3.9+ with venv (maturin, auditwheel, zig (the
+#                            ziglang package) and PyYAML in target/tools/venv),
+#                            Node.js 18+ with npm, and debootstrap (the clean root
+#                            of the Debian package's test)
 #   scripts/deps.sh --print test   only say what is missing and how to install it
 #
 # On Debian 12 and Ubuntu 22.04/24.04 it runs apt-get (as root, or through sudo).
@@ -23,7 +31,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 print_only=0
 if [ "${1:-}" = "--print" ]; then print_only=1; shift; fi
 profile=${1:-test}
-case "$profile" in demo|test) ;; *) echo "usage: $0 [--print] demo|test" >&2; exit 2 ;; esac
+case "$profile" in demo|test|deb|dist) ;; *) echo "usage: $0 [--print] demo|test|deb|dist" >&2; exit 2 ;; esac
 
 say() { echo "deps: $*" >&2; }
 
@@ -34,6 +42,8 @@ if [ "$profile" = test ]; then
          gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly
          gstreamer1.0-libav iproute2 procps)
 fi
+case "$profile" in deb|dist) pkgs+=(dpkg-dev binutils) ;; esac
+[ "$profile" = dist ] && pkgs+=(debootstrap)
 
 # A tool that may come from elsewhere: installed from Debian only when the command
 # is missing (or too old), so an existing installation is never fought.
@@ -42,7 +52,7 @@ version_at_least() { # have want (dotted)
 }
 extra=()
 notes=()
-if [ "$profile" = test ]; then
+if [ "$profile" = test ] || [ "$profile" = dist ]; then
   # Python 3.9+ that can make a virtual environment.
   if command -v python3 >/dev/null && python3 -c 'import sys; assert sys.version_info >= (3, 9)' 2>/dev/null; then
     python3 -c 'import venv, ensurepip' 2>/dev/null || extra+=(python3-venv)
@@ -58,6 +68,8 @@ if [ "$profile" = test ]; then
   else
     extra+=(nodejs npm)
   fi
+fi
+if [ "$profile" = test ]; then
   # Go 1.19+ (the Go package's tests).
   go_v=$(go env GOVERSION 2>/dev/null | sed 's/^go//' || true)
   if [ -z "$go_v" ]; then
@@ -115,6 +127,29 @@ if [ "$profile" = test ] && ! command -v promtool >/dev/null && [ ! -x "$tools/p
     notes+=("promtool: put Prometheus' promtool on PATH or in $tools (Debian: apt-get download prometheus; dpkg-deb -x prometheus_*.deb DIR; cp DIR/usr/bin/promtool $tools/)")
   fi
 fi
+# Tools of `make dist` that come from the language registries, kept in target/tools:
+# cargo-deb (crates), maturin and auditwheel (PyPI).
+want_cargo_deb=0 want_venv=0
+case "$profile" in deb|dist)
+  [ -x "$repo/target/tools/bin/cargo-deb" ] || want_cargo_deb=1 ;;
+esac
+if [ "$profile" = dist ] && ! "$repo/target/tools/venv/bin/python" -c 'import ziglang, yaml' 2>/dev/null; then want_venv=1; fi
+if [ $print_only = 1 ]; then
+  [ $want_cargo_deb = 1 ] && notes+=("cargo-deb: cargo install cargo-deb --locked --root target/tools")
+  [ $want_venv = 1 ] && notes+=("maturin, auditwheel, zig: python3 -m venv target/tools/venv; target/tools/venv/bin/pip install maturin auditwheel ziglang pyyaml")
+fi
+fetch_tools() {
+  if [ $want_cargo_deb = 1 ]; then
+    say "cargo install cargo-deb --locked --root target/tools"
+    cargo install -q cargo-deb --locked --root "$repo/target/tools"
+  fi
+  if [ $want_venv = 1 ]; then
+    say "maturin, auditwheel, zig and PyYAML in target/tools/venv"
+    python3 -m venv "$repo/target/tools/venv"
+    "$repo/target/tools/venv/bin/pip" install -q "maturin>=1.5,<2" auditwheel ziglang pyyaml
+  fi
+  if [ $want_promtool = 1 ]; then fetch_promtool; fi
+}
 fetch_promtool() {
   local tmp
   tmp=$(mktemp -d)
@@ -133,7 +168,7 @@ fetch_promtool() {
 fail=0
 for n in "${notes[@]+"${notes[@]}"}"; do say "$n"; fail=1; done
 if [ ${#missing[@]} -eq 0 ]; then
-  [ $want_promtool = 1 ] && fetch_promtool
+  [ $print_only = 1 ] || fetch_tools
   exit $fail
 fi
 
@@ -158,5 +193,5 @@ export DEBIAN_FRONTEND=noninteractive
 # Package lists may be absent on a fresh image, or too old to name current versions.
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-[ $want_promtool = 1 ] && fetch_promtool
+fetch_tools
 exit $fail
