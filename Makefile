@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 
-.PHONY: demo deps-demo deps-test deps-deb deps-dist dist dist-deb build test lint test-rust test-loom test-c test-python test-gst test-node gst-plugin install-gst venv bench bench-node clean
+.PHONY: demo deps-demo deps-test deps-deb deps-dist dist dist-deb test-dist build test lint test-rust test-loom test-c test-python test-gst test-node gst-plugin install-gst venv bench bench-node clean
 
 ## Where `make demo` writes its recording (about 0.93 GB): `make demo DEMO_OUT=/tmp/demo`.
 DEMO_OUT ?=
@@ -36,6 +36,12 @@ dist: deps-dist
 ## The Debian package alone (what the container recipe, Dockerfile, builds).
 dist-deb: deps-deb
 	scripts/dist.sh deb
+
+## Each package of `make dist` installed into a clean place and used
+## (scripts/test-dist.sh; the Debian package's clean place is a debootstrap root, so
+## it runs as root). CI runs it (.ci/run).
+test-dist: dist
+	scripts/test-dist.sh
 
 ## Everything in the workspace (the Python module and Node add-on are built by their tests).
 build: deps-demo
