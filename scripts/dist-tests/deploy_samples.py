@@ -21,16 +21,29 @@ def arg_after(cmd: list[str], flag: str) -> str:
     return cmd[cmd.index(flag) + 1]
 
 
+def uid(service: dict) -> list[str]:
+    """A Compose service's `user: "UID:GID"`."""
+    return str(service["user"]).split(":")
+
+
 def main() -> None:
     doc, out = sys.argv[1], sys.argv[2]
-    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", open(doc).read(), re.S)]
+    with open(doc) as f:
+        text = f.read()
+    blocks = [
+        yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.DOTALL)
+    ]
     compose = next(b for b in blocks if isinstance(b, dict) and "services" in b)
     pod = next(b for b in blocks if isinstance(b, dict) and b.get("kind") == "Pod")
     rec, cam = compose["services"]["recorder"], compose["services"]["camera"]
     assert rec["build"] == "." and cam["build"] == ".", "the image is the Dockerfile's"
     for cmd in (rec["command"], cam["command"]):
-        assert all(isinstance(a, str) and a and not re.search(r"\s", a) for a in cmd), cmd
-    assert "--encode" in rec["command"], "the recorder must encode, not fill a volume with raw video"
+        assert all(isinstance(a, str) and a and not re.search(r"\s", a) for a in cmd), (
+            cmd
+        )
+    assert "--encode" in rec["command"], (
+        "the recorder must encode, not fill a volume with raw video"
+    )
     rec_dir = arg_after(rec["command"], "--out")
     # The recordings' volume is on disk: no tmpfs driver.
     volumes = compose.get("volumes") or {}
@@ -45,8 +58,9 @@ def main() -> None:
     pod_volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     for m in containers["recorder"]["volumeMounts"]:
         if m["mountPath"] == rec_dir:
-            assert "emptyDir" not in pod_volumes[m["name"]], "the recordings' volume is emptyDir"
-    uid = lambda s: s["user"].split(":")  # noqa: E731
+            assert "emptyDir" not in pod_volumes[m["name"]], (
+                "the recordings' volume is emptyDir"
+            )
     assert containers["recorder"]["securityContext"]["runAsUser"] == int(uid(rec)[0])
     assert containers["camera"]["securityContext"]["runAsUser"] == int(uid(cam)[0])
     camera = list(cam["command"])

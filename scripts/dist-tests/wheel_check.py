@@ -22,4 +22,6 @@ with frame:
     assert y.shape == (48, 64) and int(y.min()) == int(y.max()) == 16
 cam.close()
 ring.close()
-print(f"shmring {shmring.__version__} (layout version {layout}) from {shmring.__file__}: one frame")
+print(
+    f"shmring {shmring.__version__} (layout version {layout}) from {shmring.__file__}: one frame"
+)
