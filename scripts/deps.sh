@@ -6,7 +6,7 @@
 #   scripts/deps.sh demo     what `make demo` needs: a C compiler, pkg-config and the
 #                            GStreamer development packages (the `shmring` command
 #                            encodes `record --encode` in process)
-#   scripts/deps.sh test     what `make test` needs besides: cmake, libseccomp, ffmpeg,
+#   scripts/deps.sh test     what `make test` needs besides: cmake, libseccomp, ffmpeg, man,
 #                            GStreamer's tools and plugins, Python 3.9+ with venv,
 #                            Node.js 18+ with npm, Go, promtool, rustfmt and clippy
 #                            (promtool alone, unpacked from Debian's prometheus
@@ -40,7 +40,7 @@ pkgs=(gcc libc6-dev make pkg-config libgstreamer1.0-dev libgstreamer-plugins-bas
 if [ "$profile" = test ]; then
   pkgs+=(g++ cmake libseccomp-dev ffmpeg gstreamer1.0-tools gstreamer1.0-plugins-base
          gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly
-         gstreamer1.0-libav iproute2 procps)
+         gstreamer1.0-libav iproute2 procps man-db)
 fi
 case "$profile" in deb|dist) pkgs+=(dpkg-dev binutils) ;; esac
 [ "$profile" = dist ] && pkgs+=(debootstrap)
