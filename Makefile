@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 
-.PHONY: demo deps-demo deps-test build test lint test-rust test-loom test-hostile test-c test-python test-gst test-node test-go gst-plugin install-gst venv bench bench-node fuzz clean
+.PHONY: demo deps-demo deps-test deps-deb deps-dist dist dist-deb test-dist build test lint test-rust test-loom test-hostile test-c test-python test-gst test-node test-go gst-plugin install-gst venv bench bench-node fuzz clean
 
 ## Where `make demo` writes its recording (about 0.93 GB): `make demo DEMO_OUT=/tmp/demo`.
 DEMO_OUT ?=
@@ -23,6 +23,26 @@ deps-demo:
 	@$(if $(SKIP_DEPS),true,scripts/deps.sh demo)
 deps-test:
 	@$(if $(SKIP_DEPS),true,scripts/deps.sh test)
+deps-deb:
+	@$(if $(SKIP_DEPS),true,scripts/deps.sh deb)
+deps-dist:
+	@$(if $(SKIP_DEPS),true,scripts/deps.sh dist)
+
+## Release packages into dist/ (scripts/dist.sh): the Debian package and its -dbgsym
+## package, the Python wheel (abi3, manylinux), the npm package with the prebuilt
+## add-on.
+dist: deps-dist
+	scripts/dist.sh
+
+## The Debian package alone (what the container recipe, Dockerfile, builds).
+dist-deb: deps-deb
+	scripts/dist.sh deb
+
+## Each package of `make dist` installed into a clean place and used
+## (scripts/test-dist.sh; the Debian package's clean place is a debootstrap root, so
+## it runs as root). CI runs it (.ci/run).
+test-dist: dist
+	scripts/test-dist.sh
 
 ## Everything in the workspace (the Python module and Node add-on are built by their tests).
 build: deps-demo
@@ -84,8 +104,8 @@ venv: $(VENV)/.ok
 $(VENV)/.ok: python/pyproject.toml python/Cargo.toml python/src/*.rs
 	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q maturin pytest numpy websockets ruff prometheus_client
-	$(PY) -m pip install -q ./python
+	$(PY) -m pip install -q maturin ruff
+	$(PY) -m pip install -q "./python[test]"
 	touch $@
 
 test-python:
@@ -122,4 +142,4 @@ bench-node:
 
 clean:
 	$(CARGO) clean
-	rm -rf $(VENV) node/shmring.node
+	rm -rf $(VENV) node/shmring.node node/LICENSE-MIT node/LICENSE-APACHE dist

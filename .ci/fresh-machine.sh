@@ -14,35 +14,11 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cmd=${1:-make demo}
 root=${FRESH_ROOT:-$repo/target/fresh-root}
-suite=bookworm
 
 [ "$(id -u)" -eq 0 ] || { echo "fresh-machine: needs root" >&2; exit 1; }
 command -v debootstrap >/dev/null || {
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
 }
-
-# The mirror for $suite's main component, from this machine's apt sources (deb822
-# files first, then one-line lists).
-mirror() {
-  local f
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [ -r "$f" ] || continue
-    awk -v suite="$suite" '
-      function flush() { if (t ~ /(^| )deb( |$)/ && (" " s " ") ~ (" " suite " ") && c ~ /main/ && u != "") { print u; found = 1; exit } t = s = c = u = "" }
-      /^[ \t]*$/ { flush(); next }
-      /^Types:/ { t = $0; sub(/^Types:[ \t]*/, "", t) }
-      /^URIs:/ { u = $2 }
-      /^Suites:/ { s = $0; sub(/^Suites:[ \t]*/, "", s) }
-      /^Components:/ { c = $0 }
-      END { if (!found) flush() }' "$f"
-  done
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [ -r "$f" ] || continue
-    awk -v suite="$suite" '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while ($i !~ /\]$/) i++; i++ } if ($(i + 1) == suite) { print $i; exit } }' "$f"
-  done
-}
-url=$(mirror | head -1)
-[ -n "$url" ] || { echo "fresh-machine: no apt source for $suite on this machine" >&2; exit 1; }
 
 rustup_home=${RUSTUP_HOME:-$HOME/.rustup}
 cargo_bin=${CARGO_HOME:-$HOME/.cargo}/bin
@@ -50,13 +26,9 @@ cargo_bin=${CARGO_HOME:-$HOME/.cargo}/bin
   echo "fresh-machine: no rustup toolchain at $rustup_home (cargo in $cargo_bin)" >&2; exit 1; }
 
 start=$(date +%s)
-if [ ! -x "$root/usr/bin/git" ]; then
-  rm -rf "$root"
-  echo "fresh-machine: debootstrap $suite (minbase + git, make, gcc, ca-certificates)"
-  debootstrap --variant=minbase --include=git,make,gcc,libc6-dev,ca-certificates \
-    "$suite" "$root" "$url" > "$repo/target/fresh-debootstrap.log" 2>&1 || {
-    tail -20 "$repo/target/fresh-debootstrap.log"; exit 1; }
-fi
+# A minimal Debian 12 root (git, make, gcc and CA certificates; nothing else), from
+# the mirror this machine's apt sources name.
+"$repo/scripts/debian-root.sh" "$root" git,make,gcc,libc6-dev,ca-certificates
 echo "fresh-machine: root ready after $(( $(date +%s) - start )) s"
 # This machine's network configuration: its resolver and the certificate authorities
 # it added locally (a network that inspects TLS needs them, as every host on it does).

@@ -532,7 +532,7 @@ const char *shmring_last_error(void);
 // A static name for a status code ("SHMRING_ERR_FULL"...). Never NULL, never freed.
 const char *shmring_status_name(int32_t status);
 
-// The library version ("0.1.0"). Static; never freed.
+// The library version (the workspace's, e.g. "0.2.0"). Static; never freed.
 const char *shmring_version(void);
 
 // The shared-memory layout version this library speaks. Segments of another

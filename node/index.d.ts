@@ -40,7 +40,11 @@ export interface ShmringError extends Error {
  * where V8 forbids external array buffers (Electron's memory cage) or when
  * `SHMRING_NODE_FORCE_COPY=1` is set. */
 export const zeroCopy: boolean;
+/** The package's version (the add-on's; the same as package.json's). */
 export const version: string;
+/** The shared-memory layout version this add-on reads and writes: processes built
+ * from different releases share a ring when it is equal. */
+export const layoutVersion: number;
 export const KIND_RAW: 0;
 export const KIND_VIDEO: 1;
 export const KIND_AUDIO: 2;

@@ -140,6 +140,7 @@ module.exports = {
   nowNs: native.nowNs,
   addressOf: native.addressOf,
   version: native.version(),
+  layoutVersion: native.layoutVersion(),
   KIND_RAW: 0,
   KIND_VIDEO: 1,
   KIND_AUDIO: 2,

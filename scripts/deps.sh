@@ -6,20 +6,32 @@
 #   scripts/deps.sh demo     what `make demo` needs: a C compiler, pkg-config and the
 #                            GStreamer development packages (the `shmring` command
 #                            encodes `record --encode` in process)
-#   scripts/deps.sh test     what `make test` needs besides: cmake, libseccomp, ffmpeg,
+#   scripts/deps.sh test     what `make test` needs besides: cmake, libseccomp, ffmpeg, man,
 #                            GStreamer's tools and plugins, Python 3.9+ with venv,
 #                            Node.js 18+ with npm, Go, promtool, rustfmt and clippy
+#                            (promtool alone, unpacked from Debian's prometheus
+#                            package into target/tools/bin: no Prometheus server is
+#                            installed or started)
+#   scripts/deps.sh deb      what `make dist-deb` needs besides `demo`'s: dpkg-dev
+#                            (dpkg-shlibdeps) and cargo-deb (cargo install --locked,
+#                            into target/tools/bin)
+#   scripts/deps.sh dist     what `make dist` and `make test-dist` need: `deb`'s, plus
+#                            Python 3.9+ with venv (maturin, auditwheel, zig (the
+#                            ziglang package) and PyYAML in target/tools/venv),
+#                            Node.js 18+ with npm, and debootstrap (the clean root
+#                            of the Debian package's test)
 #   scripts/deps.sh --print test   only say what is missing and how to install it
 #
 # On Debian 12 and Ubuntu 22.04/24.04 it runs apt-get (as root, or through sudo).
 # Elsewhere, or without root or sudo, it prints exactly what to install and exits 1.
 # A Rust toolchain (cargo 1.85+, from rustup) must be there already.
 set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
 
 print_only=0
 if [ "${1:-}" = "--print" ]; then print_only=1; shift; fi
 profile=${1:-test}
-case "$profile" in demo|test) ;; *) echo "usage: $0 [--print] demo|test" >&2; exit 2 ;; esac
+case "$profile" in demo|test|deb|dist) ;; *) echo "usage: $0 [--print] demo|test|deb|dist" >&2; exit 2 ;; esac
 
 say() { echo "deps: $*" >&2; }
 
@@ -28,8 +40,10 @@ pkgs=(gcc libc6-dev make pkg-config libgstreamer1.0-dev libgstreamer-plugins-bas
 if [ "$profile" = test ]; then
   pkgs+=(g++ cmake libseccomp-dev ffmpeg gstreamer1.0-tools gstreamer1.0-plugins-base
          gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly
-         gstreamer1.0-libav iproute2 procps)
+         gstreamer1.0-libav iproute2 procps man-db)
 fi
+case "$profile" in deb|dist) pkgs+=(dpkg-dev binutils) ;; esac
+[ "$profile" = dist ] && pkgs+=(debootstrap)
 
 # A tool that may come from elsewhere: installed from Debian only when the command
 # is missing (or too old), so an existing installation is never fought.
@@ -38,7 +52,7 @@ version_at_least() { # have want (dotted)
 }
 extra=()
 notes=()
-if [ "$profile" = test ]; then
+if [ "$profile" = test ] || [ "$profile" = dist ]; then
   # Python 3.9+ that can make a virtual environment.
   if command -v python3 >/dev/null && python3 -c 'import sys; assert sys.version_info >= (3, 9)' 2>/dev/null; then
     python3 -c 'import venv, ensurepip' 2>/dev/null || extra+=(python3-venv)
@@ -54,6 +68,8 @@ if [ "$profile" = test ]; then
   else
     extra+=(nodejs npm)
   fi
+fi
+if [ "$profile" = test ]; then
   # Go 1.19+ (the Go package's tests).
   go_v=$(go env GOVERSION 2>/dev/null | sed 's/^go//' || true)
   if [ -z "$go_v" ]; then
@@ -96,10 +112,65 @@ if [ -r /etc/os-release ]; then
   distro=$(. /etc/os-release; echo "${ID:-unknown}-${VERSION_ID:-}")
 fi
 case "$distro" in debian-12|ubuntu-22.04|ubuntu-24.04) supported=1 ;; *) supported=0 ;; esac
+sudo=()
+[ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && sudo=(sudo)
+
+# promtool (`promtool check metrics`, Prometheus' own linter), unless one is on PATH:
+# only the tool, taken out of Debian's prometheus package with dpkg-deb; installing
+# the package would start a Prometheus server as a service.
+tools=$repo/target/tools/bin
+want_promtool=0
+if [ "$profile" = test ] && ! command -v promtool >/dev/null && [ ! -x "$tools/promtool" ]; then
+  if [ $supported = 1 ] && [ $print_only = 0 ] && command -v apt-get >/dev/null; then
+    want_promtool=1
+  else
+    notes+=("promtool: put Prometheus' promtool on PATH or in $tools (Debian: apt-get download prometheus; dpkg-deb -x prometheus_*.deb DIR; cp DIR/usr/bin/promtool $tools/)")
+  fi
+fi
+# Tools of `make dist` that come from the language registries, kept in target/tools:
+# cargo-deb (crates), maturin and auditwheel (PyPI).
+want_cargo_deb=0 want_venv=0
+case "$profile" in deb|dist)
+  [ -x "$repo/target/tools/bin/cargo-deb" ] || want_cargo_deb=1 ;;
+esac
+if [ "$profile" = dist ] && ! "$repo/target/tools/venv/bin/python" -c 'import ziglang, yaml' 2>/dev/null; then want_venv=1; fi
+if [ $print_only = 1 ]; then
+  [ $want_cargo_deb = 1 ] && notes+=("cargo-deb: cargo install cargo-deb --locked --root target/tools")
+  [ $want_venv = 1 ] && notes+=("maturin, auditwheel, zig: python3 -m venv target/tools/venv; target/tools/venv/bin/pip install maturin auditwheel ziglang pyyaml")
+fi
+fetch_tools() {
+  if [ $want_cargo_deb = 1 ]; then
+    say "cargo install cargo-deb --locked --root target/tools"
+    cargo install -q cargo-deb --locked --root "$repo/target/tools"
+  fi
+  if [ $want_venv = 1 ]; then
+    say "maturin, auditwheel, zig and PyYAML in target/tools/venv"
+    python3 -m venv "$repo/target/tools/venv"
+    "$repo/target/tools/venv/bin/pip" install -q "maturin>=1.5,<2" auditwheel ziglang pyyaml
+  fi
+  if [ $want_promtool = 1 ]; then fetch_promtool; fi
+}
+fetch_promtool() {
+  local tmp
+  tmp=$(mktemp -d)
+  # apt-get download needs the package lists; a fresh image has none.
+  (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1) || {
+    "${sudo[@]}" apt-get update -qq
+    (cd "$tmp" && apt-get download prometheus >/dev/null)
+  }
+  dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/root"
+  mkdir -p "$tools"
+  install -m 0755 "$tmp/root/usr/bin/promtool" "$tools/promtool"
+  rm -rf "$tmp"
+  say "promtool: $tools/promtool"
+}
 
 fail=0
 for n in "${notes[@]+"${notes[@]}"}"; do say "$n"; fail=1; done
-[ ${#missing[@]} -eq 0 ] && exit $fail
+if [ ${#missing[@]} -eq 0 ]; then
+  [ $print_only = 1 ] || fetch_tools
+  exit $fail
+fi
 
 if [ $supported = 0 ] || [ $print_only = 1 ] || ! command -v apt-get >/dev/null; then
   if [ $supported = 0 ]; then
@@ -112,14 +183,9 @@ if [ $supported = 0 ] || [ $print_only = 1 ] || ! command -v apt-get >/dev/null;
   exit 1
 fi
 
-sudo=()
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null; then
-    sudo=(sudo)
-  else
-    say "not root and no sudo; as root, run: apt-get install ${missing[*]}"
-    exit 1
-  fi
+if [ "$(id -u)" -ne 0 ] && [ ${#sudo[@]} -eq 0 ]; then
+  say "not root and no sudo; as root, run: apt-get install ${missing[*]}"
+  exit 1
 fi
 
 say "installing ${missing[*]}"
@@ -127,4 +193,5 @@ export DEBIAN_FRONTEND=noninteractive
 # Package lists may be absent on a fresh image, or too old to name current versions.
 "${sudo[@]}" apt-get update -qq
 "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fetch_tools
 exit $fail

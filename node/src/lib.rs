@@ -35,10 +35,17 @@ pub fn now_ns() -> napi::bindgen_prelude::BigInt {
     shmring::now_ns().into()
 }
 
-/// The add-on's version.
+/// The add-on's version (the workspace's).
 #[napi]
 pub fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
+}
+
+/// The shared-memory layout version this add-on reads and writes (the core's):
+/// processes built from different releases share a ring when it is equal.
+#[napi]
+pub fn layout_version() -> u32 {
+    shmring::layout::LAYOUT_VERSION
 }
 
 /// The address of a typed array's first byte in this process (to check that a

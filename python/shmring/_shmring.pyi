@@ -2,16 +2,26 @@
 
 import os
 from collections.abc import Iterator, Sequence
+from enum import IntEnum
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 __version__: str
-KIND_RAW: int
-KIND_VIDEO: int
-KIND_AUDIO: int
+LAYOUT_VERSION: int
+
+class Kind(IntEnum):
+    """The kind of a record (the core's list)."""
+
+    RAW = 0
+    VIDEO = 1
+    AUDIO = 2
+
+KIND_RAW: Final[Kind]
+KIND_VIDEO: Final[Kind]
+KIND_AUDIO: Final[Kind]
 MEDIA_HEADER_SIZE: int
 
 FormatName = Literal["i420", "nv12", "rgba", "pcm_s16", "pcm_f32"]
@@ -45,6 +55,7 @@ class Closed(Error): ...
 class BadMediaHeader(Error): ...
 class Refused(Error): ...
 class HandoffError(Error): ...
+class WrongThread(Error): ...
 
 def now_ns() -> int: ...
 def parse_media_header(data: bytes | bytearray | memoryview) -> dict[str, Any]: ...
@@ -72,7 +83,7 @@ class Frame:
     @property
     def stream(self) -> int: ...
     @property
-    def kind(self) -> int: ...
+    def kind(self) -> Kind | int: ...
     @property
     def timestamp(self) -> int: ...
     @property
@@ -141,6 +152,7 @@ class Consumer:
         tether_stall_limit: float | None = None,
         latency_budget: float | None = None,
         claim_timeout: float | None = None,
+        replace_stale: bool = False,
     ) -> None: ...
     def next(self, timeout: float | None = None) -> Frame | None: ...
     def try_next(self) -> Frame | None: ...
@@ -334,7 +346,7 @@ class TapFrame:
     @property
     def stream(self) -> int: ...
     @property
-    def kind(self) -> int: ...
+    def kind(self) -> Kind | int: ...
     @property
     def timestamp(self) -> int: ...
     @property

@@ -13,7 +13,7 @@ use pyo3::types::{PyDict, PyTuple};
 use shmring::media::{kind, MediaHeader};
 use shmring::{Config, Consumer, ConsumerOptions, RawFrame, Segment};
 
-use crate::errors::{BadMediaHeader, Closed, ConfigError, IntoPy, Released};
+use crate::errors::{BadMediaHeader, Closed, ConfigError, IntoPy, Released, WrongThread};
 use crate::media::{format_name, header_dict, parse_for, plane_layouts, Elem, PlaneLayout};
 use crate::views::{array_of, Plane, ViewGuard};
 
@@ -95,7 +95,8 @@ pub fn descriptors(
 ///          log_entries=None, max_producers=None, eventfd=False, memfd=False,
 ///          persist=False, fd=None, eventfd_fd=None, liveness_interval=None, spin=None,
 ///          overtake_after=None, manual_reset=False, role="owner",
-///          tether_stall_limit=None, latency_budget=None, claim_timeout=None)
+///          tether_stall_limit=None, latency_budget=None, claim_timeout=None,
+///          replace_stale=False)
 ///
 /// Sizes and options left at None are the library's defaults (a 16 MiB ring, 64
 /// producer slots, a 50 ms liveness interval, ...).
@@ -116,6 +117,9 @@ pub fn descriptors(
 ///   space until it releases it. The ring's consumer detaches one that stops
 ///   releasing for its ``tether_stall_limit`` seconds (None: the library's
 ///   default); the tethered consumer's calls then raise ``Detached``.
+/// * ``replace_stale=True`` (with ``create=True``): a ring of that name whose
+///   consumer is gone (its process was killed, e.g. by SIGTERM) is replaced;
+///   without it, such a ring raises ``Exists`` saying so.
 /// * ``latency_budget=0.001`` lets a record wait up to that many seconds before
 ///   the consumer sees it: producers stop waking the consumer for each record,
 ///   and one wake-up serves every record that came meanwhile.
@@ -128,10 +132,17 @@ pub fn descriptors(
 /// ``ring.try_next()`` does not wait, ``for frame in ring:`` waits forever.
 /// A frame is handed back to the ring by ``frame.release()``, at the end of
 /// ``with ring.next() as frame:``, or when the frame and every view of it are gone.
-/// One consumer per ring (plus tethered ones); it is bound to the thread that
-/// created it.
-#[pyclass(unsendable, subclass, module = "shmring._shmring", name = "Consumer")]
+/// One consumer per ring (plus tethered ones). A consumer and its frames belong to
+/// the thread that made the consumer: used from another thread, it raises
+/// ``WrongThread`` (make the consumer in the thread that reads it).
+#[pyclass(subclass, module = "shmring._shmring", name = "Consumer")]
 pub struct PyConsumer {
+    state: Owned<ConsumerState>,
+}
+
+/// What a [`PyConsumer`] holds. The core's consumer keeps its cursors in plain
+/// cells (it is `Send`, not `Sync`), and its frames are counted here without locks.
+struct ConsumerState {
     inner: RefCell<Option<Consumer>>,
     closed: Cell<bool>,
     /// Python frames handed out and not yet released to the ring.
@@ -140,11 +151,67 @@ pub struct PyConsumer {
     resets_logged: Cell<u64>,
 }
 
+/// A value used only on the thread that made it: [`Owned::get`] checks the
+/// calling thread and raises `WrongThread` on any other, with both threads' names.
+struct Owned<T> {
+    thread: std::thread::ThreadId,
+    /// The Python name of that thread (for the error).
+    thread_name: String,
+    value: T,
+}
+
+// SAFETY: `value` is reached only through `get`, which returns it on the thread
+// that made it and nowhere else, so it is never used from two threads. Dropping it
+// elsewhere (the object's last reference went on another thread) is sound because
+// `T: Send` and no reference to it is left then.
+unsafe impl<T: Send> Sync for Owned<T> {}
+
+impl<T> Owned<T> {
+    fn new(py: Python<'_>, value: T) -> Owned<T> {
+        Owned {
+            thread: std::thread::current().id(),
+            thread_name: python_thread_name(py),
+            value,
+        }
+    }
+
+    fn get(&self) -> PyResult<&T> {
+        if std::thread::current().id() == self.thread {
+            return Ok(&self.value);
+        }
+        Err(Python::attach(|py| {
+            WrongThread::new_err(format!(
+                "this consumer belongs to thread {:?}, which made it, and was used from \
+                 thread {:?}: a consumer keeps its place in the ring in state one thread \
+                 drives, and its frames point into the ring until that thread releases \
+                 them. Make the Consumer in the thread that reads it (pass bytes, e.g. \
+                 frame.tobytes(), to other threads)",
+                self.thread_name,
+                python_thread_name(py)
+            ))
+        }))
+    }
+}
+
+/// `threading.current_thread().name`, or "?" if it cannot be had.
+fn python_thread_name(py: Python<'_>) -> String {
+    py.import("threading")
+        .and_then(|t| t.call_method0("current_thread"))
+        .and_then(|t| t.getattr("name"))
+        .and_then(|n| n.extract::<String>())
+        .unwrap_or_else(|_| "?".into())
+}
+
 impl PyConsumer {
+    fn st(&self) -> PyResult<&ConsumerState> {
+        self.state.get()
+    }
+
     fn with<R>(&self, f: impl FnOnce(&Consumer) -> PyResult<R>) -> PyResult<R> {
-        let g = self.inner.borrow();
+        let st = self.st()?;
+        let g = st.inner.borrow();
         match g.as_ref() {
-            Some(c) if !self.closed.get() => f(c),
+            Some(c) if !st.closed.get() => f(c),
             _ => Err(Closed::new_err("the consumer is closed")),
         }
     }
@@ -156,18 +223,19 @@ impl PyConsumer {
 
     /// Hands a frame's record back to the ring (called once per frame).
     fn release_seq(&self, seq: u64) {
-        if let Some(c) = self.inner.borrow().as_ref() {
+        // Frames live on the consumer's thread (they are unsendable), so this is it.
+        let Ok(st) = self.st() else { return };
+        if let Some(c) = st.inner.borrow().as_ref() {
             // NotHeld cannot happen for frames we track; nothing to report in a drop.
             let _ = c.release_raw(seq);
         }
-        self.live_frames
-            .set(self.live_frames.get().saturating_sub(1));
-        self.maybe_drop_inner();
+        st.live_frames.set(st.live_frames.get().saturating_sub(1));
+        Self::maybe_drop_inner(st);
     }
 
-    fn maybe_drop_inner(&self) {
-        if self.closed.get() && self.live_frames.get() == 0 {
-            if let Ok(mut g) = self.inner.try_borrow_mut() {
+    fn maybe_drop_inner(st: &ConsumerState) {
+        if st.closed.get() && st.live_frames.get() == 0 {
+            if let Ok(mut g) = st.inner.try_borrow_mut() {
                 g.take();
             }
         }
@@ -189,7 +257,8 @@ impl PyConsumer {
             (None, None)
         };
         let this = slf.borrow();
-        this.live_frames.set(this.live_frames.get() + 1);
+        let st = this.st()?;
+        st.live_frames.set(st.live_frames.get() + 1);
         let frame = PyFrame {
             ring: slf.clone().unbind(),
             raw,
@@ -210,10 +279,11 @@ impl PyConsumer {
     fn log_new_resets(slf: &Bound<'_, Self>) -> PyResult<()> {
         let this = slf.borrow();
         let health = this.with(|c| Ok(c.health()))?;
-        if health.resets == this.resets_logged.get() {
+        let st = this.st()?;
+        if health.resets == st.resets_logged.get() {
             return Ok(());
         }
-        this.resets_logged.set(health.resets);
+        st.resets_logged.set(health.resets);
         let name = this.with(|c| Ok(c.segment().name().to_owned()))?;
         let py = slf.py();
         let logger = py
@@ -279,7 +349,7 @@ impl PyConsumer {
         log_entries=None, max_producers=None, eventfd=false, memfd=false, persist=false,
         fd=None, eventfd_fd=None, fds=None, liveness_interval=None, spin=None,
         overtake_after=None, manual_reset=false, role="owner", tether_stall_limit=None,
-        latency_budget=None, claim_timeout=None))]
+        latency_budget=None, claim_timeout=None, replace_stale=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: Option<&str>,
@@ -302,6 +372,8 @@ impl PyConsumer {
         tether_stall_limit: Option<f64>,
         latency_budget: Option<f64>,
         claim_timeout: Option<f64>,
+        replace_stale: bool,
+        py: Python<'_>,
     ) -> PyResult<Self> {
         let d = ConsumerOptions::default();
         let opts = ConsumerOptions {
@@ -365,7 +437,7 @@ impl PyConsumer {
                 let name = name.ok_or_else(|| {
                     ConfigError::new_err("create=True needs a name (or memfd=True)")
                 })?;
-                Segment::create_named(name, &cfg).py_err()?
+                create_named(name, &cfg, replace_stale)?
             }
         } else {
             let name =
@@ -386,10 +458,15 @@ impl PyConsumer {
         }
         .py_err()?;
         Ok(PyConsumer {
-            inner: RefCell::new(Some(c)),
-            closed: Cell::new(false),
-            live_frames: Cell::new(0),
-            resets_logged: Cell::new(0),
+            state: Owned::new(
+                py,
+                ConsumerState {
+                    inner: RefCell::new(Some(c)),
+                    closed: Cell::new(false),
+                    live_frames: Cell::new(0),
+                    resets_logged: Cell::new(0),
+                },
+            ),
         })
     }
 
@@ -419,7 +496,7 @@ impl PyConsumer {
     }
 
     fn __next__<'py>(slf: &Bound<'py, Self>) -> PyResult<Option<Bound<'py, PyFrame>>> {
-        if slf.borrow().closed.get() {
+        if slf.borrow().st()?.closed.get() {
             return Ok(None); // StopIteration
         }
         Self::next_impl(slf, None)
@@ -537,8 +614,8 @@ impl PyConsumer {
 
     /// Frames handed out and not yet handed back to the ring.
     #[getter]
-    fn frames_alive(&self) -> u64 {
-        self.live_frames.get()
+    fn frames_alive(&self) -> PyResult<u64> {
+        Ok(self.st()?.live_frames.get())
     }
 
     /// Records the core counts as held (handed out, or released out of order and
@@ -557,10 +634,11 @@ impl PyConsumer {
     /// alive stay valid. Raises Corrupt while frames from before an earlier reset
     /// are still alive.
     fn reset(&self) -> PyResult<()> {
-        if self.closed.get() {
+        let st = self.st()?;
+        if st.closed.get() {
             return Err(Closed::new_err("the consumer is closed"));
         }
-        let mut g = self.inner.borrow_mut();
+        let mut g = st.inner.borrow_mut();
         match g.as_mut() {
             Some(c) => c.reset().py_err(),
             None => Err(Closed::new_err("the consumer is closed")),
@@ -590,14 +668,16 @@ impl PyConsumer {
 
     /// close(): stops consuming. Frames still alive stay valid; the ring is
     /// detached (and a named ring created here unlinked) once they are released.
-    fn close(&self) {
-        self.closed.set(true);
-        self.maybe_drop_inner();
+    fn close(&self) -> PyResult<()> {
+        let st = self.st()?;
+        st.closed.set(true);
+        Self::maybe_drop_inner(st);
+        Ok(())
     }
 
     #[getter]
-    fn closed(&self) -> bool {
-        self.closed.get()
+    fn closed(&self) -> PyResult<bool> {
+        Ok(self.st()?.closed.get())
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -605,22 +685,64 @@ impl PyConsumer {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, _args: &Bound<'_, PyTuple>) {
-        self.close();
+    fn __exit__(&self, _args: &Bound<'_, PyTuple>) -> PyResult<()> {
+        self.close()
     }
 
     fn __repr__(&self) -> String {
-        match self.inner.borrow().as_ref() {
-            Some(c) if !self.closed.get() => format!(
+        let Ok(st) = self.st() else {
+            return format!("<shmring.Consumer of thread {:?}>", self.state.thread_name);
+        };
+        match st.inner.borrow().as_ref() {
+            Some(c) if !st.closed.get() => format!(
                 "<shmring.Consumer {}{} capacity={} frames_alive={}>",
                 c.segment().name(),
                 if c.is_tethered() { " tethered" } else { "" },
                 c.segment().geometry().capacity,
-                self.live_frames.get()
+                st.live_frames.get()
             ),
             _ => "<shmring.Consumer closed>".to_string(),
         }
     }
+}
+
+/// Creates the named ring `name`. One that exists already raises `Exists`, saying
+/// whether its consumer is alive, or gone: the process that made it ended without
+/// closing it (killed by SIGKILL, or by SIGTERM, whose default action in Python runs
+/// no clean-up). With `replace_stale`, a ring whose consumer is gone is removed and
+/// made again; a live ring, or a file that is no ring, is never touched.
+fn create_named(name: &str, cfg: &Config, replace_stale: bool) -> PyResult<Arc<Segment>> {
+    let err = match Segment::create_named(name, cfg) {
+        Err(shmring::Error::Exists(_)) => match Segment::open_named(name) {
+            Ok(seg) if seg.consumer_alive() => format!(
+                "ring {name:?} already exists and its consumer is alive (another process \
+                 consumes it)"
+            ),
+            Ok(seg) => {
+                drop(seg);
+                if replace_stale {
+                    // Another process may replace it at the same moment: one of
+                    // the two then gets Exists (with a live consumer) here.
+                    let _ = Segment::unlink_named(name);
+                    return Segment::create_named(name, cfg).py_err();
+                }
+                format!(
+                    "ring {name:?} already exists but its consumer is gone: the process that \
+                     made it ended without closing it (killed by SIGKILL, or by SIGTERM, \
+                     which runs no clean-up unless the program handles it). Pass \
+                     replace_stale=True to replace it, or remove it with `shmring rm {name}`"
+                )
+            }
+            // Gone again since: try once more.
+            Err(shmring::Error::NotFound(_)) => return Segment::create_named(name, cfg).py_err(),
+            Err(e) => format!(
+                "ring {name:?} already exists and is not a ring this library can use ({e}); \
+                 it is left alone"
+            ),
+        },
+        r => return r.py_err(),
+    };
+    Err(crate::errors::Exists::new_err(err))
 }
 
 /// The eventfd wakes the ring's consumer only.
@@ -874,9 +996,11 @@ impl PyFrame {
         self.raw.meta.stream
     }
 
+    /// The record's kind: a ``shmring.Kind`` (RAW, VIDEO, AUDIO), or an int for a
+    /// kind that is none of those.
     #[getter]
-    fn kind(&self) -> u32 {
-        self.raw.meta.kind
+    fn kind(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        crate::media::kind_object(py, self.raw.meta.kind)
     }
 
     /// Capture time in nanoseconds (CLOCK_MONOTONIC unless the producer chose).

@@ -65,6 +65,12 @@ create_exception!(
 create_exception!(shmring, NoConsumer, Error, "No live consumer is attached.");
 create_exception!(
     shmring,
+    WrongThread,
+    Error,
+    "A consumer was used from a thread other than the one that made it."
+);
+create_exception!(
+    shmring,
     Corrupt,
     Error,
     "Something in shared memory cannot have been written by an honest peer."
@@ -212,7 +218,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         Closed,
         BadMediaHeader,
         Refused,
-        HandoffError
+        HandoffError,
+        WrongThread
     );
     Ok(())
 }

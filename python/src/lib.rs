@@ -38,6 +38,9 @@ fn _shmring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     media::register(m)?;
     m.add_function(wrap_pyfunction!(now_ns, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // The shared-memory layout version this build reads and writes (the core's): a
+    // producer and a consumer of different releases work together when it is equal.
+    m.add("LAYOUT_VERSION", shmring::layout::LAYOUT_VERSION)?;
     Ok(())
 }
 

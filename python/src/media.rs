@@ -2,7 +2,8 @@
 //! names, header dictionaries, and the numpy layout of each plane.
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyList};
 use shmring::media::{kind, Format, MediaHeader, MEDIA_HEADER_SIZE};
 
 use crate::errors::{BadMediaHeader, ConfigError};
@@ -177,10 +178,60 @@ fn video_payload_len(width: u32, height: u32, format: &str) -> PyResult<usize> {
         .map_err(|e| ConfigError::new_err(format!("video_payload_len: {e}")))
 }
 
+/// The core's record kinds, by the names `shmring.Kind` gives them.
+const KINDS: [(&str, u32); 3] = [
+    ("RAW", kind::RAW),
+    ("VIDEO", kind::VIDEO),
+    ("AUDIO", kind::AUDIO),
+];
+
+/// The members of `shmring.Kind`, made once when the module is loaded.
+static KIND_MEMBERS: PyOnceLock<Vec<(u32, Py<PyAny>)>> = PyOnceLock::new();
+
+/// `shmring.Kind`: an `enum.IntEnum` of the core's record kinds.
+fn kind_enum<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    let members = PyList::new(py, KINDS)?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("module", "shmring")?;
+    kwargs.set_item("qualname", "Kind")?;
+    let cls = py
+        .import("enum")?
+        .getattr("IntEnum")?
+        .call(("Kind", members), Some(&kwargs))?;
+    cls.setattr(
+        "__doc__",
+        "The kind of a record: RAW (opaque bytes), VIDEO and AUDIO (a media header, \
+         then the planes or samples). A record's kind that is none of these is given \
+         as a plain int.",
+    )?;
+    Ok(cls)
+}
+
+/// A record's kind as a `shmring.Kind` member, or the number itself when it is none
+/// of the core's kinds.
+pub fn kind_object(py: Python<'_>, k: u32) -> PyResult<Py<PyAny>> {
+    let members = KIND_MEMBERS
+        .get(py)
+        .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("shmring.Kind is not made"))?;
+    Ok(match members.iter().find(|(v, _)| *v == k) {
+        Some((_, m)) => m.clone_ref(py),
+        None => k.into_pyobject(py)?.into_any().unbind(),
+    })
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add("KIND_RAW", kind::RAW)?;
-    m.add("KIND_VIDEO", kind::VIDEO)?;
-    m.add("KIND_AUDIO", kind::AUDIO)?;
+    let py = m.py();
+    let kinds = kind_enum(py)?;
+    let members = KINDS
+        .iter()
+        .map(|(name, v)| Ok((*v, kinds.getattr(*name)?.unbind())))
+        .collect::<PyResult<Vec<_>>>()?;
+    for (name, _) in KINDS {
+        m.add(format!("KIND_{name}"), kinds.getattr(name)?)?;
+    }
+    m.add("Kind", kinds)?;
+    // Set once per process: the module is initialised once.
+    let _ = KIND_MEMBERS.set(py, members);
     m.add("MEDIA_HEADER_SIZE", MEDIA_HEADER_SIZE)?;
     m.add_function(wrap_pyfunction!(parse_media_header, m)?)?;
     m.add_function(wrap_pyfunction!(video_payload_len, m)?)?;

@@ -16,7 +16,8 @@ pub struct PyTapFrame {
     /// The payload, copied out of the ring (never torn).
     data: Py<PyBytes>,
     stream: u32,
-    kind: u32,
+    /// A ``shmring.Kind``, or an int for another kind.
+    kind: Py<PyAny>,
     /// Capture time in ns.
     timestamp: u64,
     flags: u32,
@@ -39,7 +40,7 @@ impl PyTapFrame {
             "<shmring.TapFrame seq={} stream={} kind={} len={}>",
             self.seq,
             self.stream,
-            self.kind,
+            self.kind.bind(py),
             self.__len__(py)
         )
     }
@@ -165,7 +166,7 @@ impl PyTap {
                 return Ok(Some(PyTapFrame {
                     data: PyBytes::new(py, &self.buf).unbind(),
                     stream: f.meta.stream,
-                    kind: f.meta.kind,
+                    kind: crate::media::kind_object(py, f.meta.kind)?,
                     timestamp: f.meta.timestamp_ns,
                     flags: f.meta.flags,
                     seq: f.seq,

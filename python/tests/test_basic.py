@@ -260,4 +260,5 @@ def test_package_documents_itself() -> None:
     assert "reserve_video" in pydoc.render_doc(shmring.Producer)
     pkg = importlib.resources.files("shmring")
     assert pkg.joinpath("py.typed").is_file()
-    assert pkg.joinpath("_shmring.pyi").is_file() and pkg.joinpath("__init__.pyi").is_file()
+    # The native module's stubs; the package's own Python is annotated inline.
+    assert pkg.joinpath("_shmring.pyi").is_file() and not pkg.joinpath("__init__.pyi").exists()

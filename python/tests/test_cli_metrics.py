@@ -1,11 +1,13 @@
 """`shmring stat --prometheus` and `shmring exporter`, parsed by the Prometheus
-project's own parser (prometheus_client), with the values checked against what
-this test sent through the ring."""
+project's own parser (prometheus_client) and linted by its own checker (`promtool
+check metrics`), with the values checked against what this test sent through the
+ring."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -14,8 +16,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import Children, find_cli
-from prometheus_client.openmetrics.parser import text_string_to_metric_families
+from conftest import REPO, Children, find_cli
+from prometheus_client.parser import text_string_to_metric_families
 
 import shmring
 
@@ -31,8 +33,29 @@ def cli() -> str:
     return exe
 
 
+def promtool() -> str:
+    """Prometheus' promtool: $PROMTOOL, PATH, or where `scripts/deps.sh test` puts it."""
+    for exe in (
+        os.environ.get("PROMTOOL"),
+        shutil.which("promtool"),
+        str(REPO / "target" / "tools" / "bin" / "promtool"),
+    ):
+        if exe and os.access(exe, os.X_OK):
+            return exe
+    pytest.fail("promtool not found: run scripts/deps.sh test (or set PROMTOOL)")
+
+
+def promtool_accepts(text: str) -> None:
+    r = subprocess.run(
+        [promtool(), "check", "metrics"], input=text, capture_output=True, text=True
+    )
+    assert r.returncode == 0, f"promtool check metrics:\n{r.stdout}{r.stderr}\n{text}"
+
+
 def samples(text: str) -> dict[tuple[str, str], float]:
-    """(sample name, ring label) -> value; also checks every family's type."""
+    """(sample name, ring label) -> value; also checks every family's type, and
+    that promtool accepts the text."""
+    promtool_accepts(text)
     out: dict[tuple[str, str], float] = {}
     types = {}
     for fam in text_string_to_metric_families(text):
@@ -108,7 +131,7 @@ def test_exporter_serves_metrics(cli: str, ring_name: str, children: Children) -
         assert line.startswith("shmring exporter: serving http://127.0.0.1:"), line
         url = line.split()[-1]
         with urllib.request.urlopen(url, timeout=30) as resp:
-            assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
+            assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
             values = samples(resp.read().decode())
         check(values, ring_name, ring)
         assert values[("shmring_ring_readable", bad)] == 0
@@ -123,6 +146,32 @@ def test_exporter_serves_metrics(cli: str, ring_name: str, children: Children) -
         assert e.value.code == 404
     finally:
         Path("/dev/shm", bad).unlink(missing_ok=True)
+    del p
+    ring.close()
+
+
+def test_exporter_exports_only_rings(cli: str, ring_name: str, children: Children) -> None:
+    """Scanning /dev/shm, files of other programs (not shmring rings) are not exported,
+    not even as unreadable rings; a ring beside them is."""
+    ring, p = fill(ring_name)
+    others = [Path("/dev/shm", ring_name + suffix) for suffix in ("-garbage", "-small")]
+    others[0].write_bytes(b"\x5a" * 65536)
+    others[1].write_bytes(b"state of another program")
+    try:
+        ex = children.spawn(
+            [cli, "exporter", "--listen", "127.0.0.1:0", "--prefix", ring_name],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert ex.stdout is not None
+        url = ex.stdout.readline().decode().split()[-1]
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            values = samples(resp.read().decode())
+        check(values, ring_name, ring)
+        assert {r for _, r in values} == {ring_name}, values
+    finally:
+        for o in others:
+            o.unlink(missing_ok=True)
     del p
     ring.close()
 

@@ -28,6 +28,10 @@ fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     Ok(())
 }
 
+// The licence: GStreamer loads only plugins whose licence is one of the names it
+// knows (LGPL, GPL, QPL, GPL/QPL, MPL, BSD, MIT/X11, Proprietary); the crate is MIT OR
+// Apache-2.0 (LICENSE-MIT, LICENSE-APACHE), and "MIT/X11" is GStreamer's name for the
+// first. The origin is the workspace's `repository` (see build.rs).
 gst::plugin_define!(
     shmring,
     env!("CARGO_PKG_DESCRIPTION"),
@@ -36,6 +40,6 @@ gst::plugin_define!(
     "MIT/X11",
     env!("CARGO_PKG_NAME"),
     env!("CARGO_PKG_NAME"),
-    "https://example.invalid/shmring",
+    env!("PLUGIN_ORIGIN"),
     env!("BUILD_REL_DATE")
 );

@@ -20,6 +20,8 @@ mod orchestrate;
 mod plot;
 mod python;
 pub mod report;
+/// The live status line of long work (bench, and the recorder's).
+pub mod status;
 mod sys;
 mod transports;
 mod wakeup;
@@ -37,6 +39,11 @@ pub use work::{checksum, expected_checksum, fill_frame, FRAME_1080P_I420};
 /// `shmring bench ARGS...`; returns the process exit code.
 pub fn run(args: &[String]) -> i32 {
     orchestrate::run(args)
+}
+
+/// The arguments of `shmring bench` (for its man page and completions).
+pub fn command() -> clap::Command {
+    <args::BenchArgs as clap::CommandFactory>::command()
 }
 
 /// `shmring bench-worker ARGS...` (hidden): one side of a transport, in its own process.

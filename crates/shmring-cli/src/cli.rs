@@ -1,12 +1,13 @@
 //! Command-line arguments.
 
 use std::path::PathBuf;
+use std::sync::LazyLock;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 
 /// Zero-copy shared-memory transport for raw media.
 #[derive(Debug, Parser)]
-#[command(name = "shmring", version, about)]
+#[command(name = "shmring", version = version(), about)]
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,
@@ -43,6 +44,34 @@ pub enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Print a shell completion script on stdout (e.g. `shmring completions bash >
+    /// ~/.local/share/bash-completion/completions/shmring`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the man pages (shmring.1, shmring-SUBCOMMAND.1) into DIR.
+    #[command(hide = true)]
+    Manpages {
+        /// Directory for the pages (created if missing).
+        dir: PathBuf,
+    },
+}
+
+/// What `shmring --version` prints after the name: the package version and the
+/// shared-memory layout version this build reads and writes (the core's
+/// [`shmring::layout::LAYOUT_VERSION`]): a producer and a consumer built from different
+/// releases work together when their layout versions are the same.
+pub fn version() -> &'static str {
+    static VERSION: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "{} (layout version {})",
+            env!("CARGO_PKG_VERSION"),
+            shmring::layout::LAYOUT_VERSION
+        )
+    });
+    &VERSION
 }
 
 /// The core's default stall limit for tethered readers, in ms.
@@ -53,14 +82,10 @@ fn default_tether_stall_ms() -> u64 {
 }
 
 #[derive(Debug, Clone, Args)]
+#[command(group(ArgGroup::new("ring_source").required(true).args(["create", "listen", "tethered"])))]
 pub struct RecordArgs {
     /// Name of the ring to create (/dev/shm/NAME; removed when recording ends).
-    #[arg(
-        long,
-        value_name = "NAME",
-        required_unless_present_any = ["listen", "tethered"],
-        conflicts_with_all = ["listen", "tethered"]
-    )]
+    #[arg(long, value_name = "NAME")]
     pub create: Option<String>,
     /// Record the existing named ring NAME beside its own consumer, as a tethered
     /// consumer: every record, the ring holding each one until this reader has it
@@ -68,7 +93,7 @@ pub struct RecordArgs {
     #[arg(
         long,
         value_name = "NAME",
-        conflicts_with_all = ["listen", "replace_stale", "capacity_mib"]
+        conflicts_with_all = ["replace_stale", "capacity_mib"]
     )]
     pub tethered: Option<String>,
     /// Create a sealed memfd ring and serve it on this Unix socket (`@NAME`: an
@@ -136,9 +161,9 @@ impl TapKind {
 }
 
 #[derive(Debug, Clone, Args)]
+#[command(group(ArgGroup::new("ring_source").required(true).args(["name", "connect"])))]
 pub struct TapArgs {
     /// Ring name (/dev/shm/NAME), opened read-only.
-    #[arg(required_unless_present = "connect", conflicts_with = "connect")]
     pub name: Option<String>,
     /// Observe the ring a consumer serves on this socket instead (read-only).
     #[arg(long, value_name = "PATH")]
@@ -181,14 +206,10 @@ pub enum Policy {
 }
 
 #[derive(Debug, Clone, Args)]
+#[command(group(ArgGroup::new("ring_source").required(true).args(["ring", "connect"])))]
 pub struct ProduceArgs {
     /// Ring to write into (created by `shmring record --create NAME`).
-    #[arg(
-        long,
-        value_name = "NAME",
-        required_unless_present = "connect",
-        conflicts_with = "connect"
-    )]
+    #[arg(long, value_name = "NAME")]
     pub ring: Option<String>,
     /// Get the ring from a consumer serving it on this socket (`shmring record
     /// --listen PATH`): the sealed memfd, and the eventfd if the ring has one.
@@ -241,9 +262,9 @@ pub struct DemoArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+#[command(group(ArgGroup::new("ring_source").required(true).args(["name", "connect"])))]
 pub struct StatArgs {
-    /// Ring name.
-    #[arg(required_unless_present = "connect", conflicts_with = "connect")]
+    /// Ring name (/dev/shm/NAME).
     pub name: Option<String>,
     /// Observe the ring a consumer serves on this socket (read-only).
     #[arg(long, value_name = "PATH")]

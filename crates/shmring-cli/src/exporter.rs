@@ -1,4 +1,4 @@
-//! `shmring exporter`: serves `/metrics` (OpenMetrics text, see [`crate::metrics`])
+//! `shmring exporter`: serves `/metrics` (Prometheus text, see [`crate::metrics`])
 //! over HTTP with `tiny_http`, reading the named rings afresh on every scrape; rings
 //! on sockets (`--sockets DIR`) are observed as in `shmring top`, the connection kept
 //! between scrapes.

@@ -1,11 +1,13 @@
 //! The `shmring` command's library: argument definitions and the `record`,
-//! `produce`, `demo`, `stat`, `tap`, `top`, `exporter` and `rm` commands. The recorder's per-record path
+//! `produce`, `demo`, `stat`, `tap`, `top`, `exporter` and `rm` commands, and the man
+//! pages and completions generated from the definition. The recorder's per-record path
 //! ([`recorder::Recorder::process`]) is public so it can be driven and measured
 //! in-process.
 
 pub mod cli;
 pub mod demo;
 pub mod exporter;
+pub mod generate;
 #[cfg(feature = "gst")]
 pub mod gst_encode;
 pub mod metrics;

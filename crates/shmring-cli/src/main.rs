@@ -31,6 +31,11 @@ fn main() -> ExitCode {
         Cmd::Rm(a) => ("rm", shmring_cli::rm::run(a)),
         Cmd::Bench { args } => return code(shmring_bench::run(&args)),
         Cmd::BenchWorker { args } => return code(shmring_bench::worker(&args)),
+        Cmd::Completions { shell } => (
+            "completions",
+            shmring_cli::generate::completions(shell, &mut std::io::stdout().lock()),
+        ),
+        Cmd::Manpages { dir } => ("manpages", shmring_cli::generate::manpages(&dir)),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -342,11 +342,11 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
     }
     let (seg, label) = match (&a.ring, &a.connect) {
         (_, Some(p)) => (
-            Segment::connect(p).map_err(|e| fail(1, format!("socket {}: {e}", p.display())))?,
+            Segment::connect(p).map_err(|e| fail(1, crate::ringref::socket_error(p, e)))?,
             p.display().to_string(),
         ),
         (Some(r), None) => (
-            Segment::open_named(r).map_err(|e| fail(1, format!("ring {r:?}: {e}")))?,
+            Segment::open_named(r).map_err(|e| fail(1, crate::ringref::named_error(r, e)))?,
             r.clone(),
         ),
         (None, None) => return Err(fail(2, "give --ring NAME or --connect PATH")),

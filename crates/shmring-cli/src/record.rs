@@ -13,6 +13,7 @@ use serde_json::json;
 use shmring::handoff::ListenerStats;
 use shmring::media::{Format, MediaHeader};
 use shmring::{Config, Consumer, ConsumerOptions, Listener, Segment, TetherInfo};
+use shmring_bench::status::{Look, StatusLine};
 
 use crate::cli::RecordArgs;
 use crate::output::ffmpeg_available;
@@ -244,7 +245,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     let (seg, label, listener) = match (&a.create, &a.listen, &a.tethered) {
         (_, _, Some(name)) => {
             let seg = Segment::open_named(name)
-                .map_err(|e| fail(1, format!("cannot open ring {name:?}: {e}")))?;
+                .map_err(|e| fail(1, crate::ringref::named_error(name, e)))?;
             (seg, name.clone(), None)
         }
         (_, Some(path), None) => {
@@ -317,6 +318,10 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     let mut owner_gone = false;
     let mut line_seen = None;
     let mut read = Read::default();
+    // What a person watching sees (the JSON lines of --progress are for programs):
+    // redrawn in place on a terminal, a line every 10 s elsewhere.
+    let mut status = (!a.progress)
+        .then(|| StatusLine::new("shmring record", Duration::from_secs(10), Look::Spinner));
     let wait = Some(Duration::from_millis(100));
     'run: loop {
         if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
@@ -355,6 +360,27 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
             }
             let line = line_of(&consumer, &mut line_seen);
             let (records, bytes) = (read.records, read.bytes);
+            if let Some(s) = &mut status {
+                let st = seg.stats();
+                let resets = match consumer.resets() {
+                    0 => String::new(),
+                    n => format!("  resets {n}"),
+                };
+                s.set(
+                    format!(
+                        "{label}: {:.0} s  video {}  audio {}  {records} records ({:.1} MB)  \
+                         ring {:.1}/{} MiB  drops {}{resets}",
+                        start.elapsed().as_secs_f64(),
+                        rec.video_frames(),
+                        rec.audio_packets(),
+                        mb(bytes),
+                        st.occupancy as f64 / f64::from(1 << 20),
+                        st.capacity >> 20,
+                        st.drops_full,
+                    ),
+                    false,
+                );
+            }
             if a.progress {
                 let st = seg.stats();
                 emit(json!({"progress": {
@@ -392,6 +418,9 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
                 Err(_) => break,
             }
         }
+    }
+    if let Some(s) = status {
+        s.finish();
     }
     if let Some(m) = procinfo::own_memory() {
         peak_private_kb = peak_private_kb.max(m.private_kb());

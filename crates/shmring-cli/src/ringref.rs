@@ -1,6 +1,7 @@
 //! How a command reaches a ring: by name (`/dev/shm`), or over a consumer's socket
 //! (`--connect PATH`, the hand-off of `shmring::handoff`).
 
+use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -20,10 +21,10 @@ impl Watched {
         match (name, socket) {
             (_, Some(p)) => Segment::observe(p)
                 .map(Watched::Observed)
-                .map_err(|e| format!("socket {}: {e}", p.display())),
+                .map_err(|e| socket_error(p, e)),
             (Some(n), None) => Segment::open_named(n)
                 .map(Watched::Named)
-                .map_err(|e| format!("ring {n:?}: {e}")),
+                .map_err(|e| named_error(n, e)),
             (None, None) => Err("give a ring name or --connect PATH".into()),
         }
     }
@@ -65,9 +66,46 @@ pub fn open_read_only(
     socket: Option<&Path>,
 ) -> Result<ReadOnlySegment, String> {
     match (name, socket) {
-        (_, Some(p)) => Segment::observe(p).map_err(|e| format!("socket {}: {e}", p.display())),
-        (Some(n), None) => ReadOnlySegment::open_named(n).map_err(|e| format!("ring {n:?}: {e}")),
+        (_, Some(p)) => Segment::observe(p).map_err(|e| socket_error(p, e)),
+        (Some(n), None) => ReadOnlySegment::open_named(n).map_err(|e| named_error(n, e)),
         (None, None) => Err("give a ring name or --connect PATH".into()),
+    }
+}
+
+/// Why the ring served on the socket `path` (`--connect PATH`) could not be reached,
+/// in the words of the command line: what the user gave is a socket, and a consumer
+/// serves one with `shmring record --listen PATH`.
+pub fn socket_error(path: &Path, e: shmring::Error) -> String {
+    let p = path.display();
+    let listen = format!("start the consumer first (`shmring record --listen {p}`)");
+    let file = path.symlink_metadata().ok().map(|m| m.file_type());
+    match e {
+        _ if file.is_some_and(|t| !t.is_socket()) => format!(
+            "{p} is not a socket: --connect takes the Unix socket a consumer serves its ring on \
+             (`shmring record --listen PATH`); a named ring in /dev/shm is given by its name"
+        ),
+        shmring::Error::NotFound(_) => format!(
+            "socket {p} does not exist: {listen}, or give a named ring by its name instead of \
+             --connect"
+        ),
+        shmring::Error::NoConsumer(_) => format!(
+            "socket {p}: no consumer accepts connections on it (it was left by a consumer that \
+             exited): {listen}"
+        ),
+        e => format!("socket {p}: {e}"),
+    }
+}
+
+/// Why the named ring `name` could not be opened; a ring that does not exist says
+/// how one is made, and that a ring served on a socket is reached with --connect.
+pub fn named_error(name: &str, e: shmring::Error) -> String {
+    match e {
+        shmring::Error::NotFound(_) => format!(
+            "ring {name:?} does not exist (no /dev/shm/{}): create it with `shmring record \
+             --create {name}`, or reach a ring served on a socket with --connect PATH",
+            name.trim_start_matches('/')
+        ),
+        e => format!("ring {name:?}: {e}"),
     }
 }
 

@@ -63,8 +63,12 @@ pub trait RingSource {
 }
 
 /// Named rings in `/dev/shm` owned by this user, optionally only those whose name
-/// starts with a prefix. Hidden files and POSIX semaphores (`sem.*`) are not rings
-/// and are skipped; any other file is shown, and one that is not a ring says so.
+/// starts with a prefix. Other programs' files there are not rings: hidden files,
+/// POSIX semaphores (`sem.*`) and every file the core finds is not a shmring ring
+/// (no shmring magic, or smaller than a control block) are skipped, so they are never
+/// shown or exported as unreadable rings. A ring the core refuses for another reason
+/// (another layout version, a header that contradicts the file) is shown with why.
+/// Rings named with [`NamedRings::only`] are always read, and say why when they fail.
 #[derive(Debug, Clone, Default)]
 pub struct NamedRings {
     /// Only names starting with this.
@@ -113,24 +117,53 @@ impl RingSource for NamedRings {
     }
 
     fn scan(&mut self) -> Vec<Reading> {
+        let listed = self.only.is_empty();
         self.names()
             .into_iter()
-            .map(|ring| Reading {
-                result: read_named(&ring),
-                source: self.kind(),
-                ring,
+            .filter_map(|ring| {
+                let result = match Segment::open_named(&ring) {
+                    Err(e) if listed && not_a_ring(&e) => return None,
+                    r => r.map_err(named_error).and_then(|seg| read(&seg)),
+                };
+                Some(Reading {
+                    result,
+                    source: self.kind(),
+                    ring,
+                })
             })
             .collect()
+    }
+}
+
+/// Does the core's error say the file is no shmring ring at all (rather than a
+/// ring it cannot use)?
+fn not_a_ring(e: &shmring::Error) -> bool {
+    matches!(
+        e,
+        shmring::Error::LayoutMismatch {
+            field: "magic" | "file size",
+            ..
+        }
+    )
+}
+
+/// An open's error, in words for a row (the ring is named by the row).
+fn named_error(e: shmring::Error) -> String {
+    match e {
+        shmring::Error::NotFound(_) => "vanished (removed while being read)".to_string(),
+        e => e.to_string(),
     }
 }
 
 /// Opens the named ring `name` (validated like every open), reads its counters once
 /// and closes it. A ring removed between listing and opening says it vanished.
 pub fn read_named(name: &str) -> Result<RingInfo, String> {
-    let seg = Segment::open_named(name).map_err(|e| match e {
-        shmring::Error::NotFound(_) => "vanished (removed while being read)".to_string(),
-        e => e.to_string(),
-    })?;
+    let seg = Segment::open_named(name).map_err(named_error)?;
+    read(&seg)
+}
+
+/// The counters and geometry of an open named ring, read once.
+fn read(seg: &Segment) -> Result<RingInfo, String> {
     let info = RingInfo {
         stats: seg.stats(),
         max_record: seg.geometry().max_record,

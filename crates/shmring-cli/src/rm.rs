@@ -11,7 +11,13 @@ use crate::{fail, CmdError};
 pub fn run(a: RmArgs) -> Result<(), CmdError> {
     let name = &a.name;
     let seg = Segment::open_named(name).map_err(|e| match e {
-        shmring::Error::NotFound(_) => fail(1, format!("ring {name:?}: {e}")),
+        shmring::Error::NotFound(_) => fail(
+            1,
+            format!(
+                "ring {name:?} does not exist (no /dev/shm/{})",
+                name.trim_start_matches('/')
+            ),
+        ),
         e => fail(
             1,
             format!("ring {name:?}: {e}; not removed (only shmring rings are removed)"),

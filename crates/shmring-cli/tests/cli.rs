@@ -365,8 +365,13 @@ fn ring_of_another_layout_is_refused() {
             .write(true)
             .open(other.path())
             .unwrap();
-        f.seek(SeekFrom::Start(8)).unwrap();
-        f.write_all(&99u32.to_le_bytes()).unwrap();
+        // In all three identity lines (line 0 and its copies), as a ring of another
+        // layout would differ: whoever attaches takes what two of them say.
+        let copies = std::mem::offset_of!(shmring::layout::Control, identity_copies) as u64;
+        for line in [0, copies, copies + 64] {
+            f.seek(SeekFrom::Start(line + 8)).unwrap();
+            f.write_all(&99u32.to_le_bytes()).unwrap();
+        }
     }
     assert_fails(
         &run(&["stat", "--json", &other.0]),

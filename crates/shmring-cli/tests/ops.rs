@@ -56,7 +56,7 @@ fn by_ring<'a>(rows: &'a [Value], ring: &Ring) -> &'a Value {
 }
 
 #[test]
-fn top_shows_every_ring_and_the_error_of_each_bad_one() {
+fn top_shows_every_ring_and_the_error_of_each_bad_one_and_no_other_file() {
     // Healthy: a consumer in this process, a producer thread writing throughout.
     let healthy = new_ring("healthy");
     let seg = Segment::create_named(&healthy.0, &Config::with_capacity(1 << 20)).unwrap();
@@ -93,6 +93,9 @@ fn top_shows_every_ring_and_the_error_of_each_bad_one() {
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
     std::fs::write(garbage.path(), bytes).unwrap();
+    // Another program's small file.
+    let small = new_ring("small");
+    std::fs::write(small.path(), b"some other program's state").unwrap();
     // Dead consumer: its recorder was killed.
     let dead = stale_ring("dead");
     // Truncated by another program after it was made.
@@ -119,14 +122,14 @@ fn top_shows_every_ring_and_the_error_of_each_bad_one() {
     assert_eq!(h["stats"]["capacity"], 1 << 20);
     assert!(h["records_per_s"].as_f64().unwrap() > 0.0, "{h}");
     assert!(h["mb_per_s"].as_f64().unwrap() > 0.0, "{h}");
-    let g = by_ring(&rows, &garbage);
-    assert!(
-        g["error"]
-            .as_str()
-            .unwrap()
-            .contains("not a shmring ring (bad magic"),
-        "{g}"
-    );
+    // Files that are not shmring rings are not listed.
+    for other in [&garbage, &small] {
+        assert!(
+            rows.iter().all(|r| r["ring"] != other.0.as_str()),
+            "{} listed: {rows:?}",
+            other.0
+        );
+    }
     let d = by_ring(&rows, &dead);
     assert_eq!(d["error"], Value::Null);
     assert_eq!(d["stats"]["consumer_attached"], false);
@@ -153,8 +156,24 @@ fn top_shows_every_ring_and_the_error_of_each_bad_one() {
     assert!(table.starts_with("RING"), "{table}");
     assert!(line(&healthy).ends_with("alive"), "{table}");
     assert!(line(&dead).ends_with("gone"), "{table}");
-    assert!(line(&garbage).contains("error: "), "{table}");
     assert!(line(&cut).contains("error: "), "{table}");
+    assert!(
+        !table.contains(&garbage.0) && !table.contains(&small.0),
+        "{table}"
+    );
+
+    // Named, a file that is not a ring says so.
+    let o = run(&["top", "--json", "--interval", "0.1", "--ring", &garbage.0]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
+    let g = by_ring(&rows, &garbage);
+    assert!(
+        g["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a shmring ring (bad magic"),
+        "{g}"
+    );
 
     busy.store(false, Ordering::Relaxed);
     assert!(writer.join().unwrap() > 0);
@@ -374,6 +393,44 @@ fn top_without_a_terminal_says_to_use_once() {
     );
 }
 
+/// `promtool check metrics` (Prometheus' own linter) accepts `text`. promtool comes
+/// from $PROMTOOL, PATH, or target/tools/bin (where `scripts/deps.sh test` puts it).
+fn promtool_accepts(text: &str) {
+    use std::io::Write;
+    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tools/bin/promtool");
+    let exe = std::env::var_os("PROMTOOL")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("PATH").and_then(|p| {
+                std::env::split_paths(&p)
+                    .map(|d| d.join("promtool"))
+                    .find(|f| f.is_file())
+            })
+        })
+        .or_else(|| tools.is_file().then_some(tools))
+        .expect("promtool not found: run scripts/deps.sh test (or set PROMTOOL)");
+    let mut child = std::process::Command::new(&exe)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 #[test]
 fn stat_prometheus_prints_the_cores_counters_with_the_ring_label() {
     let ring = new_ring("prom");
@@ -411,19 +468,23 @@ fn stat_prometheus_prints_the_cores_counters_with_the_ring_label() {
             shmring::Field::NANOSECONDS => format!("{}_seconds", &f.name[..f.name.len() - 3]),
             _ => f.name.to_string(),
         };
+        // Prometheus' text format: a counter's family is named as its samples.
+        let name = match f.kind {
+            shmring::FieldKind::Counter => format!("{name}_total"),
+            _ => name,
+        };
         assert!(
             text.contains(&format!("# TYPE shmring_{name} {ty}\n")),
             "{name} missing"
         );
+        assert!(text.contains(&format!("# HELP shmring_{name} ")), "{name}");
     }
     assert!(
-        text.contains(&format!(
-            "# UNIT shmring_oldest_pending_age_seconds seconds\nshmring_oldest_pending_age_seconds{label} 0.0\n"
-        )),
+        text.contains(&format!("shmring_oldest_pending_age_seconds{label} 0\n")),
         "{text}"
     );
     assert!(!text.contains("_ns"), "{text}");
-    assert!(text.ends_with("# EOF\n"));
+    promtool_accepts(&text);
     drop((consumer, producer, seg));
 
     let garbage = new_ring("promgarbage");

@@ -258,7 +258,7 @@ pub extern "C" fn shmring_status_name(status: i32) -> *const c_char {
     s.as_ptr()
 }
 
-/// The library version ("0.1.0"). Static; never freed.
+/// The library version (the workspace's, e.g. "0.2.0"). Static; never freed.
 #[no_mangle]
 pub extern "C" fn shmring_version() -> *const c_char {
     static V: &CStr =

@@ -6,7 +6,7 @@ use std::net::TcpListener;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressStyle};
+use crate::status::{Look, StatusLine};
 use shmring::{Config, Segment};
 
 use crate::args::{parse, transport_built, BenchArgs, ModeArg, WorkloadArg, ALL_TRANSPORTS};
@@ -231,13 +231,18 @@ pub fn run(args: &[String]) -> i32 {
         .sum::<usize>() as u64
         * u64::from(repeat);
     let per_run_ms = (plan.seconds * 1000.0) as u64;
-    let bar = ProgressBar::new(runs * per_run_ms.max(1));
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {pos:>}/{len} ms {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    // On a terminal a bar of the planned milliseconds; elsewhere a line as each
+    // run starts.
+    let mut bar = StatusLine::new(
+        "shmring bench",
+        Duration::ZERO,
+        Look::Bar {
+            len: runs * per_run_ms.max(1),
+            template: "{spinner} [{elapsed_precise}] {wide_bar} {pos:>}/{len} ms {msg}",
+        },
     );
+    let started = Instant::now();
+    let total = runs;
     let mut rows = Vec::new();
     let mut timelines = Vec::new();
     let mut done = 0u64;
@@ -254,7 +259,15 @@ pub fn run(args: &[String]) -> i32 {
                     } else {
                         String::new()
                     };
-                    bar.set_message(format!("{t} {} {mode}{nth}", w.name()));
+                    bar.set(
+                        format!(
+                            "run {} of {total}: {t} {} {mode}{nth} ({:.0} s so far)",
+                            done + 1,
+                            w.name(),
+                            started.elapsed().as_secs_f64()
+                        ),
+                        true,
+                    );
                     let base = done * per_run_ms;
                     let (row, tl) = if crate::python::is_py(t) {
                         let row = bar.suspend(|| {
@@ -281,7 +294,7 @@ pub fn run(args: &[String]) -> i32 {
             rows.extend(runs.into_iter().filter(|r| !r.is_empty()).map(combine));
         }
     }
-    bar.finish_and_clear();
+    bar.finish();
     add_ratios(&mut rows);
     print_table(&rows, a.rate, plan.participants);
     if a.quick {
@@ -405,7 +418,7 @@ fn run_one(
     w: Workload,
     mode: &str,
     plan: &Plan,
-    bar: &ProgressBar,
+    bar: &StatusLine,
     base_ms: u64,
     per_run_ms: u64,
 ) -> (Row, Timeline) {
@@ -516,7 +529,7 @@ fn drive(
     (size, producers): (usize, u32),
     common: &[String],
     plan: &Plan,
-    (bar, base_ms, per_run_ms): (&ProgressBar, u64, u64),
+    (bar, base_ms, per_run_ms): (&StatusLine, u64, u64),
     tl: &mut Timeline,
     ring_stats: &mut Option<shmring::Stats>,
 ) -> Result<Reports, Failure> {

@@ -1,0 +1,217 @@
+"""The package as a user meets it: its version and layout version, record kinds as
+an IntEnum, type stubs that pass `mypy --strict` on the documentation's snippets,
+a consumer used from the wrong thread, and the ring a killed consumer leaves."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import REPO, Children, find_cli
+
+import shmring
+
+STUB = Path(shmring.__file__).with_name("_shmring.pyi")
+
+
+def workspace_version() -> str:
+    """The workspace's version: the one place it is set (Cargo.toml)."""
+    text = (REPO / "Cargo.toml").read_text()
+    section = text.split("[workspace.package]", 1)[1].split("\n[", 1)[0]
+    m = re.search(r'^version\s*=\s*"([^"]+)"', section, re.M)
+    assert m, section
+    return m.group(1)
+
+
+def test_versions_come_from_the_workspace_and_the_core() -> None:
+    assert shmring.__version__ == workspace_version()
+    assert importlib.metadata.version("shmring") == workspace_version()
+    # The layout version is the core's: the CLI, built from the same core, says it.
+    cli = find_cli()
+    assert cli is not None, "the shmring command was not found"
+    out = subprocess.run([cli, "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().endswith(f"(layout version {shmring.LAYOUT_VERSION})"), out
+    assert isinstance(shmring.LAYOUT_VERSION, int) and shmring.LAYOUT_VERSION > 0
+
+
+def test_kinds_are_an_intenum(ring_name: str) -> None:
+    import enum
+
+    assert issubclass(shmring.Kind, enum.IntEnum)
+    assert [k.name for k in shmring.Kind] == ["RAW", "VIDEO", "AUDIO"]
+    assert shmring.KIND_VIDEO is shmring.Kind.VIDEO
+    ring = shmring.Consumer(ring_name, create=True, capacity=1 << 16)
+    tap = shmring.Tap(ring_name)
+    p = shmring.Producer(ring_name)
+    p.send(b"a", kind=shmring.Kind.AUDIO)
+    p.send(b"b", kind=42)  # an application's own kind
+    got = []
+    for _ in range(2):
+        f = ring.next(timeout=1.0)
+        assert f is not None
+        got.append(f.kind)
+        f.release()
+    assert got == [shmring.Kind.AUDIO, 42]
+    assert type(got[0]) is shmring.Kind and type(got[1]) is int
+    assert repr(got[0]) == "<Kind.AUDIO: 2>"
+    t = tap.next(timeout=1.0)
+    assert t is not None and type(t.kind) in (shmring.Kind, int)
+    for r in (tap, p, ring):
+        r.close()
+
+
+def stub_names() -> set[str]:
+    tree = ast.parse(STUB.read_text())
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def test_the_stubs_name_what_the_module_exports() -> None:
+    native = {n for n in shmring.__all__ if n != "Consumer"}
+    assert native - stub_names() == set()
+    # The stub's kinds are the module's.
+    tree = ast.parse(STUB.read_text())
+    kind = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Kind")
+    members = {
+        t.id: ast.literal_eval(a.value)
+        for a in kind.body
+        if isinstance(a, ast.Assign)
+        for t in a.targets
+        if isinstance(t, ast.Name)
+    }
+    assert members == {k.name: k.value for k in shmring.Kind}
+
+
+def test_the_documentation_snippets_pass_mypy_strict(tmp_path: Path) -> None:
+    """Every Python snippet of README.md and python/README.md, type-checked with
+    `mypy --strict` against the installed package's stubs. Python 3.12 is the target:
+    from it on (PEP 688) numpy's stubs accept any object with a buffer, a Frame too."""
+    n = 0
+    for doc in (REPO / "README.md", REPO / "python" / "README.md"):
+        for m in re.finditer(r"```python\n(.*?)```", doc.read_text(), re.S):
+            (tmp_path / f"snippet_{n}.py").write_text(m.group(1))
+            n += 1
+    assert n >= 6
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--python-version",
+            "3.12",
+            "--no-incremental",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    # The package's own Python (the source), with the stubs beside it, also passes.
+    r = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "shmring"],
+        capture_output=True,
+        text=True,
+        cwd=REPO / "python",
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_consumer_used_from_another_thread_says_why_not(ring_name: str) -> None:
+    ring = shmring.Consumer(ring_name, create=True, capacity=1 << 16)
+    errors: list[BaseException] = []
+
+    def use() -> None:
+        for call in (lambda: ring.next(timeout=0.01), ring.try_next, ring.stats, ring.close):
+            try:
+                call()
+            except BaseException as e:  # noqa: BLE001 - any other kind is the failure
+                errors.append(e)
+
+    t = threading.Thread(target=use, name="reader-thread")
+    t.start()
+    t.join()
+    assert len(errors) == 4, errors
+    for e in errors:
+        assert isinstance(e, shmring.WrongThread), repr(e)
+        assert "MainThread" in str(e) and "reader-thread" in str(e), str(e)
+        assert "Make the Consumer in the thread that reads it" in str(e)
+    # The thread that made it still uses it; made in a thread, it works there.
+    assert ring.try_next() is None and not ring.closed
+    ring.close()
+
+    got: list[object] = []
+
+    def own() -> None:
+        r = shmring.Consumer(ring_name, create=True, capacity=1 << 16)
+        shmring.Producer(ring_name).send(b"x")
+        f = r.next(timeout=1.0)
+        assert f is not None
+        got.append(f.tobytes())
+        f.release()
+        r.close()
+
+    t = threading.Thread(target=own)
+    t.start()
+    t.join()
+    assert got == [b"x"]
+
+
+CHILD = """
+import sys, time, shmring
+ring = shmring.Consumer(sys.argv[1], create=True, capacity=1 << 16)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_ring_left_by_sigterm_is_named_stale_and_replaced(
+    ring_name: str, children: Children
+) -> None:
+    child = children.spawn(
+        [sys.executable, "-c", CHILD, ring_name], stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    # Alive: never replaced.
+    with pytest.raises(shmring.Exists, match="its consumer is alive"):
+        shmring.Consumer(ring_name, create=True, replace_stale=True)
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=30) == -signal.SIGTERM
+    assert Path("/dev/shm", ring_name).exists(), "SIGTERM runs no clean-up"
+    with pytest.raises(shmring.Exists) as e:
+        shmring.Consumer(ring_name, create=True)
+    for needle in (
+        "its consumer is gone",
+        "SIGTERM",
+        "replace_stale=True",
+        f"shmring rm {ring_name}",
+    ):
+        assert needle in str(e.value), str(e.value)
+    ring = shmring.Consumer(ring_name, create=True, replace_stale=True, capacity=1 << 16)
+    shmring.Producer(ring_name).send(b"again")
+    f = ring.next(timeout=1.0)
+    assert f is not None and f.tobytes() == b"again"
+    f.release()
+    ring.close()
+    assert not Path("/dev/shm", ring_name).exists()
+
+
+def test_a_file_that_is_no_ring_is_never_replaced(ring_name: str) -> None:
+    path = Path("/dev/shm", ring_name)
+    path.write_bytes(b"someone else's" * 1000)
+    with pytest.raises(shmring.Exists, match="left alone"):
+        shmring.Consumer(ring_name, create=True, replace_stale=True)
+    assert path.read_bytes() == b"someone else's" * 1000
