@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the release packages into dist/ (`make dist`):
 #
-#   shmring_VERSION-1_ARCH.deb           the Debian package: the command, the C library
+#   shmring_VERSION-1_ARCH.deb           the Debian package: the command (and the bench's
+#                                        worker program), the C library
 #                                        (shared, static, header, pkg-config file), the
 #                                        GStreamer plugin, man pages, completions,
 #                                        licence files (cargo-deb, from the metadata in
@@ -50,6 +51,7 @@ deb() {
   rm -rf "$assets"
   mkdir -p "$assets/completions" "$assets/bin" "$assets/lib"
   strip_split "$target/release/shmring" "$assets/bin/shmring" shmring
+  strip_split "$target/release/shmring-bench-worker" "$assets/bin/shmring-bench-worker" shmring-bench-worker
   strip_split "$target/release/libshmring_ffi.so" "$assets/lib/libshmring.so.0" libshmring.so.0
   strip_split "$target/release/libgstshmring.so" "$assets/lib/libgstshmring.so" libgstshmring.so
   # The archive: its objects without debug information (no separate file: a

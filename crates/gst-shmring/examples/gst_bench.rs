@@ -116,7 +116,7 @@ fn role(args: &[String]) -> Result<(), String> {
 }
 
 fn children_cpu() -> f64 {
-    shmring_bench::rusage(true).cpu_s()
+    shmring_host::rusage(true).cpu_s()
 }
 
 /// What one case measured.

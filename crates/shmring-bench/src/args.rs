@@ -1,4 +1,4 @@
-//! Command lines of `shmring bench` and the hidden `shmring bench-worker`.
+//! Command lines of `shmring bench` and of its worker program, `shmring-bench-worker`.
 
 use clap::{Parser, ValueEnum};
 
@@ -142,9 +142,9 @@ pub enum Role {
     Floor,
 }
 
-/// `shmring bench-worker`: one side of one transport.
+/// `shmring-bench-worker`: one side of one transport.
 #[derive(Debug, Parser, Clone)]
-#[command(name = "shmring bench-worker")]
+#[command(name = "shmring-bench-worker")]
 pub struct WorkerArgs {
     #[arg(long)]
     pub transport: String,

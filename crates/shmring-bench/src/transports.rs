@@ -11,9 +11,9 @@ use shmring::{media::kind, Consumer, ConsumerOptions, FullPolicy, Meta, Segment}
 
 use crate::args::{parse, Role, WorkerArgs};
 use crate::report::WorkerReport;
-use crate::sys::{adopt_fd, rusage_self, sleep_until_ns};
+use crate::sys::{adopt_fd, sleep_until_ns};
 use crate::work::{checksum, corrupt, expected_checksum, fill_frame, AUDIO_RECORD};
-use crate::{alloc_count, counting_installed};
+use shmring_host::{alloc_count, counting_installed, rusage};
 
 type Res<T> = Result<T, String>;
 
@@ -30,7 +30,7 @@ pub const WS_FRAGMENT: usize = 131_000;
 pub const STALL: Duration = Duration::from_secs(10);
 
 pub fn worker_main(args: &[String]) -> i32 {
-    let a: WorkerArgs = match parse("shmring bench-worker", args) {
+    let a: WorkerArgs = match parse("shmring-bench-worker", args) {
         Ok(a) => a,
         Err(e) => {
             let _ = e.print();
@@ -77,8 +77,8 @@ pub fn worker_main(args: &[String]) -> i32 {
     };
     match res {
         Ok(mut rep) => {
-            let (u, s, rss) = rusage_self();
-            (rep.utime_s, rep.stime_s, rep.maxrss_kib) = (u, s, rss);
+            let r = rusage(false);
+            (rep.utime_s, rep.stime_s, rep.maxrss_kib) = (r.user_s, r.system_s, r.max_rss_kb);
             println!("{}", serde_json::to_string(&rep).unwrap_or_default());
             if rep.bad_checksums + rep.bad_sequence > 0 {
                 eprintln!(
@@ -116,8 +116,7 @@ pub fn ready() {
 }
 
 pub fn cpu_s() -> f64 {
-    let (u, s, _) = rusage_self();
-    u + s
+    rusage(false).cpu_s()
 }
 
 static COUNTING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();

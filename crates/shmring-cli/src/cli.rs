@@ -39,11 +39,6 @@ pub enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    #[command(hide = true, name = "bench-worker", disable_help_flag = true)]
-    BenchWorker {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
     /// Print a shell completion script on stdout (e.g. `shmring completions bash >
     /// ~/.local/share/bash-completion/completions/shmring`).
     Completions {

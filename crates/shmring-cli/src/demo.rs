@@ -12,10 +12,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use shmring_bench::ChildGuard;
+use shmring_host::{ChildGuard, CpuMeter};
 
 use crate::cli::DemoArgs;
-use crate::procinfo::{self, CpuMeter};
+use crate::procinfo;
 use crate::produce::{parse_audio, parse_video};
 use crate::recorder::check_output_dir;
 use crate::ringref::Watched;
@@ -168,7 +168,7 @@ pub fn run(a: DemoArgs) -> Result<(), CmdError> {
     let rshared = Arc::new(Mutex::new(Shared::default()));
     let (tx, rx) = mpsc::channel();
     let mut threads = readers(&mut rchild, "recorded", rshared.clone(), Some(tx));
-    let mut rec = ChildGuard::new("recorder", rchild);
+    let mut rec = ChildGuard::new(rchild).with_drop_grace(Duration::from_secs(3));
 
     // Wait for the ring.
     let t0 = Instant::now();
@@ -180,7 +180,7 @@ pub fn run(a: DemoArgs) -> Result<(), CmdError> {
             return Err(fail(130, "interrupted"));
         }
         if rec.exited().is_some() || t0.elapsed() > Duration::from_secs(10) {
-            rec.stop(Duration::from_secs(1));
+            rec.terminate(Duration::from_secs(1));
             for t in threads.drain(..) {
                 let _ = t.join();
             }
@@ -213,7 +213,7 @@ pub fn run(a: DemoArgs) -> Result<(), CmdError> {
         .map_err(|e| fail(1, format!("cannot start the producer: {e}")))?;
     let pshared = Arc::new(Mutex::new(Shared::default()));
     threads.extend(readers(&mut pchild, "produced", pshared.clone(), None));
-    let mut prod = ChildGuard::new("producer", pchild);
+    let mut prod = ChildGuard::new(pchild).with_drop_grace(Duration::from_secs(3));
 
     let seg = if a.create.is_some() {
         Watched::open(Some(&ring), None).ok()
@@ -330,8 +330,8 @@ pub fn run(a: DemoArgs) -> Result<(), CmdError> {
     }
     let pstatus = prod
         .wait_for(grace)
-        .or_else(|| prod.stop(Duration::from_secs(1)));
-    let rstatus = rec.stop(Duration::from_secs(10));
+        .or_else(|| prod.terminate(Duration::from_secs(1)));
+    let rstatus = rec.terminate(Duration::from_secs(10));
     drop(seg);
     for t in threads {
         let _ = t.join();

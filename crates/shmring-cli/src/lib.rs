@@ -54,19 +54,9 @@ pub fn check_seconds(seconds: Option<f64>) -> Result<(), CmdError> {
     }
 }
 
-/// A flag set by SIGINT, SIGTERM or SIGHUP (async-signal-safe: the handler only
-/// stores to an atomic).
+/// A flag set by SIGINT, SIGTERM or SIGHUP ([`shmring_host::stop_flag`]).
 pub fn stop_flag() -> Result<Arc<AtomicBool>, CmdError> {
-    let flag = Arc::new(AtomicBool::new(false));
-    for sig in [
-        signal_hook::consts::SIGINT,
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-    ] {
-        signal_hook::flag::register(sig, flag.clone())
-            .map_err(|e| fail(1, format!("cannot install a handler for signal {sig}: {e}")))?;
-    }
-    Ok(flag)
+    shmring_host::stop_flag().map_err(|e| fail(1, e))
 }
 
 /// Megabytes (10^6) for messages.

@@ -5,19 +5,12 @@ use std::process::ExitCode;
 use clap::Parser;
 use shmring_cli::cli::{Cli, Cmd};
 
-/// Counts heap allocations (one relaxed atomic add per allocation), so that
-/// `shmring bench` can report allocations per frame of each side.
-#[global_allocator]
-static ALLOC: shmring_bench::CountingAlloc = shmring_bench::CountingAlloc;
-
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    // `bench` and its hidden worker live in the shmring-bench crate and parse their
-    // own arguments.
-    match args.first().map(String::as_str) {
-        Some("bench") => return code(shmring_bench::run(&args[1..])),
-        Some("bench-worker") => return code(shmring_bench::worker(&args[1..])),
-        _ => {}
+    // `bench` lives in the shmring-bench crate and parses its own arguments; its
+    // workers are another program, `shmring-bench-worker`, which counts allocations.
+    if args.first().map(String::as_str) == Some("bench") {
+        return code(shmring_bench::run(&args[1..]));
     }
     let cli = Cli::parse();
     let (name, r) = match cli.cmd {
@@ -30,7 +23,6 @@ fn main() -> ExitCode {
         Cmd::Exporter(a) => ("exporter", shmring_cli::exporter::run(a)),
         Cmd::Rm(a) => ("rm", shmring_cli::rm::run(a)),
         Cmd::Bench { args } => return code(shmring_bench::run(&args)),
-        Cmd::BenchWorker { args } => return code(shmring_bench::worker(&args)),
         Cmd::Completions { shell } => (
             "completions",
             shmring_cli::generate::completions(shell, &mut std::io::stdout().lock()),

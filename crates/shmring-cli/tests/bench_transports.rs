@@ -2,11 +2,12 @@
 //! verified, corruption is caught, the JSON is complete, bad input is refused.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use shmring_bench::report::JSON_FIELDS;
 use shmring_bench::serde_json::{self, Value};
+use shmring_host::ChildGuard;
 
 /// Transports of the default build.
 const TRANSPORTS: &[&str] = &[
@@ -45,16 +46,6 @@ impl Drop for Scratch {
     }
 }
 
-/// The bench process, killed if the test ends early.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 struct Outcome {
     code: Option<i32>,
     stdout: String,
@@ -64,26 +55,19 @@ struct Outcome {
 fn bench(dir: &Scratch, args: &[&str]) -> Outcome {
     let out = dir.path("stdout");
     let err = dir.path("stderr");
-    let child = Command::new(env!("CARGO_BIN_EXE_shmring"))
-        .arg("bench")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .expect("start shmring bench");
-    let mut g = Guard(child);
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let status = loop {
-        if let Some(s) = g.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "shmring bench {args:?} did not finish"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    // Killed if the test ends early.
+    let mut bench = ChildGuard::spawn(
+        Command::new(env!("CARGO_BIN_EXE_shmring"))
+            .arg("bench")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap()),
+    )
+    .expect("start shmring bench");
+    let status = bench
+        .wait_or_kill(Duration::from_secs(300))
+        .unwrap_or_else(|| panic!("shmring bench {args:?} did not finish"));
     Outcome {
         code: status.code(),
         stdout: std::fs::read_to_string(out).unwrap_or_default(),

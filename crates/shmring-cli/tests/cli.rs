@@ -596,8 +596,8 @@ fn interrupted_demo_stops_its_children_and_removes_its_ring() {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut kid = shmring_testkit::spawn_cmd(cmd, &[]).unwrap();
-    let out = BufReader::new(kid.child.stdout.take().unwrap());
+    let mut kid = shmring_testkit::ChildGuard::spawn_tied(&mut cmd, &[]).unwrap();
+    let out = BufReader::new(kid.take_stdout().unwrap());
     let (tx, lines) = mpsc::channel::<String>();
     std::thread::spawn(move || {
         for l in out.lines().map_while(Result::ok) {

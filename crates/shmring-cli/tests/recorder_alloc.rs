@@ -2,45 +2,14 @@
 //! with a counting global allocator (counts are per thread, so other tests running
 //! in parallel do not disturb them).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use shmring::media::{kind, Format, MediaHeader};
 use shmring::Meta;
 use shmring_cli::pattern::{decode_frame_number, Pattern, Tone};
 use shmring_cli::recorder::{Outcome, Recorder, RecorderOptions};
-
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator; the counter is a const-initialized
-// thread-local Cell (no allocation, no destructor).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
+use shmring_host::thread_alloc_count as allocs;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn allocs() -> u64 {
-    ALLOCS.with(|c| c.get())
-}
+static GLOBAL: shmring_host::CountingAlloc = shmring_host::CountingAlloc;
 
 #[test]
 fn steady_state_records_allocate_nothing() {

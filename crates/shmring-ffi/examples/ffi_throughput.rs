@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use shmring::media::{kind, Format, MediaHeader};
 use shmring::{Config, Meta, Segment};
-use shmring_bench::rusage;
+use shmring_host::rusage;
 
 fn rust_child(frames: u64) -> i32 {
     // SAFETY: the parent placed the ring's descriptor at 3 for us.

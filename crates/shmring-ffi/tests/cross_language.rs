@@ -8,9 +8,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::pattern::{expected, fill, payload_checksum, ramp};
-use common::{c_example, pass_fds, Guard};
+use common::{c_example, pass_fds};
 use shmring::media::{kind, Format, MediaHeader};
 use shmring::{Config, Meta, Segment};
+use shmring_host::ChildGuard;
 
 #[test]
 fn c_producer_to_rust_consumer_1080p() {
@@ -20,7 +21,7 @@ fn c_producer_to_rust_consumer_1080p() {
     let mut cmd = Command::new(&producer);
     cmd.args(["--fds", "3,4", "--frames", "60", "--stream", "5", "--quiet"]);
     pass_fds(&mut cmd, &seg.descriptors());
-    let child = Guard(Some(cmd.stderr(Stdio::piped()).spawn().unwrap()));
+    let child = ChildGuard::spawn(cmd.stderr(Stdio::piped())).unwrap();
     for i in 0..60u64 {
         let f = consumer
             .next_timeout(Some(Duration::from_secs(10)))
@@ -41,7 +42,7 @@ fn c_producer_to_rust_consumer_1080p() {
             assert_eq!(f.payload()[at], expected(i, p, y, x), "frame {i} plane {p}");
         }
     }
-    let out = child.wait();
+    let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "producer failed: {}",
@@ -52,7 +53,10 @@ fn c_producer_to_rust_consumer_1080p() {
 }
 
 /// Starts the C consumer on a fresh ring and waits until it is attached.
-fn start_c_consumer(seg: &Segment, frames: u32) -> (Guard, BufReader<std::process::ChildStdout>) {
+fn start_c_consumer(
+    seg: &Segment,
+    frames: u32,
+) -> (ChildGuard, BufReader<std::process::ChildStdout>) {
     let mut cmd = Command::new(c_example("consumer"));
     cmd.args([
         "--fds",
@@ -64,13 +68,8 @@ fn start_c_consumer(seg: &Segment, frames: u32) -> (Guard, BufReader<std::proces
         "--quiet",
     ]);
     pass_fds(&mut cmd, &seg.descriptors());
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let guard = Guard(Some(child));
+    let mut guard = ChildGuard::spawn(cmd.stdout(Stdio::piped()).stderr(Stdio::piped())).unwrap();
+    let mut out = BufReader::new(guard.take_stdout().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "ready", "the C consumer did not attach");
@@ -105,7 +104,7 @@ fn rust_producer_to_c_consumer() {
     send_frames(&seg, 40, None);
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    let o = child.wait();
+    let o = child.wait_with_output().unwrap();
     assert!(
         o.status.success(),
         "C consumer failed ({:?}): {rest}{}",
@@ -123,7 +122,7 @@ fn c_consumer_detects_a_bad_checksum() {
     send_frames(&seg, 3, Some(1));
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    let o = child.wait();
+    let o = child.wait_with_output().unwrap();
     assert_eq!(
         o.status.code(),
         Some(3),

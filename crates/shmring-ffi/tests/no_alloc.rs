@@ -1,57 +1,20 @@
 //! The producer path of the C ABI allocates nothing after attach (and neither does
 //! the consumer's next/release): counted with a global allocator that tallies the
-//! allocations this thread makes while counting is on.
+//! allocations of each thread (`shmring_host::CountingAlloc`).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::ptr;
 
 use shmring_ffi::shmring_status::*;
 use shmring_ffi::*;
 
-struct Counting;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static COUNT: Cell<u64> = const { Cell::new(0) };
-}
-
-fn note() {
-    let _ = COUNTING.try_with(|on| {
-        if on.get() {
-            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
-        }
-    });
-}
-
-// SAFETY: forwards to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        note();
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        note();
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static A: shmring_host::CountingAlloc = shmring_host::CountingAlloc;
 
 /// Allocations made by `f` on this thread.
 fn allocations(f: impl FnOnce()) -> u64 {
-    COUNT.with(|c| c.set(0));
-    COUNTING.with(|c| c.set(true));
+    let before = shmring_host::thread_alloc_count();
     f();
-    COUNTING.with(|c| c.set(false));
-    COUNT.with(|c| c.get())
+    shmring_host::thread_alloc_count() - before
 }
 
 #[test]

@@ -1,20 +1,17 @@
-//! Helpers shared by shmring's tests, its reliability suite and its bench: one child
-//! supervisor ([`Kid`]: killed and reaped on drop, even when a test panics), the
-//! test RNG ([`Rng`]), the payload checksum ([`checksum`]) and unique `/dev/shm`
-//! ring names removed on drop ([`ShmName`]), and the one-write liveness matrix
-//! ([`matrix`]). (The `/proc` and `getrusage` readers
-//! are used at run time by the bench and the CLI too, so they live in
-//! `shmring_bench`: `proc_memory`, `rusage`, `cpu_ns`.)
+//! Helpers shared by shmring's test suites and its reliability suite: the test RNG
+//! ([`Rng`]), the payload checksum ([`checksum`]), unique `/dev/shm` ring names
+//! removed on drop ([`ShmName`]), and the one-write liveness matrix ([`matrix`]).
+//! The child supervisor ([`ChildGuard`]: killed and reaped on drop, even when a test
+//! panics) is the tools' own, from `shmring_host`, re-exported here for the suites.
 //!
 //! Not published: a development dependency of the workspace's crates only.
 
-mod child;
 #[cfg(not(loom))]
 pub mod matrix;
 mod rng;
 
-pub use child::{pid_gone, spawn_cmd, spawn_self, Kid};
 pub use rng::{checksum, mix, Rng};
+pub use shmring_host::{pid_gone, ChildGuard};
 
 use std::sync::atomic::{AtomicU32, Ordering};
 

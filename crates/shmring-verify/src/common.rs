@@ -7,7 +7,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-pub use shmring_testkit::{checksum, mix, spawn_cmd, spawn_self, Kid, Rng};
+pub use shmring_testkit::{checksum, mix, ChildGuard, Rng};
 
 /// A `/dev/shm` name unique to this process, unlinked on drop.
 pub type ShmName = shmring_testkit::ShmName;
@@ -246,7 +246,7 @@ pub struct Rss {
 }
 
 pub fn read_rss(pid: i32) -> Option<Rss> {
-    let m = shmring_bench::proc_memory(Some(u32::try_from(pid).ok()?))?;
+    let m = shmring_host::proc_memory(Some(u32::try_from(pid).ok()?))?;
     Some(Rss {
         vm_rss: m.rss_kb * 1024,
         private: m.private_kb() * 1024,

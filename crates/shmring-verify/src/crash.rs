@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use shmring::{Config, Segment};
 
-use crate::common::{ms, spawn_self, state, verify_record, Flags, Kid, Report, Rng, Watchdog};
+use crate::common::{ms, state, verify_record, ChildGuard, Flags, Report, Rng, Watchdog};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -54,14 +54,18 @@ type Deliveries = Vec<(u32, u64)>;
 fn run_consumer_child(
     fd: &RingFds,
     hold: usize,
-) -> std::io::Result<(Kid, mpsc::Receiver<()>, std::thread::JoinHandle<Deliveries>)> {
+) -> std::io::Result<(
+    ChildGuard,
+    mpsc::Receiver<()>,
+    std::thread::JoinHandle<Deliveries>,
+)> {
     let args = vec![
         "child-consumer".to_string(),
         format!("--fd={fd}"),
         format!("--hold={hold}"),
     ];
-    let mut kid = spawn_self(&args, &fd.0, true)?;
-    let out = kid.child.stdout.take().expect("piped stdout");
+    let mut kid = ChildGuard::spawn_self(&args, &fd.0, true)?;
+    let out = kid.take_stdout().expect("piped stdout");
     let (tx, rx) = mpsc::channel();
     let reader = std::thread::spawn(move || {
         let mut got = Vec::new();
@@ -120,7 +124,7 @@ pub fn run(a: Args) -> i32 {
             return 2;
         }
     };
-    let mut producers: Vec<Kid> = Vec::new();
+    let mut producers: Vec<ChildGuard> = Vec::new();
     for inst in 0..a.producers {
         let args: Vec<String> = vec![
             "child-producer".into(),
@@ -131,7 +135,7 @@ pub fn run(a: Args) -> i32 {
             "--max-size=16384".into(),
             format!("--block-ms={}", a.block_ms),
         ];
-        match spawn_self(&args, &fd.with(&[flags.raw_fd()]), false) {
+        match ChildGuard::spawn_self(&args, &fd.with(&[flags.raw_fd()]), false) {
             Ok(k) => producers.push(k),
             Err(e) => {
                 eprintln!("consumer-crash: spawn producer: {e}");

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use shmring::{Config, Segment};
 
 use crate::common::{
-    ms, quantile, seq_after, state, verify_record, Flags, Kid, Report, Rng, Watchdog, SEQ_MASK,
+    ms, quantile, seq_after, state, verify_record, ChildGuard, Flags, Report, Rng, Watchdog,
+    SEQ_MASK,
 };
 
 #[derive(Debug, Clone, clap::Args)]
@@ -131,7 +132,7 @@ pub fn run(a: Args) -> i32 {
     }
 
     let fd = crate::child::RingFds::of(&seg);
-    let spawn = |inst: u32| -> std::io::Result<Kid> {
+    let spawn = |inst: u32| -> std::io::Result<ChildGuard> {
         if inst as usize >= instances {
             return Err(std::io::Error::other(
                 "too many producer processes died on their own",
@@ -149,9 +150,9 @@ pub fn run(a: Args) -> i32 {
             format!("--gap-us={}", a.gap_us),
             "--block-ms=1000".into(),
         ];
-        crate::common::spawn_self(&args, &fd.with(&[flags.raw_fd()]), false)
+        ChildGuard::spawn_self(&args, &fd.with(&[flags.raw_fd()]), false)
     };
-    let mut kids: Vec<(u32, Kid)> = Vec::new();
+    let mut kids: Vec<(u32, ChildGuard)> = Vec::new();
     let mut next_inst = 0u32;
     for _ in 0..a.producers {
         match spawn(next_inst) {
@@ -177,7 +178,7 @@ pub fn run(a: Args) -> i32 {
         let (idx, st) = loop {
             let idx = rng.below(kids.len() as u64) as usize;
             let (inst, kid) = &mut kids[idx];
-            if !kid.stop() {
+            if !kid.pause() {
                 unexpected_exits += 1;
                 eprintln!("killstorm: producer {inst} exited on its own");
                 committed[*inst as usize] =
@@ -194,7 +195,7 @@ pub fn run(a: Args) -> i32 {
             }
             let st = flags.line(*inst as usize).state.load(Ordering::SeqCst);
             if (st == state::RESERVING || st == state::COMMITTING) && tries < 500 {
-                kid.cont();
+                kid.resume();
                 ambiguous_retries += 1;
                 tries += 1;
                 std::thread::sleep(Duration::from_micros(rng.below(500)));
@@ -258,7 +259,7 @@ pub fn run(a: Args) -> i32 {
         flags.line(*inst as usize).stop.store(1, Ordering::SeqCst);
     }
     for (inst, kid) in &mut kids {
-        let st = kid.wait_exit(Duration::from_secs(20));
+        let st = kid.wait_or_kill(Duration::from_secs(20));
         let line = flags.line(*inst as usize);
         if !st.is_some_and(|s| s.success()) || line.state.load(Ordering::SeqCst) != state::DONE {
             unexpected_exits += 1;

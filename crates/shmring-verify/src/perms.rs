@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use shmring::{Config, Error, Segment};
 
-use crate::common::{shm_name, spawn_cmd, Report};
+use crate::common::{shm_name, ChildGuard, Report};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -96,17 +96,17 @@ pub fn run(a: Args) -> i32 {
                 .stdout(Stdio::piped())
                 .uid(uid)
                 .gid(gid);
-            match spawn_cmd(cmd, &[]) {
+            match ChildGuard::spawn_tied(&mut cmd, &[]) {
                 Err(e) => skip(
                     &mut rep,
                     format!("cannot start a process as uid {uid}: {e}"),
                 ),
                 Ok(mut kid) => {
                     let mut out = String::new();
-                    if let Some(mut o) = kid.child.stdout.take() {
+                    if let Some(mut o) = kid.take_stdout() {
                         let _ = o.read_to_string(&mut out);
                     }
-                    let st = kid.wait_exit(Duration::from_secs(20));
+                    let st = kid.wait_or_kill(Duration::from_secs(20));
                     let out = out.trim().to_string();
                     rep.fig("other_user_check", out.clone());
                     rep.check(

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use shmring::{Config, Error, Segment};
 
-use crate::common::{ms, spawn_self, verify_record, Flags, Kid, Report, Watchdog};
+use crate::common::{ms, verify_record, ChildGuard, Flags, Report, Watchdog};
 
 /// The regions the scribbler can be aimed at.
 pub const REGIONS: &[&str] = &["cursors", "control", "slots", "log", "identity", "data"];
@@ -95,7 +95,7 @@ pub fn run(a: Args) -> i32 {
         }
     };
     let fd = crate::child::RingFds::of(&seg);
-    let mut producers: Vec<Kid> = Vec::new();
+    let mut producers: Vec<ChildGuard> = Vec::new();
     for inst in 0..a.producers {
         let args: Vec<String> = vec![
             "child-producer".into(),
@@ -107,7 +107,7 @@ pub fn run(a: Args) -> i32 {
             "--block-ms=200".into(),
             "--count=0".into(),
         ];
-        match spawn_self(&args, &fd.with(&[flags.raw_fd()]), false) {
+        match ChildGuard::spawn_self(&args, &fd.with(&[flags.raw_fd()]), false) {
             Ok(k) => producers.push(k),
             Err(e) => {
                 eprintln!("scribble: spawn producer: {e}");
@@ -137,7 +137,7 @@ pub fn run(a: Args) -> i32 {
                 format!("--writes-per-sec={}", a.writes_per_sec),
                 format!("--region={target}"),
             ];
-            let mut scribbler = match spawn_self(&sargs, &fd.0, false) {
+            let mut scribbler = match ChildGuard::spawn_self(&sargs, &fd.0, false) {
                 Ok(k) => k,
                 Err(e) => {
                     eprintln!("scribble: spawn scribbler: {e}");

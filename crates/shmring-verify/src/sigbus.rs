@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use shmring::{Config, Meta, Segment};
 
-use crate::common::{shm_name, spawn_cmd, Report};
+use crate::common::{shm_name, ChildGuard, Report};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -172,12 +172,12 @@ pub fn run(a: Args) -> i32 {
             cmd.args(["child-resize", &format!("--fd={fd}")])
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped());
-            let out = spawn_cmd(cmd, &fd.0).map(|mut k| {
+            let out = ChildGuard::spawn_tied(&mut cmd, &fd.0).map(|mut k| {
                 let mut s = String::new();
-                if let Some(o) = k.child.stdout.take() {
+                if let Some(o) = k.take_stdout() {
                     let _ = BufReader::new(o).read_line(&mut s);
                 }
-                (k.wait_exit(Duration::from_secs(20)), s)
+                (k.wait_or_kill(Duration::from_secs(20)), s)
             });
             let size_after = file_size(seg.fd()).unwrap_or(0);
             let (st, line) = match out {
@@ -256,16 +256,16 @@ fn truncate_under_consumer(foreign: bool) -> (Option<std::process::ExitStatus>, 
     if foreign {
         cmd.arg("--foreign");
     }
-    let mut kid = match spawn_cmd(cmd, &[]) {
+    let mut kid = match ChildGuard::spawn_tied(&mut cmd, &[]) {
         Ok(k) => k,
         Err(e) => return (None, format!("spawn: {e}")),
     };
-    let mut out = BufReader::new(kid.child.stdout.take().expect("piped"));
+    let mut out = BufReader::new(kid.take_stdout().expect("piped"));
     let mut line = String::new();
     let _ = out.read_line(&mut line);
     if line.trim() != "READY" {
         return (
-            kid.wait_exit(Duration::from_secs(10)),
+            kid.wait_or_kill(Duration::from_secs(10)),
             line.trim().to_string(),
         );
     }
@@ -277,13 +277,13 @@ fn truncate_under_consumer(foreign: bool) -> (Option<std::process::ExitStatus>, 
     if let Err(e) = truncated {
         return (None, format!("truncate: {e}"));
     }
-    if let Some(mut i) = kid.child.stdin.take() {
+    if let Some(mut i) = kid.take_stdin() {
         let _ = i.write_all(b"go\n");
     }
     line.clear();
     let _ = out.read_line(&mut line);
     (
-        kid.wait_exit(Duration::from_secs(20)),
+        kid.wait_or_kill(Duration::from_secs(20)),
         line.trim().to_string(),
     )
 }

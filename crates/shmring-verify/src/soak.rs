@@ -8,9 +8,7 @@ use std::time::{Duration, Instant};
 
 use shmring::{Config, Segment};
 
-use crate::common::{
-    read_rss, spawn_self, state, verify_record, Flags, Kid, Report, Rss, Watchdog,
-};
+use crate::common::{read_rss, state, verify_record, ChildGuard, Flags, Report, Rss, Watchdog};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -69,7 +67,7 @@ pub fn run(a: Args) -> i32 {
     };
     let fd = crate::child::RingFds::of(&seg);
     let per = a.rate * 1_000_000 / a.producers.max(1) as u64;
-    let mut producers: Vec<Kid> = Vec::new();
+    let mut producers: Vec<ChildGuard> = Vec::new();
     for inst in 0..a.producers {
         let args: Vec<String> = vec![
             "child-producer".into(),
@@ -80,7 +78,7 @@ pub fn run(a: Args) -> i32 {
             "--block-ms=0".into(),
             "--drop".into(),
         ];
-        match spawn_self(&args, &fd.with(&[flags.raw_fd()]), false) {
+        match ChildGuard::spawn_self(&args, &fd.with(&[flags.raw_fd()]), false) {
             Ok(k) => producers.push(k),
             Err(e) => {
                 eprintln!("soak: spawn producer: {e}");
@@ -97,7 +95,7 @@ pub fn run(a: Args) -> i32 {
     for (i, k) in producers.iter().enumerate() {
         series.push(Series {
             name: format!("producer {i}"),
-            pid: k.pid,
+            pid: k.pid() as i32,
             samples: Vec::with_capacity(a.seconds as usize + 8),
         });
     }

@@ -4,52 +4,36 @@
 
 use std::io::Read;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
+use shmring_host::ChildGuard;
 
 const BIN: &str = env!("CARGO_BIN_EXE_shmring-verify");
 
-/// The running experiment; killed if the test fails or the guard runs out (its own
-/// children die with it: they are spawned with PR_SET_PDEATHSIG).
-struct Run(std::process::Child);
-
-impl Drop for Run {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Runs `shmring-verify ARGS --json`; returns the summary and the whole output.
 fn verify(args: &[&str], guard: Duration) -> (Value, String) {
-    let child = Command::new(BIN)
-        .args(args)
-        .arg("--json")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start shmring-verify");
-    let pid = child.id();
-    let mut run = Run(child);
-    let mut out = run.0.stdout.take().expect("stdout");
+    // Killed if the test fails or the guard runs out (its own children die with it:
+    // they are spawned with PR_SET_PDEATHSIG).
+    let mut run = ChildGuard::spawn(
+        Command::new(BIN)
+            .args(args)
+            .arg("--json")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit()),
+    )
+    .expect("start shmring-verify");
+    let pid = run.pid();
+    let mut out = run.take_stdout().expect("stdout");
     let reader = std::thread::spawn(move || {
         let mut s = String::new();
         let _ = out.read_to_string(&mut s);
         s
     });
-    let t = Instant::now();
-    let status = loop {
-        if let Some(st) = run.0.try_wait().expect("wait") {
-            break st;
-        }
-        assert!(
-            t.elapsed() < guard,
-            "shmring-verify {args:?} did not finish within {guard:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = run
+        .wait_or_kill(guard)
+        .unwrap_or_else(|| panic!("shmring-verify {args:?} did not finish within {guard:?}"));
     let text = reader.join().expect("reader");
     let leftovers: Vec<_> = std::fs::read_dir("/dev/shm")
         .expect("/dev/shm")

@@ -1,57 +1,18 @@
 //! No heap allocation per record, on either side, once warmed up: a counting global
-//! allocator (this test binary only) counts allocations per thread, so the producer
+//! allocator (this test binary only; `shmring_host::CountingAlloc`, whose own test
+//! shows it counts each thread apart) counts allocations per thread, so the producer
 //! thread and the consumer thread are measured separately. Records are 4 KiB and
 //! 3 MiB, in a ring that holds only two of the large ones, and both sides pause now
 //! and then, so producers block for space and the consumer blocks for data.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use shmring::{Config, FullPolicy, Meta, Segment};
-
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count() {
-    let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-}
-
-// SAFETY: forwards to the system allocator; counting touches only a const-initialised
-// thread-local without destructor, which never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        count();
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        count();
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc_zeroed(l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        count();
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(p, l, n) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(p, l) }
-    }
-}
+use shmring_host::thread_alloc_count as allocs;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Allocations made by the calling thread so far.
-fn allocs() -> u64 {
-    ALLOCS.with(|c| c.get())
-}
+static GLOBAL: shmring_host::CountingAlloc = shmring_host::CountingAlloc;
 
 const SMALL: usize = 4096;
 const LARGE: usize = 3 << 20;
@@ -65,28 +26,6 @@ fn len_of(i: u64) -> usize {
     } else {
         SMALL + (i as usize % 7) * 64
     }
-}
-
-#[test]
-fn the_counter_sees_this_threads_allocations() {
-    let before = allocs();
-    let v = std::hint::black_box(Vec::<u8>::with_capacity(16));
-    assert_eq!(allocs(), before + 1);
-    drop(v);
-    let before = allocs();
-    let other = std::thread::spawn(|| {
-        let mine = allocs();
-        for _ in 0..1000 {
-            drop(std::hint::black_box(vec![1u8; 32]));
-        }
-        allocs() - mine
-    });
-    assert_eq!(other.join().unwrap(), 1000);
-    // Spawning costs this thread a few allocations, not the other thread's 1000.
-    assert!(
-        allocs() - before < 100,
-        "another thread's allocations are not counted here"
-    );
 }
 
 #[test]

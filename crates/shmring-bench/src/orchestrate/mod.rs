@@ -11,9 +11,10 @@ use shmring::{Config, Segment};
 
 use crate::args::{parse, transport_built, BenchArgs, ModeArg, WorkloadArg, ALL_TRANSPORTS};
 use crate::report::{Row, WorkerReport};
-use crate::sys::{grow_pipe, pipe, sample_proc, Inheritable};
+use crate::sys::{grow_pipe, pipe, Inheritable};
 use crate::transports::SECOND_READER_ROWS;
 use crate::work::{AUDIO_RECORD, FRAME_1080P_I420};
+use shmring_host::{proc_memory, CpuMeter};
 
 mod tables;
 mod worker;
@@ -630,7 +631,10 @@ fn drive(
     // and the consumer).
     let start = Instant::now();
     let limit = Duration::from_secs_f64(plan.seconds * 3.0 + 30.0);
-    let mut last: Vec<Option<(f64, u64)>> = vec![None; workers.len()];
+    let mut meters: Vec<CpuMeter> = workers
+        .iter()
+        .map(|(_, w)| CpuMeter::new(w.pid()))
+        .collect();
     let mut first_fail: Option<Instant> = None;
     loop {
         let mut all_done = true;
@@ -650,19 +654,13 @@ fn drive(
             if w.status.is_some() {
                 continue;
             }
-            if let Some((cpu_ns, rss)) = sample_proc(w.pid()) {
-                let t_s = now.as_secs_f64();
-                let pct = match last[i] {
-                    Some((t0, c0)) if t_s > t0 => {
-                        cpu_ns.saturating_sub(c0) as f64 / 1e9 / (t_s - t0) * 100.0
-                    }
-                    _ => 0.0,
-                };
-                last[i] = Some((t_s, cpu_ns));
+            // The first sample of each worker only starts its meter (0 %).
+            if let Some(m) = proc_memory(Some(w.pid())) {
+                let pct = meters[i].sample();
                 series.push(Sample {
-                    t_s,
-                    cpu_pct: pct.max(0.0),
-                    rss_kib: rss,
+                    t_s: now.as_secs_f64(),
+                    cpu_pct: pct.unwrap_or(0.0).max(0.0),
+                    rss_kib: m.rss_kb,
                 });
             }
         }

@@ -1,5 +1,6 @@
-//! A bench worker process: supervised by a [`ChildGuard`] (killed and reaped on
-//! drop, also while a panic unwinds), its report and its stderr gathered.
+//! A bench worker process (`shmring-bench-worker`): supervised by a [`ChildGuard`]
+//! (killed and reaped on drop, also while a panic unwinds), its report and its
+//! stderr gathered.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
@@ -7,8 +8,31 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::child::ChildGuard;
 use crate::report::WorkerReport;
+use shmring_host::ChildGuard;
+
+/// The worker program's name.
+pub(crate) const WORKER: &str = "shmring-bench-worker";
+
+/// The worker program: beside this executable (a build's `target/release`, or
+/// `/usr/bin` after `cargo install`), else in `../libexec/shmring/` (the Debian
+/// package's place for it).
+fn worker_exe() -> Result<std::path::PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let dir = exe.parent().unwrap_or(std::path::Path::new("/"));
+    let places = [
+        dir.join(WORKER),
+        dir.join("../libexec/shmring").join(WORKER),
+    ];
+    places.iter().find(|p| p.is_file()).cloned().ok_or_else(|| {
+        format!(
+            "cannot find {WORKER} at {} or {} (it is built with `cargo build --release -p \
+             shmring-cli`)",
+            places[0].display(),
+            places[1].display()
+        )
+    })
+}
 
 /// A worker process, killed (SIGKILL) and reaped if still running when dropped.
 pub(super) struct Worker {
@@ -21,10 +45,7 @@ pub(super) struct Worker {
 
 impl Worker {
     pub(super) fn spawn(args: &[String]) -> Result<Worker, String> {
-        let exe =
-            std::env::current_exe().map_err(|e| format!("cannot find the shmring binary: {e}"))?;
-        let mut child = Command::new(exe)
-            .arg("bench-worker")
+        let mut child = Command::new(worker_exe()?)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -47,7 +68,7 @@ impl Worker {
             s
         }));
         Ok(Worker {
-            child: ChildGuard::new("worker", child).with_drop_grace(Duration::ZERO),
+            child: ChildGuard::new(child),
             lines,
             stderr,
             status: None,

@@ -10,7 +10,7 @@ use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use shmring_testkit::Kid;
+use shmring_testkit::ChildGuard;
 
 pub use shmring_testkit::ShmName as Ring;
 
@@ -26,7 +26,7 @@ pub fn ring_name(tag: &str) -> Ring {
 /// The command as a child, killed and reaped on drop; its stdout JSON lines arrive
 /// on `lines`.
 pub struct Proc {
-    pub kid: Kid,
+    pub kid: ChildGuard,
     pub lines: Receiver<Value>,
 }
 
@@ -41,9 +41,9 @@ impl Proc {
     }
 
     /// Runs `cmd` (which pipes stdout) supervised; its JSON lines go to `lines`.
-    pub fn command(cmd: Command) -> Proc {
-        let mut kid = shmring_testkit::spawn_cmd(cmd, &[]).unwrap();
-        let out = kid.child.stdout.take().unwrap();
+    pub fn command(mut cmd: Command) -> Proc {
+        let mut kid = ChildGuard::spawn_tied(&mut cmd, &[]).unwrap();
+        let out = kid.take_stdout().unwrap();
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
             for l in BufReader::new(out).lines().map_while(Result::ok) {
@@ -97,9 +97,7 @@ impl Proc {
             if let Some(s) = self.kid.exited() {
                 let mut err = String::new();
                 self.kid
-                    .child
-                    .stderr
-                    .take()
+                    .take_stderr()
                     .unwrap()
                     .read_to_string(&mut err)
                     .unwrap();

@@ -7,7 +7,7 @@ pub mod pattern;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::OnceLock;
 
 fn workspace() -> PathBuf {
@@ -66,28 +66,6 @@ pub fn c_example(name: &'static str) -> PathBuf {
     assert!(status.success(), "compiling examples/c/{name}.c failed");
     built.push((name.to_string(), out.clone()));
     out
-}
-
-/// A child process killed (and reaped) on drop unless waited for.
-pub struct Guard(pub Option<Child>);
-
-impl Guard {
-    pub fn wait(mut self) -> std::process::Output {
-        self.0
-            .take()
-            .unwrap()
-            .wait_with_output()
-            .expect("wait for child")
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 /// Makes `fds[i]` descriptor number 3 + i in the child (inheritable).

@@ -320,7 +320,7 @@ const WRITER_ENV: &str = "SHMRING_MATRIX_WRITER_FD";
 
 /// A producer in another process that holds a claim and will write one word.
 pub struct Writer {
-    kid: crate::Kid,
+    kid: shmring_host::ChildGuard,
     stdin: std::process::ChildStdin,
 }
 
@@ -346,9 +346,9 @@ impl Writer {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
         let io = |e: std::io::Error| shmring::Error::Config(format!("writer process: {e}"));
-        let mut kid = crate::spawn_cmd(cmd, &fds).map_err(io)?;
-        let stdin = kid.child.stdin.take().expect("piped stdin");
-        let out = kid.child.stdout.take().expect("piped stdout");
+        let mut kid = shmring_host::ChildGuard::spawn_tied(&mut cmd, &fds).map_err(io)?;
+        let stdin = kid.take_stdin().expect("piped stdin");
+        let out = kid.take_stdout().expect("piped stdout");
         let mut lines = std::io::BufReader::new(out).lines();
         loop {
             match lines.next() {
@@ -365,7 +365,7 @@ impl Writer {
     pub fn write(mut self, offset: usize, value: u64) -> std::io::Result<()> {
         use std::io::Write;
         writeln!(self.stdin, "{offset} {value}")?;
-        match self.kid.wait_exit(Duration::from_secs(30)) {
+        match self.kid.wait_or_kill(Duration::from_secs(30)) {
             Some(st) if st.success() => Ok(()),
             st => Err(std::io::Error::other(format!(
                 "writer process ended with {st:?}"

@@ -18,7 +18,7 @@ use shmring::{Consumer, Error, FullPolicy, Meta, Producer, Segment};
 // ---- names and cleanup -------------------------------------------------------------
 
 #[allow(unused_imports)] // each test binary uses its own part
-pub use shmring_testkit::{checksum, mix, pid_gone, Kid, Rng, ShmName};
+pub use shmring_testkit::{checksum, mix, pid_gone, ChildGuard, Rng, ShmName};
 
 /// A `/dev/shm` name unique to this process and call, unlinked when dropped.
 pub fn shm_name(tag: &str) -> ShmName {
@@ -213,9 +213,9 @@ pub const ROLE_ENV: &str = "SHMRING_TEST_ROLE";
 
 /// The test binary re-executed to run one role; killed (SIGKILL) and reaped on drop.
 pub struct Child {
-    kid: Kid,
+    kid: ChildGuard,
     lines: mpsc::Receiver<String>,
-    pub pid: i32,
+    pub pid: u32,
 }
 
 /// Spawns `entry` (the name of the test function that calls [`child_entry`]) with
@@ -230,8 +230,8 @@ pub fn spawn(entry: &str, role: &str, env: &[(&str, String)], inherit: &[RawFd])
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut kid = shmring_testkit::spawn_cmd(cmd, inherit).expect("spawn child process");
-    let out = kid.child.stdout.take().expect("child stdout");
+    let mut kid = ChildGuard::spawn_tied(&mut cmd, inherit).expect("spawn child process");
+    let out = kid.take_stdout().expect("child stdout");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(out).lines() {
@@ -243,7 +243,7 @@ pub fn spawn(entry: &str, role: &str, env: &[(&str, String)], inherit: &[RawFd])
             }
         }
     });
-    let pid = kid.pid;
+    let pid = kid.pid();
     Child {
         kid,
         lines: rx,
@@ -296,13 +296,13 @@ impl Child {
     /// Waits for the child to end, however it ends; kills it and panics after `guard`.
     pub fn wait_status(&mut self, guard: Duration) -> std::process::ExitStatus {
         self.kid
-            .wait_exit(guard)
+            .wait_or_kill(guard)
             .unwrap_or_else(|| panic!("child {} did not finish within {guard:?}", self.pid))
     }
 
     /// Waits for a successful exit; kills the child and panics after `guard`.
     pub fn wait_ok(&mut self, guard: Duration) {
-        match self.kid.wait_exit(guard) {
+        match self.kid.wait_or_kill(guard) {
             Some(st) => assert!(st.success(), "child {} failed: {st}", self.pid),
             None => panic!("child {} did not finish within {guard:?}", self.pid),
         }

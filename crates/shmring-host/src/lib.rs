@@ -1,0 +1,23 @@
+//! The floor shmring's tools stand on: what the `shmring` command, the bench, the
+//! reliability suite, the examples and the tests need from the host, and nothing of
+//! the ring itself (this crate does not depend on `shmring`).
+//!
+//! - [`ChildGuard`]: the one child supervisor: a child process stopped and reaped
+//!   when dropped (also while a panic unwinds), optionally tied to the thread that
+//!   spawned it (`PR_SET_PDEATHSIG`) and given inherited descriptors;
+//! - [`usage`]: CPU time and memory of a process from `/proc` and `getrusage`;
+//! - [`CountingAlloc`]: a global allocator that counts, for the programs that count
+//!   allocations (the bench's workers, the no-allocation tests);
+//! - [`stop_flag`]: a flag set by SIGINT, SIGTERM or SIGHUP.
+//!
+//! Not published: a dependency of the workspace's tools only.
+
+mod alloc;
+mod child;
+mod stop;
+pub mod usage;
+
+pub use alloc::{alloc_count, counting_installed, thread_alloc_count, CountingAlloc};
+pub use child::{pid_gone, ChildGuard};
+pub use stop::stop_flag;
+pub use usage::{cpu_ns, proc_memory, rusage, CpuMeter, ProcMemory, Rusage};

@@ -1,0 +1,230 @@
+//! CPU time and memory of a process: `getrusage`, `/proc/PID/status`,
+//! `/proc/PID/task/*/schedstat`.
+
+use std::time::Instant;
+
+/// CPU time and peak memory from `getrusage`.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Rusage {
+    /// User CPU seconds.
+    pub user_s: f64,
+    /// System CPU seconds.
+    pub system_s: f64,
+    /// Peak resident set, KiB.
+    pub max_rss_kb: u64,
+}
+
+impl Rusage {
+    /// User + system CPU seconds.
+    pub fn cpu_s(&self) -> f64 {
+        self.user_s + self.system_s
+    }
+}
+
+/// `getrusage` of this process (`children`: false) or of its reaped children
+/// (true). All zero if the call fails.
+pub fn rusage(children: bool) -> Rusage {
+    let who = if children {
+        libc::RUSAGE_CHILDREN
+    } else {
+        libc::RUSAGE_SELF
+    };
+    // SAFETY: an all-zero rusage is a valid value to be overwritten.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage.
+    if unsafe { libc::getrusage(who, &mut ru) } != 0 {
+        return Rusage::default();
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    Rusage {
+        user_s: tv(ru.ru_utime),
+        system_s: tv(ru.ru_stime),
+        max_rss_kb: ru.ru_maxrss as u64,
+    }
+}
+
+/// Memory of a process, in KiB, from `/proc/PID/status`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ProcMemory {
+    /// VmRSS: everything resident.
+    pub rss_kb: u64,
+    /// RssAnon: heap, stacks.
+    pub anon_kb: u64,
+    /// RssFile: the program and its libraries.
+    pub file_kb: u64,
+    /// RssShmem: shared memory mapped (the ring).
+    pub shmem_kb: u64,
+}
+
+impl ProcMemory {
+    /// Resident memory that is the process's own: everything but shared memory.
+    pub fn private_kb(&self) -> u64 {
+        self.anon_kb + self.file_kb
+    }
+}
+
+/// The memory of process `pid` (None: this process), from `/proc/PID/status`;
+/// None if it cannot be read or has no VmRSS line.
+pub fn proc_memory(pid: Option<u32>) -> Option<ProcMemory> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/status"),
+        None => "/proc/self/status".to_string(),
+    };
+    parse_status(&std::fs::read_to_string(path).ok()?)
+}
+
+fn parse_status(s: &str) -> Option<ProcMemory> {
+    let mut m = ProcMemory::default();
+    let mut seen = false;
+    for line in s.lines() {
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        let Ok(v) = v.trim().trim_end_matches("kB").trim().parse::<u64>() else {
+            continue;
+        };
+        match k {
+            "VmRSS" => {
+                m.rss_kb = v;
+                seen = true
+            }
+            "RssAnon" => m.anon_kb = v,
+            "RssFile" => m.file_kb = v,
+            "RssShmem" => m.shmem_kb = v,
+            _ => {}
+        }
+    }
+    seen.then_some(m)
+}
+
+/// CPU time of a process so far, in nanoseconds: the sum of its threads'
+/// `schedstat` run times (exact), falling back to the utime + stime of `stat`,
+/// which counts whole clock ticks (10 ms): too coarse for 100 ms samples of a
+/// process using a few percent of a core.
+pub fn cpu_ns(pid: u32) -> Option<u64> {
+    if let Some(ns) = schedstat_ns(pid) {
+        return Some(ns);
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the ")" closing the command name: state is field 3.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some(((utime + stime) as f64 * 1e9 / clock_ticks_per_s()) as u64)
+}
+
+/// Sum over `/proc/PID/task/*/schedstat` of the first field (ns on a CPU).
+fn schedstat_ns(pid: u32) -> Option<u64> {
+    let mut total = 0u64;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let s = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+        total += s.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(total)
+}
+
+fn clock_ticks_per_s() -> f64 {
+    // SAFETY: sysconf only queries.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// CPU % of one core a process used between samples.
+pub struct CpuMeter {
+    pid: u32,
+    last: Option<(Instant, f64)>,
+    first: Option<(Instant, f64)>,
+}
+
+impl CpuMeter {
+    pub fn new(pid: u32) -> CpuMeter {
+        CpuMeter {
+            pid,
+            last: None,
+            first: None,
+        }
+    }
+
+    /// CPU % (of one core) since the previous call; None on the first call or
+    /// when the process cannot be read (it has exited).
+    pub fn sample(&mut self) -> Option<f64> {
+        let cpu = cpu_ns(self.pid)? as f64 / 1e9;
+        self.add(Instant::now(), cpu)
+    }
+
+    fn add(&mut self, now: Instant, cpu: f64) -> Option<f64> {
+        // The per-thread run times shrink when a thread exits (its time leaves
+        // /proc/PID/task): never let the total go back, so no interval is negative.
+        let cpu = cpu.max(self.last.map_or(0.0, |(_, c)| c));
+        self.first.get_or_insert((now, cpu));
+        let pct = self.last.map(|(t, c)| {
+            let dt = now.duration_since(t).as_secs_f64();
+            if dt > 0.0 {
+                100.0 * (cpu - c) / dt
+            } else {
+                0.0
+            }
+        });
+        self.last = Some((now, cpu));
+        pct
+    }
+
+    /// Average CPU % over everything sampled.
+    pub fn average(&self) -> Option<f64> {
+        let ((t0, c0), (t1, c1)) = (self.first?, self.last?);
+        let dt = t1.duration_since(t0).as_secs_f64();
+        (dt > 0.0).then(|| 100.0 * (c1 - c0) / dt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn status_parser_reads_the_memory_lines() {
+        let s = "Name:\tx\nVmRSS:\t  1000 kB\nRssAnon:\t 300 kB\nRssFile:\t 200 kB\nRssShmem:\t 500 kB\n";
+        let m = parse_status(s).expect("parsed");
+        assert_eq!((m.rss_kb, m.private_kb(), m.shmem_kb), (1000, 500, 500));
+        assert_eq!(parse_status("Name:\tx\n"), None);
+        let short = parse_status("VmRSS:\t  1234 kB\nRssAnon:\t 10 kB\n").expect("parsed");
+        assert_eq!(short.rss_kb, 1234);
+    }
+
+    #[test]
+    fn reads_own_process() {
+        let own = proc_memory(None).expect("own /proc status");
+        assert!(own.rss_kb > 0 && own.private_kb() > 0);
+        let by_pid = proc_memory(Some(std::process::id())).expect("own /proc/PID/status");
+        assert!(by_pid.rss_kb > 0);
+        assert!(cpu_ns(std::process::id()).is_some());
+        assert!(rusage(false).max_rss_kb > 0);
+    }
+
+    #[test]
+    fn cpu_percent_is_never_negative() {
+        let mut m = CpuMeter::new(std::process::id());
+        let t0 = Instant::now();
+        assert_eq!(m.add(t0, 5.0), None);
+        // As if a thread had exited, taking a second of CPU time out of the total.
+        let pct = m
+            .add(t0 + Duration::from_secs(1), 4.0)
+            .expect("a second sample");
+        assert!(pct >= 0.0, "{pct}");
+        let pct = m
+            .add(t0 + Duration::from_secs(2), 5.5)
+            .expect("a third sample");
+        assert!((pct - 50.0).abs() < 1e-9, "{pct}");
+        assert!(m.average().expect("an average") >= 0.0);
+        assert!(CpuMeter::new(std::process::id()).sample().is_none());
+    }
+}
