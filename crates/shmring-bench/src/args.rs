@@ -2,56 +2,30 @@
 
 use clap::{Parser, ValueEnum};
 
-/// Every transport, in table order.
-pub const ALL_TRANSPORTS: &[&str] = &[
-    "shmring",
-    "shmring-copy",
-    "shmring-budget",
-    "shmring-tethered",
-    "shmring-tap",
-    "iceoryx2",
-    "uds",
-    "uds-2readers",
-    "tcp",
-    "pipe",
-    "websocket",
-    "floor",
-    "wakeup",
-];
+use crate::transport::{Set, Transport};
 
-/// The long help of `--transports`, from the lists themselves.
+/// The long help of `--transports`, from the list itself.
 fn transports_help() -> String {
-    let second = crate::transports::SECOND_READER_ROWS;
-    let built: Vec<&str> = ALL_TRANSPORTS
-        .iter()
-        .copied()
-        .filter(|t| transport_built(t) && !second.contains(t))
-        .collect();
-    let missing: Vec<&str> = ALL_TRANSPORTS
-        .iter()
-        .copied()
-        .filter(|t| !transport_built(t))
-        .collect();
+    let names = |set: Set| -> Vec<&str> {
+        Transport::ALL
+            .iter()
+            .filter(|s| s.set == set && s.transport.built())
+            .map(|s| s.name)
+            .collect()
+    };
     let mut h = format!(
         "Transports to run, comma separated. Default: {}.\nAlso, only when named: {} (a \
          second reader of every frame, video and 4 KiB workloads); {} (a Python receiver; \
          needs python3 with the shmring package and websockets).",
-        built.join(", "),
-        second.join(", "),
-        crate::python::PY_TRANSPORTS.join(", ")
+        names(Set::Default).join(", "),
+        names(Set::SecondReader).join(", "),
+        names(Set::Python).join(", ")
     );
-    if !missing.is_empty() {
-        for t in missing {
-            h +=
-                &format!("\nNot in this build: {t} (cargo build --release -p shmring-cli -F {t}).");
-        }
+    for s in Transport::ALL.iter().filter(|s| !s.transport.built()) {
+        let (t, f) = (s.name, s.feature.unwrap_or(s.name));
+        h += &format!("\nNot in this build: {t} (cargo build --release -p shmring-cli -F {f}).");
     }
     h
-}
-
-/// Is this transport compiled into this binary?
-pub fn transport_built(name: &str) -> bool {
-    name != "iceoryx2" || cfg!(feature = "iceoryx2")
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -147,7 +121,7 @@ pub enum Role {
 #[command(name = "shmring-bench-worker")]
 pub struct WorkerArgs {
     #[arg(long)]
-    pub transport: String,
+    pub transport: Transport,
     #[arg(long, value_enum)]
     pub role: Role,
     /// Bytes per frame.

@@ -6,11 +6,10 @@ use std::time::Duration;
 
 use iceoryx2::prelude::*;
 
-use crate::args::WorkerArgs;
+use crate::args::{Role, WorkerArgs};
+use crate::kit::{produce, ready, Checker, Res};
+use crate::meeting;
 use crate::report::WorkerReport;
-use crate::transports::{produce, ready, Checker};
-
-type Res<T> = Result<T, String>;
 /// User header: [sequence, send timestamp, flags].
 type Header = [u64; 3];
 const END: u64 = 1;
@@ -216,7 +215,7 @@ pub fn consumer(a: &WorkerArgs) -> Res<WorkerReport> {
 /// The meeting's service: every stream's thread publishes on it; the queue holds
 /// what the ring holds of video frames.
 fn meeting_ports(a: &WorkerArgs, streams: usize) -> Res<Ports> {
-    open(a, streams, depth(a, crate::meeting::VIDEO_BYTES))
+    open(a, streams, depth(a, meeting::VIDEO_BYTES))
 }
 
 /// The third header word: flags, and the stream in the upper half.
@@ -224,9 +223,19 @@ fn tag(stream: usize, flags: u64) -> u64 {
     ((stream as u64) << 32) | flags
 }
 
-pub fn meeting_producer(a: &WorkerArgs, mine: Vec<usize>, streams: usize) -> Res<WorkerReport> {
+/// One side of the meeting.
+pub fn meeting(a: &WorkerArgs, role: Role) -> Res<WorkerReport> {
+    let n = meeting::participants(a)?;
+    match role {
+        Role::Producer => meeting_producer(a, meeting::streams_of(a.part, n), 2 * n as usize),
+        Role::Consumer => meeting_consumer(a, n),
+        Role::Floor => Err("iceoryx2 has no floor".into()),
+    }
+}
+
+fn meeting_producer(a: &WorkerArgs, mine: Vec<usize>, streams: usize) -> Res<WorkerReport> {
     use crate::meeting::stream_size;
-    crate::meeting::produce_streams(
+    meeting::produce_streams(
         a,
         mine,
         |stream| Sender::new(meeting_ports(a, streams)?, stream_size(stream)),
@@ -239,9 +248,9 @@ pub fn meeting_producer(a: &WorkerArgs, mine: Vec<usize>, streams: usize) -> Res
     )
 }
 
-pub fn meeting_consumer(a: &WorkerArgs, n: u32) -> Res<WorkerReport> {
+fn meeting_consumer(a: &WorkerArgs, n: u32) -> Res<WorkerReport> {
     let ports = meeting_ports(a, 2 * n as usize)?;
-    let mut ck = Checker::streams(crate::meeting::sizes(n));
+    let mut ck = Checker::streams(meeting::sizes(n));
     receive(a, ports, &mut ck, |ck, [seq, ts, word], payload, now| {
         let stream = (word >> 32) as usize;
         if word & END != 0 {

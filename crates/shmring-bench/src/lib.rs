@@ -12,6 +12,7 @@
 mod args;
 #[cfg(feature = "iceoryx2")]
 mod ice;
+mod kit;
 mod meeting;
 mod orchestrate;
 mod plot;
@@ -20,9 +21,12 @@ pub mod report;
 /// The live status line of long work (bench, and the recorder's).
 pub mod status;
 mod sys;
-mod transports;
+/// The list of transports.
+pub mod transport;
 mod wakeup;
+mod wire;
 mod work;
+mod worker;
 
 /// For tools and tests that read the `--json` output.
 pub use serde_json;
@@ -40,5 +44,5 @@ pub fn command() -> clap::Command {
 
 /// `shmring-bench-worker ARGS...`: one side of a transport, in its own process.
 pub fn worker(args: &[String]) -> i32 {
-    transports::worker_main(args)
+    worker::worker_main(args)
 }

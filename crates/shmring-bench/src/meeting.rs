@@ -10,13 +10,13 @@ use std::sync::{Barrier, Mutex};
 use shmring::{Consumer, FullPolicy, Meta, Producer};
 
 use crate::args::{Role, WorkerArgs};
+use crate::kit::{self, allocs_now, cpu_s, fd_args, media_kind, ready, Checker, Pacer, Res, STALL};
 use crate::report::WorkerReport;
-use crate::transports::{
-    allocs_now, cpu_s, fd_args, media_kind, parse_header, put_header, ready, tcp_connect,
-    ws_accept, ws_connect, Checker, Pacer, WsFrames, END, END_ALL, HDR, STALL,
+use crate::transport::Transport;
+use crate::wire::{
+    parse_header, put_header, tcp_connect, ws_accept, ws_connect, Header, WsFrames, END, END_ALL,
+    HDR,
 };
-
-type Res<T> = Result<T, String>;
 
 /// One 1280x720 I420 frame.
 pub const VIDEO_BYTES: usize = 1280 * 720 * 3 / 2;
@@ -72,7 +72,7 @@ pub fn describe(n: u32) -> String {
 }
 
 /// The streams producer process `part` sends: its participants round robin.
-fn streams_of(part: u32, n: u32) -> Vec<usize> {
+pub fn streams_of(part: u32, n: u32) -> Vec<usize> {
     (0..n)
         .filter(|p| p % PRODUCERS == part)
         .flat_map(|p| [2 * p as usize, 2 * p as usize + 1])
@@ -88,36 +88,40 @@ fn ring_tag(stream: usize, seq: u64) -> u32 {
     ((stream as u32) << SEQ_BITS) | (seq & SEQ_MASK) as u32
 }
 
-pub fn worker(a: &WorkerArgs, role: Role) -> Res<WorkerReport> {
+/// The participants of the meeting a worker takes part in (`--meeting N`).
+pub fn participants(a: &WorkerArgs) -> Res<u32> {
     let n = a.meeting.unwrap_or(0);
     if !(1..=MAX_PARTICIPANTS).contains(&n) {
         return Err(format!(
             "--meeting {n}: 1 to {MAX_PARTICIPANTS} participants"
         ));
     }
+    Ok(n)
+}
+
+/// One side of the meeting on any transport but iceoryx2 (`ice::meeting`).
+pub fn worker(a: &WorkerArgs, role: Role) -> Res<WorkerReport> {
+    use Transport as T;
+    let n = participants(a)?;
     let mine = || streams_of(a.part, n);
-    match (a.transport.as_str(), role) {
-        ("floor", _) => floor(a, n),
-        ("shmring" | "shmring-copy" | "shmring-budget", Role::Producer) => shm_producer(a, mine()),
-        ("shmring" | "shmring-copy" | "shmring-budget", Role::Consumer) => shm_consumer(a, n),
-        ("uds" | "pipe", Role::Producer) => {
+    match (a.transport, role) {
+        (T::Floor, _) => floor(a, n),
+        (T::Shmring | T::ShmringCopy | T::ShmringBudget, Role::Producer) => shm_producer(a, mine()),
+        (T::Shmring | T::ShmringCopy | T::ShmringBudget, Role::Consumer) => shm_consumer(a, n),
+        (T::Uds | T::Pipe, Role::Producer) => {
             let fd = fd_args(a)?.remove(0);
             stream_producer(a, mine(), std::fs::File::from(fd))
         }
-        ("uds" | "pipe", Role::Consumer) => {
+        (T::Uds | T::Pipe, Role::Consumer) => {
             let conns: Vec<std::fs::File> = fd_args(a)?.into_iter().map(Into::into).collect();
             ready();
             stream_consumer(n, conns, read_frames)
         }
-        ("tcp", Role::Producer) => stream_producer(a, mine(), tcp_connect(a)?),
-        ("tcp", Role::Consumer) => stream_consumer(n, accept_all(a)?, read_frames),
-        ("websocket", Role::Producer) => ws_producer(a, mine()),
-        ("websocket", Role::Consumer) => stream_consumer(n, accept_all(a)?, read_ws),
-        #[cfg(feature = "iceoryx2")]
-        ("iceoryx2", Role::Producer) => crate::ice::meeting_producer(a, mine(), 2 * n as usize),
-        #[cfg(feature = "iceoryx2")]
-        ("iceoryx2", Role::Consumer) => crate::ice::meeting_consumer(a, n),
-        (t, _) => Err(format!("the meeting has no {t:?} transport")),
+        (T::Tcp, Role::Producer) => stream_producer(a, mine(), tcp_connect(a)?),
+        (T::Tcp, Role::Consumer) => stream_consumer(n, accept_all(a)?, read_frames),
+        (T::WebSocket, Role::Producer) => ws_producer(a, mine()),
+        (T::WebSocket, Role::Consumer) => stream_consumer(n, accept_all(a)?, read_ws),
+        (t, _) => Err(format!("the meeting has no {t} transport")),
     }
 }
 
@@ -235,8 +239,8 @@ fn floor(a: &WorkerArgs, n: u32) -> Res<WorkerReport> {
 // ---- shmring: every thread its own producer handle on the one ring ----
 
 fn shm_producer(a: &WorkerArgs, streams: Vec<usize>) -> Res<WorkerReport> {
-    let seg = crate::transports::shm_segment(a)?;
-    let copy = a.transport == "shmring-copy";
+    let seg = kit::ring(a)?;
+    let copy = a.transport == Transport::ShmringCopy;
     let meta = |stream: usize, seq: u64, flags: u32| Meta {
         stream: ring_tag(stream, seq),
         kind: media_kind(stream_size(stream)),
@@ -273,9 +277,9 @@ fn shm_producer(a: &WorkerArgs, streams: Vec<usize>) -> Res<WorkerReport> {
 }
 
 fn shm_consumer(a: &WorkerArgs, n: u32) -> Res<WorkerReport> {
-    let seg = crate::transports::shm_segment(a)?;
-    let c = Consumer::with_options(seg, crate::transports::consumer_options(&a.transport))
-        .map_err(|e| e.to_string())?;
+    let seg = kit::ring(a)?;
+    let c =
+        Consumer::with_options(seg, a.transport.consumer_options()).map_err(|e| e.to_string())?;
     let mut ck = Checker::streams(sizes(n));
     ready();
     ck.begin();
@@ -413,7 +417,7 @@ enum Next {
     Record(usize),
 }
 
-fn next(h: &crate::transports::Header, ck: &mut Checker) -> Res<Next> {
+fn next(h: &Header, ck: &mut Checker) -> Res<Next> {
     let stream = h.stream as usize;
     if h.flags & END_ALL != 0 {
         return Ok(Next::Done);

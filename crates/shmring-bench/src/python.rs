@@ -9,13 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::report::Row;
-
-/// Transports run through the Python script (only when asked for by name).
-pub const PY_TRANSPORTS: &[&str] = &["py-websocket", "py-shmring"];
-
-pub fn is_py(t: &str) -> bool {
-    PY_TRANSPORTS.contains(&t)
-}
+use crate::transport::Transport;
 
 const SCRIPT: &str = "python/bench/py_transport_bench.py";
 
@@ -44,7 +38,7 @@ fn python(root: &Path) -> PathBuf {
 }
 
 /// Runs one Python row; errors are reported in the row.
-pub fn run_py(t: &str, workload: &str, mode: &str, seconds: f64, rate_mbps: f64) -> Row {
+pub fn run_py(t: Transport, workload: &str, mode: &str, seconds: f64, rate_mbps: f64) -> Row {
     let mut row = Row::empty(t, workload, mode, crate::work::FRAME_1080P_I420 as u64);
     if workload != "video" {
         row.error = Some(format!("{t} runs the video workload only"));
@@ -59,7 +53,7 @@ pub fn run_py(t: &str, workload: &str, mode: &str, seconds: f64, rate_mbps: f64)
     let py = python(&root);
     let out = Command::new(&py)
         .arg(root.join(SCRIPT))
-        .args(["--transports", t, "--workloads", mode])
+        .args(["--transports", t.name(), "--workloads", mode])
         .args(["--seconds", &seconds.to_string()])
         .args(["--rate-mbps", &rate_mbps.to_string()])
         .output();

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::transport::Transport;
+
 /// Printed by a worker as the last line of its stdout.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct WorkerReport {
@@ -93,15 +95,20 @@ pub struct Row {
 
 impl Row {
     /// A row with no figures yet.
-    pub fn empty(transport: &str, workload: &str, mode: &str, frame_bytes: u64) -> Row {
+    pub fn empty(transport: Transport, workload: &str, mode: &str, frame_bytes: u64) -> Row {
         Row {
-            transport: transport.to_string(),
+            transport: transport.name().to_string(),
             workload: workload.to_string(),
             mode: mode.to_string(),
             frame_bytes,
             runs: 1,
             ..Default::default()
         }
+    }
+
+    /// Is it the row of transport `t`?
+    pub fn is(&self, t: Transport) -> bool {
+        self.transport == t.name()
     }
 }
 

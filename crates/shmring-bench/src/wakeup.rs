@@ -10,10 +10,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::args::WorkerArgs;
+use crate::kit::{fd_arg, produce, ready, Checker, Res, STALL};
 use crate::report::WorkerReport;
-use crate::transports::{fd_arg, produce, ready, Checker, STALL};
-
-type Res<T> = Result<T, String>;
 
 /// The shared page.
 #[repr(C)]

@@ -7,22 +7,19 @@ use std::time::Duration;
 
 use shmring_bench::report::JSON_FIELDS;
 use shmring_bench::serde_json::{self, Value};
+use shmring_bench::transport::{Set, Transport};
 use shmring_host::ChildGuard;
 
-/// Transports of the default build.
-const TRANSPORTS: &[&str] = &[
-    "shmring",
-    "shmring-copy",
-    "shmring-budget",
-    "shmring-tethered",
-    "shmring-tap",
-    "uds",
-    "uds-2readers",
-    "tcp",
-    "pipe",
-    "websocket",
-    "floor",
-];
+/// Every transport of this build that carries frames with checksums, from the
+/// bench's own list: all but the wake-up row (no payload) and the Python receivers
+/// (they need Python; `python/tests` run them).
+fn transports() -> Vec<&'static str> {
+    Transport::ALL
+        .iter()
+        .filter(|s| s.transport.built() && s.set != Set::Python && s.transport != Transport::Wakeup)
+        .map(|s| s.name)
+        .collect()
+}
 
 /// A scratch directory, removed on drop.
 struct Scratch(PathBuf);
@@ -93,7 +90,8 @@ fn row<'a>(rows: &'a [Value], transport: &str, workload: &str) -> &'a Value {
 fn every_transport_moves_frames_with_checksums_verified() {
     let dir = Scratch::new("all");
     let json = dir.path("out.json");
-    let list = TRANSPORTS.join(",");
+    let all = transports();
+    let list = all.join(",");
     let o = bench(
         &dir,
         &[
@@ -119,8 +117,8 @@ fn every_transport_moves_frames_with_checksums_verified() {
         o.stderr
     );
     let rows = rows(&json);
-    assert_eq!(rows.len(), TRANSPORTS.len() * 2);
-    for t in TRANSPORTS {
+    assert_eq!(rows.len(), all.len() * 2);
+    for t in &all {
         for (w, size) in [("video", 3_110_400u64), ("audio", 4096)] {
             let r = row(&rows, t, w);
             // The consumer counts a frame only once its checksum and sequence number
@@ -156,7 +154,7 @@ fn assert_caught(t: &str, o: &Outcome, what: &str) {
 
 #[test]
 fn a_corrupted_frame_is_detected_on_every_transport() {
-    for t in TRANSPORTS {
+    for t in transports() {
         let dir = Scratch::new(&format!("corrupt-{t}"));
         let json = dir.path("out.json");
         let o = bench(
@@ -388,15 +386,9 @@ fn bad_arguments_are_refused() {
 fn the_meeting_reports_audio_and_video_latency_for_every_transport() {
     let dir = Scratch::new("meeting");
     let json = dir.path("out.json");
-    // The meeting runs on every transport of the default build but the rows with a
-    // second reader, and beside them the wake-up reference.
-    let second = ["shmring-tethered", "shmring-tap", "uds-2readers"];
-    let meeting: Vec<&str> = TRANSPORTS
-        .iter()
-        .copied()
-        .filter(|t| !second.contains(t))
-        .chain(["wakeup"])
-        .collect();
+    // The meeting runs on every transport of the default set (the wake-up reference
+    // included), not on the rows with a second reader.
+    let meeting: Vec<&str> = Transport::default_set().map(Transport::name).collect();
     let list = meeting.join(",");
     let o = bench(
         &dir,

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use crate::status::{Look, StatusLine};
 use shmring::{Config, Segment};
 
-use crate::args::{parse, transport_built, BenchArgs, ModeArg, WorkloadArg, ALL_TRANSPORTS};
+use crate::args::{parse, BenchArgs, ModeArg, WorkloadArg};
 use crate::report::{Row, WorkerReport};
 use crate::sys::{grow_pipe, pipe, Inheritable};
-use crate::transports::SECOND_READER_ROWS;
+use crate::transport::{Set, Transport};
 use crate::work::{AUDIO_RECORD, FRAME_1080P_I420};
 use shmring_host::{proc_memory, CpuMeter};
 
@@ -23,8 +23,6 @@ use tables::{add_ratios, combine, fill_row, print_table};
 use worker::Worker;
 
 const GIB: f64 = (1u64 << 30) as f64;
-/// The reference row: a futex ping-pong between the two processes, no ring.
-pub(crate) const WAKEUP: &str = "wakeup";
 
 /// One sample of a worker process, psrecord-style.
 #[derive(Debug, Clone, Copy)]
@@ -125,41 +123,31 @@ pub fn run(args: &[String]) -> i32 {
         );
         return 2;
     }
-    let wanted: Vec<String> = match &a.transports {
-        Some(v) => v
-            .iter()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect(),
-        None => ALL_TRANSPORTS
-            .iter()
-            .filter(|t| transport_built(t) && !SECOND_READER_ROWS.contains(t))
-            .map(|t| t.to_string())
-            .collect(),
-    };
-    let mut transports = Vec::new();
-    for t in wanted {
-        if crate::python::is_py(&t) {
-            if !transports.contains(&t) {
-                transports.push(t);
+    let transports: Vec<Transport> = match &a.transports {
+        Some(v) => {
+            let mut list = Vec::new();
+            for name in v.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+                match name.parse::<Transport>() {
+                    Err(e) => {
+                        eprintln!("shmring bench: {e}");
+                        failed = true;
+                    }
+                    Ok(t) if !t.built() => {
+                        eprintln!(
+                            "shmring bench: transport {name:?} is not in this build (build \
+                             shmring with the shmring-bench/{} feature)",
+                            t.spec().feature.unwrap_or(name)
+                        );
+                        failed = true;
+                    }
+                    Ok(t) if !list.contains(&t) => list.push(t),
+                    Ok(_) => {}
+                }
             }
-        } else if !ALL_TRANSPORTS.contains(&t.as_str()) {
-            eprintln!(
-                "shmring bench: unknown transport {t:?} (known: {}, {})",
-                ALL_TRANSPORTS.join(", "),
-                crate::python::PY_TRANSPORTS.join(", ")
-            );
-            failed = true;
-        } else if !transport_built(&t) {
-            eprintln!(
-                "shmring bench: transport {t:?} is not in this build (build shmring with the \
-                 shmring-bench/{t} feature)"
-            );
-            failed = true;
-        } else if !transports.contains(&t) {
-            transports.push(t);
+            list
         }
-    }
+        None => Transport::default_set().collect(),
+    };
     let workloads: &[Workload] = match a.workload {
         WorkloadArg::Video => &[Workload::Video],
         WorkloadArg::Audio => &[Workload::Audio],
@@ -167,7 +155,7 @@ pub fn run(args: &[String]) -> i32 {
         WorkloadArg::Meeting => &[Workload::Meeting],
     };
     // The ring size is checked once, against the core's rules, before any run.
-    if transports.iter().any(|t| t.starts_with("shmring")) {
+    if transports.iter().any(|t| t.is_ring()) {
         for &w in workloads {
             let fits = |mib: u64| {
                 Config::for_records(mib << 20, w.size() as u64)
@@ -213,10 +201,10 @@ pub fn run(args: &[String]) -> i32 {
     };
     // Python receivers read video only; the second-reader rows are for the video
     // and 4 KiB workloads.
-    let runs_of = |t: &str, w: Workload| {
-        let video_only = crate::python::is_py(t) && w != Workload::Video;
-        let not_meeting = SECOND_READER_ROWS.contains(&t) && w == Workload::Meeting;
-        !(video_only || not_meeting)
+    let runs_of = |t: Transport, w: Workload| match t.set() {
+        Set::Default => true,
+        Set::SecondReader => w != Workload::Meeting,
+        Set::Python => w == Workload::Video,
     };
     let repeat = a.repeat;
     if repeat > 1 {
@@ -228,7 +216,7 @@ pub fn run(args: &[String]) -> i32 {
 
     let runs = workloads
         .iter()
-        .map(|&w| modes_of(w).len() * transports.iter().filter(|t| runs_of(t, w)).count())
+        .map(|&w| modes_of(w).len() * transports.iter().filter(|&&t| runs_of(t, w)).count())
         .sum::<usize>() as u64
         * u64::from(repeat);
     let per_run_ms = (plan.seconds * 1000.0) as u64;
@@ -251,7 +239,7 @@ pub fn run(args: &[String]) -> i32 {
         for &mode in modes_of(w) {
             let mut runs: Vec<Vec<Row>> = vec![Vec::new(); transports.len()];
             for rep in 0..repeat {
-                for (i, t) in transports.iter().enumerate() {
+                for (i, &t) in transports.iter().enumerate() {
                     if !runs_of(t, w) {
                         continue; // the Python rows are the video story only
                     }
@@ -270,7 +258,7 @@ pub fn run(args: &[String]) -> i32 {
                         true,
                     );
                     let base = done * per_run_ms;
-                    let (row, tl) = if crate::python::is_py(t) {
+                    let (row, tl) = if t.set() == Set::Python {
                         let row = bar.suspend(|| {
                             crate::python::run_py(t, w.name(), mode, plan.seconds, a.rate)
                         });
@@ -286,7 +274,7 @@ pub fn run(args: &[String]) -> i32 {
                         });
                         failed = true;
                     }
-                    if t == "shmring" && rep == 0 {
+                    if t == Transport::Shmring && rep == 0 {
                         timelines.push(tl);
                     }
                     runs[i].push(row);
@@ -356,7 +344,7 @@ enum Wiring {
 }
 
 /// Connects the sides of transport `t` for records of up to `size` bytes.
-fn wire(t: &str, size: usize, producers: u32, plan: &Plan) -> Result<Wiring, String> {
+fn wire(t: Transport, size: usize, producers: u32, plan: &Plan) -> Result<Wiring, String> {
     let io = |e: std::io::Error| format!("setup: {e}");
     let pairs = |make: &dyn Fn() -> Result<(Inheritable, Inheritable), String>| {
         let mut v = (Vec::new(), Vec::new());
@@ -375,7 +363,7 @@ fn wire(t: &str, size: usize, producers: u32, plan: &Plan) -> Result<Wiring, Str
         ))
     };
     Ok(match t {
-        t if crate::transports::is_shmring(t) => {
+        t if t.is_ring() => {
             let cfg = Config {
                 huge_pages: plan.huge_pages,
                 ..Config::for_records(plan.ring_mib << 20, size as u64)
@@ -384,14 +372,14 @@ fn wire(t: &str, size: usize, producers: u32, plan: &Plan) -> Result<Wiring, Str
                 format!("setup: {e} (a {size}-byte record needs --ring-mib of at least twice that)")
             })?)
         }
-        "uds" => pairs(&socket_pair)?,
+        Transport::Uds => pairs(&socket_pair)?,
         // One producer writing every record to two sockets, a reader on each.
-        crate::transports::UDS_TWO_READERS => {
+        Transport::UdsTwoReaders => {
             let (p1, c1) = socket_pair()?;
             let (p2, c2) = socket_pair()?;
             Wiring::Fds(vec![vec![p1, p2]], vec![c1, c2])
         }
-        "pipe" => pairs(&|| {
+        Transport::Pipe => pairs(&|| {
             let (r, w) = pipe().map_err(io)?;
             grow_pipe(&w, 1 << 20);
             Ok((
@@ -399,23 +387,30 @@ fn wire(t: &str, size: usize, producers: u32, plan: &Plan) -> Result<Wiring, Str
                 Inheritable::new(&r).map_err(io)?,
             ))
         })?,
-        "tcp" | "websocket" => {
+        Transport::Tcp | Transport::WebSocket => {
             let l = TcpListener::bind("127.0.0.1:0").map_err(io)?;
             let port = l.local_addr().map_err(io)?.port();
             Wiring::Listener(Inheritable::new(&l).map_err(io)?, port)
         }
-        "iceoryx2" => {
+        Transport::Iceoryx2 => {
             static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
             let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Wiring::Service(format!("shmring-bench-{}-{n}", std::process::id()))
         }
-        WAKEUP => Wiring::Page(crate::wakeup::page().map_err(io)?),
-        _ => Wiring::None,
+        Transport::Wakeup => Wiring::Page(crate::wakeup::page().map_err(io)?),
+        Transport::Floor
+        | Transport::Shmring
+        | Transport::ShmringCopy
+        | Transport::ShmringBudget
+        | Transport::ShmringTethered
+        | Transport::ShmringTap
+        | Transport::PyWebsocket
+        | Transport::PyShmring => Wiring::None,
     })
 }
 
 fn run_one(
-    t: &str,
+    t: Transport,
     w: Workload,
     mode: &str,
     plan: &Plan,
@@ -425,7 +420,7 @@ fn run_one(
 ) -> (Row, Timeline) {
     let rated = mode == "rated";
     let meeting = w == Workload::Meeting;
-    let wakeup = t == WAKEUP;
+    let wakeup = t == Transport::Wakeup;
     let (meeting_bps, meeting_rps) = meeting::rate(plan.participants);
     // The wake-up row pings on the workload's schedule: a frame's, or for the
     // meeting the average record's.
@@ -446,7 +441,7 @@ fn run_one(
     };
     let mut common = vec![
         "--transport".to_string(),
-        t.to_string(),
+        t.name().to_string(),
         "--size".into(),
         size.to_string(),
         "--frames".into(),
@@ -526,7 +521,7 @@ fn sum_reports(rs: &[WorkerReport]) -> Option<WorkerReport> {
 /// producer processes) to the end. Ok((producers, consumer)); floor has only the
 /// first.
 fn drive(
-    t: &str,
+    t: Transport,
     (size, producers): (usize, u32),
     common: &[String],
     plan: &Plan,
@@ -545,7 +540,7 @@ fn drive(
     // (role, worker): producers first, the consumer last.
     let mut workers: Vec<(String, Worker)> = Vec::new();
     let mut ring = None;
-    if t == "floor" {
+    if t == Transport::Floor {
         workers.push((
             "floor".into(),
             Worker::spawn(&args("floor", vec![])).map_err(fail)?,
@@ -687,7 +682,7 @@ fn drive(
         if !w.ok() {
             let why = w.failure();
             // Workers name their transport and role; say it if one died silently.
-            if why.starts_with(t) {
+            if why.starts_with(t.name()) {
                 errors.push(why);
             } else {
                 errors.push(format!("{role}: {why}"));

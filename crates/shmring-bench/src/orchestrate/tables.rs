@@ -3,6 +3,7 @@
 
 use super::{Plan, GIB};
 use crate::report::{Row, WorkerReport};
+use crate::transport::{Set, Transport};
 
 pub(super) fn fill_row(
     row: &mut Row,
@@ -52,7 +53,7 @@ pub(super) fn fill_row(
     row.lat_audio_p99_us = at(recv.lat_audio_ns, 1);
     row.lat_video_p50_us = at(recv.lat_video_ns, 0);
     row.lat_video_p99_us = at(recv.lat_video_ns, 1);
-    if row.transport == "floor" {
+    if row.is(Transport::Floor) {
         // Written and read by the same thread: there is nothing in between to time.
         row.lat_p50_us = None;
         row.lat_p99_us = None;
@@ -62,7 +63,7 @@ pub(super) fn fill_row(
         row.lat_video_p50_us = None;
         row.lat_video_p99_us = None;
     }
-    if row.workload == "meeting" && row.transport == super::WAKEUP {
+    if row.workload == "meeting" && row.is(Transport::Wakeup) {
         // The wake-up row carries no kind: its latency stands beside both.
         (row.lat_audio_p50_us, row.lat_audio_p99_us) = (row.lat_p50_us, row.lat_p99_us);
         (row.lat_video_p50_us, row.lat_video_p99_us) = (row.lat_p50_us, row.lat_p99_us);
@@ -87,10 +88,15 @@ pub(super) fn fill_row(
     }
 }
 
+/// Is it a Python receiver's row (its figures the receiving process's only)?
+fn python(r: &Row) -> bool {
+    Transport::named(&r.transport).is_some_and(|t| t.set() == Set::Python)
+}
+
 pub(super) fn add_ratios(rows: &mut [Row]) {
-    let find = |rows: &[Row], t: &str, w: &str, m: &str| {
+    let find = |rows: &[Row], t: Transport, w: &str, m: &str| {
         rows.iter()
-            .find(|r| r.transport == t && r.workload == w && r.mode == m && r.cpu_s_per_gib > 0.0)
+            .find(|r| r.is(t) && r.workload == w && r.mode == m && r.cpu_s_per_gib > 0.0)
             .map(|r| r.cpu_s_per_gib)
     };
     let snapshot = rows.to_vec();
@@ -98,15 +104,15 @@ pub(super) fn add_ratios(rows: &mut [Row]) {
         if r.cpu_s_per_gib <= 0.0 {
             continue;
         }
-        if crate::python::is_py(&r.transport) {
+        if python(r) {
             // Receiver-only figures: compared with shmring's own Python row.
-            r.cpu_vs_shmring =
-                find(&snapshot, "py-shmring", &r.workload, &r.mode).map(|s| r.cpu_s_per_gib / s);
+            r.cpu_vs_shmring = find(&snapshot, Transport::PyShmring, &r.workload, &r.mode)
+                .map(|s| r.cpu_s_per_gib / s);
             continue;
         }
         r.cpu_vs_shmring =
-            find(&snapshot, "shmring", &r.workload, &r.mode).map(|s| r.cpu_s_per_gib / s);
-        let floor = find(&snapshot, "floor", &r.workload, &r.mode);
+            find(&snapshot, Transport::Shmring, &r.workload, &r.mode).map(|s| r.cpu_s_per_gib / s);
+        let floor = find(&snapshot, Transport::Floor, &r.workload, &r.mode);
         r.cpu_vs_floor = floor.map(|f| r.cpu_s_per_gib / f);
         r.cpu_s_per_gib_above_floor = floor.map(|f| r.cpu_s_per_gib - f);
     }
@@ -358,26 +364,26 @@ pub(super) fn print_table(rows: &[Row], rate: f64, participants: u32) {
             }
             println!("{line}");
         }
-        if group.iter().any(|r| crate::python::is_py(&r.transport)) {
+        if group.iter().any(|r| python(r)) {
             println!(
                 "  py-*: CPU of the receiving Python process only; xshmring is against py-shmring"
             );
         }
-        if group.iter().any(|r| r.transport == "floor") {
+        if group.iter().any(|r| r.is(Transport::Floor)) {
             println!(
                 "  above floor: CPU s/GiB minus floor's (the same writing and reading, one process, no transport)"
             );
         }
-        if group.iter().any(|r| r.transport == "shmring-budget") {
+        if group.iter().any(|r| r.is(Transport::ShmringBudget)) {
             println!(
                 "  shmring-budget: shmring whose consumer lets a record wait up to {} ms (ConsumerOptions::latency_budget): one wake-up serves many records",
-                crate::transports::BUDGET_ROW.as_secs_f64() * 1e3
+                crate::transport::BUDGET_ROW.as_secs_f64() * 1e3
             );
         }
-        if group.iter().any(|r| r.transport == super::WAKEUP) {
+        if group.iter().any(|r| r.is(Transport::Wakeup)) {
             println!(
                 "  {}: a futex ping-pong between two processes, no ring and no payload: the wake-up latency beneath every row",
-                super::WAKEUP
+                Transport::Wakeup
             );
         }
         for r in &group {
@@ -405,7 +411,7 @@ mod tests {
             cpu_s_per_gib: cpu,
             lat_p99_us: Some(p99),
             error: error.map(str::to_string),
-            ..Row::empty("shmring", "video", "rated", 8)
+            ..Row::empty(Transport::Shmring, "video", "rated", 8)
         }
     }
 
@@ -439,8 +445,8 @@ mod tests {
             run(0.5, 1.0, None),
             run(0.1, 1.0, None),
         ];
-        rows[1].transport = "uds".into();
-        rows[2].transport = "floor".into();
+        rows[1].transport = Transport::Uds.name().into();
+        rows[2].transport = Transport::Floor.name().into();
         add_ratios(&mut rows);
         let close = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-9);
         assert!(close(rows[1].cpu_vs_shmring, 2.5));
