@@ -9,7 +9,7 @@ use napi::bindgen_prelude::BigInt;
 use napi::{Env, JsFunction, JsObject, JsUnknown};
 use napi_derive::napi;
 use shmring::media::{kind, MediaHeader};
-use shmring::{Config, Consumer, ConsumerOptions, RawFrame, Segment};
+use shmring::{Config, Consumer, ConsumerOptions, RawFrame, Segment, Snapshot};
 
 use crate::errors::{error, millis, u32_arg, uint, OrThrow, CLOSED, INVALID_ARG, RELEASED};
 use crate::uvpoll::Watcher;
@@ -491,8 +491,8 @@ impl JsConsumer {
 }
 
 /// A snapshot of counters as an object: the names are the core's
-/// (`Stats::fields`); flags become booleans.
-pub fn stats_object(env: Env, s: &shmring::Stats) -> napi::Result<JsObject> {
+/// (`Snapshot::fields`); flags become booleans.
+pub fn stats_object(env: Env, s: &impl Snapshot) -> napi::Result<JsObject> {
     let mut o = env.create_object()?;
     for f in s.fields() {
         match f.kind {

@@ -11,7 +11,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use shmring::media::{kind, MediaHeader};
-use shmring::{Config, Consumer, ConsumerOptions, RawFrame, Segment};
+use shmring::{Config, Consumer, ConsumerOptions, RawFrame, Segment, Snapshot};
 
 use crate::errors::{BadMediaHeader, Closed, ConfigError, IntoPy, Released, WrongThread};
 use crate::media::{format_name, header_dict, parse_for, plane_layouts, Elem, PlaneLayout};
@@ -603,7 +603,7 @@ impl PyConsumer {
 
     /// A snapshot of the ring's counters as a dict.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        self.with(|c| stats_dict(py, &c.segment().stats()))
+        self.with(|c| fields_dict(py, &c.segment().stats()))
     }
 
     /// Seconds between liveness checks of a pending producer claim.
@@ -760,26 +760,13 @@ pub fn tether_dicts<'py>(
     py: Python<'py>,
     tethers: &[shmring::TetherInfo],
 ) -> PyResult<Vec<Bound<'py, PyDict>>> {
-    tethers
-        .iter()
-        .map(|t| {
-            let d = PyDict::new(py);
-            d.set_item("line", t.line)?;
-            d.set_item("requested", t.requested)?;
-            d.set_item("pid", t.pid)?;
-            d.set_item("records_consumed", t.records_consumed)?;
-            d.set_item("bytes_consumed", t.bytes_consumed)?;
-            d.set_item("lost", t.lost)?;
-            d.set_item("lag_records", t.lag_records)?;
-            d.set_item("lag_bytes", t.lag_bytes)?;
-            Ok(d)
-        })
-        .collect()
+    tethers.iter().map(|t| fields_dict(py, t)).collect()
 }
 
-pub fn stats_dict<'py>(py: Python<'py>, s: &shmring::Stats) -> PyResult<Bound<'py, PyDict>> {
+/// A snapshot as a dict: the names are the core's (`Snapshot::fields`); flags
+/// become booleans.
+pub fn fields_dict<'py>(py: Python<'py>, s: &impl Snapshot) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    // The names are the core's (Stats::fields); flags become booleans.
     for f in s.fields() {
         match f.kind {
             shmring::FieldKind::Flag => d.set_item(f.name, f.value != 0)?,

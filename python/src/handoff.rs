@@ -9,7 +9,7 @@ use pyo3::types::{PyDict, PyTuple};
 use shmring::handoff::{ListenerOptions, ListenerThread, DEFAULT_CONNECT_TIMEOUT};
 use shmring::{Listener, ReadOnlySegment, Segment};
 
-use crate::consumer::{secs, stats_dict, PyConsumer};
+use crate::consumer::{fields_dict, secs, PyConsumer};
 use crate::errors::{Closed, IntoPy};
 
 /// Serves a consumer's ring on a Unix socket, from one background thread.
@@ -78,20 +78,7 @@ impl PyListener {
             .inner
             .as_ref()
             .ok_or_else(|| Closed::new_err(format!("listener {} is closed", self.socket)))?;
-        let s = l.stats();
-        let d = PyDict::new(py);
-        d.set_item("producers", s.producers)?;
-        d.set_item("observers", s.observers)?;
-        d.set_item("refused", s.refused())?;
-        d.set_item("refused_credentials", s.refused_credentials)?;
-        d.set_item("refused_version", s.refused_version)?;
-        d.set_item("refused_role", s.refused_role)?;
-        d.set_item("refused_malformed", s.refused_malformed)?;
-        d.set_item("timed_out", s.timed_out)?;
-        d.set_item("refused_busy", s.refused_busy)?;
-        d.set_item("failed", s.failed)?;
-        d.set_item("pending", s.pending)?;
-        Ok(d)
+        fields_dict(py, &l.stats())
     }
 
     /// The socket's path (or ``@name``).
@@ -169,7 +156,7 @@ impl PyObserver {
 
     /// A snapshot of the ring's counters as a dict (as ``Consumer.stats()``).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        stats_dict(py, &self.get()?.stats())
+        fields_dict(py, &self.get()?.stats())
     }
 
     /// The ring's layout (as ``Consumer.geometry()``).

@@ -11,7 +11,7 @@ use pyo3::types::{PyDict, PyMemoryView, PyTuple, PyWeakrefMethods, PyWeakrefRefe
 use shmring::media::{kind, MediaHeader};
 use shmring::{FullPolicy, Meta, Producer, Segment};
 
-use crate::consumer::{descriptors, own_fd, secs, stats_dict, PyConsumer};
+use crate::consumer::{descriptors, fields_dict, own_fd, secs, PyConsumer};
 use crate::errors::{Closed, ConfigError, Error, IntoPy, Released};
 use crate::media::{parse_format, plane_layouts, Elem};
 use crate::views::{array_of, make_readonly, Plane};
@@ -445,7 +445,7 @@ impl PyProducer {
 
     /// A snapshot of the ring's counters as a dict.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        stats_dict(py, &self.producer()?.segment().stats())
+        fields_dict(py, &self.producer()?.segment().stats())
     }
 
     /// The largest payload the ring accepts.

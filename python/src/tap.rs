@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 use shmring::{ReadOnlySegment, Tap, TapOptions};
 
-use crate::consumer::{own_fd, secs, SIGNAL_CHECK};
+use crate::consumer::{fields_dict, own_fd, secs, SIGNAL_CHECK};
 use crate::errors::{Closed, ConfigError, IntoPy};
 
 /// A record a tap copied: ``data`` (bytes) and the record's metadata.
@@ -184,16 +184,7 @@ impl PyTap {
     /// kind or stream), skips (jumps to the newest record), lag (records between
     /// the tap and the newest now).
     fn stats<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let tap = self.get()?;
-        let s = tap.stats();
-        let d = PyDict::new(py);
-        d.set_item("delivered", s.delivered)?;
-        d.set_item("lost", s.lost)?;
-        d.set_item("torn", s.torn)?;
-        d.set_item("filtered", s.filtered)?;
-        d.set_item("skips", s.skips)?;
-        d.set_item("lag", tap.lag())?;
-        Ok(d)
+        fields_dict(py, &self.get()?.stats())
     }
 
     /// The ring's name, for messages.

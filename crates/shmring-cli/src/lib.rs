@@ -10,6 +10,7 @@ pub mod exporter;
 pub mod generate;
 #[cfg(feature = "gst")]
 pub mod gst_encode;
+pub mod json;
 pub mod metrics;
 pub mod output;
 pub mod pattern;

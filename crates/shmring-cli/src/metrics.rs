@@ -5,12 +5,15 @@
 //! `shmring_records_committed_total`, a gauge `occupancy` becomes `shmring_occupancy`;
 //! a field in nanoseconds is served in seconds, Prometheus' base unit
 //! (`oldest_pending_age_ns` becomes the gauge `shmring_oldest_pending_age_seconds`).
-//! Every sample has the label `ring`. The core keeps no per-stream counters in shared
-//! memory, so there is no `stream` label.
+//! Every sample has the label `ring`. Each tethered consumer's fields (the core's
+//! [`shmring::TetherInfo`] list) are served as `shmring_tether_*` families with the
+//! labels `ring` and `line` (`lag_records` becomes `shmring_tether_lag_records`).
+//! The core keeps no per-stream counters in shared memory, so there is no `stream`
+//! label.
 
 use prometheus::core::Collector;
 use prometheus::{GaugeVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
-use shmring::{Field, FieldKind, Stats};
+use shmring::{Field, FieldKind, Snapshot, Stats, TetherInfo};
 
 use crate::rings::Reading;
 
@@ -26,35 +29,34 @@ enum Metric {
 }
 
 impl Metric {
-    /// The family for the core's field `f`: its name with the suffix its type and
-    /// unit call for.
-    fn new(f: &Field) -> Metric {
+    /// The family for the core's field `f`: `prefix` and its name, with the suffix
+    /// its type and unit call for, and the `labels` of every sample.
+    fn new(prefix: &str, f: &Field, labels: &[&str]) -> Metric {
         // The help texts are sentences; Prometheus' are phrases without a full stop.
         let help = f.help.trim_end_matches('.');
-        let opts = |name: String| Opts::new(name, help).namespace("shmring");
+        let opts = |name: String| Opts::new(format!("{prefix}{name}"), help).namespace("shmring");
         let made = match (f.kind, f.unit) {
             (FieldKind::Counter, _) => {
-                IntCounterVec::new(opts(format!("{}_total", f.name)), &["ring"])
-                    .map(Metric::Counter)
+                IntCounterVec::new(opts(format!("{}_total", f.name)), labels).map(Metric::Counter)
             }
             (FieldKind::Gauge, Field::NANOSECONDS) => {
                 let stem = f.name.strip_suffix("_ns").unwrap_or(f.name);
-                GaugeVec::new(opts(format!("{stem}_seconds")), &["ring"]).map(Metric::Seconds)
+                GaugeVec::new(opts(format!("{stem}_seconds")), labels).map(Metric::Seconds)
             }
             (FieldKind::Gauge | FieldKind::Flag, _) => {
-                IntGaugeVec::new(opts(f.name.to_string()), &["ring"]).map(Metric::Gauge)
+                IntGaugeVec::new(opts(f.name.to_string()), labels).map(Metric::Gauge)
             }
         };
         made.expect("the core's field names are valid metric names")
     }
 
-    fn set(&self, ring: &str, value: u64) {
+    fn set(&self, labels: &[&str], value: u64) {
         match self {
-            Metric::Counter(c) => c.with_label_values(&[ring]).inc_by(value),
+            Metric::Counter(c) => c.with_label_values(labels).inc_by(value),
             Metric::Gauge(g) => g
-                .with_label_values(&[ring])
+                .with_label_values(labels)
                 .set(i64::try_from(value).unwrap_or(i64::MAX)),
-            Metric::Seconds(g) => g.with_label_values(&[ring]).set(value as f64 / 1e9),
+            Metric::Seconds(g) => g.with_label_values(labels).set(value as f64 / 1e9),
         }
     }
 
@@ -80,15 +82,24 @@ pub fn encode_readings(readings: &[Reading]) -> String {
         &["ring"],
     )
     .expect("a valid metric name");
-    // The list of metrics is the core's: a default snapshot names every field.
-    let metrics: Vec<Metric> = Stats::default().fields().map(|f| Metric::new(&f)).collect();
+    // The lists of metrics are the core's: a default snapshot names every field.
+    let metrics: Vec<Metric> = Stats::default()
+        .fields()
+        .map(|f| Metric::new("", &f, &["ring"]))
+        .collect();
+    // A tethered consumer's line is its label, not a sample.
+    let tether_metrics: Vec<Metric> = TetherInfo::default()
+        .fields()
+        .filter(|f| f.name != "line")
+        .map(|f| Metric::new("tether_", &f, &["ring", "line"]))
+        .collect();
     let register = |c: Box<dyn Collector>| {
         registry
             .register(c)
             .expect("the core's field names are distinct");
     };
     register(Box::new(readable.clone()));
-    for m in &metrics {
+    for m in metrics.iter().chain(&tether_metrics) {
         register(m.collector());
     }
     for r in readings {
@@ -98,7 +109,14 @@ pub fn encode_readings(readings: &[Reading]) -> String {
         };
         readable.with_label_values(&[&r.ring]).set(1);
         for (m, f) in metrics.iter().zip(info.stats.fields()) {
-            m.set(&r.ring, f.value);
+            m.set(&[&r.ring], f.value);
+        }
+        for t in &info.tethers {
+            let line = t.line.to_string();
+            let fields = t.fields().filter(|f| f.name != "line");
+            for (m, f) in tether_metrics.iter().zip(fields) {
+                m.set(&[&r.ring, &line], f.value);
+            }
         }
     }
     TextEncoder::new()

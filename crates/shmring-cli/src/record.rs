@@ -29,12 +29,7 @@ fn emit(v: serde_json::Value) {
 
 /// What the hand-off listener did (`--listen`).
 pub fn handoff_json(s: &ListenerStats) -> serde_json::Value {
-    json!({
-        "producers": s.producers, "observers": s.observers, "refused": s.refused(),
-        "refused_credentials": s.refused_credentials, "refused_version": s.refused_version,
-        "refused_role": s.refused_role, "refused_malformed": s.refused_malformed,
-        "timed_out": s.timed_out, "refused_busy": s.refused_busy, "failed": s.failed,
-    })
+    crate::json::object(s)
 }
 
 /// The ring the recorder creates: `capacity_mib` MiB, records up to a quarter of it

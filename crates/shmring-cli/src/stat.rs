@@ -5,33 +5,23 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use shmring::{FieldKind, Stats, TetherInfo};
+use shmring::{Stats, TetherInfo};
 
 use crate::cli::StatArgs;
 use crate::ringref::Watched;
 use crate::{fail, mb, stop_flag, CmdError};
 
-/// Every counter of `s`, as JSON (names from [`Stats::fields`]; flags as booleans).
+/// Every counter of `s`, as JSON (the core's field list), after the ring's name.
 pub fn stats_json(name: &str, s: &Stats) -> serde_json::Value {
     let mut m = serde_json::Map::new();
     m.insert("ring".into(), json!(name));
-    for f in s.fields() {
-        let v = match f.kind {
-            FieldKind::Flag => json!(f.value != 0),
-            FieldKind::Counter | FieldKind::Gauge => json!(f.value),
-        };
-        m.insert(f.name.into(), v);
-    }
+    m.extend(crate::json::fields(s));
     serde_json::Value::Object(m)
 }
 
-/// One tethered consumer as JSON.
+/// One tethered consumer as JSON (the core's field list).
 pub fn tether_json(t: &TetherInfo) -> serde_json::Value {
-    json!({
-        "line": t.line, "requested": t.requested, "pid": t.pid,
-        "records_consumed": t.records_consumed, "bytes_consumed": t.bytes_consumed,
-        "lost": t.lost, "lag_records": t.lag_records, "lag_bytes": t.lag_bytes,
-    })
+    crate::json::object(t)
 }
 
 /// Every tethered consumer, as a JSON list.

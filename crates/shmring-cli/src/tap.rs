@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use shmring::media::{kind, MediaHeader};
-use shmring::{Tap, TapOptions, TapStats};
+use shmring::{Tap, TapOptions};
 
 use crate::cli::TapArgs;
 use crate::record::NewDirs;
@@ -158,9 +158,8 @@ pub fn run(a: TapArgs) -> Result<(), CmdError> {
         }
     }
     let st = tap.stats();
-    let lag = tap.lag();
     let elapsed = start.elapsed().as_secs_f64();
-    let mut j = stats_json(&st, lag);
+    let mut j = crate::json::object(&st);
     j["ring"] = json!(label);
     j["taken"] = json!(taken);
     j["thumbnails"] = json!(thumbs);
@@ -177,8 +176,8 @@ pub fn run(a: TapArgs) -> Result<(), CmdError> {
     let e = &mut std::io::stderr().lock();
     let _ = writeln!(
         e,
-        "shmring tap: ring {label} for {elapsed:.1} s: {} records taken, {} lost ({} torn), {} passed over (--every/--kind/--stream), {} jumps to the newest record, lag {lag} records",
-        st.delivered, st.lost, st.torn, st.filtered, st.skips
+        "shmring tap: ring {label} for {elapsed:.1} s: {} records taken, {} lost ({} torn), {} passed over (--every/--kind/--stream), {} jumps to the newest record, lag {} records",
+        st.delivered, st.lost, st.torn, st.filtered, st.skips, st.lag
     );
     if let Some(dir) = &a.out {
         let _ = writeln!(
@@ -198,14 +197,6 @@ pub fn run(a: TapArgs) -> Result<(), CmdError> {
         Some(m) => Err(fail(1, m)),
         None => Ok(()),
     }
-}
-
-/// The tap's counters as JSON.
-pub fn stats_json(st: &TapStats, lag: u64) -> serde_json::Value {
-    json!({
-        "delivered": st.delivered, "lost": st.lost, "torn": st.torn,
-        "filtered": st.filtered, "skips": st.skips, "lag": lag,
-    })
 }
 
 /// The file of the `n`-th record taken, a frame of `stream`.

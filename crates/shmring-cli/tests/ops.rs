@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use shmring::handoff::{Listener, ListenerOptions};
-use shmring::{Config, Consumer, ConsumerOptions, Meta, Segment};
+use shmring::{Config, Consumer, ConsumerOptions, Meta, Segment, Snapshot};
 
 mod common;
 
@@ -494,6 +494,49 @@ fn stat_prometheus_prints_the_cores_counters_with_the_ring_label() {
         1,
         &[&garbage.0, "not a shmring ring"],
     );
+}
+
+#[test]
+fn stat_prometheus_serves_every_tethered_consumer_by_line() {
+    let ring = new_ring("promtether");
+    let seg = Segment::create_named(&ring.0, &Config::with_capacity(1 << 20)).unwrap();
+    let consumer = seg.consumer().unwrap();
+    let tethered = Consumer::tethered(seg.clone(), ConsumerOptions::default()).unwrap();
+    assert!(
+        consumer.try_next().unwrap().is_none(),
+        "adopts the tethered consumer"
+    );
+    let mut producer = seg.producer().unwrap();
+    for _ in 0..3 {
+        producer.send(&[1u8; 100], Meta::new(0, 0)).unwrap();
+    }
+    drop(tethered.try_next().unwrap().unwrap());
+    let o = run(&["stat", "--prometheus", &ring.0]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8(o.stdout).unwrap();
+    let sample = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name}{{")) && l.contains("line=\"0\""))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {name} of line 0 in\n{text}"))
+    };
+    assert_eq!(sample("shmring_tether_records_consumed_total"), 1);
+    assert_eq!(sample("shmring_tether_lag_records"), 2);
+    assert_eq!(sample("shmring_tether_requested"), 0);
+    // Every field of the core's list but the line, which is the label.
+    for f in tethered.segment().tethers()[0].fields() {
+        let family = match f.kind {
+            shmring::FieldKind::Counter => format!("shmring_tether_{}_total", f.name),
+            _ => format!("shmring_tether_{}", f.name),
+        };
+        assert_eq!(
+            text.contains(&format!("# TYPE {family} ")),
+            f.name != "line",
+            "{family}"
+        );
+    }
+    promtool_accepts(&text);
 }
 
 #[test]

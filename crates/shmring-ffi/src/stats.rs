@@ -3,7 +3,7 @@
 use std::ffi::{c_char, CString};
 use std::sync::OnceLock;
 
-use shmring::FieldKind;
+use shmring::{FieldKind, Snapshot};
 
 use crate::handles::*;
 use crate::status::shmring_status::*;

@@ -310,7 +310,7 @@ pub unsafe extern "C" fn shmring_tap_stats(
             torn: s.torn,
             filtered: s.filtered,
             skips: s.skips,
-            lag: tap.lag(),
+            lag: s.lag,
         };
         ok()
     })

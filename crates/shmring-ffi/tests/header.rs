@@ -30,20 +30,14 @@ fn header_is_up_to_date() {
     );
 }
 
-/// The C `shmring_stats` struct names the core's counters (`shmring::Stats::fields()`),
-/// in the same order: a counter added to the core and not to the C struct (or the
-/// other way round) fails here.
-#[test]
-fn stats_struct_lists_the_cores_fields() {
-    let header = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include/shmring.h"),
-    )
-    .expect("read include/shmring.h");
+/// The fields of `typedef struct NAME { ... }` in the header, padding (`reserved`)
+/// left out.
+fn c_struct_fields(header: &str, name: &str) -> Vec<String> {
     let start = header
-        .find("typedef struct shmring_stats {")
-        .expect("include/shmring.h defines struct shmring_stats");
+        .find(&format!("typedef struct {name} {{"))
+        .unwrap_or_else(|| panic!("include/shmring.h defines struct {name}"));
     let end = start + header[start..].find('}').expect("the struct ends");
-    let c_fields: Vec<&str> = header[start..end]
+    header[start..end]
         .lines()
         .skip(1)
         .map(str::trim)
@@ -52,12 +46,41 @@ fn stats_struct_lists_the_cores_fields() {
         })
         .map(|l| {
             let decl = l.trim_end_matches(';');
-            decl.rsplit(' ').next().expect("a field name")
+            decl.rsplit(' ').next().expect("a field name").to_string()
         })
-        .collect();
-    let core: Vec<&str> = shmring::Stats::default().fields().map(|f| f.name).collect();
-    assert_eq!(
-        c_fields, core,
-        "struct shmring_stats must list shmring::Stats::fields() in order"
-    );
+        .filter(|f| f != "reserved")
+        .collect()
+}
+
+/// The C structs that mirror the core's snapshots name the core's fields
+/// (`shmring::Snapshot::fields()`), in the same order: a field added to the core and
+/// not to the C struct (or the other way round) fails here.
+#[test]
+fn c_snapshots_list_the_cores_fields() {
+    use shmring::Snapshot;
+    let header = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include/shmring.h"),
+    )
+    .expect("read include/shmring.h");
+    fn names(s: &impl Snapshot) -> Vec<&'static str> {
+        s.fields().map(|f| f.name).collect()
+    }
+    for (c, core) in [
+        ("shmring_stats", names(&shmring::Stats::default())),
+        (
+            "shmring_tether_info",
+            names(&shmring::TetherInfo::default()),
+        ),
+        ("shmring_tap_counters", names(&shmring::TapStats::default())),
+        (
+            "shmring_handoff_stats",
+            names(&shmring::handoff::ListenerStats::default()),
+        ),
+    ] {
+        assert_eq!(
+            c_struct_fields(&header, c),
+            core,
+            "struct {c} must list the core's fields in order"
+        );
+    }
 }

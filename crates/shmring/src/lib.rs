@@ -39,6 +39,8 @@ mod consumer;
 #[cfg(not(loom))]
 mod error;
 #[cfg(not(loom))]
+mod fields;
+#[cfg(not(loom))]
 pub mod handoff;
 #[cfg(not(loom))]
 mod producer;
@@ -68,13 +70,15 @@ pub use consumer::{Consumer, ConsumerOptions, Frame, Health, RawFrame};
 #[cfg(not(loom))]
 pub use error::{Error, Name, Result};
 #[cfg(not(loom))]
+pub use fields::{Field, FieldKind, Snapshot};
+#[cfg(not(loom))]
 pub use handoff::{Listener, ListenerOptions};
 #[cfg(not(loom))]
 pub use producer::{FullPolicy, Meta, Producer, RawReservation, Reservation};
 #[cfg(not(loom))]
 pub use segment::{Config, ReadOnlySegment, Segment};
 #[cfg(not(loom))]
-pub use stats::{Field, FieldKind, Stats};
+pub use stats::Stats;
 #[cfg(not(loom))]
 pub use sys::fdpass::{recv_fds, send_fds};
 #[cfg(not(loom))]

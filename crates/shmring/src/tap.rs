@@ -92,6 +92,9 @@ pub struct TapStats {
     pub filtered: u64,
     /// Times the tap jumped to the newest record (lapped, or the ring was reset).
     pub skips: u64,
+    /// Records between the tap and the write cursor when the snapshot was taken
+    /// ([`Tap::lag`]).
+    pub lag: u64,
 }
 
 /// A read-only tap on a ring. See the [module documentation](self).
@@ -160,8 +163,12 @@ impl Tap {
             .load(Ordering::Relaxed)
     }
 
+    /// Its counters, and its lag now.
     pub fn stats(&self) -> TapStats {
-        self.stats
+        TapStats {
+            lag: self.lag(),
+            ..self.stats
+        }
     }
 
     /// Records between this tap and the write cursor now.

@@ -426,7 +426,7 @@ fn moved_by_release(seen: u64, read: u64, w: u64, n: u64, cap: u64) -> bool {
 }
 
 /// One tethered consumer as `shmring stat` shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TetherInfo {
     /// Its line.
     pub line: u32,
