@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"context"
+	"math"
 	"os"
 	"runtime"
 	"sync"
@@ -17,38 +18,69 @@ import (
 	"unsafe"
 )
 
-// ConsumerOptions tune a consumer. Start from DefaultConsumerOptions (the
-// library's defaults).
+// ConsumerOptions tune a consumer: the core's options, by the names every
+// binding uses. Start from DefaultConsumerOptions (the library's defaults). A
+// zero duration is the library's default too; Never turns off what is optional
+// (overtaking, the latency budget, the claim timeout).
 type ConsumerOptions struct {
 	// How often a pending claim's producer is checked for liveness.
 	LivenessInterval time.Duration
-	// Polls to spin before sleeping in a wait inside the library.
+	// Polls to spin before sleeping in a wait inside the library (a count: 0
+	// sleeps at once).
 	Spin uint32
 	// Report ErrCorrupt and wait for Reset instead of resetting by itself.
 	ManualReset bool
-	// Deliver committed records behind a claim pending this long (0: always in
-	// claim order).
+	// Deliver committed records behind a claim pending this long (default: never,
+	// always in claim order).
 	OvertakeAfter time.Duration
 	// The ring's consumer detaches a tethered consumer that stays behind without
-	// releasing for this long (0: the library's default).
+	// releasing for this long.
 	TetherStallLimit time.Duration
 	// Let a record wait up to this long before the consumer sees it, so one
-	// wake-up serves many (0: woken at every commit).
+	// wake-up serves many (default: never, woken at every commit).
 	LatencyBudget time.Duration
+	// Take back a claim still pending this long after the consumer first saw it,
+	// whoever holds it (Never: wait for live producers for ever, trusted producers
+	// only).
+	ClaimTimeout time.Duration
 }
+
+// Never, as a ConsumerOptions duration, turns the option off (the C ABI's
+// SHMRING_NEVER).
+const Never time.Duration = math.MaxInt64
 
 // DefaultConsumerOptions are the library's defaults (shmring_consumer_options_init).
 func DefaultConsumerOptions() ConsumerOptions {
 	var o C.shmring_consumer_options
 	C.shmring_consumer_options_init(&o)
 	return ConsumerOptions{
-		LivenessInterval: time.Duration(o.liveness_interval_ns),
+		LivenessInterval: optionDuration(o.liveness_interval_ns),
 		Spin:             uint32(o.spin),
 		ManualReset:      o.manual_reset != 0,
-		OvertakeAfter:    time.Duration(o.overtake_after_ns),
-		TetherStallLimit: time.Duration(o.tether_stall_limit_ns),
-		LatencyBudget:    time.Duration(o.latency_budget_ns),
+		OvertakeAfter:    optionDuration(o.overtake_after_ns),
+		TetherStallLimit: optionDuration(o.tether_stall_limit_ns),
+		LatencyBudget:    optionDuration(o.latency_budget_ns),
+		ClaimTimeout:     optionDuration(o.claim_timeout_ns),
 	}
+}
+
+// never is SHMRING_NEVER.
+const never = ^uint64(0)
+
+// optionNs is a duration option as the C ABI takes it (the library applies the
+// rules: 0 the default, SHMRING_NEVER never).
+func optionNs(d time.Duration) C.uint64_t {
+	if d == Never {
+		return C.uint64_t(never)
+	}
+	return C.uint64_t(durationNs(d))
+}
+
+func optionDuration(ns C.uint64_t) time.Duration {
+	if uint64(ns) == never {
+		return Never
+	}
+	return time.Duration(ns)
 }
 
 func (o *ConsumerOptions) toC() *C.shmring_consumer_options {
@@ -56,12 +88,13 @@ func (o *ConsumerOptions) toC() *C.shmring_consumer_options {
 		return nil
 	}
 	return &C.shmring_consumer_options{
-		liveness_interval_ns:  C.uint64_t(durationNs(o.LivenessInterval)),
+		liveness_interval_ns:  optionNs(o.LivenessInterval),
 		spin:                  C.uint32_t(o.Spin),
 		manual_reset:          cbool(o.ManualReset),
-		overtake_after_ns:     C.uint64_t(durationNs(o.OvertakeAfter)),
-		tether_stall_limit_ns: C.uint64_t(durationNs(o.TetherStallLimit)),
-		latency_budget_ns:     C.uint64_t(durationNs(o.LatencyBudget)),
+		overtake_after_ns:     optionNs(o.OvertakeAfter),
+		tether_stall_limit_ns: optionNs(o.TetherStallLimit),
+		latency_budget_ns:     optionNs(o.LatencyBudget),
+		claim_timeout_ns:      optionNs(o.ClaimTimeout),
 	}
 }
 

@@ -67,7 +67,8 @@
 #endif
 
 
-// A duration option meaning "never" (see shmring_consumer_options.claim_timeout_ns).
+// A duration option meaning "never": the option is off (see
+// shmring_consumer_options).
 #define SHMRING_NEVER UINT64_MAX
 
 // Pass as a timeout to wait forever.
@@ -220,25 +221,30 @@ typedef struct shmring_segment shmring_segment;
 // A read-only tap on a ring (opaque). One thread at a time.
 typedef struct shmring_tap shmring_tap;
 
-// Consumer tuning. Initialise with shmring_consumer_options_init().
+// Consumer tuning, the core's `ConsumerOptions` (the same names in every
+// binding). Initialise with shmring_consumer_options_init(). In every `*_ns`
+// field, 0 means the library's default, and SHMRING_NEVER turns off what is
+// optional (overtaking, the latency budget, the claim timeout; the other two
+// cannot be never).
 typedef struct shmring_consumer_options {
   // How often a pending claim's producer is checked for liveness (default 50 ms).
   uint64_t liveness_interval_ns;
-  // Polls to spin before sleeping in a blocking wait (default 64).
+  // Polls to spin before sleeping in a blocking wait (default 64; 0: sleep at
+  // once).
   uint32_t spin;
   // Non-zero: report SHMRING_ERR_CORRUPT and wait for shmring_consumer_reset()
   // instead of resetting the ring by itself (default 0).
   uint32_t manual_reset;
-  // Deliver committed records behind a claim pending this long (0, the default:
+  // Deliver committed records behind a claim pending this long (default: never,
   // always in claim order). Each producer's records stay in its commit order.
   uint64_t overtake_after_ns;
   // The ring's consumer detaches a tethered consumer whose read cursor stays
   // behind its own without moving for this long (it then gets
-  // SHMRING_ERR_DETACHED). 0: the library's default. Ignored by a tethered
-  // consumer (it is the ring's consumer's limit).
+  // SHMRING_ERR_DETACHED; default 500 ms). Ignored by a tethered consumer (it is
+  // the ring's consumer's limit).
   uint64_t tether_stall_limit_ns;
   // Let a record wait up to this long before the consumer sees it, so one
-  // wake-up serves many records (0, the default: producers wake a sleeping
+  // wake-up serves many records (default: never, producers wake a sleeping
   // consumer at every commit; see the core's `ConsumerOptions::latency_budget`).
   uint64_t latency_budget_ns;
   // Take back a claim still pending this long after the consumer first saw it,

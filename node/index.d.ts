@@ -105,11 +105,22 @@ export interface ConsumerInit {
   eventfdFd?: number;
   /** A ring received as its descriptors, in the order `consumer.descriptors` lists them. */
   fds?: number[];
+  /**
+   * The core's consumer options, by the names every binding uses. Durations in
+   * milliseconds: absent or 0 is the library's default; Infinity turns off what is
+   * optional (overtakeAfterMs, latencyBudgetMs, claimTimeoutMs).
+   */
   livenessIntervalMs?: number;
   spin?: number;
+  /** Deliver committed records behind a reservation open this long (default: never). */
   overtakeAfterMs?: number;
-  autoReset?: boolean;
-  /** Take back a reservation still open this long (absent: the library's default; Infinity: never). */
+  /** Report SHMRING_CORRUPT and wait for reset() instead of resetting by itself. */
+  manualReset?: boolean;
+  /** Detach a tethered consumer that stays behind without releasing this long. */
+  tetherStallLimitMs?: number;
+  /** Let a record wait up to this long, so one wake-up serves many (default: never). */
+  latencyBudgetMs?: number;
+  /** Take back a reservation still open this long (Infinity: never, trusted producers). */
   claimTimeoutMs?: number;
 }
 

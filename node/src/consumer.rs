@@ -4,14 +4,15 @@ use std::cell::{Cell, RefCell};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 use napi::bindgen_prelude::BigInt;
 use napi::{Env, JsFunction, JsObject, JsUnknown};
 use napi_derive::napi;
 use shmring::media::{kind, MediaHeader};
-use shmring::{Config, Consumer, ConsumerOptions, RawFrame, Segment, Snapshot};
+use shmring::{Config, Consumer, ConsumerSettings, RawFrame, Segment, Setting, Snapshot};
 
-use crate::errors::{error, millis, u32_arg, uint, OrThrow, CLOSED, INVALID_ARG, RELEASED};
+use crate::errors::{core, error, millis, u32_arg, uint, OrThrow, CLOSED, INVALID_ARG, RELEASED};
 use crate::uvpoll::Watcher;
 use crate::views::{self, WeakView};
 
@@ -39,12 +40,22 @@ pub struct ConsumerInit {
     /// Attach to a ring received as its descriptors, in the order
     /// `consumer.descriptors` lists them (a memfd ring's include its lock file).
     pub fds: Option<Vec<i32>>,
+    /// The core's consumer options, by the names every binding uses. Durations in
+    /// milliseconds: absent or 0 is the core's default, `Infinity` turns off what is
+    /// optional (overtaking, the latency budget, the claim timeout).
     pub liveness_interval_ms: Option<f64>,
     pub spin: Option<f64>,
     pub overtake_after_ms: Option<f64>,
-    pub auto_reset: Option<bool>,
+    /// Report `SHMRING_CORRUPT` and wait for `reset()` instead of resetting by
+    /// itself.
+    pub manual_reset: Option<bool>,
+    /// The ring's consumer detaches a tethered consumer that stays behind without
+    /// releasing this long.
+    pub tether_stall_limit_ms: Option<f64>,
+    /// Let a record wait up to this long, so one wake-up serves many.
+    pub latency_budget_ms: Option<f64>,
     /// Take back a reservation still open this long after the consumer first saw
-    /// it (absent: the core's default; `Infinity`: never, for trusted producers).
+    /// it (`Infinity`: never, for trusted producers).
     pub claim_timeout_ms: Option<f64>,
 }
 
@@ -204,28 +215,20 @@ impl JsConsumer {
     #[napi(constructor)]
     pub fn new(env: Env, init: ConsumerInit) -> napi::Result<Self> {
         views::detect(env);
-        let d = ConsumerOptions::default();
-        let opts = ConsumerOptions {
-            liveness_interval: match init.liveness_interval_ms {
-                Some(v) => millis(env, v, "livenessIntervalMs")?,
-                None => d.liveness_interval,
-            },
-            spin: match init.spin {
-                Some(v) => u32_arg(env, v, "spin")?,
-                None => d.spin,
-            },
-            overtake_after: match init.overtake_after_ms {
-                Some(v) => Some(millis(env, v, "overtakeAfterMs")?),
-                None => d.overtake_after,
-            },
-            auto_reset: init.auto_reset.unwrap_or(d.auto_reset),
-            claim_timeout: match init.claim_timeout_ms {
-                Some(v) if v == f64::INFINITY => None,
-                Some(v) => Some(millis(env, v, "claimTimeoutMs")?),
-                None => d.claim_timeout,
-            },
-            ..d
+        let setting = |v: Option<f64>, name: &str| {
+            Setting::from_f64(v, Duration::from_millis(1), name).map_err(|e| core(env, e))
         };
+        let opts = ConsumerSettings {
+            liveness_interval: setting(init.liveness_interval_ms, "livenessIntervalMs")?,
+            spin: init.spin.map(|v| u32_arg(env, v, "spin")).transpose()?,
+            overtake_after: setting(init.overtake_after_ms, "overtakeAfterMs")?,
+            manual_reset: init.manual_reset.unwrap_or(false),
+            tether_stall_limit: setting(init.tether_stall_limit_ms, "tetherStallLimitMs")?,
+            latency_budget: setting(init.latency_budget_ms, "latencyBudgetMs")?,
+            claim_timeout: setting(init.claim_timeout_ms, "claimTimeoutMs")?,
+        }
+        .options()
+        .map_err(|e| core(env, e))?;
         let create = init.create.unwrap_or(false);
         let given = descriptors(env, init.fd, init.eventfd_fd, init.fds.as_deref())?;
         let seg = if let Some(fds) = given {

@@ -2,7 +2,7 @@
 //! names and header objects. Layout and validation are the core's.
 
 use napi::{Env, JsObject};
-use shmring::media::{kind, Format, MediaHeader};
+use shmring::media::{Format, MediaHeader};
 
 use crate::errors::{error, INVALID_ARG};
 
@@ -70,21 +70,8 @@ pub fn header_object(env: Env, h: &MediaHeader) -> napi::Result<JsObject> {
     Ok(o)
 }
 
-/// Parses the media header of a record of `kind` VIDEO or AUDIO (untrusted bytes:
-/// the core reads them once and checks every plane against the payload).
+/// Parses the media header of a VIDEO or AUDIO record (untrusted bytes, read once
+/// by the core, with the core's checks for that kind, sizes included).
 pub fn parse_for(kind_: u32, payload: &[u8]) -> Result<MediaHeader, String> {
-    let h = MediaHeader::parse(payload).map_err(|e| e.to_string())?;
-    let ok = match kind_ {
-        kind::VIDEO => h.format.is_video(),
-        kind::AUDIO => h.format.is_audio(),
-        _ => true,
-    };
-    if ok {
-        Ok(h)
-    } else {
-        Err(format!(
-            "record of kind {kind_} carries a {} header",
-            format_name(h.format)
-        ))
-    }
+    MediaHeader::parse_for(kind_, payload).map_err(|e| e.to_string())
 }

@@ -104,6 +104,29 @@ test('video and audio records carry the shared media header', (t) => {
   p.close();
 });
 
+test("a media header is checked by the core's rules for its record's kind", (t) => {
+  const c = ring();
+  t.after(() => c.close());
+  const p = Producer.forConsumer(c);
+  t.after(() => p.close());
+  // A well-formed audio header whose sample rate the core refuses (1 Hz).
+  const a = p.reserveAudio({ samples: 4, channels: 1, sampleRate: 48000 });
+  const bytes = Uint8Array.from(a.data);
+  a.abort();
+  new DataView(bytes.buffer).setUint32(20, 1, true);
+  p.send(bytes, { kind: shmring.KIND_AUDIO });
+  const f = c.tryNext();
+  assert.equal(f.media, null);
+  assert.match(f.mediaError, /1 Hz/);
+  f.release();
+  // The same bytes as a raw record: no media header is looked for.
+  p.send(bytes, { kind: 0 });
+  const raw = c.tryNext();
+  assert.equal(raw.media, null);
+  assert.equal(raw.mediaError, null);
+  raw.release();
+});
+
 test('a reservation aborted explicitly or dropped and collected is never seen', async (t) => {
   const c = ring();
   t.after(() => c.close());
@@ -201,6 +224,26 @@ test('bad arguments and misuse throw errors with stable codes', (t) => {
   assert.ok(c.stats().drops_full >= 1);
   p.close();
   assert.throws(() => p.reserve(1), { code: 'SHMRING_CLOSED' });
+});
+
+test("the consumer options are the core's: absent or 0 the default, Infinity off", (t) => {
+  const plain = ring();
+  t.after(() => plain.close());
+  const c = ring({
+    livenessIntervalMs: 0,
+    manualReset: true,
+    overtakeAfterMs: Infinity,
+    tetherStallLimitMs: 20,
+    latencyBudgetMs: Infinity,
+    claimTimeoutMs: Infinity,
+  });
+  t.after(() => c.close());
+  assert.equal(c.livenessIntervalMs, plain.livenessIntervalMs, '0: the default');
+  const budget = ring({ latencyBudgetMs: 1, livenessIntervalMs: 5 });
+  t.after(() => budget.close());
+  assert.equal(budget.livenessIntervalMs, 5);
+  assert.throws(() => ring({ livenessIntervalMs: Infinity }), { code: 'SHMRING_CONFIG', message: /cannot be never/ });
+  assert.throws(() => ring({ latencyBudgetMs: -1 }), { code: 'SHMRING_CONFIG', message: /latencyBudgetMs must be/ });
 });
 
 test('a producer whose consumer is gone gets SHMRING_NO_CONSUMER when the ring stays full', (t) => {

@@ -31,9 +31,9 @@ function scribble(name, c, seed) {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-test('a scribbled ring with autoReset off: SHMRING_CORRUPT exceptions, no crash', async (t) => {
+test('a scribbled ring with manualReset: SHMRING_CORRUPT exceptions, no crash', async (t) => {
   const name = ringName(t);
-  const c = new Consumer({ name, create: true, capacity: 1 << 20, maxProducers: 4, autoReset: false, livenessIntervalMs: 1 });
+  const c = new Consumer({ name, create: true, capacity: 1 << 20, maxProducers: 4, manualReset: true, livenessIntervalMs: 1 });
   t.after(() => c.close());
   const p = Producer.forConsumer(c, { onFull: 'fail' });
   for (let i = 0; i < 20; i++) p.send(Buffer.alloc(1000, i));
@@ -62,7 +62,7 @@ test('a scribbled ring with autoReset off: SHMRING_CORRUPT exceptions, no crash'
   p.close();
 });
 
-test('a scribbled ring with autoReset: the consumer resets it and records flow again', async (t) => {
+test('a scribbled ring without manualReset: the consumer resets it and records flow again', async (t) => {
   const name = ringName(t);
   const c = new Consumer({ name, create: true, capacity: 1 << 20, maxProducers: 4, livenessIntervalMs: 1 });
   t.after(() => c.close());

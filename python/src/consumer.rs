@@ -11,7 +11,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use shmring::media::{kind, MediaHeader};
-use shmring::{Config, Consumer, ConsumerOptions, RawFrame, Segment, Snapshot};
+use shmring::{Config, Consumer, ConsumerSettings, RawFrame, Segment, Setting, Snapshot};
 
 use crate::errors::{BadMediaHeader, Closed, ConfigError, IntoPy, Released, WrongThread};
 use crate::media::{format_name, header_dict, parse_for, plane_layouts, Elem, PlaneLayout};
@@ -99,7 +99,10 @@ pub fn descriptors(
 ///          replace_stale=False)
 ///
 /// Sizes and options left at None are the library's defaults (a 16 MiB ring, 64
-/// producer slots, a 50 ms liveness interval, ...).
+/// producer slots, a 50 ms liveness interval, ...). The options are the core's
+/// ``ConsumerOptions``, by the names every binding uses; durations are in seconds,
+/// where None or 0 is the library's default and ``math.inf`` turns off what is
+/// optional (``overtake_after``, ``latency_budget``, ``claim_timeout``).
 ///
 /// * ``Consumer("cam0")`` attaches to ``/dev/shm/cam0``.
 /// * ``Consumer("cam0", create=True, capacity=1 << 26)`` creates it (mode 0600),
@@ -375,30 +378,21 @@ impl PyConsumer {
         replace_stale: bool,
         py: Python<'_>,
     ) -> PyResult<Self> {
-        let d = ConsumerOptions::default();
-        let opts = ConsumerOptions {
-            liveness_interval: match liveness_interval {
-                Some(t) => secs(t, "liveness_interval")?,
-                None => d.liveness_interval,
-            },
-            spin: spin.unwrap_or(d.spin),
-            overtake_after: overtake_after
-                .map(|t| secs(t, "overtake_after"))
-                .transpose()?,
-            auto_reset: !manual_reset,
-            tether_stall_limit: match tether_stall_limit {
-                Some(t) => secs(t, "tether_stall_limit")?,
-                None => d.tether_stall_limit,
-            },
-            latency_budget: latency_budget
-                .map(|t| secs(t, "latency_budget"))
-                .transpose()?,
-            claim_timeout: match claim_timeout {
-                Some(t) if t == f64::INFINITY => None,
-                Some(t) => Some(secs(t, "claim_timeout")?),
-                None => d.claim_timeout,
-            },
+        // The core's rules: None or 0 the default, math.inf never.
+        let setting = |v: Option<f64>, name: &str| {
+            Setting::from_f64(v, Duration::from_secs(1), name).py_err()
         };
+        let opts = ConsumerSettings {
+            liveness_interval: setting(liveness_interval, "liveness_interval")?,
+            spin,
+            overtake_after: setting(overtake_after, "overtake_after")?,
+            manual_reset,
+            tether_stall_limit: setting(tether_stall_limit, "tether_stall_limit")?,
+            latency_budget: setting(latency_budget, "latency_budget")?,
+            claim_timeout: setting(claim_timeout, "claim_timeout")?,
+        }
+        .options()
+        .py_err()?;
         let tethered = match role {
             "owner" => false,
             "tethered" => true,

@@ -3,6 +3,7 @@ says what and where."""
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 from pathlib import Path
@@ -37,6 +38,11 @@ def test_bad_config_and_arguments(ring_name: str) -> None:
         shmring.Consumer(ring_name, create=True, capacity=1000)
     with pytest.raises(shmring.ConfigError):
         shmring.Consumer(ring_name, create=True, capacity=1 << 16, liveness_interval=-1)
+    # The core's rule for durations: math.inf turns off what is optional, and only that.
+    off = {"overtake_after": math.inf, "latency_budget": math.inf, "claim_timeout": math.inf}
+    shmring.Consumer(ring_name, create=True, memfd=True, capacity=1 << 16, **off).close()
+    with pytest.raises(shmring.ConfigError, match="liveness_interval cannot be never"):
+        shmring.Consumer(ring_name, create=True, memfd=True, liveness_interval=math.inf)
     with pytest.raises(shmring.ConfigError, match="name"):
         shmring.Consumer()
     ring = shmring.Consumer(ring_name, create=True, capacity=1 << 16)

@@ -122,12 +122,13 @@ pub struct RecordArgs {
     pub fps: u32,
     /// Deliver records behind a producer's reservation that stays open this long
     /// (ms), so one stuck capture thread does not stop the other streams; 0 keeps
-    /// strict claim order.
+    /// strict claim order. The recorder's own default: the library's
+    /// (`ConsumerOptions::overtake_after`) is strict claim order.
     #[arg(long, value_name = "MS", default_value_t = 200)]
     pub overtake_after_ms: u64,
     /// As the ring's consumer: detach a tethered reader (`record --tethered`, a
     /// tethered `shmringsrc`) that releases nothing for this long (ms), so a stuck
-    /// reader holds the ring at most this long.
+    /// reader holds the ring at most this long (the library's default).
     #[arg(long, value_name = "MS", default_value_t = default_tether_stall_ms(), conflicts_with = "tethered")]
     pub tether_stall_ms: u64,
     /// Encode video to H.264 MP4 with ffmpeg instead of writing Y4M.

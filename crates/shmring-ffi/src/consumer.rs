@@ -5,7 +5,7 @@ use std::ffi::c_char;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use shmring::{Consumer, ConsumerOptions};
+use shmring::{Consumer, ConsumerOptions, ConsumerSettings, Setting};
 
 use crate::handles::*;
 use crate::status::shmring_status::*;
@@ -28,27 +28,32 @@ pub struct shmring_frame {
     pub owner: u64,
 }
 
-/// Consumer tuning. Initialise with shmring_consumer_options_init().
+/// Consumer tuning, the core's `ConsumerOptions` (the same names in every
+/// binding). Initialise with shmring_consumer_options_init(). In every `*_ns`
+/// field, 0 means the library's default, and SHMRING_NEVER turns off what is
+/// optional (overtaking, the latency budget, the claim timeout; the other two
+/// cannot be never).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct shmring_consumer_options {
     /// How often a pending claim's producer is checked for liveness (default 50 ms).
     pub liveness_interval_ns: u64,
-    /// Polls to spin before sleeping in a blocking wait (default 64).
+    /// Polls to spin before sleeping in a blocking wait (default 64; 0: sleep at
+    /// once).
     pub spin: u32,
     /// Non-zero: report SHMRING_ERR_CORRUPT and wait for shmring_consumer_reset()
     /// instead of resetting the ring by itself (default 0).
     pub manual_reset: u32,
-    /// Deliver committed records behind a claim pending this long (0, the default:
+    /// Deliver committed records behind a claim pending this long (default: never,
     /// always in claim order). Each producer's records stay in its commit order.
     pub overtake_after_ns: u64,
     /// The ring's consumer detaches a tethered consumer whose read cursor stays
     /// behind its own without moving for this long (it then gets
-    /// SHMRING_ERR_DETACHED). 0: the library's default. Ignored by a tethered
-    /// consumer (it is the ring's consumer's limit).
+    /// SHMRING_ERR_DETACHED; default 500 ms). Ignored by a tethered consumer (it is
+    /// the ring's consumer's limit).
     pub tether_stall_limit_ns: u64,
     /// Let a record wait up to this long before the consumer sees it, so one
-    /// wake-up serves many records (0, the default: producers wake a sleeping
+    /// wake-up serves many records (default: never, producers wake a sleeping
     /// consumer at every commit; see the core's `ConsumerOptions::latency_budget`).
     pub latency_budget_ns: u64,
     /// Take back a claim still pending this long after the consumer first saw it,
@@ -59,7 +64,8 @@ pub struct shmring_consumer_options {
     pub claim_timeout_ns: u64,
 }
 
-/// A duration option meaning "never" (see shmring_consumer_options.claim_timeout_ns).
+/// A duration option meaning "never": the option is off (see
+/// shmring_consumer_options).
 pub const SHMRING_NEVER: u64 = u64::MAX;
 
 /// Pass as a timeout to wait forever.
@@ -106,37 +112,33 @@ pub unsafe extern "C" fn shmring_consumer_options_init(
             overtake_after_ns: d.overtake_after.map_or(0, |t| t.as_nanos() as u64),
             tether_stall_limit_ns: d.tether_stall_limit.as_nanos() as u64,
             latency_budget_ns: d.latency_budget.map_or(0, |t| t.as_nanos() as u64),
-            claim_timeout_ns: d
-                .claim_timeout
-                .map_or(SHMRING_NEVER, |t| t.as_nanos() as u64),
+            // An option off by default is 0 (the default); one on by default, its
+            // duration.
+            claim_timeout_ns: d.claim_timeout.map_or(0, |t| t.as_nanos() as u64),
         };
         ok()
     })
 }
 
-/// The core's options from the C struct (NULL: the defaults).
-fn core_options(opts: *const shmring_consumer_options) -> ConsumerOptions {
-    let d = ConsumerOptions::default();
+/// The core's options from the C struct (NULL: the defaults), by the core's rules
+/// (`shmring::Setting::from_nanos`: 0 the default, SHMRING_NEVER never).
+fn core_options(opts: *const shmring_consumer_options) -> Res<ConsumerOptions> {
     if opts.is_null() {
-        return d;
+        return Ok(ConsumerOptions::default());
     }
     // SAFETY: non-null; the caller promises a valid struct.
     let o = unsafe { &*opts };
-    ConsumerOptions {
-        liveness_interval: Duration::from_nanos(o.liveness_interval_ns),
-        spin: o.spin,
-        auto_reset: o.manual_reset == 0,
-        overtake_after: (o.overtake_after_ns != 0)
-            .then(|| Duration::from_nanos(o.overtake_after_ns)),
-        tether_stall_limit: match o.tether_stall_limit_ns {
-            0 => d.tether_stall_limit,
-            ns => Duration::from_nanos(ns),
-        },
-        latency_budget: (o.latency_budget_ns != 0)
-            .then(|| Duration::from_nanos(o.latency_budget_ns)),
-        claim_timeout: (o.claim_timeout_ns != SHMRING_NEVER)
-            .then(|| Duration::from_nanos(o.claim_timeout_ns)),
+    ConsumerSettings {
+        liveness_interval: Setting::from_nanos(o.liveness_interval_ns),
+        spin: Some(o.spin),
+        overtake_after: Setting::from_nanos(o.overtake_after_ns),
+        manual_reset: o.manual_reset != 0,
+        tether_stall_limit: Setting::from_nanos(o.tether_stall_limit_ns),
+        latency_budget: Setting::from_nanos(o.latency_budget_ns),
+        claim_timeout: Setting::from_nanos(o.claim_timeout_ns),
     }
+    .options()
+    .map_err(core_err)
 }
 
 fn new_consumer(c: Consumer, out: &mut *mut shmring_consumer) -> Res<shmring_status> {
@@ -160,7 +162,7 @@ pub unsafe extern "C" fn shmring_consumer_attach(
         let out = out_ptr(out, "out")?;
         *out = std::ptr::null_mut();
         let (h, _l) = lease(seg)?;
-        let c = Consumer::with_options(h.seg.clone(), core_options(opts)).map_err(core_err)?;
+        let c = Consumer::with_options(h.seg.clone(), core_options(opts)?).map_err(core_err)?;
         new_consumer(c, out)
     })
 }
@@ -187,7 +189,7 @@ pub unsafe extern "C" fn shmring_consumer_attach_tethered(
         let out = out_ptr(out, "out")?;
         *out = std::ptr::null_mut();
         let (h, _l) = lease(seg)?;
-        let c = Consumer::tethered(h.seg.clone(), core_options(opts)).map_err(core_err)?;
+        let c = Consumer::tethered(h.seg.clone(), core_options(opts)?).map_err(core_err)?;
         new_consumer(c, out)
     })
 }

@@ -84,3 +84,24 @@ fn c_snapshots_list_the_cores_fields() {
         );
     }
 }
+
+/// The C consumer options take the core's names (`shmring::ConsumerSettings`), a
+/// duration's with its unit: `_ns` (in the order that packs the struct).
+#[test]
+fn c_consumer_options_take_the_cores_names() {
+    let header = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include/shmring.h"),
+    )
+    .expect("read include/shmring.h");
+    let mut core: Vec<String> = shmring::ConsumerSettings::NAMES
+        .iter()
+        .map(|n| match *n {
+            "spin" | "manual_reset" => n.to_string(),
+            duration => format!("{duration}_ns"),
+        })
+        .collect();
+    let mut c = c_struct_fields(&header, "shmring_consumer_options");
+    c.sort_unstable();
+    core.sort_unstable();
+    assert_eq!(c, core);
+}

@@ -43,6 +43,8 @@ mod fields;
 #[cfg(not(loom))]
 pub mod handoff;
 #[cfg(not(loom))]
+mod options;
+#[cfg(not(loom))]
 mod producer;
 #[cfg(not(loom))]
 mod segment;
@@ -73,6 +75,8 @@ pub use error::{Error, Name, Result};
 pub use fields::{Field, FieldKind, Snapshot};
 #[cfg(not(loom))]
 pub use handoff::{Listener, ListenerOptions};
+#[cfg(not(loom))]
+pub use options::{ConsumerSettings, Setting};
 #[cfg(not(loom))]
 pub use producer::{FullPolicy, Meta, Producer, RawReservation, Reservation};
 #[cfg(not(loom))]

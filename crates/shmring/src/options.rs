@@ -1,0 +1,248 @@
+//! [`ConsumerOptions`] as every binding takes them: one set of names, and one rule
+//! for a duration that is not given or is never ([`ConsumerSettings`]).
+
+use std::time::Duration;
+
+use crate::consumer::ConsumerOptions;
+use crate::error::Error;
+
+/// One of [`ConsumerOptions`]' durations as a binding gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    /// Not given, or 0: the library's default.
+    Default,
+    /// Never: the option is off (`None` in the core).
+    Never,
+    /// This long.
+    Exactly(Duration),
+}
+
+impl Setting {
+    /// A duration in nanoseconds, as C and Go give it: 0 the default, `u64::MAX`
+    /// (`SHMRING_NEVER`) never.
+    pub fn from_nanos(ns: u64) -> Setting {
+        match ns {
+            0 => Setting::Default,
+            u64::MAX => Setting::Never,
+            ns => Setting::Exactly(Duration::from_nanos(ns)),
+        }
+    }
+
+    /// A number of `unit`s as Python (seconds) and Node.js (milliseconds) give it:
+    /// absent or 0 the default, infinity never. Err (naming the option `name` and
+    /// the unit) for a negative number or NaN.
+    pub fn from_f64(value: Option<f64>, unit: Duration, name: &str) -> Result<Setting, Error> {
+        let unit_name = match unit.as_millis() {
+            1000 => "seconds",
+            1 => "milliseconds",
+            _ => "units",
+        };
+        match value {
+            None => Ok(Setting::Default),
+            Some(v) if v == f64::INFINITY => Ok(Setting::Never),
+            Some(0.0) => Ok(Setting::Default),
+            Some(v) => Duration::try_from_secs_f64(v * unit.as_secs_f64())
+                .map(Setting::Exactly)
+                .map_err(|_| {
+                    Error::Config(format!(
+                        "{name} must be a non-negative number of {unit_name} (or infinite: never), got {v}"
+                    ))
+                }),
+        }
+    }
+
+    /// The value of an option that may be off (`None`), whose default is `default`.
+    pub fn optional(self, default: Option<Duration>) -> Option<Duration> {
+        match self {
+            Setting::Default => default,
+            Setting::Never => None,
+            Setting::Exactly(d) => Some(d),
+        }
+    }
+
+    /// The value of an option that cannot be off, named `name`, whose default is
+    /// `default`: Err if it is never.
+    pub fn required(self, default: Duration, name: &str) -> Result<Duration, Error> {
+        match self {
+            Setting::Default => Ok(default),
+            Setting::Never => Err(Error::Config(format!("{name} cannot be never"))),
+            Setting::Exactly(d) => Ok(d),
+        }
+    }
+}
+
+/// [`ConsumerOptions`] as a binding gives them: one set of names, and one rule
+/// for a duration that is not given or is never; [`ConsumerSettings::options`]
+/// applies the rules.
+///
+/// | core (`ConsumerOptions`) | C (`shmring_consumer_options`) | Python (`Consumer(...)`) | Node.js (`new Consumer({...})`) | Go (`ConsumerOptions`) |
+/// | --- | --- | --- | --- | --- |
+/// | `liveness_interval` | `liveness_interval_ns` | `liveness_interval` (s) | `livenessIntervalMs` | `LivenessInterval` |
+/// | `spin` | `spin` | `spin` | `spin` | `Spin` |
+/// | `overtake_after` | `overtake_after_ns` | `overtake_after` (s) | `overtakeAfterMs` | `OvertakeAfter` |
+/// | `auto_reset` (negated) | `manual_reset` | `manual_reset` | `manualReset` | `ManualReset` |
+/// | `tether_stall_limit` | `tether_stall_limit_ns` | `tether_stall_limit` (s) | `tetherStallLimitMs` | `TetherStallLimit` |
+/// | `latency_budget` | `latency_budget_ns` | `latency_budget` (s) | `latencyBudgetMs` | `LatencyBudget` |
+/// | `claim_timeout` | `claim_timeout_ns` | `claim_timeout` (s) | `claimTimeoutMs` | `ClaimTimeout` |
+///
+/// Each binding gives durations in its language's unit (C nanoseconds, Python
+/// seconds, Node.js milliseconds, Go `time.Duration`). A duration that is absent,
+/// or 0, is the library's default ([`ConsumerOptions::default`]); never (C
+/// `SHMRING_NEVER`, Python `math.inf`, Node.js `Infinity`, Go `shmring.Never`)
+/// turns off what is optional: overtaking, the latency budget, the claim timeout.
+/// `manual_reset` is `auto_reset` negated, so that its absent value is `false` in
+/// every binding; `spin` is a count, and 0 means "sleep at once".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerSettings {
+    pub liveness_interval: Setting,
+    /// None: the default.
+    pub spin: Option<u32>,
+    pub overtake_after: Setting,
+    pub manual_reset: bool,
+    pub tether_stall_limit: Setting,
+    pub latency_budget: Setting,
+    pub claim_timeout: Setting,
+}
+
+impl Default for ConsumerSettings {
+    fn default() -> Self {
+        ConsumerSettings {
+            liveness_interval: Setting::Default,
+            spin: None,
+            overtake_after: Setting::Default,
+            manual_reset: false,
+            tether_stall_limit: Setting::Default,
+            latency_budget: Setting::Default,
+            claim_timeout: Setting::Default,
+        }
+    }
+}
+
+impl ConsumerSettings {
+    /// The names of the options, in this order, as the bindings take them (in their
+    /// own case, with their unit's suffix where the language has no duration type).
+    pub const NAMES: [&'static str; 7] = [
+        "liveness_interval",
+        "spin",
+        "overtake_after",
+        "manual_reset",
+        "tether_stall_limit",
+        "latency_budget",
+        "claim_timeout",
+    ];
+
+    /// The core's options: what is not given is the library's default.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use shmring::{ConsumerOptions, Setting, ConsumerSettings};
+    /// let o = ConsumerSettings {
+    ///     claim_timeout: Setting::Never,
+    ///     overtake_after: Setting::from_nanos(200_000_000),
+    ///     ..ConsumerSettings::default()
+    /// }
+    /// .options()?;
+    /// assert_eq!((o.claim_timeout, o.overtake_after), (None, Some(Duration::from_millis(200))));
+    /// assert_eq!(o.liveness_interval, ConsumerOptions::default().liveness_interval);
+    /// # Ok::<(), shmring::Error>(())
+    /// ```
+    pub fn options(&self) -> Result<ConsumerOptions, Error> {
+        let d = ConsumerOptions::default();
+        Ok(ConsumerOptions {
+            liveness_interval: self
+                .liveness_interval
+                .required(d.liveness_interval, "liveness_interval")?,
+            spin: self.spin.unwrap_or(d.spin),
+            overtake_after: self.overtake_after.optional(d.overtake_after),
+            auto_reset: !self.manual_reset,
+            tether_stall_limit: self
+                .tether_stall_limit
+                .required(d.tether_stall_limit, "tether_stall_limit")?,
+            latency_budget: self.latency_budget.optional(d.latency_budget),
+            claim_timeout: self.claim_timeout.optional(d.claim_timeout),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_cores_options() {
+        let dbg = format!("{:?}", ConsumerOptions::default());
+        let inner = &dbg[dbg.find('{').unwrap() + 1..dbg.rfind('}').unwrap()];
+        // The struct's field names: every top-level `name: ` (values hold no colon
+        // at the top level but `Some(..)` and durations).
+        let core: Vec<&str> = inner
+            .split(", ")
+            .filter_map(|kv| kv.split_once(": ").map(|(k, _)| k.trim()))
+            .filter(|k| k.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+            .collect();
+        let bindings: Vec<&str> = ConsumerSettings::NAMES
+            .iter()
+            .map(|n| {
+                if *n == "manual_reset" {
+                    "auto_reset"
+                } else {
+                    n
+                }
+            })
+            .collect();
+        assert_eq!(core, bindings);
+    }
+
+    #[test]
+    fn absent_and_zero_are_the_default_and_never_turns_off() {
+        let d = ConsumerOptions::default();
+        let o = ConsumerSettings::default().options().unwrap();
+        assert_eq!(format!("{o:?}"), format!("{d:?}"));
+        assert_eq!(Setting::from_nanos(0), Setting::Default);
+        assert_eq!(Setting::from_nanos(u64::MAX), Setting::Never);
+        assert_eq!(
+            Setting::from_nanos(5),
+            Setting::Exactly(Duration::from_nanos(5))
+        );
+        let s = Duration::from_secs(1);
+        assert_eq!(Setting::from_f64(None, s, "x").unwrap(), Setting::Default);
+        assert_eq!(
+            Setting::from_f64(Some(0.0), s, "x").unwrap(),
+            Setting::Default
+        );
+        assert_eq!(
+            Setting::from_f64(Some(f64::INFINITY), s, "x").unwrap(),
+            Setting::Never
+        );
+        assert_eq!(
+            Setting::from_f64(Some(2.5), Duration::from_millis(1), "x").unwrap(),
+            Setting::Exactly(Duration::from_micros(2500))
+        );
+        for bad in [-1.0, f64::NAN, f64::NEG_INFINITY] {
+            let e = Setting::from_f64(Some(bad), s, "claim_timeout").unwrap_err();
+            assert!(e.to_string().contains("claim_timeout must be"), "{e}");
+        }
+        let never = ConsumerSettings {
+            overtake_after: Setting::Never,
+            latency_budget: Setting::Never,
+            claim_timeout: Setting::Never,
+            ..ConsumerSettings::default()
+        };
+        let o = never.options().unwrap();
+        assert_eq!(
+            (o.overtake_after, o.latency_budget, o.claim_timeout),
+            (None, None, None)
+        );
+        for required in [
+            ConsumerSettings {
+                liveness_interval: Setting::Never,
+                ..ConsumerSettings::default()
+            },
+            ConsumerSettings {
+                tether_stall_limit: Setting::Never,
+                ..ConsumerSettings::default()
+            },
+        ] {
+            assert!(required.options().is_err());
+        }
+    }
+}
