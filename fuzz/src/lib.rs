@@ -11,13 +11,17 @@
 //! `fuzz/boundary.dict` ([`dictionary`]) gives libFuzzer the same values as
 //! tokens: `cargo +nightly fuzz run consumer_vs_segment -- -dict=boundary.dict`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::mem::{offset_of, size_of};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use shmring::layout::{pack_cursor, ClaimState, Geometry, LogEntry, POS_MASK, SEQ_MASK};
+use shmring::layout::{
+    pack_cursor, ClaimState, Geometry, LogEntry, RecordHeader, Slot, POS_MASK, SEQ_MASK,
+};
 use shmring::{Config, ConsumerOptions, FullPolicy, Meta, RawFrame, Segment};
 use shmring_testkit::matrix::{self, Ctx, Peek, Value, Word};
+use shmring_testkit::Peer;
 
 /// Reads the program.
 struct Input<'a>(&'a [u8]);
@@ -92,34 +96,15 @@ fn boundary() -> &'static Boundary {
     })
 }
 
-/// The word at `off` of a mapping at `base` (8-aligned, inside the segment).
-struct Mapping(usize);
-
-impl Mapping {
-    fn at(&self, off: usize) -> &AtomicU64 {
-        // SAFETY: callers pass offsets of words of the layout, 8-aligned and inside
-        // the segment (`matrix::words` of its own geometry); the mapping outlives
-        // the run. Shared words are accessed atomically by every side.
-        unsafe { &*((self.0 + off) as *const AtomicU64) }
-    }
-}
-
-impl Peek for Mapping {
-    fn word(&self, off: usize) -> u64 {
-        self.at(off).load(Ordering::SeqCst)
-    }
-}
-
 /// Writes the boundary value `value` (an index into the word's values) over the
 /// word `word` (even: an aimed word; odd: any word), relative to what it holds.
-fn boundary_write(base: usize, word: u16, value: u8) {
+fn boundary_write(peer: &Peer, word: u16, value: u8) {
     let b = boundary();
     let list = if word & 1 == 0 { &b.aimed } else { &b.all };
     let (w, vals) = &list[(word >> 1) as usize % list.len()];
     let v = &vals[value as usize % vals.len()];
-    let m = Mapping(base);
-    let new = matrix::apply(&v.op, m.word(w.offset), &b.ctx, &m);
-    m.at(w.offset).store(new, Ordering::SeqCst);
+    let new = matrix::apply(&v.op, peer.word(w.offset), &b.ctx, peer);
+    peer.at(w.offset).store(new, Ordering::SeqCst);
 }
 
 /// A libFuzzer dictionary of the same boundaries (`fuzz/boundary.dict`): the
@@ -226,6 +211,7 @@ fn run_on(seg: &Arc<Segment>, data: &[u8], with_producer: bool) {
     } else {
         None
     };
+    let peer = Peer::new(seg);
     let (base, len) = seg.mapping();
     let g = *seg.geometry();
     let data_start = base as usize + g.data_offset as usize;
@@ -246,33 +232,31 @@ fn run_on(seg: &Arc<Segment>, data: &[u8], with_producer: bool) {
                 let bytes = input.bytes(n).to_vec();
                 let off = (off as usize * 7) % len;
                 let n = bytes.len().min(len - off);
-                // SAFETY: off + n <= len: inside our own mapping. Shared memory that
-                // the consumer treats as untrusted; writing it is the point.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), (base as *mut u8).add(off), n)
-                };
+                peer.put_bytes(off, &bytes[..n]);
             }
             // A boundary value of the one-write matrix, relative to the word's value.
             1 if op & 8 != 0 => {
                 let Some(word) = input.u16() else { break };
                 let Some(value) = input.byte() else { break };
-                boundary_write(base as usize, word, value);
+                boundary_write(&peer, word, value);
             }
             // A 64-bit value into a structure the protocol reads.
             1 => {
                 let Some(which) = input.byte() else { break };
                 let Some(v) = input.u64() else { break };
-                let at = match which % 6 {
-                    0 => 64,                                                         // write cursor
-                    1 => 128,                                                        // read cursor
-                    2 => g.log_offset as usize + 8 * (which as usize / 6 % 16),      // a log entry
-                    3 => g.slots_offset as usize + 128 * (which as usize / 6 % 4),   // slot state
-                    4 => g.data_offset as usize + 64 * (which as usize % 1024), // a record header
-                    _ => g.data_offset as usize + 64 * (which as usize % 1024) + 32, // its seq
+                let word = match which % 6 {
+                    0 => &peer.control().write.0,
+                    1 => &peer.control().cursors.0.read,
+                    2 => peer.entry(which as u64 / 6 % 16),
+                    // A slot's state word (and its padding).
+                    3 => peer
+                        .at(g.slots_offset as usize + size_of::<Slot>() * (which as usize / 6 % 4)),
+                    // A record header's first word, or its seq.
+                    4 => peer.at(peer.unit_offset(which as u64 % 1024)),
+                    _ => peer
+                        .at(peer.unit_offset(which as u64 % 1024) + offset_of!(RecordHeader, seq)),
                 };
-                // SAFETY: `at` + 8 lies inside the mapping (computed from the geometry),
-                // 8-byte aligned.
-                unsafe { std::ptr::write_volatile((base as *mut u8).add(at) as *mut u64, v) };
+                word.store(v, Ordering::SeqCst);
             }
             2 | 3 => match consumer.next_raw(Some(Duration::ZERO)) {
                 Ok(Some(f)) => {

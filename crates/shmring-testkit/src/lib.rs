@@ -1,6 +1,7 @@
 //! Helpers shared by shmring's test suites and its reliability suite: the test RNG
 //! ([`Rng`]), the payload checksum ([`checksum`]), unique `/dev/shm` ring names
-//! removed on drop ([`ShmName`]), and the one-write liveness matrix ([`matrix`]).
+//! removed on drop ([`ShmName`]), the hostile peer that writes a ring by field
+//! ([`Peer`]), and the one-write liveness matrix ([`matrix`]).
 //! The child supervisor ([`ChildGuard`]: killed and reaped on drop, even when a test
 //! panics) is the tools' own, from `shmring_host`, re-exported here for the suites.
 //!
@@ -8,8 +9,12 @@
 
 #[cfg(not(loom))]
 pub mod matrix;
+#[cfg(not(loom))]
+pub mod peer;
 mod rng;
 
+#[cfg(not(loom))]
+pub use peer::{Peer, Target};
 pub use rng::{checksum, mix, Rng};
 pub use shmring_host::{pid_gone, ChildGuard};
 

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use shmring::{Error, FullPolicy, Meta, Segment};
 
 use crate::common::{fill_body, seal_record, state, verify_record, Flags, Rng, REC_HDR};
+use shmring_testkit::{Peer, Target};
 
 /// A ring's descriptors as a child inherits them, in the order of
 /// `Segment::descriptors`; on the command line `--fd=N,M`.
@@ -328,39 +329,29 @@ pub fn scribbler(fd: &RingFds, writes_per_sec: u64, region: &str) -> i32 {
             return 2;
         }
     };
-    let g = *seg.geometry();
-    let (base, len) = seg.mapping();
-    let base = base as *mut u8;
-    let control = std::mem::size_of::<shmring::layout::Control>() as u64;
-    let data = (g.data_offset, g.total_size.min(len as u64));
-    let log = (g.log_offset, g.log_offset + 8 * g.log_entries as u64);
-    let regions: Vec<(u64, u64)> = match region {
-        "cursors" => vec![(64, 192)],
-        "control" => vec![(64, control)],
-        "slots" => vec![(g.slots_offset, g.log_offset)],
-        "log" => vec![log],
-        "identity" => vec![(0, 64)],
-        "data" => vec![data],
-        "all" => vec![(64, control), (g.slots_offset, g.log_offset), log, data],
-        other => {
-            eprintln!("child-scribbler: unknown region {other:?}");
-            return 2;
-        }
+    let peer = Peer::new(&seg);
+    let targets: Vec<Target> = match region {
+        "all" => vec![Target::Control, Target::Slots, Target::Log, Target::Data],
+        name => match Target::named(name) {
+            Some(t) => vec![t],
+            None => {
+                eprintln!("child-scribbler: unknown region {name:?}");
+                return 2;
+            }
+        },
     };
+    let regions: Vec<std::ops::Range<usize>> = targets.iter().map(|&t| peer.target(t)).collect();
     let mut rng = Rng::seeded();
     let pause = Duration::from_nanos(1_000_000_000 / writes_per_sec.max(1));
     loop {
-        let (lo, hi) = regions[rng.below(regions.len() as u64) as usize];
+        let r = &regions[rng.below(regions.len() as u64) as usize];
+        let (lo, hi) = (r.start as u64, r.end as u64);
         let n = rng.range(1, 16).min(hi - lo);
         let at = rng.range(lo, hi - n);
-        let bytes = rng.next().to_le_bytes();
-        for i in 0..n {
-            // SAFETY: `at + n <= hi <= len`: inside our mapping of the segment. The
-            // write races with every peer on purpose (that is the test).
-            unsafe {
-                std::ptr::write_volatile(base.add((at + i) as usize), bytes[(i % 8) as usize])
-            };
-        }
+        let word = rng.next().to_le_bytes();
+        let bytes: Vec<u8> = (0..n).map(|i| word[(i % 8) as usize]).collect();
+        // Races with every peer on purpose (that is the test).
+        peer.put_bytes(at as usize, &bytes);
         std::thread::sleep(pause);
     }
 }

@@ -17,10 +17,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use shmring::layout::{
-    cursor_pos, cursor_seq, pack_cursor, ClaimState, Control, Geometry, Identity, LogEntry, Slot,
-    SEQ_MASK,
+    cursor_pos, cursor_seq, pack_cursor, ClaimState, Control, LogEntry, SEQ_MASK, SLOT_ACTIVE,
 };
 use shmring::{Config, FullPolicy, Meta, Segment};
+use shmring_testkit::{Peer, Target};
 
 use crate::common::{ms, Report, Rng};
 
@@ -43,73 +43,46 @@ pub struct Args {
     pub json: bool,
 }
 
-/// A hostile peer's raw view of the segment.
-struct Peer {
-    base: usize,
-    geo: Geometry,
+/// Every store of a forger: SeqCst, as a peer may.
+const S: Ordering = Ordering::SeqCst;
+
+/// The write cursor.
+fn write(p: &Peer) -> &AtomicU64 {
+    &p.control().write.0
 }
 
-const CONTROL: usize = 0;
+/// The ring's read cursor.
+fn read(p: &Peer) -> &AtomicU64 {
+    &p.control().cursors.0.read
+}
 
-impl Peer {
-    fn word(&self, off: usize) -> &AtomicU64 {
-        assert!(off.is_multiple_of(8) && off + 8 <= self.geo.total_size as usize);
-        // SAFETY: aligned and inside the mapping, which outlives every use here;
-        // writing shared memory like any peer may is the point.
-        unsafe { &*((self.base + off) as *const AtomicU64) }
+/// Claim log entries.
+fn n(p: &Peer) -> u64 {
+    p.geometry().log_entries as u64
+}
+
+/// Writes a claim at the write cursor and moves the cursor past it, as a
+/// producer would, but naming `slot` and in `state`.
+fn forge_claim(p: &Peer, slot: u32, state: ClaimState, units: u64) -> u64 {
+    let w = write(p).load(S);
+    let (k, pos) = (cursor_seq(w), cursor_pos(w));
+    let v = LogEntry {
+        stamp: k,
+        state,
+        slot,
+        units,
     }
-    fn put(&self, off: usize, v: u64) {
-        self.word(off).store(v, Ordering::SeqCst);
-    }
-    fn get(&self, off: usize) -> u64 {
-        self.word(off).load(Ordering::SeqCst)
-    }
-    /// Writes the 32-bit field at `off` (4-byte aligned) inside its 8-byte word.
-    fn put32(&self, off: usize, v: u32) {
-        let w = off & !7;
-        let shift = (off - w) * 8;
-        let old = self.get(w);
-        self.put(
-            w,
-            (old & !(0xffff_ffffu64 << shift)) | ((v as u64) << shift),
-        );
-    }
-    fn write_cursor(&self) -> usize {
-        CONTROL + offset_of!(Control, write)
-    }
-    fn read_cursor(&self) -> usize {
-        CONTROL + offset_of!(Control, cursors)
-    }
-    fn entry(&self, seq: u64) -> usize {
-        self.geo.log_offset as usize + 8 * (seq & (self.geo.log_entries as u64 - 1)) as usize
-    }
-    fn slot(&self, i: u32) -> usize {
-        self.geo.slots_offset as usize + i as usize * std::mem::size_of::<Slot>()
-    }
-    fn n(&self) -> u64 {
-        self.geo.log_entries as u64
-    }
-    /// Writes a claim at the write cursor and moves the cursor past it, as a
-    /// producer would, but naming `slot` and in `state`.
-    fn forge_claim(&self, slot: u32, state: ClaimState, units: u64) -> u64 {
-        let w = self.get(self.write_cursor());
-        let (k, p) = (cursor_seq(w), cursor_pos(w));
-        let v = LogEntry {
-            stamp: k,
-            state,
-            slot,
-            units,
-        }
-        .pack();
-        self.put(self.entry(k), v);
-        self.put(self.write_cursor(), pack_cursor(k + 1, p + units));
-        v
-    }
-    fn random_bytes(&self, rng: &mut Rng, from: usize, to: usize, count: usize) {
-        for _ in 0..count {
-            let off = (from + rng.below((to - from) as u64) as usize) & !7;
-            self.put(off, rng.next());
-        }
+    .pack();
+    p.entry(k).store(v, S);
+    write(p).store(pack_cursor(k + 1, pos + units), S);
+    v
+}
+
+/// `count` random 8-byte words at random aligned places of `range`.
+fn random_words(p: &Peer, rng: &mut Rng, range: std::ops::Range<usize>, count: usize) {
+    for _ in 0..count {
+        let off = (range.start + rng.below((range.end - range.start) as u64) as usize) & !7;
+        p.at(off).store(rng.next(), S);
     }
 }
 
@@ -121,20 +94,15 @@ struct Case {
     forge: fn(&Peer, u32, &mut Rng),
 }
 
-/// A case that writes `value(peer)` into one identity field of `width` bytes.
+/// A case that writes `value(peer)` into one field of the identity line.
 macro_rules! identity_case {
-    ($name:literal, $field:ident, $width:literal, $value:expr) => {
+    ($name:literal, $field:ident, $value:expr) => {
         Case {
             name: $name,
             class: "identity line",
             forge: |p, _, _| {
-                let off = CONTROL + offset_of!(Control, identity) + offset_of!(Identity, $field);
                 let value: fn(&Peer) -> u64 = $value;
-                if $width == 4 {
-                    p.put32(off, value(p) as u32);
-                } else {
-                    p.put(off, value(p));
-                }
+                p.identity(0).$field.store(value(p) as _, S);
             },
         }
     };
@@ -142,54 +110,48 @@ macro_rules! identity_case {
 
 fn cases() -> Vec<Case> {
     vec![
-        identity_case!("identity_magic", magic, 8, |_| u64::from_le_bytes(
+        identity_case!("identity_magic", magic, |_| u64::from_le_bytes(
             *b"SHMRING0"
         )),
-        identity_case!("identity_version", version, 4, |_| 99),
-        identity_case!("identity_control_size", control_size, 4, |_| 8192),
-        identity_case!("identity_capacity", capacity, 8, |p| p.geo.capacity * 2),
-        identity_case!("identity_max_record", max_record, 8, |p| p.geo.capacity),
-        identity_case!("identity_log_entries", log_entries, 4, |_| 3),
-        identity_case!("identity_max_producers", max_producers, 4, |_| 0),
-        identity_case!("identity_flags", flags, 4, |_| 0xff),
-        identity_case!("identity_data_offset", data_offset, 8, |_| u64::MAX),
-        identity_case!("identity_total_size", total_size, 8, |_| 4096),
+        identity_case!("identity_version", version, |_| 99),
+        identity_case!("identity_control_size", control_size, |_| 8192),
+        identity_case!("identity_capacity", capacity, |p| p.geometry().capacity * 2),
+        identity_case!("identity_max_record", max_record, |p| p.geometry().capacity),
+        identity_case!("identity_log_entries", log_entries, |_| 3),
+        identity_case!("identity_max_producers", max_producers, |_| 0),
+        identity_case!("identity_flags", flags, |_| 0xff),
+        identity_case!("identity_data_offset", data_offset, |_| u64::MAX),
+        identity_case!("identity_total_size", total_size, |_| 4096),
         Case {
             name: "write_cursor_max",
             class: "write cursor",
-            forge: |p, _, _| p.put(p.write_cursor(), u64::MAX),
+            forge: |p, _, _| write(p).store(u64::MAX, S),
         },
         Case {
             name: "write_cursor_beyond_capacity",
             class: "write cursor",
             forge: |p, _, _| {
-                let w = p.get(p.write_cursor());
-                let units = p.geo.cap_units() + 64;
-                p.put(
-                    p.write_cursor(),
-                    pack_cursor(cursor_seq(w), cursor_pos(w) + units),
-                );
+                let w = write(p).load(S);
+                let units = p.geometry().cap_units() + 64;
+                write(p).store(pack_cursor(cursor_seq(w), cursor_pos(w) + units), S);
             },
         },
         Case {
             name: "write_cursor_seq_plus_2n",
             class: "write cursor",
             forge: |p, _, _| {
-                let w = p.get(p.write_cursor());
-                p.put(
-                    p.write_cursor(),
-                    pack_cursor(cursor_seq(w) + 2 * p.n(), cursor_pos(w)),
-                );
+                let w = write(p).load(S);
+                write(p).store(pack_cursor(cursor_seq(w) + 2 * n(p), cursor_pos(w)), S);
             },
         },
         Case {
             name: "write_cursor_seq_minus_2n",
             class: "write cursor",
             forge: |p, _, _| {
-                let w = p.get(p.write_cursor());
-                p.put(
-                    p.write_cursor(),
-                    pack_cursor(cursor_seq(w).wrapping_sub(2 * p.n()), cursor_pos(w)),
+                let w = write(p).load(S);
+                write(p).store(
+                    pack_cursor(cursor_seq(w).wrapping_sub(2 * n(p)), cursor_pos(w)),
+                    S,
                 );
             },
         },
@@ -197,69 +159,60 @@ fn cases() -> Vec<Case> {
             name: "write_cursor_seq_plus_5",
             class: "write cursor",
             forge: |p, _, _| {
-                let w = p.get(p.write_cursor());
-                p.put(
-                    p.write_cursor(),
-                    pack_cursor(cursor_seq(w) + 5, cursor_pos(w)),
-                );
+                let w = write(p).load(S);
+                write(p).store(pack_cursor(cursor_seq(w) + 5, cursor_pos(w)), S);
             },
         },
         Case {
             name: "write_cursor_position_shifted",
             class: "write cursor",
             forge: |p, _, _| {
-                let w = p.get(p.write_cursor());
-                p.put(
-                    p.write_cursor(),
-                    pack_cursor(cursor_seq(w), cursor_pos(w) + 7),
-                );
+                let w = write(p).load(S);
+                write(p).store(pack_cursor(cursor_seq(w), cursor_pos(w) + 7), S);
             },
         },
         Case {
             name: "read_cursor_random",
             class: "read cursor",
-            forge: |p, _, rng| p.put(p.read_cursor(), rng.next()),
+            forge: |p, _, rng| read(p).store(rng.next(), S),
         },
         Case {
             name: "read_cursor_ahead",
             class: "read cursor",
             forge: |p, _, _| {
-                let w = p.get(p.write_cursor());
-                p.put(
-                    p.read_cursor(),
-                    pack_cursor(cursor_seq(w) + 3, cursor_pos(w) + 1000),
-                );
+                let w = write(p).load(S);
+                read(p).store(pack_cursor(cursor_seq(w) + 3, cursor_pos(w) + 1000), S);
             },
         },
         Case {
             name: "log_entry_future",
             class: "claim log",
             forge: |p, _, _| {
-                let k = cursor_seq(p.get(p.write_cursor()));
+                let k = cursor_seq(write(p).load(S));
                 let v = LogEntry {
-                    stamp: (k + p.n()) & SEQ_MASK,
+                    stamp: (k + n(p)) & SEQ_MASK,
                     state: ClaimState::Committed,
                     slot: 0,
                     units: 2,
                 };
-                p.put(p.entry(k), v.pack());
+                p.entry(k).store(v.pack(), S);
             },
         },
         Case {
             name: "log_entry_stale",
             class: "claim log",
             forge: |p, _, _| {
-                let k = cursor_seq(p.get(p.write_cursor()));
-                let v = LogEntry::initial(k.wrapping_sub(p.n()) & SEQ_MASK, p.n());
-                p.put(p.entry(k), v);
+                let k = cursor_seq(write(p).load(S));
+                let v = LogEntry::initial(k.wrapping_sub(n(p)) & SEQ_MASK, n(p));
+                p.entry(k).store(v, S);
             },
         },
         Case {
             name: "log_entry_every_one_random",
             class: "claim log",
             forge: |p, _, rng| {
-                for k in 0..p.n() {
-                    p.put(p.entry(k), rng.next());
+                for k in 0..n(p) {
+                    p.entry(k).store(rng.next(), S);
                 }
             },
         },
@@ -267,21 +220,21 @@ fn cases() -> Vec<Case> {
             name: "claim_naming_a_free_slot",
             class: "claim log",
             forge: |p, _, _| {
-                p.forge_claim(p.geo.max_producers - 1, ClaimState::Claimed, 4);
+                forge_claim(p, p.geometry().max_producers - 1, ClaimState::Claimed, 4);
             },
         },
         Case {
             name: "claim_naming_a_missing_slot",
             class: "claim log",
             forge: |p, _, _| {
-                p.forge_claim(255, ClaimState::Claimed, 4);
+                forge_claim(p, 255, ClaimState::Claimed, 4);
             },
         },
         Case {
             name: "claim_naming_a_live_producer",
             class: "claim log",
             forge: |p, victim, _| {
-                p.forge_claim(victim, ClaimState::Claimed, 4);
+                forge_claim(p, victim, ClaimState::Claimed, 4);
             },
         },
         Case {
@@ -290,31 +243,31 @@ fn cases() -> Vec<Case> {
             forge: |p, victim, _| {
                 // The forger also writes the victim's open-claim word: believed until
                 // the victim's next claim overwrites it.
-                let v = p.forge_claim(victim, ClaimState::Claimed, 4);
-                p.put(p.slot(victim) + offset_of!(Slot, open_claim), v);
+                let v = forge_claim(p, victim, ClaimState::Claimed, 4);
+                p.slot(victim).open_claim.store(v, S);
             },
         },
         Case {
             name: "claim_units_zero",
             class: "claim log",
             forge: |p, _, _| {
-                p.forge_claim(0, ClaimState::Committed, 0);
+                forge_claim(p, 0, ClaimState::Committed, 0);
             },
         },
         Case {
             name: "claim_units_beyond_capacity",
             class: "claim log",
             forge: |p, _, _| {
-                let units = p.geo.cap_units() + 1;
-                p.forge_claim(0, ClaimState::Committed, units);
+                let units = p.geometry().cap_units() + 1;
+                forge_claim(p, 0, ClaimState::Committed, units);
             },
         },
         Case {
             name: "slots_all_active",
             class: "slot table",
             forge: |p, _, _| {
-                for i in 0..p.geo.max_producers {
-                    p.put32(p.slot(i) + offset_of!(Slot, state), 2);
+                for i in 0..p.geometry().max_producers {
+                    p.slot(i).state.store(SLOT_ACTIVE, S);
                 }
             },
         },
@@ -322,8 +275,7 @@ fn cases() -> Vec<Case> {
             name: "slots_random",
             class: "slot table",
             forge: |p, _, rng| {
-                let (from, to) = (p.slot(0), p.slot(p.geo.max_producers));
-                p.random_bytes(rng, from, to, 64);
+                random_words(p, rng, p.target(Target::Slots), 64);
             },
         },
         Case {
@@ -331,11 +283,11 @@ fn cases() -> Vec<Case> {
             class: "slot table",
             forge: |p, _, _| {
                 // Every slot claims to hold the claim at the consumer's peek cursor.
-                let k = cursor_seq(p.get(p.read_cursor()));
-                let v = p.get(p.entry(k));
-                for i in 0..p.geo.max_producers {
-                    p.put(p.slot(i) + offset_of!(Slot, open_claim), v);
-                    p.put32(p.slot(i) + offset_of!(Slot, space_waiting), 1);
+                let k = cursor_seq(read(p).load(S));
+                let v = p.entry(k).load(S);
+                for i in 0..p.geometry().max_producers {
+                    p.slot(i).open_claim.store(v, S);
+                    p.slot(i).space_waiting.store(1, S);
                 }
             },
         },
@@ -343,31 +295,43 @@ fn cases() -> Vec<Case> {
             name: "futex_words_and_waiting_counts",
             class: "futex words",
             forge: |p, _, rng| {
-                let data = CONTROL + offset_of!(Control, data);
-                let space = CONTROL + offset_of!(Control, space);
-                p.put(data, rng.next());
-                p.put(space, u64::MAX); // seq and waiting
-                p.put(space + 8, u64::MAX); // need
+                let (data, space) = (&p.control().data.0, &p.control().space.0);
+                let r = rng.next();
+                data.seq.store(r as u32, S);
+                data.waiting.store((r >> 32) as u32, S);
+                for f in [&space.seq, &space.waiting, &space.need] {
+                    f.store(u32::MAX, S);
+                }
             },
         },
         Case {
             name: "consumer_role",
             class: "consumer role",
-            forge: |p, _, _| p.put(CONTROL + offset_of!(Control, consumer), 0),
+            forge: |p, _, _| p.control().consumer.0.state.store(0, S),
         },
         Case {
             name: "counters",
             class: "counters",
             forge: |p, _, _| {
-                let from = CONTROL + offset_of!(Control, counters);
-                let to = CONTROL + std::mem::size_of::<Control>();
-                for off in (from..to).step_by(8) {
-                    p.put(off, u64::MAX);
+                // Everything from the consumer's counters to the end of the control
+                // block, every word.
+                let from = offset_of!(Control, counters);
+                for off in (from..std::mem::size_of::<Control>()).step_by(8) {
+                    p.at(off).store(u64::MAX, S);
                 }
-                for i in 0..p.geo.max_producers {
-                    let c = p.slot(i) + offset_of!(Slot, counters);
-                    for off in (c..c + 64).step_by(8) {
-                        p.put(off, u64::MAX);
+                for i in 0..p.geometry().max_producers {
+                    let c = &p.slot(i).counters;
+                    for f in [
+                        &c.records_committed,
+                        &c.bytes_committed,
+                        &c.aborted,
+                        &c.drops_full,
+                        &c.waits,
+                        &c.wakes_sent,
+                        &c._reserved[0],
+                        &c._reserved[1],
+                    ] {
+                        f.store(u64::MAX, S);
                     }
                 }
             },
@@ -375,7 +339,9 @@ fn cases() -> Vec<Case> {
         Case {
             name: "control_block_random",
             class: "control block",
-            forge: |p, _, rng| p.random_bytes(rng, 64, std::mem::size_of::<Control>(), 24),
+            forge: |p, _, rng| {
+                random_words(p, rng, p.target(Target::Control), 24);
+            },
         },
     ]
 }
@@ -413,10 +379,7 @@ fn run_case(case: &Case, records: u64, seed: u64) -> Outcome {
             }
         }
     };
-    let peer = Peer {
-        base: seg.mapping().0 as usize,
-        geo: *seg.geometry(),
-    };
+    let peer = Peer::new(&seg);
     let consumer = Arc::new(Mutex::new(seg.consumer().expect("consumer")));
     // Traffic before the attack: some records delivered, some in flight.
     let mut warm = seg.producer().expect("producer");

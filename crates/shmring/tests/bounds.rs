@@ -3,60 +3,14 @@
 //! a plain store into the mapping (what any process with the descriptor can do);
 //! afterwards honest producers' records must flow again, exactly once.
 
-use std::mem::offset_of;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use shmring::layout::{
-    cursor_pos, cursor_seq, pack_cursor, ClaimState, Control, LogEntry, Slot, TetherLine,
-    SLOT_ACTIVE, UNIT,
+    cursor_pos, cursor_seq, pack_cursor, ClaimState, LogEntry, SLOT_ACTIVE, UNIT,
 };
 use shmring::{Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, Producer, Segment};
-
-/// A peer's raw view of a segment: 8-byte words addressed through the layout.
-struct Peer {
-    base: usize,
-    seg: Arc<Segment>,
-}
-
-impl Peer {
-    fn new(seg: &Arc<Segment>) -> Peer {
-        Peer {
-            base: seg.mapping().0 as usize,
-            seg: seg.clone(),
-        }
-    }
-    fn word(&self, off: usize) -> &AtomicU64 {
-        assert!(off % 8 == 0 && off + 8 <= self.seg.mapping().1);
-        // SAFETY: aligned and inside the mapping, which `self.seg` keeps alive;
-        // every peer accesses shared words atomically.
-        unsafe { &*((self.base + off) as *const AtomicU64) }
-    }
-    fn write_cursor(&self) -> &AtomicU64 {
-        self.word(offset_of!(Control, write))
-    }
-    fn entry(&self, seq: u64) -> &AtomicU64 {
-        let g = self.seg.geometry();
-        self.word(g.log_offset as usize + (seq & (g.log_entries as u64 - 1)) as usize * 8)
-    }
-    fn slot_word(&self, slot: u32, field: usize) -> &AtomicU64 {
-        let g = self.seg.geometry();
-        self.word(g.slots_offset as usize + slot as usize * std::mem::size_of::<Slot>() + field)
-    }
-    fn tether_read(&self, line: usize) -> &AtomicU64 {
-        let line_size = std::mem::size_of_val(&unsafe_zeroed_control().tether[0]);
-        self.word(offset_of!(Control, tether) + line * line_size + offset_of!(TetherLine, read))
-    }
-}
-
-/// Only for `size_of_val` of a field type without naming the private `Line` size.
-fn unsafe_zeroed_control() -> &'static Control {
-    static BYTES: [u64; 512] = [0; 512];
-    // SAFETY: Control is made of atomics and plain integers, for which all-zero
-    // bytes are valid; 4096 bytes cover it; only its field sizes are used.
-    unsafe { &*(BYTES.as_ptr() as *const Control) }
-}
+use shmring_testkit::Peer;
 
 fn small() -> Config {
     Config {
@@ -152,8 +106,8 @@ fn a_write_cursor_moved_about_a_ring_ahead_recovers() {
             producer.send(&payload(i), Meta::new(0, i as u32)).unwrap();
         }
         let peer = Peer::new(&seg);
-        let w = peer.write_cursor().load(Ordering::Relaxed);
-        peer.write_cursor().store(
+        let w = peer.control().write.0.load(Ordering::Relaxed);
+        peer.control().write.0.store(
             pack_cursor(cursor_seq(w), cursor_pos(w) + ahead),
             Ordering::Relaxed,
         );
@@ -171,9 +125,8 @@ fn a_producer_killed_between_stamping_its_claim_and_moving_the_cursor_costs_no_r
     // claim stamped at the write cursor, which it never moved.
     let peer = Peer::new(&seg);
     let dead = 7;
-    peer.slot_word(dead, offset_of!(Slot, state))
-        .store(SLOT_ACTIVE as u64, Ordering::Relaxed);
-    let w = peer.write_cursor().load(Ordering::Relaxed);
+    peer.slot(dead).state.store(SLOT_ACTIVE, Ordering::Relaxed);
+    let w = peer.control().write.0.load(Ordering::Relaxed);
     let claim = LogEntry {
         stamp: cursor_seq(w),
         state: ClaimState::Claimed,
@@ -279,7 +232,7 @@ fn a_claim_forged_in_an_idle_producers_name_stalls_no_longer_than_the_claim_time
     // The forger writes a claim in the idle producer's name *and* the producer's
     // open-claim word, moves the write cursor past it, and is gone.
     let peer = Peer::new(&seg);
-    let w = peer.write_cursor().load(Ordering::Relaxed);
+    let w = peer.control().write.0.load(Ordering::Relaxed);
     let forged = LogEntry {
         stamp: cursor_seq(w),
         state: ClaimState::Claimed,
@@ -287,10 +240,11 @@ fn a_claim_forged_in_an_idle_producers_name_stalls_no_longer_than_the_claim_time
         units: 4,
     }
     .pack();
-    peer.slot_word(victim, offset_of!(Slot, open_claim))
+    peer.slot(victim)
+        .open_claim
         .store(forged, Ordering::Relaxed);
     peer.entry(cursor_seq(w)).store(forged, Ordering::Relaxed);
-    peer.write_cursor().store(
+    peer.control().write.0.store(
         pack_cursor(cursor_seq(w) + 1, cursor_pos(w) + 4),
         Ordering::Relaxed,
     );
@@ -318,7 +272,7 @@ fn a_tether_line_written_by_another_process_is_expelled_and_its_reader_told_why(
     }
     // Another process moves the line's read cursor backwards, again and again.
     let peer = Peer::new(&seg);
-    let before = peer.tether_read(line).load(Ordering::Relaxed);
+    let before = peer.control().tether[line].0.read.load(Ordering::Relaxed);
     // Two values behind the line's, alternately (the owner never sees a release
     // that leads from one to the other).
     let back = [
@@ -327,7 +281,10 @@ fn a_tether_line_written_by_another_process_is_expelled_and_its_reader_told_why(
     ];
     let deadline = Instant::now() + Duration::from_secs(1);
     for i in 0.. {
-        peer.tether_read(line).store(back[i % 2], Ordering::Relaxed);
+        peer.control().tether[line]
+            .0
+            .read
+            .store(back[i % 2], Ordering::Relaxed);
         let _ = owner.audit().unwrap();
         if seg.stats().tethers_detached > 0 {
             break;
@@ -359,9 +316,9 @@ fn a_tethered_reader_notices_its_own_line_was_written() {
     drop(tethered.recv().unwrap());
     let line = tethered.tether_info().unwrap().line as usize;
     let peer = Peer::new(&seg);
-    let r = peer.tether_read(line).load(Ordering::Relaxed);
+    let r = peer.control().tether[line].0.read.load(Ordering::Relaxed);
     // Forward, as if it had released records it never read.
-    peer.tether_read(line).store(
+    peer.control().tether[line].0.read.store(
         pack_cursor(cursor_seq(r) + 1, cursor_pos(r) + 2),
         Ordering::Relaxed,
     );
@@ -394,7 +351,7 @@ fn a_claim_stamped_at_an_unmoved_write_cursor_never_makes_a_tap_go_back() {
     }
     // A claim stamped at the write cursor, which nobody moves past it.
     let peer = Peer::new(&seg);
-    let w = peer.write_cursor().load(Ordering::Relaxed);
+    let w = peer.control().write.0.load(Ordering::Relaxed);
     let claim = LogEntry {
         stamp: cursor_seq(w),
         state: ClaimState::Claimed,

@@ -8,142 +8,91 @@
 //!
 //! All randomness comes from fixed seeds, so a failure reproduces.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::mem::offset_of;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shmring::layout::{cursor_seq, ClaimState, Geometry, LogEntry, RecordHeader, SEQ_MASK, UNIT};
+use shmring::layout::{
+    cursor_seq, ClaimState, Control, Identity, LogEntry, RecordHeader, SEQ_MASK, UNIT,
+};
 use shmring::{Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, Segment};
-use shmring_testkit::Rng;
+use shmring_testkit::{Peer, Rng, Target};
 
-/// splitmix64: small, seedable, good enough to pick offsets and bytes.
-/// A hostile peer's view of the segment: raw writes anywhere a producer can write.
-#[derive(Clone, Copy)]
-struct Peer {
-    base: usize,
-    len: usize,
-    geo: Geometry,
-}
-
-// Offsets inside the control block (see the diagram in `layout`).
-const WRITE_CURSOR: u64 = 64;
-const READ_CURSOR: u64 = 128;
-/// Control block lines 1..=7: cursors, futex words, consumer role, counters.
-const DYNAMIC: std::ops::Range<u64> = 64..512;
-
-impl Peer {
-    fn new(seg: &Segment) -> Peer {
-        let (base, len) = seg.mapping();
-        Peer {
-            base: base as usize,
-            len,
-            geo: *seg.geometry(),
+/// One random act of vandalism, by a peer writing where any producer can write.
+fn scribble(peer: &Peer, rng: &mut Rng) {
+    let g = *peer.geometry();
+    let c = peer.control();
+    let n = g.log_entries as u64;
+    let cap = g.cap_units();
+    let read = || cursor_seq(c.cursors.0.read.load(Ordering::Relaxed));
+    match rng.below(8) {
+        // The control block's lines 1 to 7: cursors, futex words, the consumer's
+        // role and counters.
+        0 => peer.scribble(
+            rng,
+            offset_of!(Control, write)..offset_of!(Control, health),
+            16,
+        ),
+        1 => peer.scribble(rng, peer.target(Target::Slots), 24),
+        2 => peer.entry(rng.next()).store(rng.next(), Ordering::Relaxed),
+        3 | 4 => {
+            // A forged claim right where the consumer looks next (or soon).
+            let seq = (read() + rng.below(n)) & SEQ_MASK;
+            let state = match rng.below(4) {
+                0 => ClaimState::Claimed,
+                1 => ClaimState::Committed,
+                2 => ClaimState::Aborted,
+                _ => ClaimState::Abandoned,
+            };
+            let units = match rng.below(4) {
+                0 => 1 + rng.below(4),
+                1 => 1 + rng.below(cap + 4),
+                2 => cap - rng.below(4),
+                _ => rng.next(),
+            };
+            let e = LogEntry {
+                stamp: seq,
+                state,
+                slot: rng.below(g.max_producers as u64 + 4) as u32,
+                units,
+            };
+            peer.entry(seq).store(e.pack(), Ordering::Relaxed);
         }
-    }
-    fn u64_at(&self, off: u64) -> &AtomicU64 {
-        assert!(off % 8 == 0 && off as usize + 8 <= self.len);
-        // SAFETY: aligned, inside the mapping, which outlives the test's use of it;
-        // every peer accesses these words atomically or volatilely.
-        unsafe { &*((self.base + off as usize) as *const AtomicU64) }
-    }
-    fn put_u64(&self, off: u64, v: u64) {
-        self.u64_at(off).store(v, Ordering::Relaxed);
-    }
-    fn get_u64(&self, off: u64) -> u64 {
-        self.u64_at(off).load(Ordering::Relaxed)
-    }
-    fn put_bytes(&self, off: u64, bytes: &[u8]) {
-        assert!(off as usize + bytes.len() <= self.len);
-        for (i, &b) in bytes.iter().enumerate() {
-            // SAFETY: inside the mapping (checked above).
-            unsafe { std::ptr::write_volatile((self.base + off as usize + i) as *mut u8, b) };
+        5 => {
+            // Random bytes over a record header (or anywhere in it).
+            let off = peer.unit_offset(rng.below(cap));
+            peer.scribble(rng, off..off + UNIT as usize, UNIT);
         }
-    }
-    fn random_bytes(&self, rng: &mut Rng, range: std::ops::Range<u64>, max_len: u64) {
-        let len = 1 + rng.below(max_len);
-        let off = range.start + rng.below(range.end - range.start);
-        let len = len.min(range.end - off);
-        let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-        self.put_bytes(off, &bytes);
-    }
-    fn log_entry_off(&self, seq: u64) -> u64 {
-        self.geo.log_offset + (seq & (self.geo.log_entries as u64 - 1)) * 8
-    }
-    /// One random act of vandalism.
-    fn scribble(&self, rng: &mut Rng) {
-        let g = &self.geo;
-        let n = g.log_entries as u64;
-        let cap = g.cap_units();
-        match rng.below(8) {
-            0 => self.random_bytes(rng, DYNAMIC, 16),
-            1 => self.random_bytes(rng, g.slots_offset..g.log_offset, 24),
-            2 => {
-                let off = self.log_entry_off(rng.next());
-                self.put_u64(off, rng.next());
-            }
-            3 | 4 => {
-                // A forged claim right where the consumer looks next (or soon).
-                let read = cursor_seq(self.get_u64(READ_CURSOR));
-                let seq = (read + rng.below(n)) & SEQ_MASK;
-                let state = match rng.below(4) {
-                    0 => ClaimState::Claimed,
-                    1 => ClaimState::Committed,
-                    2 => ClaimState::Aborted,
-                    _ => ClaimState::Abandoned,
-                };
-                let units = match rng.below(4) {
-                    0 => 1 + rng.below(4),
-                    1 => 1 + rng.below(cap + 4),
-                    2 => cap - rng.below(4),
+        6 => {
+            // A plausible header: right seq, lying length.
+            let unit = rng.below(cap);
+            let h = RecordHeader {
+                len: match rng.below(3) {
+                    0 => rng.below(4 * UNIT),
+                    1 => rng.below(g.capacity + 1),
                     _ => rng.next(),
-                };
-                let e = LogEntry {
-                    stamp: seq,
-                    state,
-                    slot: rng.below(g.max_producers as u64 + 4) as u32,
-                    units,
-                };
-                self.put_u64(self.log_entry_off(seq), e.pack());
-            }
-            5 => {
-                // Random bytes over a record header (or anywhere in it).
-                let unit = rng.below(cap);
-                let off = g.data_offset + unit * UNIT;
-                self.random_bytes(rng, off..off + UNIT, UNIT);
-            }
-            6 => {
-                // A plausible header: right seq, lying length.
-                let unit = rng.below(cap);
-                let read = cursor_seq(self.get_u64(READ_CURSOR));
-                let h = RecordHeader {
-                    len: match rng.below(3) {
-                        0 => rng.below(4 * UNIT),
-                        1 => rng.below(g.capacity + 1),
-                        _ => rng.next(),
-                    },
-                    seq: shmring::layout::header_seq(read + rng.below(n)),
-                    timestamp_ns: rng.next(),
-                    stream: rng.next() as u32,
-                    ..Default::default()
-                };
-                let off = g.data_offset + unit * UNIT;
-                self.put_u64(off, h.len);
-                self.put_u64(off + 8, h.timestamp_ns);
-                self.put_u64(off + 16, h.stream as u64);
-                self.put_u64(off + 32, h.seq);
-            }
-            _ => {
-                let off = if rng.below(2) == 0 {
-                    WRITE_CURSOR
-                } else {
-                    READ_CURSOR
-                };
-                let v = match rng.below(2) {
-                    0 => rng.next(),
-                    _ => self.get_u64(off).wrapping_add(rng.below(1 << 40)),
-                };
-                self.put_u64(off, v);
-            }
+                },
+                seq: shmring::layout::header_seq(read() + rng.below(n)),
+                timestamp_ns: rng.next(),
+                stream: rng.next() as u32,
+                ..Default::default()
+            };
+            peer.put_header(unit, &h);
+        }
+        _ => {
+            let cursor = if rng.below(2) == 0 {
+                &c.write.0
+            } else {
+                &c.cursors.0.read
+            };
+            let v = match rng.below(2) {
+                0 => rng.next(),
+                _ => cursor
+                    .load(Ordering::Relaxed)
+                    .wrapping_add(rng.below(1 << 40)),
+            };
+            cursor.store(v, Ordering::Relaxed);
         }
     }
 }
@@ -179,15 +128,16 @@ struct Seen {
 /// Reads until the ring is quiet or reports an error. Every frame must lie inside
 /// the data ring.
 fn drain(consumer: &Consumer, peer: &Peer, max: usize, seen: &mut Seen) {
-    let data = peer.base + peer.geo.data_offset as usize;
-    let end = data + peer.geo.capacity as usize;
+    let g = peer.geometry();
+    let data = peer.base() + g.data_offset as usize;
+    let end = data + g.capacity as usize;
     for _ in 0..max {
         match consumer.next_timeout(Some(Duration::from_millis(1))) {
             Ok(Some(f)) => {
                 let p = f.payload().as_ptr() as usize;
                 assert!(p >= data && p + f.len() <= end, "frame outside the ring");
                 assert_eq!(p % UNIT as usize, 0);
-                assert!(f.len() as u64 <= peer.geo.capacity / 2);
+                assert!(f.len() as u64 <= g.capacity / 2);
                 seen.frames += 1;
             }
             Ok(None) => return,
@@ -254,7 +204,7 @@ fn upfront_scribbles_never_break_the_consumer() {
         {
             let pending = other.try_reserve(100).ok();
             for _ in 0..1 + rng.below(6) {
-                peer.scribble(&mut rng);
+                scribble(&peer, &mut rng);
             }
             drain(&consumer, &peer, 200, &mut seen);
             // The honest producers finish (or learn their claims were taken) without
@@ -285,12 +235,13 @@ fn concurrent_scribbles_never_break_the_consumer() {
     let stop = Arc::new(AtomicBool::new(false));
     let vandal = {
         let stop = stop.clone();
+        let peer = peer.clone();
         std::thread::spawn(move || {
             let mut rng = Rng(0x5eed_0002);
             // Bursts of vandalism with pauses, so honest traffic flows in between.
             for _ in 0..1500 {
                 for _ in 0..1 + rng.below(4) {
-                    peer.scribble(&mut rng);
+                    scribble(&peer, &mut rng);
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -357,81 +308,97 @@ fn identity_scribbles_fail_attach_naming_the_field() {
     let peer = Peer::new(&seg);
     let g = *seg.geometry();
     let attach = || Segment::from_descriptors(dup_descriptors(&seg));
-    // (offset, width, value, field named in the error)
-    let cases: &[(u64, u32, u64, &str)] = &[
-        (0, 8, u64::from_le_bytes(*b"SHMRING0"), "magic"),
-        (0, 8, 0, "magic"),
+    // (the identity field, the value written, the field named in the error)
+    let cases: &[(IdField, u64, &str)] = &[
+        (W64(|i| &i.magic), u64::from_le_bytes(*b"SHMRING0"), "magic"),
+        (W64(|i| &i.magic), 0, "magic"),
         (
-            8,
-            4,
+            W32(|i| &i.version),
             shmring::layout::LAYOUT_VERSION as u64 + 1,
             "layout version",
         ),
-        (12, 4, 8192, "control block size"),
-        (16, 8, g.capacity + 64, "geometry"),
-        (16, 8, 1 << 40, "geometry"),
-        (16, 8, g.capacity * 2, "segment size"),
-        (24, 8, g.capacity, "geometry"),
-        (32, 4, 3, "geometry"),
-        (32, 4, 1 << 30, "geometry"),
-        (36, 4, 0, "geometry"),
-        (36, 4, 257, "geometry"),
-        (48, 8, g.data_offset + 4096, "data offset"),
-        (48, 8, u64::MAX, "data offset"),
-        (56, 8, g.total_size + 1, "segment size"),
-        (56, 8, u64::MAX, "segment size"),
+        (W32(|i| &i.control_size), 8192, "control block size"),
+        (W64(|i| &i.capacity), g.capacity + 64, "geometry"),
+        (W64(|i| &i.capacity), 1 << 40, "geometry"),
+        (W64(|i| &i.capacity), g.capacity * 2, "segment size"),
+        (W64(|i| &i.max_record), g.capacity, "geometry"),
+        (W32(|i| &i.log_entries), 3, "geometry"),
+        (W32(|i| &i.log_entries), 1 << 30, "geometry"),
+        (W32(|i| &i.max_producers), 0, "geometry"),
+        (W32(|i| &i.max_producers), 257, "geometry"),
+        (W64(|i| &i.data_offset), g.data_offset + 4096, "data offset"),
+        (W64(|i| &i.data_offset), u64::MAX, "data offset"),
+        (W64(|i| &i.total_size), g.total_size + 1, "segment size"),
+        (W64(|i| &i.total_size), u64::MAX, "segment size"),
     ];
     // The three identity lines (line 0 and its two copies): two must agree.
-    let lines = [
-        0u64,
-        std::mem::offset_of!(shmring::layout::Control, identity_copies) as u64,
-        std::mem::offset_of!(shmring::layout::Control, identity_copies) as u64 + 64,
-    ];
-    for &(off, width, value, field) in cases {
-        let word = off & !7;
-        let saved = peer.get_u64(word);
-        let new = if width == 8 {
-            value
-        } else {
-            let shift = (off - word) * 8;
-            (saved & !(0xffff_ffffu64 << shift)) | ((value & 0xffff_ffff) << shift)
-        };
+    let lines = [0, 1, 2];
+    for &(field, value, named) in cases {
+        let saved = field.get(peer.identity(0));
         // One line scribbled: the other two outvote it.
         for line in lines {
-            peer.put_u64(line + word, new);
+            field.set(peer.identity(line), value);
             let s = attach().unwrap_or_else(|e| panic!("one line {line} scribbled: {e}"));
             assert_eq!(*s.geometry(), g, "the geometry two lines agree on");
-            peer.put_u64(line + word, saved);
+            field.set(peer.identity(line), saved);
         }
         // All three: the field is named.
         for line in lines {
-            peer.put_u64(line + word, new);
+            field.set(peer.identity(line), value);
         }
         match attach() {
             Err(Error::LayoutMismatch { field: f, .. }) => {
-                assert_eq!(f, field, "scribbling offset {off} with {value}")
+                assert_eq!(f, named, "scribbling the {named} with {value}")
             }
-            Err(e) => panic!("offset {off}: expected a {field} mismatch, got {e}"),
-            Ok(_) => panic!("offset {off}: attach accepted a scribbled {field}"),
+            Err(e) => panic!("expected a {named} mismatch, got {e}"),
+            Ok(_) => panic!("attach accepted a scribbled {named}"),
         }
         for line in lines {
-            peer.put_u64(line + word, saved);
+            field.set(peer.identity(line), saved);
         }
         attach().expect("restored identity attaches");
     }
     // Random bytes anywhere in one identity line never change the geometry anyone
     // takes, and never panic: the other two lines outvote it.
-    let saved: Vec<u64> = (0..8).map(|i| peer.get_u64(i * 8)).collect();
+    let line0 = peer.target(Target::Identity);
+    let saved: Vec<u64> = line0
+        .clone()
+        .step_by(8)
+        .map(|off| peer.at(off).load(Ordering::Relaxed))
+        .collect();
     let mut rng = Rng(0x5eed_0003);
     for _ in 0..500 {
-        peer.random_bytes(&mut rng, 0..64, 16);
+        peer.scribble(&mut rng, line0.clone(), 16);
         match attach() {
             Ok(s) => assert_eq!(*s.geometry(), g, "one scribbled line outvoted"),
             Err(Error::EventfdRequired(_)) => {}
             Err(e) => panic!("unexpected error {e}"),
         }
-        for (i, &v) in saved.iter().enumerate() {
-            peer.put_u64(i as u64 * 8, v);
+        for (off, &v) in line0.clone().step_by(8).zip(&saved) {
+            peer.at(off).store(v, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A field of an identity line, 64 or 32 bits wide.
+#[derive(Clone, Copy)]
+enum IdField {
+    W64(fn(&Identity) -> &AtomicU64),
+    W32(fn(&Identity) -> &AtomicU32),
+}
+use IdField::{W32, W64};
+
+impl IdField {
+    fn get(self, i: &Identity) -> u64 {
+        match self {
+            W64(f) => f(i).load(Ordering::SeqCst),
+            W32(f) => f(i).load(Ordering::SeqCst).into(),
+        }
+    }
+    fn set(self, i: &Identity, v: u64) {
+        match self {
+            W64(f) => f(i).store(v, Ordering::SeqCst),
+            W32(f) => f(i).store(v as u32, Ordering::SeqCst),
         }
     }
 }
@@ -442,11 +409,17 @@ fn identity_scribbles_fail_attach_naming_the_field() {
 fn stats_survive_hostile_counters() {
     let seg = Segment::create_memfd("hostile-stats", &config()).unwrap();
     let peer = Peer::new(&seg);
-    let g = *seg.geometry();
     for slot in 0..2 {
-        // ProducerCounters start at byte 64 of each slot; eight u64s.
-        for c in 0..6 {
-            peer.put_u64(g.slots_offset + slot * 128 + 64 + c * 8, u64::MAX);
+        let c = &peer.slot(slot).counters;
+        for counter in [
+            &c.records_committed,
+            &c.bytes_committed,
+            &c.aborted,
+            &c.drops_full,
+            &c.waits,
+            &c.wakes_sent,
+        ] {
+            counter.store(u64::MAX, Ordering::Relaxed);
         }
     }
     let s = seg.stats();
@@ -471,13 +444,13 @@ fn next_timeout_returns_during_a_flood_of_aborted_claims() {
     let flood = {
         let stop = stop.clone();
         std::thread::spawn(move || {
-            let n = peer.geo.log_entries as u64;
+            let n = peer.geometry().log_entries as u64;
             let start = Instant::now();
             while !stop.load(Ordering::Acquire) {
                 if start.elapsed() > Duration::from_secs(3) {
                     return true; // gave up flooding before the consumer returned
                 }
-                let read = cursor_seq(peer.get_u64(READ_CURSOR));
+                let read = cursor_seq(peer.control().cursors.0.read.load(Ordering::Relaxed));
                 for d in 0..n {
                     let k = (read + d) & SEQ_MASK;
                     let e = LogEntry {
@@ -486,7 +459,7 @@ fn next_timeout_returns_during_a_flood_of_aborted_claims() {
                         slot: 0,
                         units: 1,
                     };
-                    peer.put_u64(peer.log_entry_off(k), e.pack());
+                    peer.entry(k).store(e.pack(), Ordering::Relaxed);
                 }
             }
             false
@@ -512,9 +485,9 @@ fn reset_recovers_a_scribbled_slot_table() {
     let seg = Segment::create_memfd("hostile-slots", &config()).unwrap();
     let peer = Peer::new(&seg);
     let mut consumer = Consumer::with_options(seg.clone(), options()).unwrap();
-    for i in 0..peer.geo.max_producers as u64 {
+    for i in 0..peer.geometry().max_producers {
         // Every slot ATTACHING (1): what producers killed mid-attach leave behind.
-        peer.put_u64(peer.geo.slots_offset + i * 128, 1);
+        peer.slot(i).state.store(1, Ordering::Relaxed);
     }
     consumer.reset().unwrap();
     honest_flow(&seg, &consumer, 0);

@@ -523,7 +523,9 @@ fn owner_tethered_recorder_and_tap_in_separate_processes() {
 /// again), the tap jumps to the newest records.
 #[test]
 fn every_reader_recovers_after_a_peer_scribbles_the_ring() {
-    use shmring::layout::{CONTROL_SIZE, MAX_TETHERS};
+    use shmring::layout::Control;
+    use shmring_testkit::{Peer, Target};
+    use std::mem::offset_of;
     let seg = Segment::create_memfd("readers-scribble", &cfg(1 << 18)).unwrap();
     let opts = ConsumerOptions {
         liveness_interval: Duration::from_millis(10),
@@ -579,22 +581,16 @@ fn every_reader_recovers_after_a_peer_scribbles_the_ring() {
     let mut tap = Tap::new(read_only(&seg), TapOptions::default());
     let mut prod = seg.producer().unwrap();
     prod.set_policy(FullPolicy::Block(Duration::from_millis(20)));
-    let (base, len) = seg.mapping();
-    let geo = *seg.geometry();
+    let peer = Peer::new(&seg);
     let mut rng = common::Rng(0x5c21);
-    let tether_end = 64 * (11 + MAX_TETHERS as u64);
-    assert!(tether_end <= CONTROL_SIZE);
+    // The control block from the write cursor to the last tether line, and the
+    // claim log.
+    let control = offset_of!(Control, write)..offset_of!(Control, identity_copies);
+    let log = peer.target(Target::Log);
     for round in 0..300u64 {
-        let (lo, hi) = if round % 2 == 0 {
-            (64, tether_end)
-        } else {
-            (geo.log_offset, geo.log_offset + geo.log_entries as u64 * 8)
-        };
-        let off = (lo + rng.below(hi - lo)) & !7;
-        assert!((off as usize) + 8 <= len);
-        // SAFETY: an aligned word inside our own mapping; every side accesses the
-        // shared words atomically or volatilely (this is the hostile peer).
-        unsafe { std::ptr::write_volatile(base.add(off as usize) as *mut u64, rng.next()) };
+        let r = if round % 2 == 0 { &control } else { &log };
+        let off = (r.start + rng.below((r.end - r.start) as u64) as usize) & !7;
+        peer.at(off).store(rng.next(), Ordering::SeqCst);
         let _ = prod.send(&[round as u8; 500], Meta::new(0, 0));
     }
     // The peer stopped. Records sent from now on reach every reader.

@@ -4,7 +4,7 @@
 //! intact, in each producer's order.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -233,37 +233,6 @@ impl Track {
     }
 }
 
-/// A hostile peer's view of the mapping: plain atomic loads and stores.
-struct Mapping {
-    base: usize,
-    len: usize,
-}
-
-impl Mapping {
-    fn of(seg: &Segment) -> Mapping {
-        let (base, len) = seg.mapping();
-        Mapping {
-            base: base as usize,
-            len,
-        }
-    }
-    fn at(&self, off: usize) -> &AtomicU64 {
-        assert!(
-            off % 8 == 0 && off + 8 <= self.len,
-            "word {off:#x} outside the segment"
-        );
-        // SAFETY: 8-aligned and inside the mapping, which outlives every use here;
-        // every side accesses shared words atomically or volatilely.
-        unsafe { &*((self.base + off) as *const AtomicU64) }
-    }
-}
-
-impl Peek for Mapping {
-    fn word(&self, off: usize) -> u64 {
-        self.at(off).load(Ordering::SeqCst)
-    }
-}
-
 /// One case of the matrix.
 pub struct Case<'a> {
     pub state: State,
@@ -298,7 +267,7 @@ impl Case<'_> {
             }
         };
         let r = catch_unwind(AssertUnwindSafe(|| {
-            let m = Mapping::of(&ring.seg);
+            let m = crate::Peer::new(&ring.seg);
             let before = m.word(self.word.offset);
             let v = apply(&self.value.op, before, self.ctx, &m);
             let resets = ring.owner.resets();
@@ -662,7 +631,7 @@ fn late_attach(
 
 /// The shared cursors and the consumer's view, for failure reports.
 fn ring_state(ring: &Ring) -> String {
-    let m = Mapping::of(&ring.seg);
+    let m = crate::Peer::new(&ring.seg);
     let ctx = Ctx::new(ring.seg.geometry(), ring::typical_units());
     let cur = |off| {
         let c = m.word(off);

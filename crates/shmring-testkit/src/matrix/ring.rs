@@ -407,15 +407,9 @@ pub fn writer_child() {
         .split_whitespace()
         .map(|w| w.parse::<u64>().expect("a number"));
     let (off, value) = (it.next().expect("offset"), it.next().expect("value"));
-    let (base, len) = seg.mapping();
-    assert!(
-        off % 8 == 0 && off as usize + 8 <= len,
-        "offset inside the segment"
-    );
-    // SAFETY: an 8-aligned word inside our mapping of the segment; writing shared
-    // memory like any peer may is the point.
-    let word = unsafe { &*(base.add(off as usize) as *const std::sync::atomic::AtomicU64) };
-    word.store(value, std::sync::atomic::Ordering::SeqCst);
+    crate::Peer::new(&seg)
+        .at(off as usize)
+        .store(value, std::sync::atomic::Ordering::SeqCst);
     // Gone without committing: the kernel drops our record locks.
     std::process::exit(0);
 }
