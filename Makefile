@@ -118,7 +118,7 @@ test-node: venv
 	cd node && SHMRING_PYTHON=$(abspath $(PY)) npm test
 
 ## The Go package (go/, cgo over the C ABI): stages libshmring for pkg-config, builds the
-## peers of its cross-language tests (the `shmring` command, the Rust ring_peer, the Python
+## peers of its cross-language tests (the `shmring` command, the Rust ring-peer, the Python
 ## package in .venv), then go vet, go test with the race detector, the allocation counts
 ## (without it) and a build linked against libshmring.so.
 FFI_STAGE = $(abspath $(or $(CARGO_TARGET_DIR),target))/shmring-ffi-c/stage
@@ -126,7 +126,7 @@ GO_ENV = PKG_CONFIG_PATH=$(FFI_STAGE)/lib/pkgconfig
 test-go: venv
 	$(MAKE) --no-print-directory -C crates/shmring-ffi stage
 	$(CARGO) build --release -p shmring-cli
-	$(CARGO) build --release -p shmring-node --example ring_peer
+	$(CARGO) build --release -p shmring-testkit --bin ring-peer
 	cd go && $(GO_ENV) $(GO) vet ./...
 	cd go && $(GO_ENV) SHMRING_GO_REQUIRE_PEERS=1 SHMRING_PYTHON=$(abspath $(PY)) $(GO) test -race -count=1 ./...
 	cd go && $(GO_ENV) $(GO) test -count=1 -run 'NoAllocation' .

@@ -3,8 +3,9 @@ package shmring
 // Across processes and languages, every byte checked: a Rust producer into a Go
 // consumer; a Go producer into a Python consumer; the Go producer example into
 // the Rust recorder (`shmring record`) and into the Go recorder example; the Rust
-// producer (`shmring produce`) into the Go recorder. Peers: node/examples/
-// ring_peer.rs and node/test/py_consumer.py (the record format of record_test.go),
+// producer (`shmring produce`) into the Go recorder. Peers: the ring-peer program
+// (shmring-testkit) and node/test/py_consumer.py (the checked record of
+// record_test.go),
 // the `shmring` command, and the Python package in .venv (`make venv`). Children
 // are killed and rings removed whatever happens.
 
@@ -57,8 +58,8 @@ func shmringCmd(t *testing.T) string {
 }
 
 func ringPeer(t *testing.T) string {
-	return peer(t, filepath.Join(targetDir(), "release", "examples", "ring_peer"),
-		"cargo build --release -p shmring-node --example ring_peer")
+	return peer(t, filepath.Join(targetDir(), "release", "ring-peer"),
+		"cargo build --release -p shmring-testkit --bin ring-peer")
 }
 
 func venvPython(t *testing.T) string {

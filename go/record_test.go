@@ -1,20 +1,19 @@
 package shmring
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"hash/crc32"
+)
 
-// The cross-process record format of the Node and Go tests (node/examples/
-// ring_peer.rs writes it, node/test/py_consumer.py checks it): record i is 64 +
-// (i * 7919) % 65536 bytes (the Go writer uses % 20000, as the Node one), a
-// xorshift pattern seeded by i after 4 bytes holding the FNV-1a (32-bit) checksum
-// of the rest, little-endian; flags i.
+// The checked record of every cross-process test, in every language (the Rust
+// shmring_testkit::record, which the ring-peer program writes;
+// python/tests/_record.py, whose checker node/test/py_consumer.py uses;
+// node/test/helpers.js): bytes 0..4 the record's index (u32, little-endian), 4..8
+// the CRC-32 (IEEE) of every byte after them, then the body, here a xorshift32
+// stream seeded by the index. Record i of the Go writer is 64 + (i*7919)%20000
+// bytes; ring-peer's is 64 + (i*7919)%65536.
 
-func fnv1a(b []byte) uint32 {
-	h := uint32(0x811c9dc5)
-	for _, x := range b {
-		h = (h ^ uint32(x)) * 0x01000193
-	}
-	return h
-}
+const recordHeader = 8
 
 // checkedRecord is record i as the Go writer makes it.
 func checkedRecord(i int) []byte {
@@ -25,16 +24,18 @@ func checkedRecord(i int) []byte {
 
 func fillChecked(b []byte, i int) {
 	x := uint32(0x9e3779b9) ^ (uint32(i) * 0x85ebca6b)
-	for k := 4; k < len(b); k++ {
+	for k := recordHeader; k < len(b); k++ {
 		x ^= x << 13
 		x ^= x >> 17
 		x ^= x << 5
 		b[k] = byte(x)
 	}
-	binary.LittleEndian.PutUint32(b, fnv1a(b[4:]))
+	binary.LittleEndian.PutUint32(b, uint32(i))
+	binary.LittleEndian.PutUint32(b[4:], crc32.ChecksumIEEE(b[recordHeader:]))
 }
 
 // checked tells whether a record's checksum holds.
 func checked(b []byte) bool {
-	return len(b) >= 4 && binary.LittleEndian.Uint32(b) == fnv1a(b[4:])
+	return len(b) >= recordHeader &&
+		binary.LittleEndian.Uint32(b[4:]) == crc32.ChecksumIEEE(b[recordHeader:])
 }

@@ -1,18 +1,16 @@
-"""Consumer side of the Node -> Python test: creates the named ring, says "ready",
-checks the FNV-1a checksum (first 4 bytes, over the rest) of every record and
-prints one JSON line: {"records", "bytes", "bad", "order_ok"}."""
+"""Consumer side of the Node -> Python and Go -> Python tests: creates the named
+ring, says "ready", checks every record (the checked record of every cross-process
+test: python/tests/_record.py) and prints one JSON line: {"records", "bytes",
+"bad", "order_ok"}."""
 
 import json
 import sys
+from pathlib import Path
 
 import shmring
 
-
-def fnv1a(b: memoryview) -> int:
-    h = 0x811C9DC5
-    for x in b:
-        h = ((h ^ x) * 0x01000193) & 0xFFFFFFFF
-    return h
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python" / "tests"))
+import _record
 
 
 def main() -> None:
@@ -26,15 +24,13 @@ def main() -> None:
         if frame is None:
             break
         with frame:
-            data = memoryview(frame)
-            want = int.from_bytes(data[:4], "little")
-            if fnv1a(data[4:]) != want:
+            index = _record.index_of(frame)
+            if index is None:
                 bad += 1
-            if frame.flags != records:
+            if frame.flags != records or index != records:
                 order_ok = False
             records += 1
-            nbytes += len(data)
-            data.release()
+            nbytes += len(frame)
     ring.close()
     print(
         json.dumps(

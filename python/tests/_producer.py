@@ -1,7 +1,7 @@
 """A producer process for the tests.
 
-Records carry a checksum: payload = 8-byte header (index u32, crc32 u32 of the
-rest) + bytes from a seeded generator, so the consumer can verify every byte.
+Records are the checked records of every cross-process test (_record.py: index,
+CRC-32 of the rest, random bytes), so the consumer can verify every byte.
 
     _producer.py (--name NAME [--efd M] | --fds N,M[,K] | --connect PATH) --count C
                  [--min L] [--max L] [--seed S] [--stream S] [--video WxH] [--hold]
@@ -14,18 +14,12 @@ from __future__ import annotations
 
 import argparse
 import random
-import struct
 import sys
 import time
-import zlib
+
+import _record
 
 import shmring
-
-
-def payload(i: int, n: int, seed: int) -> bytes:
-    rng = random.Random(seed * 1_000_003 + i)
-    body = rng.randbytes(max(0, n - 8))
-    return struct.pack("<II", i, zlib.crc32(body)) + body
 
 
 def main() -> int:
@@ -65,7 +59,7 @@ def main() -> int:
                 v[:] = (i * 7) % 251
         else:
             n = rng.randint(a.min, a.max)
-            p.send(payload(i, n, a.seed), stream=a.stream, kind=shmring.KIND_RAW)
+            p.send(_record.make(i, n, a.seed), stream=a.stream, kind=shmring.KIND_RAW)
         if a.interval:
             time.sleep(a.interval)
     print("done", flush=True)

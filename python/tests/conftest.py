@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import uuid
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import _record
 import pytest
 
 import shmring
@@ -23,12 +22,10 @@ PRODUCER = HERE / "_producer.py"
 
 
 def record_index(data: bytes | memoryview | shmring.Frame) -> int:
-    """Verifies a record written by _producer.py and returns its index."""
-    m = memoryview(data)
-    index, crc = struct.unpack_from("<II", m)
-    assert zlib.crc32(m[8:]) == crc, f"record {index}: checksum mismatch"
-    m.release()
-    return int(index)
+    """Verifies a checked record (_record.py) and returns its index."""
+    index = _record.index_of(data)
+    assert index is not None, "checksum mismatch"
+    return index
 
 
 def receive(ring: shmring.Consumer, count: int, proc: subprocess.Popen[bytes]) -> list[int]:

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import gc
 import os
-import struct
 import threading
-import zlib
 
+import _record
 import pytest
 from conftest import Children, receive, record_index
 
@@ -231,9 +230,8 @@ def test_tap_copies_are_never_torn(children: Children) -> None:
         assert receive(owner, count, proc) == list(range(count))
         assert proc.wait(timeout=30) == 0
         # The last record, in the producer process's format.
-        payload = bytes(100)
         last = shmring.Producer(ring=owner)
-        last.send(struct.pack("<II", count, zlib.crc32(payload)) + payload)
+        last.send(_record.make(count, 108))
         last.close()
         f = owner.next(timeout=5.0)
         assert f is not None and record_index(f) == count

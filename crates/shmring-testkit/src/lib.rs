@@ -1,7 +1,9 @@
 //! Helpers shared by shmring's test suites and its reliability suite: the test RNG
 //! ([`Rng`]), the payload checksum ([`checksum`]), unique `/dev/shm` ring names
 //! removed on drop ([`ShmName`]), the hostile peer that writes a ring by field
-//! ([`Peer`]), and the one-write liveness matrix ([`matrix`]).
+//! ([`Peer`]), the one-write liveness matrix ([`matrix`]), and the checked record
+//! every cross-process test in every language writes and checks ([`record`]; the
+//! `ring-peer` program writes it).
 //! The child supervisor ([`ChildGuard`]: killed and reaped on drop, even when a test
 //! panics) is the tools' own, from `shmring_host`, re-exported here for the suites.
 //!
@@ -11,6 +13,7 @@
 pub mod matrix;
 #[cfg(not(loom))]
 pub mod peer;
+pub mod record;
 mod rng;
 
 #[cfg(not(loom))]
