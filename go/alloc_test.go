@@ -30,7 +30,7 @@ func TestNoAllocationPerFrame(t *testing.T) {
 	var f Frame
 	ctx := context.Background()
 
-	noAllocs(t, "Reserve, fill, Commit; Recv, Release", 1000, func() {
+	noAllocs(t, "Reserve, fill, Commit; Next, Release", 1000, func() {
 		r, err := p.Reserve(4096)
 		if err != nil {
 			t.Fatal(err)
@@ -39,7 +39,7 @@ func TestNoAllocationPerFrame(t *testing.T) {
 		if err := r.Commit(Meta{Stream: 1}); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Recv(ctx, &f); err != nil {
+		if err := c.Next(ctx, &f); err != nil {
 			t.Fatal(err)
 		}
 		if f.Data()[100] != payload[100] {
@@ -49,18 +49,18 @@ func TestNoAllocationPerFrame(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	noAllocs(t, "Send; TryRecv, Release", 1000, func() {
+	noAllocs(t, "Send; TryNext, Release", 1000, func() {
 		if err := p.Send(payload, Meta{}); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := c.TryRecv(&f); !ok || err != nil {
+		if ok, err := c.TryNext(&f); !ok || err != nil {
 			t.Fatal(ok, err)
 		}
 		if err := f.Release(); err != nil {
 			t.Fatal(err)
 		}
 	})
-	noAllocs(t, "ReserveVideo, planes, Commit; Recv, Media, planes, Release", 200, func() {
+	noAllocs(t, "ReserveVideo, planes, Commit; Next, Media, planes, Release", 200, func() {
 		r, err := p.ReserveVideo(FormatI420, 1920, 1080, 1, 2)
 		if err != nil {
 			t.Fatal(err)
@@ -71,7 +71,7 @@ func TestNoAllocationPerFrame(t *testing.T) {
 		if err := r.Commit(Meta{Kind: KindVideo}); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Recv(ctx, &f); err != nil {
+		if err := c.Next(ctx, &f); err != nil {
 			t.Fatal(err)
 		}
 		m, err := f.Media()
@@ -96,7 +96,7 @@ func TestNoAllocationPerFrame(t *testing.T) {
 		if err := r.Commit(Meta{Kind: KindAudio}); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Recv(ctx, &f); err != nil {
+		if err := c.Next(ctx, &f); err != nil {
 			t.Fatal(err)
 		}
 		if err := f.Release(); err != nil {
@@ -105,7 +105,7 @@ func TestNoAllocationPerFrame(t *testing.T) {
 	})
 }
 
-// A Recv that waits (parks in the netpoller), with a cancellable context and
+// A Next that waits (parks in the netpoller), with a cancellable context and
 // without, and a producer in another goroutine: nothing allocates on either side.
 func TestNoAllocationPerWait(t *testing.T) {
 	for _, cancellable := range []bool{false, true} {
@@ -133,9 +133,9 @@ func TestNoAllocationPerWait(t *testing.T) {
 			}
 		}()
 		var f Frame
-		noAllocs(t, "a waiting Recv and a producer goroutine", 500, func() {
+		noAllocs(t, "a waiting Next and a producer goroutine", 500, func() {
 			go1 <- struct{}{}
-			if err := c.Recv(ctx, &f); err != nil {
+			if err := c.Next(ctx, &f); err != nil {
 				t.Fatal(err)
 			}
 			if err := f.Release(); err != nil {

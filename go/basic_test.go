@@ -79,7 +79,7 @@ func TestRoundTripInPlace(t *testing.T) {
 			var f Frame
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			must(t, c.Recv(ctx, &f))
+			must(t, c.Next(ctx, &f))
 			if &f.Data()[0] != wrote {
 				t.Fatal("the frame is not where the producer wrote it: a copy")
 			}
@@ -116,7 +116,7 @@ func TestViewsAreGoneAfterRelease(t *testing.T) {
 	must(t, err)
 	must(t, r.Commit(Meta{Kind: KindVideo}))
 	var f Frame
-	must(t, c.Recv(context.Background(), &f))
+	must(t, c.Next(context.Background(), &f))
 	y, err := f.Plane(0)
 	must(t, err)
 	if len(y) != 64*32 || !f.Held() {
@@ -142,7 +142,7 @@ func TestViewsAreGoneAfterRelease(t *testing.T) {
 	r, err = p.ReserveVideo(FormatI420, 64, 32, 1, 3)
 	must(t, err)
 	must(t, r.Commit(Meta{Kind: KindVideo}))
-	must(t, c.Recv(context.Background(), &f))
+	must(t, c.Next(context.Background(), &f))
 	must(t, c.Close())
 	if f.Data() != nil {
 		t.Fatal("a frame of a closed consumer still has a view")
@@ -171,14 +171,14 @@ func TestSendAndOutOfOrderRelease(t *testing.T) {
 	}
 	var fs [3]Frame
 	for i := range fs {
-		ok, err := c.TryRecv(&fs[i])
+		ok, err := c.TryNext(&fs[i])
 		must(t, err)
 		if !ok || string(fs[i].Data()) != fmt.Sprintf("rec%d", i) {
 			t.Fatalf("record %d: %v %q", i, ok, fs[i].Data())
 		}
 	}
-	if err := c.Recv(context.Background(), &fs[0]); !errors.Is(err, ErrState) {
-		t.Fatalf("Recv into a held Frame: %v", err)
+	if err := c.Next(context.Background(), &fs[0]); !errors.Is(err, ErrState) {
+		t.Fatalf("Next into a held Frame: %v", err)
 	}
 	for _, i := range []int{2, 0, 1} {
 		must(t, fs[i].Release())
@@ -186,7 +186,7 @@ func TestSendAndOutOfOrderRelease(t *testing.T) {
 	if n, _ := c.Outstanding(); n != 0 {
 		t.Fatalf("%d outstanding", n)
 	}
-	ok, err := c.TryRecv(&fs[0])
+	ok, err := c.TryNext(&fs[0])
 	if ok || err != nil {
 		t.Fatalf("an empty ring gave %v %v", ok, err)
 	}
@@ -221,7 +221,7 @@ func TestMediaAndPlanes(t *testing.T) {
 	must(t, p.Send([]byte("raw"), Meta{Kind: KindRaw}))
 
 	var f Frame
-	must(t, c.Recv(context.Background(), &f))
+	must(t, c.Next(context.Background(), &f))
 	m, err := f.Media()
 	must(t, err)
 	if m.Format != FormatI420 || m.Width != 1920 || m.Height != 1080 || m.PtsNs != 123 || m.Sequence != 9 || m.Planes != 3 {
@@ -241,14 +241,14 @@ func TestMediaAndPlanes(t *testing.T) {
 		t.Fatalf("plane 3: %v", err)
 	}
 	must(t, f.Release())
-	must(t, c.Recv(context.Background(), &f))
+	must(t, c.Next(context.Background(), &f))
 	m, err = f.Media()
 	must(t, err)
 	if m.Format != FormatPCMS16 || m.SampleRate != 48000 || m.Channels != 2 || m.Samples != 480 {
 		t.Fatalf("audio %+v", m)
 	}
 	must(t, f.Release())
-	must(t, c.Recv(context.Background(), &f))
+	must(t, c.Next(context.Background(), &f))
 	if _, err := f.Media(); !errors.Is(err, ErrMedia) {
 		t.Fatalf("a raw record's media: %v", err)
 	}

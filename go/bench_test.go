@@ -58,7 +58,7 @@ func benchRing(b *testing.B, capacity uint64) (*Segment, *Consumer, *Producer) {
 	return s, c, p
 }
 
-// Reserve, Commit (2 C calls); Recv, Release (2 C calls): 4 KiB records, the
+// Reserve, Commit (2 C calls); Next, Release (2 C calls): 4 KiB records, the
 // payload untouched (the cost of the path, not of writing bytes).
 func BenchmarkFramePath4KiB(b *testing.B) {
 	_, c, p := benchRing(b, 16<<20)
@@ -76,7 +76,7 @@ func BenchmarkFramePath4KiB(b *testing.B) {
 		if err := r.Commit(Meta{Stream: 1}); err != nil {
 			b.Fatal(err)
 		}
-		if err := c.Recv(ctx, &f); err != nil {
+		if err := c.Next(ctx, &f); err != nil {
 			b.Fatal(err)
 		}
 		if err := f.Release(); err != nil {
@@ -86,7 +86,7 @@ func BenchmarkFramePath4KiB(b *testing.B) {
 }
 
 // A 1080p I420 video record: ReserveVideo (header built, reserved and written,
-// planes found: 2 C calls), Commit; Recv, Media (header parsed, planes found),
+// planes found: 2 C calls), Commit; Next, Media (header parsed, planes found),
 // the three planes, Release. The pixels are not drawn.
 func BenchmarkFramePath1080p(b *testing.B) {
 	_, c, p := benchRing(b, 64<<20)
@@ -104,7 +104,7 @@ func BenchmarkFramePath1080p(b *testing.B) {
 		if err := r.Commit(Meta{Kind: KindVideo}); err != nil {
 			b.Fatal(err)
 		}
-		if err := c.Recv(ctx, &f); err != nil {
+		if err := c.Next(ctx, &f); err != nil {
 			b.Fatal(err)
 		}
 		if _, err := f.Media(); err != nil {
@@ -121,7 +121,7 @@ func BenchmarkFramePath1080p(b *testing.B) {
 	}
 }
 
-// Send copies a 4 KiB buffer (1 C call); TryRecv, Release (2).
+// Send copies a 4 KiB buffer (1 C call); TryNext, Release (2).
 func BenchmarkSend4KiB(b *testing.B) {
 	_, c, p := benchRing(b, 16<<20)
 	buf := make([]byte, 4096)
@@ -133,7 +133,7 @@ func BenchmarkSend4KiB(b *testing.B) {
 		if err := p.Send(buf, Meta{}); err != nil {
 			b.Fatal(err)
 		}
-		if ok, err := c.TryRecv(&f); !ok || err != nil {
+		if ok, err := c.TryNext(&f); !ok || err != nil {
 			b.Fatal(ok, err)
 		}
 		if err := f.Release(); err != nil {

@@ -33,7 +33,7 @@ type ConsumerOptions struct {
 	// Deliver committed records behind a claim pending this long (default: never,
 	// always in claim order).
 	OvertakeAfter time.Duration
-	// The ring's consumer detaches a tethered consumer that stays behind without
+	// The ring's consumer expels a tethered consumer that stays behind without
 	// releasing for this long.
 	TetherStallLimit time.Duration
 	// Let a record wait up to this long before the consumer sees it, so one
@@ -100,9 +100,9 @@ func (o *ConsumerOptions) toC() *C.shmring_consumer_options {
 
 // Consumer reads a ring's records as frames that point into the ring.
 //
-// One goroutine receives (Recv, TryRecv); frames may be released, and the
+// One goroutine receives (Next, TryNext); frames may be released, and the
 // consumer queried, from any goroutine. The ring's consumer of an eventfd ring
-// (Config.Eventfd) waits in Go's netpoller on the ring's eventfd: a waiting Recv
+// (Config.Eventfd) waits in Go's netpoller on the ring's eventfd: a waiting Next
 // parks its goroutine and holds no thread. Other consumers (tethered ones, and the
 // consumer of a futex ring) wait inside the library, holding a thread, in slices
 // of at most waitSlice so that a cancelled context is seen.
@@ -111,8 +111,8 @@ type Consumer struct {
 	h        *C.shmring_consumer
 	tethered bool
 
-	recvMu  sync.Mutex  // held by Recv for its whole call; Close waits for it
-	closing atomic.Bool // set first by Close: Recv stops
+	recvMu  sync.Mutex  // held by Next for its whole call; Close waits for it
+	closing atomic.Bool // set first by Close: Next stops
 
 	// The eventfd wait (nil for consumers that wait in the library).
 	efd     *os.File        // a non-blocking dup of the ring's eventfd, in the netpoller
@@ -124,7 +124,7 @@ type Consumer struct {
 	parks   uint64 // waits in the netpoller so far (for the tests)
 }
 
-// waitSlice bounds each wait inside the library, so Recv sees a cancelled
+// waitSlice bounds each wait inside the library, so Next sees a cancelled
 // context or a Close within it. (This package's choice; the eventfd wait has no
 // slices.)
 const waitSlice = 20 * time.Millisecond
@@ -177,14 +177,14 @@ func (s *Segment) attachConsumer(opts *ConsumerOptions, tethered bool) (*Consume
 }
 
 // Close detaches the consumer. Every frame it handed out becomes invalid:
-// release them (or stop using them) first. A Recv blocked in another goroutine
+// release them (or stop using them) first. A Next blocked in another goroutine
 // returns ErrBadHandle.
 func (c *Consumer) Close() error {
 	if c.closing.Swap(true) {
 		return misuse(ErrBadHandle, "Consumer.Close: the consumer is closed")
 	}
 	if c.efd != nil {
-		c.efd.Close() // wakes a Recv parked on it
+		c.efd.Close() // wakes a Next parked on it
 	}
 	c.recvMu.Lock()
 	defer c.recvMu.Unlock()
@@ -209,23 +209,23 @@ func (c *Consumer) closedErr(op string) error {
 // IsTethered tells a tethered consumer from the ring's consumer.
 func (c *Consumer) IsTethered() bool { return c.tethered }
 
-// Recv waits for the next frame and hands it out in f, until ctx is done (then
+// Next waits for the next frame and hands it out in f, until ctx is done (then
 // it returns ctx.Err(), and ctx.Err() is not nil). f must not hold a frame (ErrState). The frame's views
 // point into the ring until f.Release(). Zero allocations per frame.
-func (c *Consumer) Recv(ctx context.Context, f *Frame) error {
+func (c *Consumer) Next(ctx context.Context, f *Frame) error {
 	if f.c != nil {
-		return misuse(ErrState, "Consumer.Recv: the Frame still holds a frame: release it first")
+		return misuse(ErrState, "Consumer.Next: the Frame still holds a frame: release it first")
 	}
 	if c.closing.Load() {
-		return c.closedErr("Consumer.Recv")
+		return c.closedErr("Consumer.Next")
 	}
 	if !c.recvMu.TryLock() {
-		return misuse(ErrBusy, "Consumer.Recv: another goroutine is receiving on this consumer")
+		return misuse(ErrBusy, "Consumer.Next: another goroutine is receiving on this consumer")
 	}
 	defer c.recvMu.Unlock()
 	for {
 		if c.closing.Load() {
-			return c.closedErr("Consumer.Recv")
+			return c.closedErr("Consumer.Next")
 		}
 		got, err := c.next(f, 0)
 		if got || err != nil {
@@ -259,13 +259,13 @@ func (c *Consumer) Recv(ctx context.Context, f *Frame) error {
 	}
 }
 
-// TryRecv hands out the next frame in f if one is there, without waiting.
-func (c *Consumer) TryRecv(f *Frame) (bool, error) {
+// TryNext hands out the next frame in f if one is there, without waiting.
+func (c *Consumer) TryNext(f *Frame) (bool, error) {
 	if f.c != nil {
-		return false, misuse(ErrState, "Consumer.TryRecv: the Frame still holds a frame: release it first")
+		return false, misuse(ErrState, "Consumer.TryNext: the Frame still holds a frame: release it first")
 	}
 	if !c.recvMu.TryLock() {
-		return false, misuse(ErrBusy, "Consumer.TryRecv: another goroutine is receiving on this consumer")
+		return false, misuse(ErrBusy, "Consumer.TryNext: another goroutine is receiving on this consumer")
 	}
 	defer c.recvMu.Unlock()
 	return c.next(f, 0)
@@ -276,7 +276,7 @@ func (c *Consumer) next(f *Frame, wait time.Duration) (bool, error) {
 	c.mu.Lock()
 	if c.h == nil {
 		c.mu.Unlock()
-		return false, c.closedErr("Consumer.Recv")
+		return false, c.closedErr("Consumer.Next")
 	}
 	runtime.LockOSThread()
 	r := C.go_consumer_next(c.uh(), C.int64_t(wait))

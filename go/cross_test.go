@@ -174,7 +174,7 @@ func TestRustProducerIntoGoConsumer(t *testing.T) {
 	var f Frame
 	bytes := 0
 	for i := 0; i < count; i++ {
-		must(t, c.Recv(ctx, &f))
+		must(t, c.Next(ctx, &f))
 		d := f.Data()
 		want := 64 + (i*7919)%65536
 		if f.Flags() != uint32(i) || f.Stream() != 1 || len(d) != want || !checked(d) {

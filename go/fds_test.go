@@ -40,7 +40,7 @@ func TestProducerFromInheritedDescriptors(t *testing.T) {
 			defer cancel()
 			var f Frame
 			for i := 0; i < n; i++ {
-				must(t, c.Recv(ctx, &f))
+				must(t, c.Next(ctx, &f))
 				if f.Flags() != uint32(i) || f.Len() != len(checkedRecord(i)) || !checked(f.Data()) {
 					t.Fatalf("record %d: flags %d, %d bytes, checksum %v", i, f.Flags(), f.Len(), checked(f.Data()))
 				}

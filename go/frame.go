@@ -18,7 +18,7 @@ func (*noCopy) Lock()   {}
 func (*noCopy) Unlock() {}
 
 // Frame is a record handed out by a Consumer: its payload in place in the ring.
-// Receive into it with Consumer.Recv, use it, Release it; then it can receive
+// Receive into it with Consumer.Next, use it, Release it; then it can receive
 // again. Frames may be released in any order and from any goroutine. Do not copy
 // a Frame.
 //

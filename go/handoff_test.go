@@ -33,7 +33,7 @@ func TestListenConnectObserve(t *testing.T) {
 	var f Frame
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	must(t, c.Recv(ctx, &f))
+	must(t, c.Next(ctx, &f))
 	if string(f.Data()) != "over the socket" {
 		t.Fatalf("%q", f.Data())
 	}

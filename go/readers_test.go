@@ -25,7 +25,7 @@ func TestTetheredConsumerAndTap(t *testing.T) {
 	defer tap.Close()
 
 	var f Frame
-	if ok, err := owner.TryRecv(&f); ok || err != nil { // its look adopts the tethered consumer
+	if ok, err := owner.TryNext(&f); ok || err != nil { // its look adopts the tethered consumer
 		t.Fatal(ok, err)
 	}
 	p, err := s.Producer()
@@ -35,10 +35,10 @@ func TestTetheredConsumerAndTap(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	must(t, owner.Recv(ctx, &f))
+	must(t, owner.Next(ctx, &f))
 	must(t, f.Release())
 	var g Frame
-	must(t, teth.Recv(ctx, &g))
+	must(t, teth.Next(ctx, &g))
 	if string(g.Data()) != "frame" || g.Stream() != 2 || !inside(t, s, g.Data()) {
 		t.Fatalf("tethered got %q", g.Data())
 	}
@@ -71,7 +71,7 @@ func TestTetheredConsumerAndTap(t *testing.T) {
 		t.Fatalf("an idle tap: %v", err)
 	}
 	// A tethered consumer waits inside the library, and still ends with its context.
-	if err := teth.Recv(short, &g); !errors.Is(err, context.DeadlineExceeded) {
+	if err := teth.Next(short, &g); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("an idle tethered consumer: %v", err)
 	}
 }

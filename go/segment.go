@@ -23,7 +23,7 @@ type Config struct {
 	// Producer slots.
 	MaxProducers uint32
 	// Producers wake the consumer through an eventfd. A Go consumer of such a
-	// ring waits in Go's netpoller (Consumer.Recv) instead of holding a thread.
+	// ring waits in Go's netpoller (Consumer.Next) instead of holding a thread.
 	Eventfd bool
 	// Ask for transparent huge pages on the ring.
 	HugePages bool

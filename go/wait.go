@@ -88,7 +88,7 @@ func (c *Consumer) park(ctx context.Context) error {
 
 func (c *Consumer) parkErr(ctx context.Context, err error) error {
 	if c.closing.Load() {
-		return c.closedErr("Consumer.Recv")
+		return c.closedErr("Consumer.Next")
 	}
 	if cerr := ctx.Err(); cerr != nil {
 		return cerr
@@ -98,7 +98,7 @@ func (c *Consumer) parkErr(ctx context.Context, err error) error {
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	return misuse(ErrOS, "Consumer.Recv: waiting on the eventfd: "+err.Error())
+	return misuse(ErrOS, "Consumer.Next: waiting on the eventfd: "+err.Error())
 }
 
 // waitStep is RawConn.Read's callback: true ends the wait. The first call arms
@@ -112,7 +112,7 @@ func (c *Consumer) waitStep(uintptr) bool {
 	c.mu.Lock()
 	if c.h == nil {
 		c.mu.Unlock()
-		c.waitErr = c.closedErr("Consumer.Recv")
+		c.waitErr = c.closedErr("Consumer.Next")
 		return true
 	}
 	runtime.LockOSThread()
@@ -135,7 +135,7 @@ func (c *Consumer) disarm() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.h == nil {
-		return c.closedErr("Consumer.Recv")
+		return c.closedErr("Consumer.Next")
 	}
 	runtime.LockOSThread()
 	st := C.go_consumer_disarm(c.uh())

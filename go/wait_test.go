@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-func TestRecvEndsWithItsContext(t *testing.T) {
+func TestNextEndsWithItsContext(t *testing.T) {
 	for _, efd := range []bool{true, false} {
 		t.Run(fmt.Sprintf("eventfd=%v", efd), func(t *testing.T) {
 			s := memfdRing(t, 1<<20, efd)
@@ -23,26 +23,26 @@ func TestRecvEndsWithItsContext(t *testing.T) {
 
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 			defer cancel()
-			if err := c.Recv(ctx, &f); !errors.Is(err, context.DeadlineExceeded) || ctx.Err() == nil {
+			if err := c.Next(ctx, &f); !errors.Is(err, context.DeadlineExceeded) || ctx.Err() == nil {
 				t.Fatalf("deadline: %v (the context says %v)", err, ctx.Err())
 			}
 			ctx, cancel = context.WithCancel(context.Background())
 			go func() { time.Sleep(30 * time.Millisecond); cancel() }()
-			if err := c.Recv(ctx, &f); !errors.Is(err, context.Canceled) {
+			if err := c.Next(ctx, &f); !errors.Is(err, context.Canceled) {
 				t.Fatalf("cancel: %v", err)
 			}
-			if err := c.Recv(ctx, &f); !errors.Is(err, context.Canceled) {
+			if err := c.Next(ctx, &f); !errors.Is(err, context.Canceled) {
 				t.Fatalf("a done context: %v", err)
 			}
 			if f.Held() {
-				t.Fatal("a cancelled Recv left a frame")
+				t.Fatal("a cancelled Next left a frame")
 			}
 			// The consumer still works, and a record already there wins over a done context.
 			p, err := s.Producer()
 			must(t, err)
 			defer p.Close()
 			must(t, p.Send([]byte("after"), Meta{}))
-			if err := c.Recv(ctx, &f); err != nil || string(f.Data()) != "after" {
+			if err := c.Next(ctx, &f); err != nil || string(f.Data()) != "after" {
 				t.Fatalf("after a cancel: %v %q", err, f.Data())
 			}
 			must(t, f.Release())
@@ -50,19 +50,19 @@ func TestRecvEndsWithItsContext(t *testing.T) {
 	}
 }
 
-func TestCloseWakesAParkedRecv(t *testing.T) {
+func TestCloseWakesAParkedNext(t *testing.T) {
 	s := memfdRing(t, 1<<20, true)
 	c, err := s.Consumer(nil)
 	must(t, err)
 	errc := make(chan error)
 	go func() {
 		var f Frame
-		errc <- c.Recv(context.Background(), &f)
+		errc <- c.Next(context.Background(), &f)
 	}()
 	time.Sleep(30 * time.Millisecond)
 	must(t, c.Close())
 	if err := <-errc; !errors.Is(err, ErrBadHandle) {
-		t.Fatalf("Recv after Close: %v", err)
+		t.Fatalf("Next after Close: %v", err)
 	}
 	if err := c.Close(); !errors.Is(err, ErrBadHandle) {
 		t.Fatalf("second Close: %v", err)
@@ -125,7 +125,7 @@ func TestReleaseFromOtherGoroutines(t *testing.T) {
 	for k := 0; k < n; k++ {
 		i := <-free
 		for {
-			err := c.Recv(ctx, &frames[i])
+			err := c.Next(ctx, &frames[i])
 			if err == nil {
 				break
 			}
@@ -148,7 +148,7 @@ func TestReleaseFromOtherGoroutines(t *testing.T) {
 	go func() {
 		time.Sleep(20 * time.Millisecond)
 		var f Frame
-		if err := c.Recv(ctx, &f); !errors.Is(err, ErrBusy) {
+		if err := c.Next(ctx, &f); !errors.Is(err, ErrBusy) {
 			t.Errorf("a second receiver: %v", err)
 		}
 		if err := p.Send([]byte("x"), Meta{}); err != nil {
@@ -156,7 +156,7 @@ func TestReleaseFromOtherGoroutines(t *testing.T) {
 		}
 	}()
 	var f Frame
-	must(t, c.Recv(ctx, &f))
+	must(t, c.Next(ctx, &f))
 	must(t, f.Release())
 }
 
@@ -198,7 +198,7 @@ func TestParkedReceiversHoldNoThread(t *testing.T) {
 					var f Frame
 					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 					defer cancel()
-					if err := cons[i].Recv(ctx, &f); err != nil {
+					if err := cons[i].Next(ctx, &f); err != nil {
 						t.Error(err)
 						return
 					}

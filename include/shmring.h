@@ -187,7 +187,7 @@ typedef enum shmring_status {
   SHMRING_ERR_REFUSED = -24,
   // The hand-off over a socket broke (closed early, not a shmring socket...).
   SHMRING_ERR_HANDOFF = -25,
-  // This tethered consumer was detached by the ring's consumer (it stopped
+  // This tethered consumer was expelled by the ring's consumer (it stopped
   // releasing frames for too long, or another process wrote its line; the
   // message says which); attach again.
   SHMRING_ERR_DETACHED = -26,
@@ -238,7 +238,7 @@ typedef struct shmring_consumer_options {
   // Deliver committed records behind a claim pending this long (default: never,
   // always in claim order). Each producer's records stay in its commit order.
   uint64_t overtake_after_ns;
-  // The ring's consumer detaches a tethered consumer whose read cursor stays
+  // The ring's consumer expels a tethered consumer whose read cursor stays
   // behind its own without moving for this long (it then gets
   // SHMRING_ERR_DETACHED; default 500 ms). Ignored by a tethered consumer (it is
   // the ring's consumer's limit).
@@ -414,7 +414,7 @@ typedef struct shmring_stats {
   uint32_t oldest_pending_pid;
   // Tethered consumers attached and alive.
   uint32_t tethered_consumers;
-  // Tethered consumers the consumer detached (dead, or stopped releasing).
+  // Tethered consumers the consumer expelled (dead, or stopped releasing).
   uint64_t tethers_detached;
   // Claims taken back because they stayed pending past the claim timeout.
   uint64_t expired_claims;
@@ -562,7 +562,7 @@ enum shmring_status shmring_consumer_attach(const struct shmring_segment *seg, c
 // liveness interval when idle); until then it sees no records. Its frames hold
 // their space until released, like the ring consumer's. The ring's consumer must
 // be attached and alive (SHMRING_ERR_NO_CONSUMER); SHMRING_ERR_NO_TETHER_LINE when
-// every line is taken. The ring's consumer detaches a tethered consumer that dies
+// every line is taken. The ring's consumer expels a tethered consumer that dies
 // or stops releasing (see `tether_stall_limit_ns`): its calls then return
 // SHMRING_ERR_DETACHED; close it and attach again. It cannot reset the ring, and
 // waits on its own wake-up (not the eventfd: shmring_consumer_arm refuses it).

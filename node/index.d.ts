@@ -116,7 +116,7 @@ export interface ConsumerInit {
   overtakeAfterMs?: number;
   /** Report SHMRING_CORRUPT and wait for reset() instead of resetting by itself. */
   manualReset?: boolean;
-  /** Detach a tethered consumer that stays behind without releasing this long. */
+  /** Expel a tethered consumer that stays behind without releasing this long. */
   tetherStallLimitMs?: number;
   /** Let a record wait up to this long, so one wake-up serves many (default: never). */
   latencyBudgetMs?: number;

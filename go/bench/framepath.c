@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
     CHECK(shmring_consumer_attach(s, NULL, &c));
     CHECK(shmring_producer_attach(s, &p));
     double t0 = now(), c0 = cpu();
-    for (long i = 0; i < n; i++) { /* Reserve, Commit; Recv, Release */
+    for (long i = 0; i < n; i++) { /* Reserve, Commit; Next, Release */
         shmring_reservation r;
         CHECK(shmring_producer_reserve(p, 4096, &r));
         r.data[0] = (uint8_t)i;
@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
     CHECK(shmring_producer_attach(s, &p));
     t0 = now();
     c0 = cpu();
-    for (long i = 0; i < n; i++) { /* ReserveVideo, Commit; Recv, Media, planes, Release */
+    for (long i = 0; i < n; i++) { /* ReserveVideo, Commit; Next, Media, planes, Release */
         shmring_media_header h, g;
         size_t len, size;
         const uint8_t *plane;

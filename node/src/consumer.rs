@@ -49,7 +49,7 @@ pub struct ConsumerInit {
     /// Report `SHMRING_CORRUPT` and wait for `reset()` instead of resetting by
     /// itself.
     pub manual_reset: Option<bool>,
-    /// The ring's consumer detaches a tethered consumer that stays behind without
+    /// The ring's consumer expels a tethered consumer that stays behind without
     /// releasing this long.
     pub tether_stall_limit_ms: Option<f64>,
     /// Let a record wait up to this long, so one wake-up serves many.

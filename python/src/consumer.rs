@@ -117,7 +117,7 @@ pub fn descriptors(
 /// * ``Consumer("cam0", role="tethered")`` (or ``fd=``) attaches a *tethered*
 ///   consumer beside the ring's own: it gets every record from where the ring's
 ///   consumer is when that one next looks at the ring, and holds each record's
-///   space until it releases it. The ring's consumer detaches one that stops
+///   space until it releases it. The ring's consumer expels one that stops
 ///   releasing for its ``tether_stall_limit`` seconds (None: the library's
 ///   default); the tethered consumer's calls then raise ``Detached``.
 /// * ``replace_stale=True`` (with ``create=True``): a ring of that name whose

@@ -126,7 +126,7 @@ pub struct RecordArgs {
     /// (`ConsumerOptions::overtake_after`) is strict claim order.
     #[arg(long, value_name = "MS", default_value_t = 200)]
     pub overtake_after_ms: u64,
-    /// As the ring's consumer: detach a tethered reader (`record --tethered`, a
+    /// As the ring's consumer: expel a tethered reader (`record --tethered`, a
     /// tethered `shmringsrc`) that releases nothing for this long (ms), so a stuck
     /// reader holds the ring at most this long (the library's default).
     #[arg(long, value_name = "MS", default_value_t = default_tether_stall_ms(), conflicts_with = "tethered")]

@@ -318,14 +318,14 @@ fn tap_observes_a_ring_served_on_a_socket() {
 }
 
 #[test]
-fn a_stopped_tethered_recorder_is_detached_and_says_so() {
+fn a_stopped_tethered_recorder_is_expelled_and_says_so() {
     let ring = ring_name("detach");
     let (own_dir, teth_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let mut own = owner(&ring, own_dir.path(), &["--tether-stall-ms", "50"]);
     let (mut teth, _) = tethered(&ring, teth_dir.path());
     teth.signal(libc::SIGSTOP);
     produce(["--ring", &ring.0], "320x240@30", "none", "0.3");
-    // The ring's consumer detaches the reader that stopped releasing.
+    // The ring's consumer expels the reader that stopped releasing.
     stat_until(&ring, |s| s["tethers_detached"] == 1);
     teth.signal(libc::SIGCONT);
     // Its files are finished and its summary given all the same.

@@ -47,7 +47,7 @@ pub struct shmring_consumer_options {
     /// Deliver committed records behind a claim pending this long (default: never,
     /// always in claim order). Each producer's records stay in its commit order.
     pub overtake_after_ns: u64,
-    /// The ring's consumer detaches a tethered consumer whose read cursor stays
+    /// The ring's consumer expels a tethered consumer whose read cursor stays
     /// behind its own without moving for this long (it then gets
     /// SHMRING_ERR_DETACHED; default 500 ms). Ignored by a tethered consumer (it is
     /// the ring's consumer's limit).
@@ -174,7 +174,7 @@ pub unsafe extern "C" fn shmring_consumer_attach(
 /// liveness interval when idle); until then it sees no records. Its frames hold
 /// their space until released, like the ring consumer's. The ring's consumer must
 /// be attached and alive (SHMRING_ERR_NO_CONSUMER); SHMRING_ERR_NO_TETHER_LINE when
-/// every line is taken. The ring's consumer detaches a tethered consumer that dies
+/// every line is taken. The ring's consumer expels a tethered consumer that dies
 /// or stops releasing (see `tether_stall_limit_ns`): its calls then return
 /// SHMRING_ERR_DETACHED; close it and attach again. It cannot reset the ring, and
 /// waits on its own wake-up (not the eventfd: shmring_consumer_arm refuses it).

@@ -50,7 +50,7 @@ pub struct shmring_stats {
     pub oldest_pending_pid: u32,
     /// Tethered consumers attached and alive.
     pub tethered_consumers: u32,
-    /// Tethered consumers the consumer detached (dead, or stopped releasing).
+    /// Tethered consumers the consumer expelled (dead, or stopped releasing).
     pub tethers_detached: u64,
     /// Claims taken back because they stayed pending past the claim timeout.
     pub expired_claims: u64,

@@ -74,7 +74,7 @@ pub enum shmring_status {
     SHMRING_ERR_REFUSED = -24,
     /// The hand-off over a socket broke (closed early, not a shmring socket...).
     SHMRING_ERR_HANDOFF = -25,
-    /// This tethered consumer was detached by the ring's consumer (it stopped
+    /// This tethered consumer was expelled by the ring's consumer (it stopped
     /// releasing frames for too long, or another process wrote its line; the
     /// message says which); attach again.
     SHMRING_ERR_DETACHED = -26,

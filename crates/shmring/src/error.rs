@@ -61,7 +61,7 @@ pub enum Error {
     /// No consumer is attached (it died, or never came).
     #[error("ring {0}: no live consumer is attached")]
     NoConsumer(Name),
-    /// A tethered consumer was detached by the ring's consumer (it stopped releasing
+    /// A tethered consumer was expelled by the ring's consumer (it stopped releasing
     /// frames for longer than the consumer allows); frames it still holds are no
     /// longer protected. Attach again to carry on from the newest records.
     #[error("ring {segment}: this tethered consumer was detached: {why}")]

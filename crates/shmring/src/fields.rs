@@ -248,7 +248,7 @@ impl Snapshot for Stats {
             field!(
                 self.tethers_detached,
                 Counter,
-                "Tethered consumers detached (dead, or stopped releasing)."
+                "Tethered consumers expelled (dead, or stopped releasing)."
             ),
             field!(
                 self.expired_claims,

@@ -319,7 +319,7 @@ pub struct Tethers {
     /// Bit `j`: tether line `j` is requested or active.
     pub mask: AtomicU32,
     pub _pad: u32,
-    /// Tethered consumers the consumer detached (dead, or stopped releasing).
+    /// Tethered consumers the consumer expelled (dead, or stopped releasing).
     pub detached: AtomicU64,
     /// Where the consumer's last reset started the new generation (a cursor):
     /// tethered consumers that find the ring reset rebase there.
@@ -331,7 +331,7 @@ pub const TETHER_FREE: u32 = 0;
 /// Asked to attach; the consumer sets `read` and makes it ACTIVE.
 pub const TETHER_REQUESTED: u32 = 1;
 pub const TETHER_ACTIVE: u32 = 2;
-/// Expelled by the consumer because it stopped releasing for too long; its owner
+/// Expelled by the consumer because it stopped releasing for too long; its holder
 /// is told and frees the line.
 pub const TETHER_DETACHED: u32 = 3;
 /// Expelled by the consumer because its read cursor moved in a way no release
@@ -382,7 +382,7 @@ pub struct Control {
 pub const SLOT_FREE: u32 = 0;
 pub const SLOT_ACTIVE: u32 = 2;
 
-/// Counters written by one producer only (the slot's owner).
+/// Counters written by one producer only (the slot's holder).
 #[repr(C)]
 #[derive(Default)]
 pub struct ProducerCounters {
@@ -399,11 +399,11 @@ pub struct ProducerCounters {
 pub struct Slot {
     pub state: AtomicU32,
     pub _pad0: u32,
-    /// The log entry value of the owner's open claim (0: none), stored (Release)
+    /// The log entry value of the holder's open claim (0: none), stored (Release)
     /// before the claim's CAS and cleared (Release) after its commit or abort. A
-    /// claim naming this slot that is not this value was not made by the owner.
+    /// claim naming this slot that is not this value was not made by the holder.
     pub open_claim: AtomicU64,
-    /// 1 while the owner is counted in the space futex's waiting count, so a
+    /// 1 while the holder is counted in the space futex's waiting count, so a
     /// reaper can take a dead sleeper's count back.
     pub space_waiting: AtomicU32,
     pub _pad32: u32,

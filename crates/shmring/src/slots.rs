@@ -3,9 +3,9 @@
 //! Liveness is a POSIX record lock on one byte per slot (see [`crate::sys::lock`]).
 //! The lock comes first: a producer takes slot `i` by taking lock byte `i` and only
 //! then, holding it, moving the slot FREE → ACTIVE. Detaching stores FREE, then
-//! unlocks. So a slot that is not FREE while nobody holds its byte has a dead owner
+//! unlocks. So a slot that is not FREE while nobody holds its byte has a dead holder
 //! (or was scribbled), and [`reap`] frees it once no claim of that slot is
-//! outstanding, so a dead producer's claim is always attributed to a dead owner.
+//! outstanding, so a dead producer's claim is always attributed to a dead holder.
 //! Record locks cannot arbitrate between producers of one process; a process-wide
 //! mutex does that, and the process remembers the roles it holds in private memory
 //! ([`crate::segment::LocalRoles`]), never in the segment, where a peer could
@@ -65,7 +65,7 @@ pub(crate) fn acquire(seg: &Segment) -> Result<u32> {
     for pass in 0..2 {
         for i in 0..seg.geometry().max_producers {
             let s = seg.slot(i);
-            // Acquire: see the previous owner's last writes (its counters).
+            // Acquire: see the previous holder's last writes (its counters).
             if s.state.load(Ordering::Acquire) != SLOT_FREE {
                 continue;
             }
@@ -106,7 +106,7 @@ pub(crate) fn detach(seg: &Segment, slot: u32) {
     let locks = seg.lock_file();
     s.open_claim.store(0, Ordering::Relaxed);
     locks.local().set_slot(slot, false);
-    // Release: our counters are visible to the next owner. FREE before unlock, so
+    // Release: our counters are visible to the next holder. FREE before unlock, so
     // nobody can see this slot non-FREE and unlocked while we are alive.
     s.state.store(SLOT_FREE, Ordering::Release);
     lock::unlock(locks.fd(), slot_byte(slot));

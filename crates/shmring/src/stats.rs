@@ -6,7 +6,7 @@ use crate::slots;
 use crate::sync::Ordering;
 
 /// A snapshot of a ring's counters. Producers' counters are summed over all slots,
-/// past owners included. Counters are statistics: a misbehaving peer can falsify
+/// past holders included. Counters are statistics: a misbehaving peer can falsify
 /// them, and nothing in shmring relies on them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -68,7 +68,9 @@ pub struct Stats {
     pub oldest_pending_pid: u32,
     /// Tethered consumers attached and alive (see `Consumer::tethered`).
     pub tethered_consumers: u32,
-    /// Tethered consumers the consumer detached (dead, or stopped releasing).
+    /// Tethered consumers the consumer expelled (dead, or stopped releasing). Named
+    /// before the glossary had *expel*; the name stays for the C struct, the JSON and
+    /// the metric.
     pub tethers_detached: u64,
     /// Claims the consumer took back because they stayed pending past its claim
     /// timeout while their producer was alive (`ConsumerOptions::claim_timeout`).

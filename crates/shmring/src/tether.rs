@@ -11,8 +11,8 @@
 //!                                            line j: ACTIVE (adopted)
 //!   reads from line.read on,   ◀─────────    from now on publishes as the ring's read
 //!   publishes line.read                      cursor the farthest behind of its own
-//!   on release                               and every active line's, and detaches
-//!                                            a line whose owner died or stopped
+//!   on release                               and every active line's, and expels
+//!                                            a line whose holder died or stopped
 //!                                            releasing (DETACHED, bit cleared)
 //! ```
 //!
@@ -178,7 +178,7 @@ pub(crate) fn poke_consumer(seg: &Segment) {
 }
 
 /// Tethered side: is line `j` still ours (asked for or adopted)? `Err(Detached)`
-/// once the consumer detached it.
+/// once the consumer expelled it.
 pub(crate) fn check(seg: &Segment, j: u32) -> Result<()> {
     joined(seg, j).map(|_| ())
 }
@@ -200,7 +200,7 @@ pub(crate) struct Supervisor {
     /// Lines adopted and not yet seen gone: while any, the ring's read cursor is
     /// the farthest behind of all, and costs a look at each line per publish.
     adopted: u32,
-    /// Lines asking that could not be adopted (owner dead, state not REQUESTED):
+    /// Lines asking that could not be adopted (holder dead, state not REQUESTED):
     /// not looked at again until the next audit, so a stale bit costs nothing.
     ignored: u32,
     /// Per line: the read cursor last seen and since when it has not moved.
@@ -217,7 +217,7 @@ impl Supervisor {
     }
 
     /// A consumer taking over the ring: holds space for every tethered consumer
-    /// still attached (adopted by its predecessor, owner alive). Returns whether any.
+    /// still attached (adopted by its predecessor, holder alive). Returns whether any.
     pub(crate) fn take_over(&mut self, seg: &Segment) -> bool {
         for j in 0..MAX_TETHERS {
             let l = line(seg, j);
@@ -241,7 +241,7 @@ impl Supervisor {
         seg.control().tethers.0.mask.load(Ordering::Relaxed) & !(self.adopted | self.ignored) != 0
     }
 
-    /// Adopts the lines that asked (their owner alive): each starts at `own_read`,
+    /// Adopts the lines that asked (their holder alive): each starts at `own_read`,
     /// the consumer's read cursor (a gap-free one: see the caller), which is at or
     /// ahead of the ring's read cursor, so the space it reads from is held.
     pub(crate) fn adopt(&mut self, seg: &Segment, own_read: u64) -> bool {
@@ -284,7 +284,7 @@ impl Supervisor {
         while m != 0 {
             let j = m.trailing_zeros();
             m &= m - 1;
-            // Acquire: pairs with the line owner's Release store after it is done
+            // Acquire: pairs with the line holder's Release store after it is done
             // with the bytes before it.
             others[k] = line(seg, j).read.load(Ordering::Acquire);
             k += 1;
@@ -308,10 +308,10 @@ impl Supervisor {
         cursor_pos(self.ring_read(seg, own))
     }
 
-    /// Every liveness interval: detaches lines whose owner died (freed at once) or
+    /// Every liveness interval: expels lines whose holder died (freed at once) or
     /// whose read cursor stayed behind ours without moving for `limit` (DETACHED:
-    /// its owner is told); forgets lines their owner left; repairs the mask.
-    /// Returns how many were detached.
+    /// its holder is told); forgets lines their holder left; repairs the mask.
+    /// Returns how many were expelled.
     pub(crate) fn audit(&mut self, seg: &Segment, own_read: u64, limit: Duration) -> u32 {
         let c = seg.control();
         let mask = c.tethers.0.mask.load(Ordering::Acquire);
@@ -332,7 +332,7 @@ impl Supervisor {
                 continue;
             }
             if !alive {
-                // Its owner died (or the line was scribbled): free it.
+                // Its holder died (or the line was scribbled): free it.
                 l.state.store(TETHER_FREE, Ordering::Release);
                 c.tethers.0.mask.fetch_and(!bit, Ordering::AcqRel);
                 if adopted && state == TETHER_ACTIVE {
@@ -342,7 +342,7 @@ impl Supervisor {
                 continue;
             }
             if !adopted {
-                // A live owner asking (or one whose bit a peer cleared): make sure the
+                // A live holder asking (or one whose bit a peer cleared): make sure the
                 // next adoption sees it.
                 if state == TETHER_REQUESTED && mask & bit == 0 {
                     c.tethers.0.mask.fetch_or(bit, Ordering::AcqRel);
@@ -350,7 +350,7 @@ impl Supervisor {
                 continue;
             }
             if state != TETHER_ACTIVE {
-                // Detached (by us, its owner not told yet) or left: hold nothing.
+                // Expelled (by us, its holder not told yet) or left: hold nothing.
                 self.adopted &= !bit;
                 continue;
             }

@@ -197,7 +197,7 @@ fn a_tethered_consumer_holds_space_until_it_releases() {
 }
 
 #[test]
-fn a_tethered_consumer_that_stops_releasing_is_detached() {
+fn a_tethered_consumer_that_stops_releasing_is_expelled() {
     let seg = Segment::create_memfd("tether-stall", &cfg(1 << 16)).unwrap();
     let opts = ConsumerOptions {
         liveness_interval: Duration::from_millis(10),
@@ -237,11 +237,11 @@ fn a_tethered_consumer_that_stops_releasing_is_detached() {
 }
 
 #[test]
-fn a_killed_tethered_consumer_is_detached_and_producers_carry_on() {
+fn a_killed_tethered_consumer_is_expelled_and_producers_carry_on() {
     let seg = Segment::create_memfd("tether-kill", &cfg(1 << 16)).unwrap();
     let opts = ConsumerOptions {
         liveness_interval: Duration::from_millis(10),
-        // Only its death can detach it here.
+        // Only its death can expel it here.
         tether_stall_limit: Duration::from_secs(3600),
         ..Default::default()
     };

@@ -128,7 +128,7 @@ func run(ring, listen, dir string, seconds float64, fps int, capMiB uint64) erro
 	outs := map[key]*output{}
 	var f shmring.Frame
 	for {
-		if err := c.Recv(ctx, &f); err != nil {
+		if err := c.Next(ctx, &f); err != nil {
 			if ctx.Err() != nil {
 				break // -seconds, SIGINT or SIGTERM: finish the files
 			}

@@ -45,7 +45,7 @@ enum Backing {
     Memfd,
     /// A named segment; unlinked on drop when we created it and did not persist it.
     Named {
-        owner: bool,
+        created: bool,
     },
 }
 
@@ -166,7 +166,7 @@ impl Segment {
             None,
             geo,
             path.clone(),
-            Backing::Named { owner: true },
+            Backing::Named { created: true },
             ProtFlags::READ | ProtFlags::WRITE,
         )
         .map_err(cleanup)?;
@@ -198,7 +198,7 @@ impl Segment {
                 files::register(fd, true, &path)?
             }
         };
-        Self::attach(locks, None, path, Backing::Named { owner: false }, false).map(Arc::new)
+        Self::attach(locks, None, path, Backing::Named { created: false }, false).map(Arc::new)
     }
 
     /// Opens an existing named segment read-only (`PROT_READ`, and `O_RDONLY` unless
@@ -215,7 +215,7 @@ impl Segment {
                 files::register(fd, false, &path)?
             }
         };
-        Self::attach(locks, None, path, Backing::Named { owner: false }, true)
+        Self::attach(locks, None, path, Backing::Named { created: false }, true)
     }
 
     /// The entry of the file `/dev/shm/NAME` names now, if this process holds it
@@ -295,7 +295,7 @@ impl Segment {
                     locks,
                     None,
                     label.clone(),
-                    Backing::Named { owner: false },
+                    Backing::Named { created: false },
                     false,
                 )?;
                 if seg.geo.flags & FLAG_LOCK_FILE != 0 {
@@ -1024,7 +1024,7 @@ impl Drop for Segment {
         unsafe {
             let _ = rustix::mm::munmap(self.base.as_ptr().cast(), self.len);
         }
-        if self.backing == (Backing::Named { owner: true })
+        if self.backing == (Backing::Named { created: true })
             && !self.persist.load(std::sync::atomic::Ordering::Relaxed)
         {
             let _ = rustix::shm::unlink(self.name.as_str());

@@ -8,8 +8,8 @@
 //! handler, installed the first time a named segment is mapped, looks up the faulting
 //! address: inside a registered mapping, it maps anonymous zero pages over the whole
 //! mapping (`MAP_FIXED`, so the address range stays ours and nothing else moves) and
-//! flags it; the faulting access is then retried and reads zeros. The ring's owner
-//! learns of it from [`Guard::tripped`], which the consumer and producers check after
+//! flags it; the faulting access is then retried and reads zeros. Whoever maps the
+//! ring learns of it from [`Guard::tripped`], which the consumer and producers check after
 //! touching the ring, and reports [`crate::Error::Truncated`]. A fault outside every
 //! registered mapping goes to the handler that was installed before ours, or, if
 //! there was none, kills the process as SIGBUS always did.
