@@ -19,13 +19,7 @@ func noAllocs(t *testing.T, what string, n int, f func()) {
 }
 
 func TestNoAllocationPerFrame(t *testing.T) {
-	s := memfdRing(t, 16<<20, true)
-	c, err := s.Consumer(nil)
-	must(t, err)
-	defer c.Close()
-	p, err := s.Producer()
-	must(t, err)
-	defer p.Close()
+	_, c, p := ringWithPeers(t, 16<<20, true)
 	payload := make([]byte, 4096)
 	var f Frame
 	ctx := context.Background()

@@ -36,6 +36,20 @@ func memfdRing(t *testing.T, capacity uint64, eventfd bool) *Segment {
 	return s
 }
 
+// ringWithPeers is a memfd ring with its consumer and one producer, all closed
+// at the end of the test.
+func ringWithPeers(t *testing.T, capacity uint64, eventfd bool) (*Segment, *Consumer, *Producer) {
+	t.Helper()
+	s := memfdRing(t, capacity, eventfd)
+	c, err := s.Consumer(nil)
+	must(t, err)
+	t.Cleanup(func() { c.Close() })
+	p, err := s.Producer()
+	must(t, err)
+	t.Cleanup(func() { p.Close() })
+	return s, c, p
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -105,13 +119,7 @@ func TestRoundTripInPlace(t *testing.T) {
 }
 
 func TestViewsAreGoneAfterRelease(t *testing.T) {
-	s := memfdRing(t, 1<<20, true)
-	c, err := s.Consumer(nil)
-	must(t, err)
-	defer c.Close()
-	p, err := s.Producer()
-	must(t, err)
-	defer p.Close()
+	_, c, p := ringWithPeers(t, 1<<20, true)
 	r, err := p.ReserveVideo(FormatI420, 64, 32, 1, 2)
 	must(t, err)
 	must(t, r.Commit(Meta{Kind: KindVideo}))
@@ -159,13 +167,7 @@ func TestViewsAreGoneAfterRelease(t *testing.T) {
 }
 
 func TestSendAndOutOfOrderRelease(t *testing.T) {
-	s := memfdRing(t, 1<<20, false)
-	c, err := s.Consumer(nil)
-	must(t, err)
-	defer c.Close()
-	p, err := s.Producer()
-	must(t, err)
-	defer p.Close()
+	_, c, p := ringWithPeers(t, 1<<20, false)
 	for i := 0; i < 3; i++ {
 		must(t, p.Send([]byte(fmt.Sprintf("rec%d", i)), NewMeta(1, KindRaw)))
 	}
@@ -193,13 +195,7 @@ func TestSendAndOutOfOrderRelease(t *testing.T) {
 }
 
 func TestMediaAndPlanes(t *testing.T) {
-	s := memfdRing(t, 16<<20, true)
-	c, err := s.Consumer(nil)
-	must(t, err)
-	defer c.Close()
-	p, err := s.Producer()
-	must(t, err)
-	defer p.Close()
+	_, c, p := ringWithPeers(t, 16<<20, true)
 	r, err := p.ReserveVideo(FormatI420, 1920, 1080, 123, 9)
 	must(t, err)
 	if r.Planes() != 3 {

@@ -36,13 +36,7 @@ func camel(s string) string {
 }
 
 func TestStatsAreTheLibrarysFieldList(t *testing.T) {
-	s := memfdRing(t, 1<<20, false)
-	c, err := s.Consumer(nil)
-	must(t, err)
-	defer c.Close()
-	p, err := s.Producer()
-	must(t, err)
-	defer p.Close()
+	s, _, p := ringWithPeers(t, 1<<20, false)
 	must(t, p.Send([]byte("abcde"), Meta{}))
 	st, err := s.Stats()
 	must(t, err)

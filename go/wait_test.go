@@ -72,13 +72,7 @@ func TestCloseWakesAParkedNext(t *testing.T) {
 // Frames are released from other goroutines while the receiver waits, and two
 // goroutines never receive at once (run with -race).
 func TestReleaseFromOtherGoroutines(t *testing.T) {
-	s := memfdRing(t, 1<<20, true)
-	c, err := s.Consumer(nil)
-	must(t, err)
-	defer c.Close()
-	p, err := s.Producer()
-	must(t, err)
-	defer p.Close()
+	_, c, p := ringWithPeers(t, 1<<20, true)
 	const n = 2000
 	sent := make(chan struct{})
 	go func() {

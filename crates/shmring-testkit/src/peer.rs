@@ -126,6 +126,19 @@ impl Peer {
         unsafe { &*((self.base + off) as *const Slot) }
     }
 
+    /// Every counter of producer slot `i` (what `Stats` sums over the slots).
+    pub fn producer_counters(&self, i: u32) -> [&AtomicU64; 6] {
+        let c = &self.slot(i).counters;
+        [
+            &c.records_committed,
+            &c.bytes_committed,
+            &c.aborted,
+            &c.drops_full,
+            &c.waits,
+            &c.wakes_sent,
+        ]
+    }
+
     /// The claim log entry of claim `seq` (`seq mod log_entries`).
     pub fn entry(&self, seq: u64) -> &AtomicU64 {
         let i = seq & (self.geo.log_entries as u64 - 1);

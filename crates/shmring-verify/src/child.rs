@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use shmring::{Error, FullPolicy, Meta, Segment};
 
-use crate::common::{fill_body, seal_record, state, verify_record, Flags, Rng, REC_HDR};
+use crate::common::{
+    fill_body, seal_record, state, verify_record, ChildGuard, Flags, Rng, REC_HDR,
+};
 use shmring_testkit::{Peer, Target};
 
 /// A ring's descriptors as a child inherits them, in the order of
@@ -58,6 +60,39 @@ pub fn attach_fd(fds: &RingFds) -> Result<Arc<Segment>, String> {
         .map(|&fd| unsafe { OwnedFd::from_raw_fd(fd) })
         .collect();
     Segment::from_descriptors(owned).map_err(|e| format!("attach the ring's descriptors: {e}"))
+}
+
+/// Starts producer process `instance` (`child-producer`) on the ring `fd`,
+/// publishing its progress in line `instance` of `flags`, with the `extra`
+/// arguments that say how it writes ([`ProducerArgs`]).
+pub fn spawn_producer(
+    fd: &RingFds,
+    flags: &Flags,
+    instance: u32,
+    extra: &[String],
+) -> std::io::Result<ChildGuard> {
+    let mut args: Vec<String> = vec![
+        "child-producer".into(),
+        format!("--fd={fd}"),
+        format!("--flags-fd={}", flags.raw_fd()),
+        format!("--instance={instance}"),
+    ];
+    args.extend_from_slice(extra);
+    ChildGuard::spawn_self(&args, &fd.with(&[flags.raw_fd()]), false)
+}
+
+/// Producer processes 0 to `n - 1` ([`spawn_producer`]); Err says which failed.
+pub fn spawn_producers(
+    fd: &RingFds,
+    flags: &Flags,
+    n: u32,
+    extra: &[String],
+) -> Result<Vec<ChildGuard>, String> {
+    (0..n)
+        .map(|i| {
+            spawn_producer(fd, flags, i, extra).map_err(|e| format!("spawn producer {i}: {e}"))
+        })
+        .collect()
 }
 
 /// How a producer process writes.

@@ -5,7 +5,7 @@
 //! record arrives at least once; only records the dead consumer still held (at most
 //! `--hold`) arrive twice.
 
-use crate::child::RingFds;
+use crate::child::{spawn_producers, RingFds};
 use std::io::{BufRead, BufReader};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
@@ -124,25 +124,18 @@ pub fn run(a: Args) -> i32 {
             return 2;
         }
     };
-    let mut producers: Vec<ChildGuard> = Vec::new();
-    for inst in 0..a.producers {
-        let args: Vec<String> = vec![
-            "child-producer".into(),
-            format!("--fd={fd}"),
-            format!("--flags-fd={}", flags.raw_fd()),
-            format!("--instance={inst}"),
-            "--min-size=256".into(),
-            "--max-size=16384".into(),
-            format!("--block-ms={}", a.block_ms),
-        ];
-        match ChildGuard::spawn_self(&args, &fd.with(&[flags.raw_fd()]), false) {
-            Ok(k) => producers.push(k),
-            Err(e) => {
-                eprintln!("consumer-crash: spawn producer: {e}");
-                return 2;
-            }
+    let extra: Vec<String> = vec![
+        "--min-size=256".into(),
+        "--max-size=16384".into(),
+        format!("--block-ms={}", a.block_ms),
+    ];
+    let mut producers = match spawn_producers(&fd, &flags, a.producers, &extra) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("consumer-crash: {e}");
+            return 2;
         }
-    }
+    };
     let started = Instant::now();
     let mut no_consumer_seen_after_kill = 0u64;
     let mut consumer_errors: Vec<String> = Vec::new();

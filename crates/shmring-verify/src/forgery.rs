@@ -108,6 +108,22 @@ macro_rules! identity_case {
     };
 }
 
+/// A case that forges one claim at the write cursor, naming `slot(peer, victim)`,
+/// in `state`, of `units(peer)`.
+macro_rules! claim_case {
+    ($name:literal, $slot:expr, $state:ident, $units:expr) => {
+        Case {
+            name: $name,
+            class: "claim log",
+            forge: |p, victim, _| {
+                let slot: fn(&Peer, u32) -> u32 = $slot;
+                let units: fn(&Peer) -> u64 = $units;
+                forge_claim(p, slot(p, victim), ClaimState::$state, units(p));
+            },
+        }
+    };
+}
+
 fn cases() -> Vec<Case> {
     vec![
         identity_case!("identity_magic", magic, |_| u64::from_le_bytes(
@@ -216,27 +232,19 @@ fn cases() -> Vec<Case> {
                 }
             },
         },
-        Case {
-            name: "claim_naming_a_free_slot",
-            class: "claim log",
-            forge: |p, _, _| {
-                forge_claim(p, p.geometry().max_producers - 1, ClaimState::Claimed, 4);
-            },
-        },
-        Case {
-            name: "claim_naming_a_missing_slot",
-            class: "claim log",
-            forge: |p, _, _| {
-                forge_claim(p, 255, ClaimState::Claimed, 4);
-            },
-        },
-        Case {
-            name: "claim_naming_a_live_producer",
-            class: "claim log",
-            forge: |p, victim, _| {
-                forge_claim(p, victim, ClaimState::Claimed, 4);
-            },
-        },
+        claim_case!(
+            "claim_naming_a_free_slot",
+            |p, _| p.geometry().max_producers - 1,
+            Claimed,
+            |_| 4
+        ),
+        claim_case!("claim_naming_a_missing_slot", |_, _| 255, Claimed, |_| 4),
+        claim_case!(
+            "claim_naming_a_live_producer",
+            |_, victim| victim,
+            Claimed,
+            |_| 4
+        ),
         Case {
             name: "claim_and_open_word_of_a_live_producer",
             class: "claim log",
@@ -247,21 +255,10 @@ fn cases() -> Vec<Case> {
                 p.slot(victim).open_claim.store(v, S);
             },
         },
-        Case {
-            name: "claim_units_zero",
-            class: "claim log",
-            forge: |p, _, _| {
-                forge_claim(p, 0, ClaimState::Committed, 0);
-            },
-        },
-        Case {
-            name: "claim_units_beyond_capacity",
-            class: "claim log",
-            forge: |p, _, _| {
-                let units = p.geometry().cap_units() + 1;
-                forge_claim(p, 0, ClaimState::Committed, units);
-            },
-        },
+        claim_case!("claim_units_zero", |_, _| 0, Committed, |_| 0),
+        claim_case!("claim_units_beyond_capacity", |_, _| 0, Committed, |p| {
+            p.geometry().cap_units() + 1
+        }),
         Case {
             name: "slots_all_active",
             class: "slot table",
@@ -320,17 +317,8 @@ fn cases() -> Vec<Case> {
                     p.at(off).store(u64::MAX, S);
                 }
                 for i in 0..p.geometry().max_producers {
-                    let c = &p.slot(i).counters;
-                    for f in [
-                        &c.records_committed,
-                        &c.bytes_committed,
-                        &c.aborted,
-                        &c.drops_full,
-                        &c.waits,
-                        &c.wakes_sent,
-                        &c._reserved[0],
-                        &c._reserved[1],
-                    ] {
+                    let reserved = &p.slot(i).counters._reserved;
+                    for f in p.producer_counters(i).into_iter().chain(reserved) {
                         f.store(u64::MAX, S);
                     }
                 }

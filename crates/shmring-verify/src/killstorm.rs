@@ -138,11 +138,7 @@ pub fn run(a: Args) -> i32 {
                 "too many producer processes died on their own",
             ));
         }
-        let args: Vec<String> = vec![
-            "child-producer".into(),
-            format!("--fd={fd}"),
-            format!("--flags-fd={}", flags.raw_fd()),
-            format!("--instance={inst}"),
+        let extra: Vec<String> = vec![
             format!("--min-size={}", a.min_size),
             format!("--max-size={}", a.max_size),
             format!("--chunk={}", a.chunk),
@@ -150,7 +146,7 @@ pub fn run(a: Args) -> i32 {
             format!("--gap-us={}", a.gap_us),
             "--block-ms=1000".into(),
         ];
-        ChildGuard::spawn_self(&args, &fd.with(&[flags.raw_fd()]), false)
+        crate::child::spawn_producer(&fd, &flags, inst, &extra)
     };
     let mut kids: Vec<(u32, ChildGuard)> = Vec::new();
     let mut next_inst = 0u32;

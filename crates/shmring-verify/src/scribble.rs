@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use shmring::{Config, Error, Segment};
 
+use crate::child::spawn_producers;
 use crate::common::{ms, verify_record, ChildGuard, Flags, Report, Watchdog};
 
 /// The regions the scribbler can be aimed at.
@@ -95,26 +96,19 @@ pub fn run(a: Args) -> i32 {
         }
     };
     let fd = crate::child::RingFds::of(&seg);
-    let mut producers: Vec<ChildGuard> = Vec::new();
-    for inst in 0..a.producers {
-        let args: Vec<String> = vec![
-            "child-producer".into(),
-            format!("--fd={fd}"),
-            format!("--flags-fd={}", flags.raw_fd()),
-            format!("--instance={inst}"),
-            "--min-size=256".into(),
-            "--max-size=65536".into(),
-            "--block-ms=200".into(),
-            "--count=0".into(),
-        ];
-        match ChildGuard::spawn_self(&args, &fd.with(&[flags.raw_fd()]), false) {
-            Ok(k) => producers.push(k),
-            Err(e) => {
-                eprintln!("scribble: spawn producer: {e}");
-                return 2;
-            }
+    let extra: Vec<String> = vec![
+        "--min-size=256".into(),
+        "--max-size=65536".into(),
+        "--block-ms=200".into(),
+        "--count=0".into(),
+    ];
+    let mut producers = match spawn_producers(&fd, &flags, a.producers, &extra) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("scribble: {e}");
+            return 2;
         }
-    }
+    };
     let wd = Watchdog::new("scribble consumer call", Duration::from_secs(10));
     fn call<'c>(
         wd: &Watchdog,

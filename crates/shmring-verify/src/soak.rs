@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use shmring::{Config, Segment};
 
-use crate::common::{read_rss, state, verify_record, ChildGuard, Flags, Report, Rss, Watchdog};
+use crate::child::spawn_producers;
+use crate::common::{read_rss, state, verify_record, Flags, Report, Rss, Watchdog};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -67,25 +68,18 @@ pub fn run(a: Args) -> i32 {
     };
     let fd = crate::child::RingFds::of(&seg);
     let per = a.rate * 1_000_000 / a.producers.max(1) as u64;
-    let mut producers: Vec<ChildGuard> = Vec::new();
-    for inst in 0..a.producers {
-        let args: Vec<String> = vec![
-            "child-producer".into(),
-            format!("--fd={fd}"),
-            format!("--flags-fd={}", flags.raw_fd()),
-            format!("--instance={inst}"),
-            format!("--rate={per}"),
-            "--block-ms=0".into(),
-            "--drop".into(),
-        ];
-        match ChildGuard::spawn_self(&args, &fd.with(&[flags.raw_fd()]), false) {
-            Ok(k) => producers.push(k),
-            Err(e) => {
-                eprintln!("soak: spawn producer: {e}");
-                return 2;
-            }
+    let extra: Vec<String> = vec![
+        format!("--rate={per}"),
+        "--block-ms=0".into(),
+        "--drop".into(),
+    ];
+    let mut producers = match spawn_producers(&fd, &flags, a.producers, &extra) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("soak: {e}");
+            return 2;
         }
-    }
+    };
     let mut series: Vec<Series> = Vec::with_capacity(producers.len() + 1);
     series.push(Series {
         name: "consumer (this process)".into(),

@@ -410,15 +410,7 @@ fn stats_survive_hostile_counters() {
     let seg = Segment::create_memfd("hostile-stats", &config()).unwrap();
     let peer = Peer::new(&seg);
     for slot in 0..2 {
-        let c = &peer.slot(slot).counters;
-        for counter in [
-            &c.records_committed,
-            &c.bytes_committed,
-            &c.aborted,
-            &c.drops_full,
-            &c.waits,
-            &c.wakes_sent,
-        ] {
+        for counter in peer.producer_counters(slot) {
             counter.store(u64::MAX, Ordering::Relaxed);
         }
     }
