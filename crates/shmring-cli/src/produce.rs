@@ -83,6 +83,8 @@ pub struct StreamResult {
     /// Records not made because --seconds (wall time) ran out first: the producer
     /// could not keep up with the rate.
     pub missed: u64,
+    /// The stream's end-of-stream record was committed.
+    pub ended: bool,
     pub error: Option<String>,
 }
 
@@ -152,7 +154,9 @@ fn video_thread(
     };
     prod.set_policy(policy);
     let pattern = Pattern::new(w, h).expect("size checked by parse_video");
-    let base = match MediaHeader::video(Format::I420, w, h, 0, 0) {
+    let base = match MediaHeader::video(Format::I420, w, h, 0, 0)
+        .and_then(|hd| hd.with_frame_rate(fps, 1))
+    {
         Ok(hd) => hd,
         Err(e) => {
             res.error = Some(format!("video stream {stream}: {e}"));
@@ -210,7 +214,20 @@ fn video_thread(
             }
         }
     }
+    end_stream(&mut prod, stream, kind::VIDEO, &mut res);
     res
+}
+
+/// Ends the stream (readers close its file, or send EOS) unless the ring failed.
+fn end_stream(prod: &mut shmring::Producer, stream: u32, k: u32, res: &mut StreamResult) {
+    if res.error.is_some() {
+        return;
+    }
+    match prod.end_stream(stream, k) {
+        Ok(()) => res.ended = true,
+        Err(e) if is_drop(&e) => {}
+        Err(e) => res.error = Some(format!("stream {stream}: its end of stream: {e}")),
+    }
 }
 
 fn audio_thread(
@@ -298,6 +315,7 @@ fn audio_thread(
             }
         }
     }
+    end_stream(&mut prod, stream, kind::AUDIO, &mut res);
     res
 }
 
@@ -312,7 +330,7 @@ fn missed_note(missed: u64) -> String {
 fn result_json(r: &StreamResult) -> serde_json::Value {
     json!({"stream": r.stream, "attempted": r.attempted, "sent": r.sent,
            "dropped": r.dropped, "samples_sent": r.samples_sent, "missed": r.missed,
-           "error": r.error})
+           "ended": r.ended, "error": r.error})
 }
 
 pub fn run(a: ProduceArgs) -> Result<(), CmdError> {

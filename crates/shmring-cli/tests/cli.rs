@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use shmring::media::{kind, Format, MediaHeader};
+use shmring::media::{kind, Format, MediaHeader, MEDIA_HEADER_SIZE};
 use shmring::{Meta, Segment};
 use shmring_cli::pattern::decode_frame_number;
 
@@ -132,12 +132,21 @@ fn record_and_produce_end_to_end_with_stat() {
     let alen = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, 0, 0)
         .unwrap()
         .payload_len() as u64;
-    assert_eq!(n(&stat, "records_committed"), sent);
-    assert_eq!(n(&stat, "records_consumed"), sent);
+    // Each stream ends with an end-of-stream record (a bare media header).
+    let ends = video
+        .iter()
+        .chain([audio])
+        .filter(|v| v["ended"] == true)
+        .count() as u64;
+    assert_eq!(ends, 3);
+    assert_eq!(n(&stat, "records_committed"), sent + ends);
+    assert_eq!(n(&stat, "records_consumed"), sent + ends);
     assert_eq!(n(&stat, "drops_full"), dropped);
     assert_eq!(
         n(&stat, "bytes_committed"),
-        video.iter().map(|v| n(v, "sent")).sum::<u64>() * vlen + n(audio, "sent") * alen
+        video.iter().map(|v| n(v, "sent")).sum::<u64>() * vlen
+            + n(audio, "sent") * alen
+            + ends * MEDIA_HEADER_SIZE as u64
     );
     assert_eq!(n(&stat, "corruption"), 0);
     assert!(stat["consumer_attached"].as_bool().unwrap());
@@ -577,7 +586,13 @@ fn encode_writes_h264_mp4_when_ffmpeg_is_installed() {
     let (code, err) = rec.wait();
     assert_eq!(code, Some(0), "{err}");
     no_part_files(dir.path());
-    let mp4 = std::fs::read(dir.path().join("video-0.mp4")).unwrap();
+    // In process (the `gst` feature): one file per stream id, video and audio muxed.
+    let name = if cfg!(feature = "gst") {
+        "stream-0.mp4"
+    } else {
+        "video-0.mp4"
+    };
+    let mp4 = std::fs::read(dir.path().join(name)).unwrap();
     assert_eq!(&mp4[4..8], b"ftyp");
     assert_eq!(r["streams"][0]["files"][0]["units"].as_u64(), Some(sent));
 }
