@@ -12,6 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 use gst::glib;
 
 mod media;
+mod reader;
 mod ring;
 pub mod ringsink;
 pub mod ringsrc;
