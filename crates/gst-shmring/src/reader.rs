@@ -21,12 +21,15 @@
 //! the choice is made when it is: every buffer, wrapped or copied, reports when
 //! downstream frees it, and the reader learns how much ring traffic passes while
 //! downstream holds a buffer (its *hold depth*). A frame is handed out in place
-//! only while that depth plus the frame fits the `max-held` share of the ring;
-//! otherwise it is copied and released at once (and the element says so on the
-//! bus, once). Until the first buffer comes back, a downstream encoder (an element
-//! classified `Encoder` on the raw-media path) gets copies: it is the one kind of
-//! element known to keep frames, and one wrapped frame it kept would be enough to
-//! stall the ring.
+//! only while that depth plus the frame fits the `max-held` share of the ring,
+//! and while the ring pinned now (from the oldest frame still held to the newest
+//! record read) leaves room for it; otherwise it is copied and released at once
+//! (and the element says so on the bus, once). Until the first buffer comes back,
+//! a pipeline with an encoder or a muxer downstream (an element classified
+//! `Encoder` or `Muxer` on the raw-media path) gets copies: those are the elements
+//! known to keep frames (a muxer keeps one stream's records while it waits for
+//! another's, which may wait behind an encoder's look-ahead), and one wrapped
+//! frame they kept would be enough to stall the ring.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -167,26 +170,23 @@ impl Counters {
     }
 }
 
-/// What downstream's holding looks like, shared with every buffer handed out.
+/// How long one output's downstream (a pad's) keeps buffers, learned from the
+/// buffers it gives back. Each pad has its own: an audio encoder gives its input
+/// back at once while a video encoder beside it keeps fifty frames.
 #[derive(Default)]
-pub struct Tracker {
-    /// Bytes of records read from the ring so far (every record, output or not).
-    consumed: AtomicU64,
+pub struct Lane {
     /// Largest ring traffic (bytes) seen to pass while downstream held a buffer,
     /// decaying slowly (1/64 per buffer returned).
     depth: AtomicU64,
     /// At least one buffer came back.
     returned: AtomicBool,
-    /// Frames handed out in place and not yet returned, and their bytes.
-    held_frames: AtomicU64,
-    held_bytes: AtomicU64,
 }
 
-impl Tracker {
-    /// A buffer output when `at` bytes had been read came back.
-    fn returned(&self, at: u64) {
+impl Lane {
+    /// A buffer output when `at` bytes had been read came back, `now` read since.
+    fn returned(&self, at: u64, now: u64) {
         // Relaxed: statistics guiding a choice, never memory safety.
-        let span = self.consumed.load(Ordering::Relaxed).saturating_sub(at);
+        let span = now.saturating_sub(at);
         let _ = self
             .depth
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| {
@@ -200,6 +200,34 @@ impl Tracker {
         self.returned
             .load(Ordering::Relaxed)
             .then(|| self.depth.load(Ordering::Relaxed))
+    }
+}
+
+/// The ring's side of what downstream holds, shared with every buffer handed out.
+pub struct Tracker {
+    /// Bytes of records read from the ring so far (every record, output or not).
+    consumed: AtomicU64,
+    /// Frames handed out in place and not yet returned, and their bytes.
+    held_frames: AtomicU64,
+    held_bytes: AtomicU64,
+    /// One flag per place in the reader's list of frames held in place: set when
+    /// that frame came back.
+    back: Box<[AtomicBool]>,
+}
+
+impl Tracker {
+    fn new(places: usize) -> Tracker {
+        Tracker {
+            consumed: AtomicU64::new(0),
+            held_frames: AtomicU64::new(0),
+            held_bytes: AtomicU64::new(0),
+            back: (0..places).map(|_| AtomicBool::new(true)).collect(),
+        }
+    }
+
+    /// A buffer of `lane` output when `at` bytes had been read came back.
+    fn returned(&self, lane: &Lane, at: u64) {
+        lane.returned(at, self.consumed.load(Ordering::Relaxed));
     }
 }
 
@@ -249,10 +277,13 @@ impl Ring {
 struct Held {
     ring: Arc<Ring>,
     tracker: Arc<Tracker>,
+    lane: Arc<Lane>,
     ptr: *const u8,
     len: usize,
     seq: u64,
     at: u64,
+    /// Its place in the reader's list of frames held in place.
+    place: usize,
 }
 
 // SAFETY: `ptr` points into the shared mapping that `ring.seg` keeps alive; the
@@ -275,7 +306,9 @@ impl Drop for Held {
         self.tracker
             .held_bytes
             .fetch_sub(self.len as u64, Ordering::Relaxed);
-        self.tracker.returned(self.at);
+        self.tracker.returned(&self.lane, self.at);
+        // Release: the reader that sees the flag may reuse the place.
+        self.tracker.back[self.place].store(true, Ordering::Release);
         self.ring.release(self.seq);
     }
 }
@@ -286,6 +319,7 @@ struct Copied {
     buf: Vec<u8>,
     home: Arc<ArrayQueue<Vec<u8>>>,
     tracker: Arc<Tracker>,
+    lane: Arc<Lane>,
     at: u64,
 }
 
@@ -297,7 +331,7 @@ impl AsRef<[u8]> for Copied {
 
 impl Drop for Copied {
     fn drop(&mut self) {
-        self.tracker.returned(self.at);
+        self.tracker.returned(&self.lane, self.at);
         // A full queue drops the copy instead.
         let _ = self.home.push(std::mem::take(&mut self.buf));
     }
@@ -515,6 +549,10 @@ pub struct Reader {
     /// Frames downstream may hold in place: half the claim log, so small records
     /// cannot exhaust it either.
     frames_limit: u64,
+    /// Frames held in place, oldest first: (place in `tracker.back`, bytes read
+    /// when it was output).
+    outstanding: std::collections::VecDeque<(usize, u64)>,
+    next_place: usize,
     resets_seen: u64,
     last_reap: Option<Instant>,
     last_warn: Option<Instant>,
@@ -602,9 +640,11 @@ impl Reader {
             tap,
             budget: geo.capacity * opts.max_held_percent as u64 / 100,
             frames_limit: geo.log_entries as u64 / 2,
+            outstanding: std::collections::VecDeque::with_capacity(geo.log_entries as usize / 2),
+            next_place: 0,
             capacity: geo.capacity,
             opts,
-            tracker: Arc::new(Tracker::default()),
+            tracker: Arc::new(Tracker::new(geo.log_entries as usize / 2 + 1)),
             counters,
             spare: Arc::new(ArrayQueue::new(SPARE_COPIES)),
             resets_seen: 0,
@@ -816,15 +856,36 @@ impl Reader {
         }
     }
 
+    /// Bytes of the ring pinned by frames held in place: from the oldest still
+    /// held to the newest record read.
+    fn pinned(&mut self) -> u64 {
+        while let Some(&(place, _)) = self.outstanding.front() {
+            // Acquire: pairs with the Release store when the frame came back.
+            if !self.tracker.back[place].load(Ordering::Acquire) {
+                break;
+            }
+            self.outstanding.pop_front();
+        }
+        match self.outstanding.front() {
+            Some(&(_, at)) => self
+                .tracker
+                .consumed
+                .load(Ordering::Relaxed)
+                .saturating_sub(at),
+            None => 0,
+        }
+    }
+
     /// The buffer for a frame record: bytes `span` of its payload, the ring's
-    /// memory or a copy (see the module's documentation). `encoder`: an encoder
-    /// downstream whose hold depth is not known yet.
+    /// memory or a copy (see the module's documentation), for the output whose
+    /// downstream `lane` follows and `holder` says what keeps frames there.
     pub fn buffer(
         &mut self,
         el: &gst::Element,
         rec: Record,
         (first, end): (usize, usize),
-        encoder: Option<&str>,
+        lane: &Arc<Lane>,
+        holder: &Holder,
     ) -> gst::Buffer {
         let at = rec.at;
         let f = match rec.data {
@@ -833,6 +894,7 @@ impl Reader {
                     buf,
                     home: self.spare.clone(),
                     tracker: self.tracker.clone(),
+                    lane: lane.clone(),
                     at,
                 };
                 return buffer_over(copy, first, end);
@@ -841,25 +903,36 @@ impl Reader {
         };
         let (ring, f) = f;
         let len = f.len as u64;
+        let pinned = self.pinned();
         let t = &self.tracker;
-        let depth = t.depth();
-        let fits_now = t.held_bytes.load(Ordering::Relaxed) + len <= self.budget
-            && t.held_frames.load(Ordering::Relaxed) < self.frames_limit;
+        let depth = lane.depth();
+        let fits_now =
+            pinned + len <= self.budget && (self.outstanding.len() as u64) < self.frames_limit;
         let wrap = fits_now
-            && match depth {
-                Some(d) => d + len <= self.budget,
-                None => encoder.is_none(),
+            && match (holder, depth) {
+                (Holder::Always(_), _) => false,
+                (_, Some(d)) => d + len <= self.budget,
+                (Holder::Learn(_), None) => false,
+                (Holder::None, None) => true,
             };
         if wrap {
             t.held_bytes.fetch_add(len, Ordering::Relaxed);
             t.held_frames.fetch_add(1, Ordering::Relaxed);
+            // The place after the newest: free, as no more than `frames_limit`
+            // frames are held and the list has one place more.
+            let place = self.next_place;
+            self.next_place = (place + 1) % t.back.len();
+            t.back[place].store(false, Ordering::Relaxed);
+            self.outstanding.push_back((place, at));
             let held = Held {
                 ring,
                 tracker: t.clone(),
+                lane: lane.clone(),
                 ptr: f.ptr,
                 len: f.len,
                 seq: f.seq,
                 at,
+                place,
             };
             return buffer_over(held, first, end);
         }
@@ -876,7 +949,7 @@ impl Reader {
                     frames,
                     self.budget >> 20,
                     self.capacity >> 20,
-                    encoder.map(|e| format!(" ({e} keeps frames for its look-ahead; tune=zerolatency keeps none)")).unwrap_or_default(),
+                    holder.name().map(|e| format!(" ({e} keeps frames: an encoder's look-ahead, or a muxer waiting for another stream)")).unwrap_or_default(),
                     ((d + len) * 2).next_power_of_two() >> 20
                 )
             );
@@ -892,6 +965,7 @@ impl Reader {
             buf,
             home: self.spare.clone(),
             tracker: t.clone(),
+            lane: lane.clone(),
             at,
         };
         buffer_over(copy, first, end)
@@ -988,30 +1062,73 @@ impl Reader {
     }
 }
 
-/// The first element on the raw-media path downstream of `pad` that is an
-/// encoder (factory klass "Encoder"), by name: it keeps frames for its
-/// look-ahead. Follows single-output elements (queues, converters, capsfilters)
-/// and every branch of a tee, a few elements deep.
-pub fn downstream_encoder(pad: &gst::Pad) -> Option<String> {
-    fn walk(pad: &gst::Pad, depth: u32) -> Option<String> {
-        if depth > 8 {
-            return None;
+/// What keeps frames downstream of an output, as far as the element can tell.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Holder {
+    /// Nothing known to keep frames: in place until measured otherwise.
+    #[default]
+    None,
+    /// An element that keeps frames (an encoder, by name): copies until the first
+    /// buffer comes back, then as measured.
+    Learn(String),
+    /// An element that may keep frames for as long as another output makes it
+    /// wait (a muxer fed by several of this element's pads): copies always.
+    Always(String),
+}
+
+impl Holder {
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            Holder::None => None,
+            Holder::Learn(n) | Holder::Always(n) => Some(n),
         }
-        let peer = pad.peer()?;
-        let el = peer.parent_element()?;
+    }
+}
+
+/// What keeps frames downstream of `pad`: the first encoder (factory klass
+/// "Encoder", for its look-ahead) or muxer ("Muxer", which keeps one stream's
+/// records while it waits for another's) on the path, and whether a muxer on
+/// it (before or after an encoder) is fed from another of `siblings` too: then
+/// it can keep this pad's frames for as long as the other waits (an audio pad
+/// waiting behind its participant's video encoder), and nothing measured before
+/// says how long. Follows single-output elements (queues, converters, parsers,
+/// encoders) and every branch of a tee, a few elements deep.
+pub fn downstream_holder(pad: &gst::Pad, siblings: &[gst::Pad]) -> Holder {
+    fn walk(pad: &gst::Pad, depth: u32, found: &mut Vec<(gst::Element, bool)>) {
+        if depth > 12 {
+            return;
+        }
+        let Some(el) = pad.peer().and_then(|p| p.parent_element()) else {
+            return;
+        };
         let klass = el
             .factory()
             .map(|f| f.metadata("klass").unwrap_or_default().to_string())
             .unwrap_or_default();
-        if klass.contains("Encoder") {
-            return Some(el.name().to_string());
+        let muxer = klass.contains("Muxer");
+        if muxer || klass.contains("Encoder") {
+            found.push((el.clone(), muxer));
         }
-        if klass.contains("Sink") && el.src_pads().is_empty() {
-            return None;
+        for p in el.src_pads() {
+            walk(&p, depth + 1, found);
         }
-        el.src_pads().iter().find_map(|p| walk(p, depth + 1))
     }
-    walk(pad, 0)
+    let mut found = Vec::new();
+    walk(pad, 0, &mut found);
+    let Some((first, _)) = found.first() else {
+        return Holder::None;
+    };
+    let shared = found.iter().filter(|(_, m)| *m).find(|(mux, _)| {
+        siblings.iter().filter(|s| *s != pad).any(|s| {
+            let mut theirs = Vec::new();
+            walk(s, 0, &mut theirs);
+            theirs.iter().any(|(e, _)| e == mux)
+        })
+    });
+    match shared {
+        Some((mux, _)) => Holder::Always(mux.name().to_string()),
+        None => Holder::Learn(first.name().to_string()),
+    }
 }
 
 /// The shared state of a reader's latency answer: the live records' largest age,

@@ -16,7 +16,7 @@ use shmring::media::{kind, MediaHeader, MediaRecord};
 
 use crate::lock;
 use crate::media::{negotiated_rate, output_for, same_shape, supported_caps, Output};
-use crate::reader::{self, downstream_encoder, Counters, Latency, Reader, ReaderSettings, Record};
+use crate::reader::{self, downstream_holder, Counters, Latency, Reader, ReaderSettings, Record};
 
 static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     gst::DebugCategory::new(
@@ -78,8 +78,10 @@ struct Started {
     accepts: [Option<bool>; 2],
     outputs: Vec<Output1>,
     last_video_pts: Option<gst::ClockTime>,
-    /// The encoder downstream, if any (looked up at each caps change).
-    encoder: Option<String>,
+    /// What keeps frames downstream (looked up at each caps change).
+    holder: reader::Holder,
+    /// How long downstream keeps buffers.
+    lane: Arc<reader::Lane>,
     /// Caps downstream refused, already reported.
     refused: Option<gst::Caps>,
 }
@@ -222,7 +224,8 @@ impl BaseSrcImpl for ShmRingSrc {
             accepts: [None, None],
             outputs: Vec::new(),
             last_video_pts: None,
-            encoder: None,
+            holder: reader::Holder::None,
+            lane: Arc::default(),
             refused: None,
         }));
         self.flushing.store(false, Ordering::Release);
@@ -325,11 +328,7 @@ impl ShmRingSrc {
         let rate = negotiated_rate(hd, peer.as_ref());
         let out = output_for(hd, rate)?;
         let caps = out.caps.clone();
-        st.encoder = if hd.format.is_video() {
-            downstream_encoder(pad)
-        } else {
-            None
-        };
+        st.holder = downstream_holder(pad, &[]);
         st.current = Some((*hd, out, rate));
         Ok(Some(caps))
     }
@@ -410,8 +409,9 @@ impl ShmRingSrc {
         let (span, rate) = (out.span, *rate);
         let (offsets, strides, planes, video_meta) =
             (out.offsets, out.strides, out.planes, out.video_meta);
-        let encoder = st.encoder.clone();
-        let mut buffer = st.reader.buffer(el, rec, span, encoder.as_deref());
+        let holder = st.holder.clone();
+        let lane = st.lane.clone();
+        let mut buffer = st.reader.buffer(el, rec, span, &lane, &holder);
         let pts = st.reader.pts(el, capture, hd.pts_ns);
         let b = buffer.get_mut().expect("a new buffer is writable");
         b.set_pts(pts);
