@@ -70,6 +70,9 @@ const SPARE_COPIES: usize = 8;
 /// Records older than this when read are a backlog, not live: their age says
 /// nothing about the latency.
 const LIVE_AGE: Duration = Duration::from_secs(2);
+/// A read that waited at least this long found the ring empty: the record it
+/// got is fresh (see [`Record`]).
+const FRESH: Duration = Duration::from_micros(50);
 /// How long the ring may stay nearly full, while downstream holds frames, before
 /// the element warns that producers wait.
 const STALL_WARN: Duration = Duration::from_secs(1);
@@ -368,11 +371,19 @@ pub struct Record {
     /// This record made it plain that two producers write its stream id (said
     /// once per stream).
     pub second_producer: bool,
+    /// It arrived while the reader waited for it (it did not wait in the ring for
+    /// the reader): its age at output says how late producers deliver.
+    fresh: bool,
     data: Data,
     at: u64,
 }
 
 impl Record {
+    /// See the field.
+    pub fn fresh(&self) -> bool {
+        self.fresh
+    }
+
     fn payload(&self) -> &[u8] {
         match &self.data {
             // SAFETY: ptr/len come from the consumer, validated to lie inside the
@@ -736,6 +747,7 @@ impl Reader {
     /// The next media record, waiting up to [`POLL_IDLE`]; `None` when nothing came
     /// (or a record was dropped: malformed, filtered). Err: the ring failed.
     pub fn next(&mut self, el: &gst::Element) -> Result<Option<Record>, ReadError> {
+        let mut fresh = false;
         let (meta, data, seq) = match self.tap.as_mut() {
             Some(t) => {
                 let mut buf = self.spare.pop().unwrap_or_default();
@@ -768,7 +780,10 @@ impl Reader {
                 // wait, and producers may be waiting for that space, so look again
                 // soon. Otherwise nothing suggests they will.
                 let wait = if ring.drain(&c) > 0 { POLL } else { POLL_IDLE };
+                let asked = Instant::now();
                 let next = c.next_raw(Some(wait));
+                // Waited for: the ring was empty when asked.
+                fresh = asked.elapsed() >= FRESH;
                 let resets = c.resets();
                 if resets != self.resets_seen {
                     self.counters
@@ -817,6 +832,7 @@ impl Reader {
             }),
             discont: false,
             second_producer: false,
+            fresh,
             data,
             at,
         };
@@ -980,6 +996,7 @@ impl Reader {
         el: &gst::Element,
         capture_ns: u64,
         stream_pts: u64,
+        fresh: bool,
     ) -> Option<gst::ClockTime> {
         let mode = self.opts.timestamp_mode;
         if mode == TimestampMode::Stream {
@@ -991,7 +1008,10 @@ impl Reader {
         let at = if mode == TimestampMode::Capture && capture_ns != 0 {
             // Move the capture time from the monotonic clock onto the pipeline's.
             let age = shmring::now_ns().saturating_sub(capture_ns);
-            if age < LIVE_AGE.as_nanos() as u64 {
+            // Only a record that did not wait in the ring for us: one that did
+            // waited while downstream held us, which the latency must not count
+            // (it would grow the latency that made it wait).
+            if fresh && age < LIVE_AGE.as_nanos() as u64 {
                 self.max_age_ns = self.max_age_ns.max(age);
             }
             now - age as i128

@@ -729,7 +729,7 @@ impl ShmRingDemux {
         let State::Started(st) = &mut *guard else {
             return;
         };
-        let (capture, discont) = (rec.meta.timestamp_ns, rec.discont);
+        let (capture, discont, fresh) = (rec.meta.timestamp_ns, rec.discont, rec.fresh());
         let p = &st.pads[idx];
         let (pad, queue) = (p.pad.clone(), p.queue.clone());
         let Some((_, out, rate)) = p.current.as_ref() else {
@@ -746,7 +746,7 @@ impl ShmRingDemux {
             return;
         }
         let mut buffer = st.reader.buffer(el, rec, span, &lane, &holder);
-        let pts = st.reader.pts(el, capture, hd.pts_ns);
+        let pts = st.reader.pts(el, capture, hd.pts_ns, fresh);
         let age = st.reader.max_age_ns;
         let capacity = st.reader.capacity();
         let p = &mut st.pads[idx];

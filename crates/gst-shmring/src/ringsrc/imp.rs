@@ -404,7 +404,7 @@ impl ShmRingSrc {
                 )
             );
         }
-        let (capture, discont) = (rec.meta.timestamp_ns, rec.discont);
+        let (capture, discont, fresh) = (rec.meta.timestamp_ns, rec.discont, rec.fresh());
         let (_, out, rate) = st.current.as_ref().expect("set by caps_for");
         let (span, rate) = (out.span, *rate);
         let (offsets, strides, planes, video_meta) =
@@ -412,7 +412,7 @@ impl ShmRingSrc {
         let holder = st.holder.clone();
         let lane = st.lane.clone();
         let mut buffer = st.reader.buffer(el, rec, span, &lane, &holder);
-        let pts = st.reader.pts(el, capture, hd.pts_ns);
+        let pts = st.reader.pts(el, capture, hd.pts_ns, fresh);
         let b = buffer.get_mut().expect("a new buffer is writable");
         b.set_pts(pts);
         let duration = if hd.format.is_audio() {
