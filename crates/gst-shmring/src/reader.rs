@@ -441,7 +441,7 @@ impl Default for ReaderSettings {
 impl ReaderSettings {
     /// The ring's and the reader's properties, documented for gst-inspect-1.0.
     pub fn properties() -> Vec<glib::ParamSpec> {
-        let mut props = crate::ring::properties("consume", true);
+        let mut props = crate::ring::properties("consume", "", true);
         props.extend([
             glib::ParamSpecEnum::builder_with_default("mode", Mode::Consumer)
                 .nick("Mode")

@@ -34,13 +34,13 @@ impl Default for Location {
 }
 
 /// The properties of [`Location`]: `ring` and `fd`, described as the ring to
-/// `purpose` ("consume", "write into"), and with `create` also `create` and
-/// `capacity`.
-pub fn properties(purpose: &str, create: bool) -> Vec<glib::ParamSpec> {
+/// `purpose` ("consume", "write into") with `note` after the ring's, and with
+/// `create` also `create` and `capacity`.
+pub fn properties(purpose: &str, note: &str, create: bool) -> Vec<glib::ParamSpec> {
     let mut props = vec![
         glib::ParamSpecString::builder("ring")
             .nick("Ring")
-            .blurb(&format!("Name of the ring (/dev/shm/NAME) to {purpose}"))
+            .blurb(&format!("Name of the ring (/dev/shm/NAME) to {purpose}{note}"))
             .mutable_ready()
             .build(),
         glib::ParamSpecInt::builder("fd")

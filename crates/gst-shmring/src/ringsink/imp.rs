@@ -363,7 +363,8 @@ impl ObjectImpl for ShmRingSink {
     fn properties() -> &'static [glib::ParamSpec] {
         static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
             let mut props = ring::properties(
-                "write into. The sink waits for the ring: it does not create it (its consumer does, and sizes it); until it exists, or while it has no consumer, buffers are dropped at once (see wait-for-consumer)",
+                "write into",
+                ". The sink waits for the ring: it does not create it (its consumer does, and sizes it); until it exists, or while it has no consumer, buffers are dropped at once (see wait-for-consumer)",
                 false,
             );
             props.extend([
