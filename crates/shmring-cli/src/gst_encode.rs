@@ -31,9 +31,14 @@
 //! **Copies.** The recorder is the ring's consumer and releases each record when
 //! it returns, while the encoder keeps frames for its look-ahead: each frame is
 //! copied once, from the ring into a buffer of a pool the encoder reads. The video
-//! input queue is bounded ([`VIDEO_QUEUE_FRAMES`]): a slow encoder makes the recorder
-//! wait, as a full pipe did; audio is small and queues unbounded, so the muxer,
-//! which waits for both tracks, never waits on a recorder that waits on it.
+//! input queue is bounded ([`VIDEO_QUEUE`] of media, at most [`VIDEO_QUEUE_BYTES`]):
+//! a slow encoder makes the recorder wait, as a full pipe did. It holds half a second,
+//! not a few frames, because the muxer waits for both tracks: while the recorder
+//! waits for a participant's video encoder, that participant's audio stays in the
+//! ring behind the frame it waits to push, and the encoder, blocked by the muxer,
+//! waits for that audio. Half a second of video is far more than audio ever lags behind
+//! it (the AAC encoder's delay and the producers' order, tens of milliseconds).
+//! Audio is small and queues unbounded.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -49,8 +54,13 @@ use crate::output::{FileReport, WriteCounters};
 pub const GRACE_NS: u64 = 500_000_000;
 /// Most bytes kept while waiting (a hostile producer cannot make the recorder keep more).
 const GRACE_BYTES: usize = 64 << 20;
-/// Video frames queued for the encoder before the recorder waits.
-const VIDEO_QUEUE_FRAMES: u64 = 4;
+/// Video queued for the encoder (in capture time) before the recorder waits.
+const VIDEO_QUEUE: gst::ClockTime = gst::ClockTime::from_mseconds(500);
+/// At most this many bytes of it.
+const VIDEO_QUEUE_BYTES: u64 = 64 << 20;
+/// Least time between two frames' timestamps (several ticks of the MP4 track's
+/// time scale, so two frames never round to one time).
+const MIN_FRAME_GAP: gst::ClockTime = gst::ClockTime::from_mseconds(1);
 /// Longest wait for the encoder to take a frame, or to finish a file.
 const ENCODER_WAIT: Duration = Duration::from_secs(60);
 /// How far the audio's samples may run from its capture timestamps before
@@ -156,6 +166,7 @@ impl Muxed {
         video: Option<VideoShape>,
         audio: Option<AudioShape>,
         t0: u64,
+        preset: &str,
     ) -> io::Result<Muxed> {
         gst::init().map_err(err)?;
         let tmp = part_path(&path);
@@ -168,7 +179,7 @@ impl Muxed {
         pipeline.add_many([&mux, &sink]).map_err(err)?;
         mux.link(&sink).map_err(err)?;
         let video = match video {
-            Some(shape) => Some(Self::video_track(&pipeline, &mux, shape)?),
+            Some(shape) => Some(Self::video_track(&pipeline, &mux, shape, preset)?),
             None => None,
         };
         let audio = match audio {
@@ -193,6 +204,7 @@ impl Muxed {
         pipeline: &gst::Pipeline,
         mux: &gst::Element,
         shape: VideoShape,
+        preset: &str,
     ) -> io::Result<VideoTrack> {
         let format = match shape.format {
             Format::I420 => gst_video::VideoFormat::I420,
@@ -215,13 +227,14 @@ impl Muxed {
             .format(gst::Format::Time)
             .is_live(false)
             .block(false)
-            .max_bytes(info.size() as u64 * VIDEO_QUEUE_FRAMES)
+            .max_bytes(VIDEO_QUEUE_BYTES)
+            .max_time(Some(VIDEO_QUEUE))
             .build();
         let enc = make("x264enc")?;
-        // Constant quality 20 at the veryfast preset, as `ffmpeg -crf 20 -preset
-        // veryfast`; no B-frames (the video track starts at its first frame, with
-        // no reordering delay to offset), a key frame at least every 2 s.
-        enc.set_property_from_str("speed-preset", "veryfast");
+        // Constant quality 20 at the preset (veryfast by default), as `ffmpeg -crf
+        // 20 -preset veryfast`; no B-frames (the video track starts at its first
+        // frame, with no reordering delay to offset), a key frame at least every 2 s.
+        enc.set_property_from_str("speed-preset", preset);
         enc.set_property_from_str("pass", "qual");
         enc.set_property("quantizer", 20u32);
         enc.set_property("bframes", 0u32);
@@ -339,9 +352,13 @@ impl Muxed {
         let mut pts = self.pts(capture_ns);
         let v = self.video.as_mut().expect("checked by the caller");
         // Bounded queue: wait for the encoder (and watch for its errors).
-        let max = v.info.size() as u64 * VIDEO_QUEUE_FRAMES;
         let since = Instant::now();
-        while v.appsrc.current_level_bytes() >= max {
+        while v.appsrc.current_level_bytes() + v.info.size() as u64 > VIDEO_QUEUE_BYTES
+            || v.appsrc
+                .current_level_time()
+                .unwrap_or(gst::ClockTime::ZERO)
+                >= VIDEO_QUEUE
+        {
             if let Some(bus) = self.pipeline.bus() {
                 if let Some(m) = bus.timed_pop_filtered(
                     gst::ClockTime::from_mseconds(2),
@@ -375,11 +392,13 @@ impl Muxed {
             }
         }
         let mut buffer = frame.into_buffer();
-        // Frames keep their order: a capture time at or before the previous one (a
-        // producer that started again) is moved just after it.
+        // Frames keep their order, a track tick apart at least: a capture time at or
+        // before the previous one (a producer that started again), or within
+        // [`MIN_FRAME_GAP`] of it (a late producer catching up), is moved after it,
+        // so no two frames share a timestamp in the file.
         if let Some((last, _)) = v.last {
-            if pts <= last {
-                pts = last + gst::ClockTime::from_useconds(1);
+            if pts < last + MIN_FRAME_GAP {
+                pts = last + MIN_FRAME_GAP;
             }
         }
         let duration = match v.shape.fps {
@@ -560,6 +579,7 @@ enum State {
 pub struct Participant {
     id: u32,
     dir: PathBuf,
+    preset: &'static str,
     parts: u32,
     state: State,
     /// Files whose tracks have all ended, waiting for the muxer to finish them.
@@ -568,10 +588,12 @@ pub struct Participant {
 }
 
 impl Participant {
-    pub fn new(id: u32, dir: &Path) -> Participant {
+    /// The files of stream id `id` in `dir`, encoded at x264 `preset`.
+    pub fn new(id: u32, dir: &Path, preset: &'static str) -> Participant {
         Participant {
             id,
             dir: dir.to_path_buf(),
+            preset,
             parts: 0,
             state: State::Idle,
             closing: Vec::new(),
@@ -674,7 +696,7 @@ impl Participant {
         };
         let path = self.dir.join(format!("stream-{}{suffix}.mp4", self.id));
         let t0 = p.records.iter().map(|r| r.capture_ns).min().unwrap_or(0);
-        let mut m = Muxed::new(path, p.video, p.audio, t0)?;
+        let mut m = Muxed::new(path, p.video, p.audio, t0, self.preset)?;
         // In capture order, so the muxer sees each track's records in time.
         let mut records = p.records;
         records.sort_by_key(|r| r.capture_ns);

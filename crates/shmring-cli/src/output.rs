@@ -145,21 +145,22 @@ impl OutFile {
         &self.final_path
     }
 
-    /// A Y4M file (`encode`: piped as Y4M into `ffmpeg`, which writes H.264 MP4).
+    /// A Y4M file (`encode`: piped as Y4M into `ffmpeg`, which writes H.264 MP4 at
+    /// that x264 preset).
     pub fn video(
         final_path: PathBuf,
         width: u32,
         height: u32,
         fps: (u32, u32),
-        encode: bool,
+        encode: Option<&str>,
     ) -> io::Result<OutFile> {
-        let mut out = if encode {
+        let mut out = if let Some(preset) = encode {
             let tmp = part_path(&final_path);
             let rate = format!("{}/{}", fps.0, fps.1);
             let mut child = Command::new("ffmpeg")
                 .args(["-hide_banner", "-loglevel", "error", "-y"])
                 .args(["-f", "yuv4mpegpipe", "-r", &rate, "-i", "-"])
-                .args(["-c:v", "libx264", "-preset", "veryfast", "-crf", "20"])
+                .args(["-c:v", "libx264", "-preset", preset, "-crf", "20"])
                 .args(["-pix_fmt", "yuv420p", "-f", "mp4"])
                 .arg(&tmp)
                 .stdin(Stdio::piped())

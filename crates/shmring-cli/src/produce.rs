@@ -358,6 +358,23 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
             format!("--streams {}: expected 1 to 32", a.streams),
         ));
     }
+    if a.participants.is_some_and(|n| n == 0 || n > 32) {
+        return Err(fail(
+            2,
+            format!(
+                "--participants {}: expected 1 to 32",
+                a.participants.unwrap_or(0)
+            ),
+        ));
+    }
+    // Stream ids of the video threads, and of the audio threads.
+    let (video_ids, audio_ids): (Vec<u32>, Vec<u32>) = match a.participants {
+        Some(n) => {
+            let ids: Vec<u32> = (0..n).map(|i| a.first_stream.saturating_add(i)).collect();
+            (ids.clone(), ids)
+        }
+        None => ((0..a.streams).collect(), vec![0]),
+    };
     let (seg, label) = match (&a.ring, &a.connect) {
         (_, Some(p)) => (
             Segment::connect(p).map_err(|e| fail(1, format!("socket {}: {e}", p.display())))?,
@@ -410,29 +427,46 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
     let mut vids = Vec::new();
     if let Some(v) = video {
         let frames = (a.seconds * v.2 as f64).round() as u64;
-        for s in 0..a.streams {
+        for &s in &video_ids {
             let (seg, stop) = (seg.clone(), stop.clone());
             vids.push(std::thread::spawn(move || {
                 video_thread(seg, s, v, frames, policy, stop, (start, end))
             }));
         }
     }
-    let aud = audio.map(|au| {
+    let mut auds = Vec::new();
+    if let Some(au) = audio {
         let packets = (a.seconds * 100.0).round() as u64;
-        let (seg, stop) = (seg.clone(), stop.clone());
-        std::thread::spawn(move || audio_thread(seg, 0, au, packets, policy, stop, (start, end)))
-    });
+        for &s in &audio_ids {
+            let (seg, stop) = (seg.clone(), stop.clone());
+            auds.push(std::thread::spawn(move || {
+                audio_thread(seg, s, au, packets, policy, stop, (start, end))
+            }));
+        }
+    }
     let vres: Vec<StreamResult> = vids
         .into_iter()
         .map(|h| h.join().expect("video thread panicked"))
         .collect();
-    let ares = aud.map(|h| h.join().expect("audio thread panicked"));
+    let all_audio: Vec<StreamResult> = auds
+        .into_iter()
+        .map(|h| h.join().expect("audio thread panicked"))
+        .collect();
+    let ares = if a.participants.is_some() {
+        None
+    } else {
+        all_audio.first().cloned()
+    };
     let elapsed = start.elapsed().as_secs_f64();
     let (cpu_s, max_rss_kb) = procinfo::own_usage();
     let out = json!({"produced": {
         "ring": label,
         "video": vres.iter().map(result_json).collect::<Vec<_>>(),
-        "audio": ares.as_ref().map(result_json),
+        "audio": if a.participants.is_some() {
+            json!(all_audio.iter().map(result_json).collect::<Vec<_>>())
+        } else {
+            json!(ares.as_ref().map(result_json))
+        },
         "elapsed_s": elapsed, "cpu_s": cpu_s,
         "cpu_percent": if elapsed > 0.0 { 100.0 * cpu_s / elapsed } else { 0.0 },
         "max_rss_kb": max_rss_kb,
@@ -453,7 +487,7 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
             missed_note(r.missed)
         );
     }
-    if let Some(r) = &ares {
+    for r in &all_audio {
         let _ = writeln!(
             e,
             "shmring produce: audio stream {}: {} packets ({} samples) sent, {} dropped{}",
@@ -473,7 +507,11 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
             0.0
         }
     );
-    if let Some(err) = vres.iter().chain(ares.iter()).find_map(|r| r.error.clone()) {
+    if let Some(err) = vres
+        .iter()
+        .chain(all_audio.iter())
+        .find_map(|r| r.error.clone())
+    {
         return Err(fail(1, err));
     }
     Ok(())

@@ -209,6 +209,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
         dir: a.out.clone(),
         fps: (a.fps, 1),
         encode: a.encode,
+        preset: a.preset,
         verbose: true,
     })
     .map_err(|m| fail(1, m))?;

@@ -43,6 +43,8 @@ pub struct RecorderOptions {
     /// Video to H.264 MP4 (with the `gst` feature: video and audio of each stream id
     /// muxed in one MP4, in process; without: video through an ffmpeg child).
     pub encode: bool,
+    /// x264's speed preset for `encode`.
+    pub preset: crate::cli::Preset,
     /// Print malformed-header messages on stderr.
     pub verbose: bool,
 }
@@ -431,8 +433,11 @@ impl Recorder {
         let pi = match self.participants.iter().position(|p| p.id() == id) {
             Some(i) => i,
             None => {
-                self.participants
-                    .push(crate::gst_encode::Participant::new(id, &self.opts.dir));
+                self.participants.push(crate::gst_encode::Participant::new(
+                    id,
+                    &self.opts.dir,
+                    self.opts.preset.name(),
+                ));
                 self.participants.len() - 1
             }
         };
@@ -473,7 +478,8 @@ impl Recorder {
                 let path = self.opts.dir.join(format!("video-{}{suffix}.{ext}", s.id));
                 // The header's nominal rate; --fps for a variable one.
                 let fps = if fps.0 == 0 { self.opts.fps } else { fps };
-                let r = OutFile::video(path.clone(), w, h, fps, self.opts.encode);
+                let encode = self.opts.encode.then(|| self.opts.preset.name());
+                let r = OutFile::video(path.clone(), w, h, fps, encode);
                 (path, r)
             }
             Shape::Audio {
@@ -604,6 +610,7 @@ mod tests {
             dir: dir.to_path_buf(),
             fps: (25, 1),
             encode: false,
+            preset: Default::default(),
             verbose: false,
         })
         .unwrap()

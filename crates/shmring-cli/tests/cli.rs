@@ -714,3 +714,48 @@ fn the_recorder_carries_on_after_a_peer_scribbles_the_ring() {
         sent
     );
 }
+
+#[test]
+fn produce_participants_gives_each_stream_id_its_video_and_audio() {
+    let ring = ring_name("participants");
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = start_recorder(&ring, dir.path());
+    let mut prod = Proc::spawn(&[
+        "produce",
+        "--ring",
+        &ring.0,
+        "--video",
+        "160x120@10",
+        "--audio",
+        "48000x1",
+        "--participants",
+        "2",
+        "--first-stream",
+        "3",
+        "--seconds",
+        "1",
+    ]);
+    let produced = prod.expect("produced");
+    assert_eq!(prod.wait().0, Some(0));
+    let ids = |k: &str| -> Vec<u64> {
+        produced[k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["stream"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(ids("video"), [3, 4]);
+    assert_eq!(ids("audio"), [3, 4]);
+    rec.signal(libc::SIGINT);
+    let recorded = rec.expect("recorded");
+    assert_eq!(rec.wait().0, Some(0));
+    for s in [3, 4] {
+        assert!(dir.path().join(format!("video-{s}.y4m")).exists());
+        assert!(dir.path().join(format!("audio-{s}.wav")).exists());
+    }
+    // Each stream ended with its producer.
+    for s in recorded["streams"].as_array().unwrap() {
+        assert_eq!(s["ends"], 1, "{s}");
+    }
+}
