@@ -595,7 +595,10 @@ impl Frame {
                     "sequence",
                     env.create_bigint_from_u64(e.sequence)?.into_unknown()?,
                 )?;
-                o.set_named_property("ptsNs", env.create_bigint_from_u64(e.pts_ns)?.into_unknown()?)?;
+                o.set_named_property(
+                    "ptsNs",
+                    env.create_bigint_from_u64(e.pts_ns)?.into_unknown()?,
+                )?;
                 Ok(o)
             })
             .transpose()

@@ -205,8 +205,9 @@ pub fn read(k: u32, payload: &[u8]) -> Result<MediaRecord, MediaError> {
         Raw::End(_) => Err(MediaError(format!(
             "record kind {k} carries no media header (expected video or audio)"
         ))),
-        Raw::Frame(b) => MediaHeader::check_for(k, MediaHeader::check(&b, payload)?)
-            .map(MediaRecord::Frame),
+        Raw::Frame(b) => {
+            MediaHeader::check_for(k, MediaHeader::check(&b, payload)?).map(MediaRecord::Frame)
+        }
     }
 }
 
@@ -942,7 +943,10 @@ mod tests {
         assert_eq!((v1.fps_num, v1.fps_den), (0, 1));
         assert_eq!(v1.sequence, 8);
         buf[4..6].copy_from_slice(&3u16.to_le_bytes());
-        assert!(MediaHeader::parse(&buf).unwrap_err().0.contains("version 3"));
+        assert!(MediaHeader::parse(&buf)
+            .unwrap_err()
+            .0
+            .contains("version 3"));
     }
 
     #[test]
@@ -958,7 +962,10 @@ mod tests {
         v.write_to(&mut buf).unwrap();
         buf[104..108].copy_from_slice(&30u32.to_le_bytes());
         buf[108..112].copy_from_slice(&0u32.to_le_bytes()); // 30/0
-        assert!(MediaHeader::parse(&buf).unwrap_err().0.contains("frame rate"));
+        assert!(MediaHeader::parse(&buf)
+            .unwrap_err()
+            .0
+            .contains("frame rate"));
     }
 
     #[test]
@@ -970,7 +977,10 @@ mod tests {
         let b = end.to_bytes();
         assert_eq!(read(kind::AUDIO, &b).unwrap(), MediaRecord::End(end));
         assert!(read(kind::RAW, &b).is_err());
-        assert!(MediaHeader::parse(&b).unwrap_err().0.contains("end-of-stream"));
+        assert!(MediaHeader::parse(&b)
+            .unwrap_err()
+            .0
+            .contains("end-of-stream"));
         let mut bad = b;
         bad[48] = 1; // planes
         assert!(read(kind::VIDEO, &bad).is_err());
