@@ -218,6 +218,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
         dir: a.out.clone(),
         fps: (a.fps, 1),
         encode: a.encode,
+        preset: a.preset,
         verbose: true,
     })
     .map_err(|m| fail(1, m))?;
@@ -336,7 +337,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
                     break 'run;
                 }
             }
-            Ok(None) => {}
+            Ok(None) => rec.poll(),
             // Reported only when the consumer cannot reset by itself; it does once
             // the frames it waits for are released, which ours always are.
             Err(e @ shmring::Error::Corrupt { .. }) => eprintln!("shmring record: {e}"),
@@ -348,6 +349,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
         let now = Instant::now();
         if now >= next_tick {
             next_tick = now + tick;
+            rec.poll();
             report_health(&seg, &consumer, &mut seen);
             if let Some(m) = procinfo::own_memory() {
                 peak_private_kb = peak_private_kb.max(m.private_kb());

@@ -1,29 +1,46 @@
 //! The media header: a small, versioned header at the start of a media record's
-//! payload, shared by every language (`include/shmring.h` and the Python package
-//! mirror it byte for byte).
+//! payload, shared by every language (`include/shmring.h`, the Python and Node
+//! packages translate it through this module).
 //!
 //! ```text
 //!  offset size field
 //!   0     4   magic        "SMH1" (0x31484d53 little-endian)
-//!   4     2   version      1
+//!   4     2   version      2 (version 1 is read too: no frame rate, no flags)
 //!   6     2   header_size  128 (plane data may start here)
-//!   8     4   format       Format (I420, NV12, RGBA, PCM s16, PCM f32)
+//!   8     4   format       Format (I420, NV12, RGBA, PCM s16, PCM f32); 0 at an end of stream
 //!  12     4   width        pixels (video)
 //!  16     4   height       pixels (video)
 //!  20     4   sample_rate  Hz (audio)
 //!  24     4   channels     (audio, interleaved)
 //!  28     4   samples      per channel (audio)
 //!  32     8   pts_ns       presentation timestamp, nanoseconds
-//!  40     8   sequence     per-stream frame/packet number
-//!  48     4   planes       number of planes used (video 1..=3, audio 1)
-//!  52     4   reserved
+//!  40     8   sequence     per stream and kind: 0, 1, 2, ... (SEQUENCE_AUTO: the producer numbers it)
+//!  48     4   planes       number of planes used (video 1..=3, audio 1; 0 at an end of stream)
+//!  52     4   flags        bit 0: END_OF_STREAM (version 2)
 //!  56    16   stride[4]    bytes per row of each plane (audio: bytes per frame)
 //!  72    16   offset[4]    byte offset of each plane from the payload start
 //!  88    16   size[4]      byte size of each plane
-//! 104    24   reserved     zero
+//! 104     4   fps_num      video: nominal frame rate fps_num/fps_den; 0: variable (version 2)
+//! 108     4   fps_den      1 or more when fps_num is not 0
+//! 112    16   reserved     zero
 //! ```
 //! Plane offsets are 64-byte aligned in headers built here; a reader must accept
 //! any offsets that pass [`MediaHeader::parse`].
+//!
+//! **Numbering.** `sequence` counts the records of one stream id and one kind (video
+//! and audio are numbered apart), from 0, one more per record: a reader sees a gap as
+//! a loss and a step back as a producer that started again. A header built with
+//! [`SEQUENCE_AUTO`] is numbered by the [`crate::Producer`] that commits it (each
+//! producer keeps the next number of the streams it writes).
+//!
+//! **End of stream.** A producer ends a stream of one kind with
+//! [`crate::Producer::end_stream`]: a record of that kind whose payload is a header
+//! alone, with the `END_OF_STREAM` flag, no format and no planes, numbered like a
+//! frame. [`read`] tells the two apart ([`MediaRecord`]); [`MediaHeader::parse`]
+//! refuses an end of stream, which carries no frame.
+//!
+//! **Versions.** Headers are written as version 2. A reader of version 1 (shmring
+//! 0.1) refuses them by version, naming it; this reader accepts both.
 
 /// Values for [`crate::Meta::kind`].
 pub mod kind {
@@ -37,8 +54,26 @@ pub mod kind {
 
 /// `b"SMH1"` as a little-endian u32.
 pub const MEDIA_MAGIC: u32 = u32::from_le_bytes(*b"SMH1");
-pub const MEDIA_VERSION: u16 = 1;
+/// The version written; [`MediaHeader::parse`] also reads [`MEDIA_VERSION_1`].
+pub const MEDIA_VERSION: u16 = 2;
+/// The first version: no frame rate, no flags (their bytes were reserved, zero).
+pub const MEDIA_VERSION_1: u16 = 1;
 pub const MEDIA_HEADER_SIZE: usize = 128;
+
+/// `sequence` value asking the committing [`crate::Producer`] to number the record
+/// (see the module's documentation).
+pub const SEQUENCE_AUTO: u64 = u64::MAX;
+
+/// Bits of the header's `flags` field (version 2).
+pub mod flags {
+    /// The record ends its stream (of its kind): no format, no planes.
+    pub const END_OF_STREAM: u32 = 1;
+    /// Every bit a reader of this version knows.
+    pub const KNOWN: u32 = END_OF_STREAM;
+}
+
+/// Highest nominal frame rate a header may give, in frames per second.
+pub const MAX_FRAME_RATE: u32 = 1000;
 
 /// Largest width and height of a video frame, in pixels (an RGBA frame this size
 /// is 1 GiB, so every plane size and offset fits the header's u32 fields).
@@ -117,6 +152,231 @@ pub struct MediaHeader {
     pub stride: [u32; 4],
     pub offset: [u32; 4],
     pub size: [u32; 4],
+    /// Video: the nominal frame rate `fps_num / fps_den`; `fps_num` 0: variable or
+    /// unknown (durations come from the timestamps). Audio: 0 / 1.
+    pub fps_num: u32,
+    pub fps_den: u32,
+}
+
+/// The end of a stream: what [`read`] returns for an end-of-stream record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndOfStream {
+    /// The stream's end, in the stream's presentation time (0: not given).
+    pub pts_ns: u64,
+    /// The number the stream's next record would have had.
+    pub sequence: u64,
+}
+
+impl EndOfStream {
+    /// The header bytes of an end-of-stream record (numbered by the producer unless
+    /// `sequence` is given).
+    pub fn to_bytes(&self) -> [u8; MEDIA_HEADER_SIZE] {
+        let mut b = [0u8; MEDIA_HEADER_SIZE];
+        b[0..4].copy_from_slice(&MEDIA_MAGIC.to_le_bytes());
+        b[4..6].copy_from_slice(&MEDIA_VERSION.to_le_bytes());
+        b[6..8].copy_from_slice(&(MEDIA_HEADER_SIZE as u16).to_le_bytes());
+        b[32..40].copy_from_slice(&self.pts_ns.to_le_bytes());
+        b[40..48].copy_from_slice(&self.sequence.to_le_bytes());
+        b[52..56].copy_from_slice(&flags::END_OF_STREAM.to_le_bytes());
+        b
+    }
+}
+
+/// A media record's payload, read: a frame's header, or the end of its stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MediaRecord {
+    Frame(MediaHeader),
+    End(EndOfStream),
+}
+
+/// Reads a record of `kind` ([`kind::VIDEO`] or [`kind::AUDIO`]): its frame's header,
+/// checked as [`MediaHeader::parse_for`] checks it, or the end of its stream. What
+/// every reader of media records calls.
+///
+/// ```
+/// use shmring::media::{self, kind, EndOfStream, MediaRecord};
+/// let end = EndOfStream { pts_ns: 5, sequence: 9 }.to_bytes();
+/// let got = media::read(kind::VIDEO, &end).unwrap();
+/// assert_eq!(got, MediaRecord::End(EndOfStream { pts_ns: 5, sequence: 9 }));
+/// ```
+pub fn read(k: u32, payload: &[u8]) -> Result<MediaRecord, MediaError> {
+    match Raw::load(payload)? {
+        Raw::End(e) if k == kind::VIDEO || k == kind::AUDIO => Ok(MediaRecord::End(e)),
+        Raw::End(_) => Err(MediaError(format!(
+            "record kind {k} carries no media header (expected video or audio)"
+        ))),
+        Raw::Frame(b) => {
+            MediaHeader::check_for(k, MediaHeader::check(&b, payload)?).map(MediaRecord::Frame)
+        }
+    }
+}
+
+/// The header bytes, copied once from shared memory, after the checks every
+/// header passes (magic, version, size, flags).
+enum Raw {
+    Frame([u8; MEDIA_HEADER_SIZE]),
+    End(EndOfStream),
+}
+
+impl Raw {
+    fn load(payload: &[u8]) -> Result<Raw, MediaError> {
+        if payload.len() < MEDIA_HEADER_SIZE {
+            return Err(MediaError(format!(
+                "payload of {} bytes is shorter than the {MEDIA_HEADER_SIZE}-byte header",
+                payload.len()
+            )));
+        }
+        let mut b = [0u8; MEDIA_HEADER_SIZE];
+        b.copy_from_slice(&payload[..MEDIA_HEADER_SIZE]); // one read of shared bytes
+        let magic = u32_at(&b, 0);
+        if magic != MEDIA_MAGIC {
+            return Err(MediaError(format!(
+                "magic {magic:#x}, expected {MEDIA_MAGIC:#x}"
+            )));
+        }
+        let version = u16::from_le_bytes([b[4], b[5]]);
+        if version != MEDIA_VERSION && version != MEDIA_VERSION_1 {
+            return Err(MediaError(format!(
+                "version {version}, expected {MEDIA_VERSION_1} or {MEDIA_VERSION}"
+            )));
+        }
+        let size = u16::from_le_bytes([b[6], b[7]]);
+        if size as usize != MEDIA_HEADER_SIZE {
+            return Err(MediaError(format!(
+                "header size {size}, expected {MEDIA_HEADER_SIZE}"
+            )));
+        }
+        if version == MEDIA_VERSION_1 {
+            // Reserved (zero) in version 1: no flags, no frame rate.
+            b[52..56].fill(0);
+            b[104..112].fill(0);
+        }
+        let f = u32_at(&b, 52);
+        if f & !flags::KNOWN != 0 {
+            return Err(MediaError(format!("unknown flags {f:#x}")));
+        }
+        if f & flags::END_OF_STREAM != 0 {
+            if u32_at(&b, 8) != 0 || u32_at(&b, 48) != 0 {
+                return Err(MediaError(
+                    "an end of stream carries a format or planes".into(),
+                ));
+            }
+            return Ok(Raw::End(EndOfStream {
+                pts_ns: u64_at(&b, 32),
+                sequence: u64_at(&b, 40),
+            }));
+        }
+        Ok(Raw::Frame(b))
+    }
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Streams a producer numbers at once; a producer writing more evicts the one it
+/// wrote longest ago (whose next record is then numbered from 0 again).
+const NUMBERED_STREAMS: usize = 8;
+
+/// The next `sequence` of each stream (id and kind) a producer writes: what it fills
+/// in a header built with [`SEQUENCE_AUTO`]. A fixed table, so committing allocates
+/// nothing.
+#[derive(Debug, Default)]
+pub(crate) struct Numbering {
+    /// (stream id, kind, next sequence, last use).
+    next: [(u32, u32, u64, u64); NUMBERED_STREAMS],
+    used: usize,
+    clock: u64,
+}
+
+impl Numbering {
+    /// Numbers the media header at the start of `payload` (a record of `kind` for
+    /// `stream`, in the committing producer's own reservation) if it asks for it,
+    /// and notes the number either way. Anything that is not a media header of a
+    /// known version is left alone.
+    pub(crate) fn number(&mut self, stream: u32, k: u32, payload: &mut [u8]) {
+        if (k != kind::VIDEO && k != kind::AUDIO) || payload.len() < MEDIA_HEADER_SIZE {
+            return;
+        }
+        let version = u16::from_le_bytes([payload[4], payload[5]]);
+        if u32_at(payload, 0) != MEDIA_MAGIC
+            || (version != MEDIA_VERSION && version != MEDIA_VERSION_1)
+        {
+            return;
+        }
+        self.clock += 1;
+        let at = match self.next[..self.used]
+            .iter()
+            .position(|e| e.0 == stream && e.1 == k)
+        {
+            Some(i) => i,
+            None => {
+                let i = if self.used < NUMBERED_STREAMS {
+                    self.used += 1;
+                    self.used - 1
+                } else {
+                    (0..NUMBERED_STREAMS)
+                        .min_by_key(|&i| self.next[i].3)
+                        .expect("a full table")
+                };
+                self.next[i] = (stream, k, 0, 0);
+                i
+            }
+        };
+        let e = &mut self.next[at];
+        let mut seq = u64_at(payload, 40);
+        if seq == SEQUENCE_AUTO {
+            seq = e.2;
+            payload[40..48].copy_from_slice(&seq.to_le_bytes());
+        }
+        e.2 = seq.wrapping_add(1);
+        e.3 = self.clock;
+    }
+}
+
+#[cfg(not(loom))]
+impl crate::Producer {
+    /// Ends stream `stream` of kind `k` ([`kind::VIDEO`] or [`kind::AUDIO`]): commits
+    /// an end-of-stream record (see the module's documentation), numbered after the
+    /// stream's last record from this producer. Readers end that stream there
+    /// (`shmringsrc` sends EOS, `shmring record` closes the stream's file).
+    ///
+    /// ```
+    /// use shmring::media::{self, kind, Format, MediaHeader, MediaRecord, SEQUENCE_AUTO};
+    /// use shmring::{Config, Meta, Segment};
+    /// let seg = Segment::create_memfd("doc-end", &Config::with_capacity(1 << 20))?;
+    /// let consumer = seg.consumer()?;
+    /// let mut producer = seg.producer()?;
+    /// let hd = MediaHeader::video(Format::I420, 16, 16, 0, SEQUENCE_AUTO).unwrap();
+    /// let mut frame = vec![0u8; hd.payload_len()];
+    /// hd.write_to(&mut frame).unwrap();
+    /// producer.send(&frame, Meta::new(3, kind::VIDEO))?; // numbered 0
+    /// producer.end_stream(3, kind::VIDEO)?;              // numbered 1
+    /// let f = consumer.try_next()?.unwrap();
+    /// assert!(matches!(media::read(f.kind(), f.payload()), Ok(MediaRecord::Frame(h)) if h.sequence == 0));
+    /// drop(f);
+    /// let f = consumer.try_next()?.unwrap();
+    /// assert!(matches!(media::read(f.kind(), f.payload()), Ok(MediaRecord::End(e)) if e.sequence == 1));
+    /// # Ok::<(), shmring::Error>(())
+    /// ```
+    pub fn end_stream(&mut self, stream: u32, k: u32) -> Result<(), crate::Error> {
+        if k != kind::VIDEO && k != kind::AUDIO {
+            return Err(crate::Error::Config(format!(
+                "end_stream: kind {k} is not a media kind (video {}, audio {})",
+                kind::VIDEO,
+                kind::AUDIO
+            )));
+        }
+        let end = EndOfStream {
+            pts_ns: 0,
+            sequence: SEQUENCE_AUTO,
+        };
+        self.send(&end.to_bytes(), crate::Meta::new(stream, k))
+    }
 }
 
 /// Why a media header was rejected.
@@ -151,6 +411,26 @@ fn check_audio_shape(sample_rate: u32, channels: u32, samples: u32) -> Result<()
 
 fn to_u32(v: u64, what: &str) -> Result<u32, MediaError> {
     u32::try_from(v).map_err(|_| MediaError(format!("{what} of {v} bytes does not fit 4 GiB")))
+}
+
+/// A frame rate a header may carry: audio none (0), video `num / den` with `den` at
+/// least 1 and at most [`MAX_FRAME_RATE`] frames per second (`num` 0: variable).
+fn check_frame_rate(format: Format, num: u32, den: u32) -> Result<(), MediaError> {
+    if num == 0 {
+        return Ok(());
+    }
+    if format.is_audio() {
+        return Err(MediaError(format!(
+            "audio ({}) carries no frame rate, {num}/{den} given",
+            format.name()
+        )));
+    }
+    if den == 0 || den > i32::MAX as u32 || num as u64 > MAX_FRAME_RATE as u64 * den as u64 {
+        return Err(MediaError(format!(
+            "frame rate {num}/{den} is outside 0 (variable) and {MAX_FRAME_RATE} frames per second"
+        )));
+    }
+    Ok(())
 }
 
 fn align64(v: u64) -> u64 {
@@ -202,6 +482,8 @@ impl MediaHeader {
             stride: [0; 4],
             offset: [0; 4],
             size: [0; 4],
+            fps_num: 0,
+            fps_den: 1,
         };
         let mut at = MEDIA_HEADER_SIZE as u64;
         for (i, &(stride, rows)) in plane_dims.iter().enumerate() {
@@ -297,14 +579,39 @@ impl MediaHeader {
             stride: [frame, 0, 0, 0],
             offset: [MEDIA_HEADER_SIZE as u32, 0, 0, 0],
             size: [size, 0, 0, 0],
+            fps_num: 0,
+            fps_den: 1,
         })
+    }
+
+    /// The same video header with a nominal frame rate of `num / den` frames per
+    /// second (`num` 0: variable, the default). [`MediaError`] for audio, a `den` of
+    /// 0 or a rate above [`MAX_FRAME_RATE`].
+    ///
+    /// ```
+    /// use shmring::media::{Format, MediaHeader};
+    /// let h = MediaHeader::video(Format::I420, 640, 360, 0, 0).unwrap();
+    /// assert_eq!((h.fps_num, h.fps_den), (0, 1));
+    /// let h = h.with_frame_rate(30000, 1001).unwrap();
+    /// assert_eq!((h.fps_num, h.fps_den), (30000, 1001));
+    /// assert!(h.with_frame_rate(30, 0).is_err());
+    /// ```
+    pub fn with_frame_rate(mut self, num: u32, den: u32) -> Result<Self, MediaError> {
+        check_frame_rate(self.format, num, den)?;
+        self.fps_num = num;
+        self.fps_den = if num == 0 { 1 } else { den };
+        Ok(self)
     }
 
     /// [`MediaHeader::parse`], then the checks for a record of `kind`
     /// ([`kind::VIDEO`] or [`kind::AUDIO`]): a format of that kind and the sizes the
-    /// constructors accept. What every reader of media records calls.
+    /// constructors accept. An end of stream is refused (see [`read`], which takes
+    /// both).
     pub fn parse_for(k: u32, payload: &[u8]) -> Result<MediaHeader, MediaError> {
-        let hd = MediaHeader::parse(payload)?;
+        Self::check_for(k, MediaHeader::parse(payload)?)
+    }
+
+    fn check_for(k: u32, hd: MediaHeader) -> Result<MediaHeader, MediaError> {
         match k {
             kind::VIDEO => {
                 if !hd.format.is_video() {
@@ -367,6 +674,8 @@ impl MediaHeader {
             b[72 + 4 * i..76 + 4 * i].copy_from_slice(&self.offset[i].to_le_bytes());
             b[88 + 4 * i..92 + 4 * i].copy_from_slice(&self.size[i].to_le_bytes());
         }
+        b[104..108].copy_from_slice(&self.fps_num.to_le_bytes());
+        b[108..112].copy_from_slice(&self.fps_den.to_le_bytes());
         b
     }
 
@@ -384,61 +693,47 @@ impl MediaHeader {
     }
 
     /// Reads and validates the header at the start of `payload` (untrusted bytes:
-    /// read once, every plane checked to lie inside the payload).
+    /// read once, every plane checked to lie inside the payload). An end-of-stream
+    /// header is refused: it carries no frame (see [`read`]).
     pub fn parse(payload: &[u8]) -> Result<MediaHeader, MediaError> {
-        if payload.len() < MEDIA_HEADER_SIZE {
-            return Err(MediaError(format!(
-                "payload of {} bytes is shorter than the {MEDIA_HEADER_SIZE}-byte header",
-                payload.len()
-            )));
+        match Raw::load(payload)? {
+            Raw::Frame(b) => Self::check(&b, payload),
+            Raw::End(_) => Err(MediaError(
+                "an end-of-stream record carries no frame".into(),
+            )),
         }
-        let mut b = [0u8; MEDIA_HEADER_SIZE];
-        b.copy_from_slice(&payload[..MEDIA_HEADER_SIZE]); // one read of shared bytes
-        let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
-        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
-        let u16_at = |at: usize| u16::from_le_bytes(b[at..at + 2].try_into().unwrap());
-        if u32_at(0) != MEDIA_MAGIC {
-            return Err(MediaError(format!(
-                "magic {:#x}, expected {MEDIA_MAGIC:#x}",
-                u32_at(0)
-            )));
-        }
-        if u16_at(4) != MEDIA_VERSION {
-            return Err(MediaError(format!(
-                "version {}, expected {MEDIA_VERSION}",
-                u16_at(4)
-            )));
-        }
-        if u16_at(6) as usize != MEDIA_HEADER_SIZE {
-            return Err(MediaError(format!(
-                "header size {}, expected {MEDIA_HEADER_SIZE}",
-                u16_at(6)
-            )));
-        }
-        let format = Format::from_u32(u32_at(8))
-            .ok_or_else(|| MediaError(format!("unknown format {}", u32_at(8))))?;
-        let planes = u32_at(48);
+    }
+
+    /// The frame header in `b` (loaded from `payload`), checked.
+    fn check(b: &[u8; MEDIA_HEADER_SIZE], payload: &[u8]) -> Result<MediaHeader, MediaError> {
+        let format = Format::from_u32(u32_at(b, 8))
+            .ok_or_else(|| MediaError(format!("unknown format {}", u32_at(b, 8))))?;
+        let planes = u32_at(b, 48);
         if planes == 0 || planes > 4 {
             return Err(MediaError(format!("{planes} planes, expected 1 to 4")));
         }
+        let (fps_num, fps_den) = (u32_at(b, 104), u32_at(b, 108));
+        check_frame_rate(format, fps_num, fps_den)?;
         let mut hd = MediaHeader {
             format,
-            width: u32_at(12),
-            height: u32_at(16),
-            sample_rate: u32_at(20),
-            channels: u32_at(24),
-            samples: u32_at(28),
-            pts_ns: u64_at(32),
-            sequence: u64_at(40),
+            width: u32_at(b, 12),
+            height: u32_at(b, 16),
+            sample_rate: u32_at(b, 20),
+            channels: u32_at(b, 24),
+            samples: u32_at(b, 28),
+            pts_ns: u64_at(b, 32),
+            sequence: u64_at(b, 40),
             planes,
             stride: [0; 4],
             offset: [0; 4],
             size: [0; 4],
+            fps_num,
+            fps_den: if fps_num == 0 { 1 } else { fps_den },
         };
         for i in 0..4 {
-            hd.stride[i] = u32_at(56 + 4 * i);
-            hd.offset[i] = u32_at(72 + 4 * i);
-            hd.size[i] = u32_at(88 + 4 * i);
+            hd.stride[i] = u32_at(b, 56 + 4 * i);
+            hd.offset[i] = u32_at(b, 72 + 4 * i);
+            hd.size[i] = u32_at(b, 88 + 4 * i);
         }
         for i in 0..planes as usize {
             let end = hd.offset[i] as u64 + hd.size[i] as u64;
@@ -629,5 +924,116 @@ mod tests {
         abuf[20..24].copy_from_slice(&5u32.to_le_bytes());
         assert!(MediaHeader::parse(&abuf).is_ok());
         assert!(MediaHeader::parse_for(kind::AUDIO, &abuf).is_err());
+    }
+
+    #[test]
+    fn version_1_headers_are_read_without_rate_or_flags() {
+        let h = MediaHeader::video(Format::I420, 64, 32, 7, 8)
+            .unwrap()
+            .with_frame_rate(25, 1)
+            .unwrap();
+        let mut buf = vec![0u8; h.payload_len()];
+        h.write_to(&mut buf).unwrap();
+        assert_eq!(u16::from_le_bytes([buf[4], buf[5]]), MEDIA_VERSION);
+        assert_eq!(MediaHeader::parse(&buf).unwrap(), h);
+        // The same bytes as version 1: what followed was reserved, so it is ignored.
+        buf[4..6].copy_from_slice(&MEDIA_VERSION_1.to_le_bytes());
+        buf[52] = 0xff;
+        let v1 = MediaHeader::parse(&buf).unwrap();
+        assert_eq!((v1.fps_num, v1.fps_den), (0, 1));
+        assert_eq!(v1.sequence, 8);
+        buf[4..6].copy_from_slice(&3u16.to_le_bytes());
+        assert!(MediaHeader::parse(&buf)
+            .unwrap_err()
+            .0
+            .contains("version 3"));
+    }
+
+    #[test]
+    fn frame_rates_are_checked() {
+        let v = MediaHeader::video(Format::Nv12, 64, 32, 0, 0).unwrap();
+        assert!(v.with_frame_rate(0, 0).is_ok());
+        assert!(v.with_frame_rate(1000, 1).is_ok());
+        assert!(v.with_frame_rate(1001, 1).is_err());
+        assert!(v.with_frame_rate(30, 0).is_err());
+        let a = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, 0, 0).unwrap();
+        assert!(a.with_frame_rate(30, 1).is_err());
+        let mut buf = vec![0u8; v.payload_len()];
+        v.write_to(&mut buf).unwrap();
+        buf[104..108].copy_from_slice(&30u32.to_le_bytes());
+        buf[108..112].copy_from_slice(&0u32.to_le_bytes()); // 30/0
+        assert!(MediaHeader::parse(&buf)
+            .unwrap_err()
+            .0
+            .contains("frame rate"));
+    }
+
+    #[test]
+    fn end_of_stream_is_read_apart_from_frames() {
+        let end = EndOfStream {
+            pts_ns: 1,
+            sequence: 2,
+        };
+        let b = end.to_bytes();
+        assert_eq!(read(kind::AUDIO, &b).unwrap(), MediaRecord::End(end));
+        assert!(read(kind::RAW, &b).is_err());
+        assert!(MediaHeader::parse(&b)
+            .unwrap_err()
+            .0
+            .contains("end-of-stream"));
+        let mut bad = b;
+        bad[48] = 1; // planes
+        assert!(read(kind::VIDEO, &bad).is_err());
+        let mut bad = b;
+        bad[52] = 2; // an unknown flag
+        assert!(read(kind::VIDEO, &bad).unwrap_err().0.contains("flags"));
+        // A frame reads as one.
+        let h = MediaHeader::audio(Format::PcmS16, 48000, 1, 4, 0, 5).unwrap();
+        let mut buf = vec![0u8; h.payload_len()];
+        h.write_to(&mut buf).unwrap();
+        assert_eq!(read(kind::AUDIO, &buf).unwrap(), MediaRecord::Frame(h));
+        assert!(read(kind::VIDEO, &buf).is_err());
+    }
+
+    #[test]
+    fn numbering_fills_auto_sequences_per_stream_and_kind() {
+        let mut n = Numbering::default();
+        let header = |seq: u64| {
+            let h = MediaHeader::audio(Format::PcmS16, 48000, 1, 4, 0, seq).unwrap();
+            let mut b = vec![0u8; h.payload_len()];
+            h.write_to(&mut b).unwrap();
+            b
+        };
+        let seq = |b: &[u8]| u64::from_le_bytes(b[40..48].try_into().unwrap());
+        let mut got = vec![];
+        for (stream, k, given) in [
+            (0, kind::AUDIO, SEQUENCE_AUTO),
+            (0, kind::AUDIO, SEQUENCE_AUTO),
+            (0, kind::VIDEO, SEQUENCE_AUTO), // video is numbered apart
+            (1, kind::AUDIO, SEQUENCE_AUTO), // so is another stream
+            (0, kind::AUDIO, 10),            // given: kept, and followed
+            (0, kind::AUDIO, SEQUENCE_AUTO),
+            (0, kind::RAW, SEQUENCE_AUTO), // not media: untouched
+        ] {
+            let mut b = header(given);
+            n.number(stream, k, &mut b);
+            got.push(seq(&b));
+        }
+        assert_eq!(got, vec![0, 1, 0, 0, 10, 11, SEQUENCE_AUTO]);
+        let mut end = EndOfStream {
+            pts_ns: 0,
+            sequence: SEQUENCE_AUTO,
+        }
+        .to_bytes();
+        n.number(0, kind::AUDIO, &mut end);
+        assert_eq!(seq(&end), 12);
+        // More streams than the table holds: the one written longest ago starts again.
+        for s in 2..2 + NUMBERED_STREAMS as u32 {
+            let mut b = header(SEQUENCE_AUTO);
+            n.number(s, kind::AUDIO, &mut b);
+        }
+        let mut b = header(SEQUENCE_AUTO);
+        n.number(0, kind::VIDEO, &mut b);
+        assert_eq!(seq(&b), 0);
     }
 }

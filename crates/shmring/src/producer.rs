@@ -77,6 +77,8 @@ pub struct Producer {
     /// A claim not yet committed or aborted, aborted on drop (covers a leaked
     /// [`Reservation`]).
     active: Option<Claim>,
+    /// The next media `sequence` of each stream this producer writes.
+    numbering: crate::media::Numbering,
 }
 
 impl Producer {
@@ -94,6 +96,7 @@ impl Producer {
             slot,
             policy: FullPolicy::Block(Duration::from_secs(1)),
             active: None,
+            numbering: Default::default(),
         })
     }
 
@@ -321,6 +324,17 @@ impl Producer {
 
     /// Writes the record header and publishes the claim.
     fn commit_claim(&mut self, claim: Claim, len: usize, meta: Meta) -> Result<()> {
+        if len >= crate::media::MEDIA_HEADER_SIZE {
+            // SAFETY: the payload (`len` bytes after the record header) is ours until
+            // the commit below; nobody else writes it meanwhile.
+            let payload = unsafe {
+                std::slice::from_raw_parts_mut(
+                    self.record_ptr(&claim).add(UNIT as usize),
+                    crate::media::MEDIA_HEADER_SIZE,
+                )
+            };
+            self.numbering.number(meta.stream, meta.kind, payload);
+        }
         let h = RecordHeader {
             len: len as u64,
             timestamp_ns: meta.timestamp_ns,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shmring::layout::{
-    cursor_pos, cursor_seq, pack_cursor, ClaimState, Control, LogEntry, Slot, TetherLine,
+    cursor_pos, cursor_seq, pack_cursor, ClaimState, Control, Line, LogEntry, Slot, TetherLine,
     SLOT_ACTIVE, UNIT,
 };
 use shmring::{Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, Producer, Segment};
@@ -45,17 +45,9 @@ impl Peer {
         self.word(g.slots_offset as usize + slot as usize * std::mem::size_of::<Slot>() + field)
     }
     fn tether_read(&self, line: usize) -> &AtomicU64 {
-        let line_size = std::mem::size_of_val(&unsafe_zeroed_control().tether[0]);
+        let line_size = std::mem::size_of::<Line<TetherLine>>();
         self.word(offset_of!(Control, tether) + line * line_size + offset_of!(TetherLine, read))
     }
-}
-
-/// Only for `size_of_val` of a field type without naming the private `Line` size.
-fn unsafe_zeroed_control() -> &'static Control {
-    static BYTES: [u64; 512] = [0; 512];
-    // SAFETY: Control is made of atomics and plain integers, for which all-zero
-    // bytes are valid; 4096 bytes cover it; only its field sizes are used.
-    unsafe { &*(BYTES.as_ptr() as *const Control) }
 }
 
 fn small() -> Config {
