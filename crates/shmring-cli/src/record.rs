@@ -530,13 +530,17 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
             st.abandoned
         );
     }
-    let _ = writeln!(
-        e,
-        "  {} write calls, {:.0} KiB per write on average, {:.0} KiB at most",
-        summary.writes.calls,
-        summary.writes.average() as f64 / 1024.0,
-        summary.writes.max as f64 / 1024.0
-    );
+    // The recorder's own writes (Y4M and WAV); an encoded file is written by its
+    // muxer's sink, which the recorder does not count.
+    if summary.writes.calls > 0 {
+        let _ = writeln!(
+            e,
+            "  {} write calls, {:.0} KiB per write on average, {:.0} KiB at most",
+            summary.writes.calls,
+            summary.writes.average() as f64 / 1024.0,
+            summary.writes.max as f64 / 1024.0
+        );
+    }
     let _ = writeln!(
         e,
         "  CPU {cpu_s:.2} s ({:.1}%), peak private RSS {:.1} MiB",
