@@ -291,7 +291,7 @@ typedef struct shmring_frame {
 } shmring_frame;
 
 // The media header at the start of a video/audio payload, byte for byte
-// (little-endian, 128 bytes; see crates/shmring/src/media.rs). Build and parse it
+// (little-endian, 128 bytes; see crates/shmring/src/media/mod.rs). Build and parse it
 // with the shmring_media_* functions, which validate it.
 typedef struct shmring_media_header {
   // SHMRING_MEDIA_MAGIC.
@@ -901,7 +901,7 @@ enum shmring_status shmring_observer_close(struct shmring_observer *o);
 
 #endif  /* SHMRING_H */
 
-/* The media header mirrors crates/shmring/src/media.rs byte for byte. */
+/* The media header mirrors crates/shmring/src/media/mod.rs byte for byte. */
 SHMRING_STATIC_ASSERT(sizeof(shmring_media_header) == 128, "media header is 128 bytes");
 SHMRING_STATIC_ASSERT(offsetof(shmring_media_header, magic) == 0, "magic at 0");
 SHMRING_STATIC_ASSERT(offsetof(shmring_media_header, version) == 4, "version at 4");

@@ -74,7 +74,7 @@ const _: () = {
 };
 
 /// The media header at the start of a video/audio payload, byte for byte
-/// (little-endian, 128 bytes; see crates/shmring/src/media.rs). Build and parse it
+/// (little-endian, 128 bytes; see crates/shmring/src/media/mod.rs). Build and parse it
 /// with the shmring_media_* functions, which validate it.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
