@@ -108,7 +108,8 @@ install-gst: gst-plugin
 	install -m 0644 $(GST_PLUGIN_OUT)/libgstshmring.so $(GST_PLUGIN_DIR)/
 
 venv: $(VENV)/.ok
-$(VENV)/.ok: python/pyproject.toml python/Cargo.toml python/src/*.rs
+# The package is rebuilt when the core it wraps changes too.
+$(VENV)/.ok: python/pyproject.toml python/Cargo.toml python/src/*.rs $(shell find crates/shmring/src -name '*.rs') crates/shmring/Cargo.toml
 	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q maturin ruff
