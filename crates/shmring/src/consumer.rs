@@ -611,7 +611,20 @@ impl Consumer {
             f.need
                 .store(if lazy { self.wake_mark() } else { 0 }, Ordering::Relaxed);
         }
-        let seen = wake::arm(f);
+        // The data futex has one waiter (us, the ring's consumer): its flag is taken
+        // by the first producer that wakes us. The tether futex counts its waiters.
+        let seen = if tethered {
+            wake::arm(f)
+        } else {
+            wake::arm_one(f)
+        };
+        let disarm = || {
+            if tethered {
+                wake::disarm(f)
+            } else {
+                wake::disarm_one(f)
+            }
+        };
         // Re-check after arming so a commit made just before (or, for a tethered
         // consumer not adopted yet, the adoption) cannot be missed.
         let ready = match self.role {
@@ -621,7 +634,7 @@ impl Consumer {
             _ => self.peek_is_final(),
         };
         if ready {
-            wake::disarm(f);
+            disarm();
             return;
         }
         match &self.role {
@@ -644,7 +657,7 @@ impl Consumer {
             Some(fd) if !tethered => wake::sleep_eventfd(fd, max),
             _ => wake::sleep(f, seen, max),
         }
-        wake::disarm(f);
+        disarm();
     }
 
     /// Under a latency budget: the fill (in units) past which a producer wakes us
@@ -1372,10 +1385,10 @@ impl Consumer {
         let f = &self.seg.control().data.0;
         // Every commit wakes an eventfd waiter (no latency budget here).
         f.need.store(0, Ordering::Relaxed);
-        wake::arm(f);
+        wake::arm_one(f);
         let ready = self.peek_is_final();
         if ready {
-            wake::disarm(f);
+            wake::disarm_one(f);
         }
         ready
     }
@@ -1386,7 +1399,7 @@ impl Consumer {
         if self.is_tethered() {
             return;
         }
-        wake::disarm(&self.seg.control().data.0);
+        wake::disarm_one(&self.seg.control().data.0);
         if let Some(fd) = self.seg.eventfd() {
             wake::drain_eventfd(fd);
         }

@@ -174,7 +174,7 @@ pub(crate) fn leave(seg: &Segment, j: u32) {
 /// Tethered side: wakes the consumer if it sleeps (so it publishes the space a
 /// tethered consumer freed, or adopts one).
 pub(crate) fn poke_consumer(seg: &Segment) {
-    wake::notify(&seg.control().data.0, true, seg.eventfd());
+    wake::notify_one(&seg.control().data.0, seg.eventfd());
 }
 
 /// Tethered side: is line `j` still ours (asked for or adopted)? `Err(Detached)`

@@ -571,6 +571,55 @@ mod model {
         );
     }
 
+    static BOTH_UNSEEN: AtomicUsize = AtomicUsize::new(0);
+
+    /// The consumer's wake-up on the data futex, whose one waiter is the ring's
+    /// consumer (`handshake::arm_one`, `signal_one`): two producers commit and
+    /// signal while the consumer announces itself and re-checks. Every
+    /// interleaving: at most one producer takes the flag and wakes (a burst costs
+    /// one system call), and a consumer that sees neither commit finds `seq`
+    /// moved, so its sleep returns at once: no wake-up is lost.
+    #[test]
+    fn one_wake_per_sleep_and_none_lost() {
+        use shmring::layout::Futex;
+        use shmring::protocol::handshake;
+        use shmring::sync::AtomicU32;
+        builder().check(|| {
+            let f = Arc::new(Futex {
+                seq: AtomicU32::new(0),
+                waiting: AtomicU32::new(0),
+                need: AtomicU32::new(0),
+            });
+            let committed = Arc::new(AtomicU64::new(0));
+            let producers: Vec<_> = (0..2)
+                .map(|_| {
+                    let (f, committed) = (f.clone(), committed.clone());
+                    loom::thread::spawn(move || {
+                        committed.fetch_add(1, Release);
+                        handshake::signal_one(&f, None)
+                    })
+                })
+                .collect();
+            let seen = handshake::arm_one(&f);
+            let sees_commit = committed.load(Acquire) != 0;
+            let woke: Vec<bool> = producers.into_iter().map(|p| p.join().unwrap()).collect();
+            assert!(!(woke[0] && woke[1]), "two wake-ups for one sleep");
+            if !sees_commit {
+                BOTH_UNSEEN.fetch_add(1, Relaxed);
+                assert!(
+                    woke[0] || woke[1],
+                    "both producers missed a consumer about to sleep"
+                );
+                assert_ne!(f.seq.load(LRelaxed), seen, "the sleep would not return");
+            }
+            handshake::disarm_one(&f);
+        });
+        assert!(
+            BOTH_UNSEEN.load(Relaxed) > 0,
+            "no execution had the consumer miss both commits"
+        );
+    }
+
     static PLACED: AtomicUsize = AtomicUsize::new(0);
 
     /// Placement (`protocol::placed_total`): a large record claimed into an empty
