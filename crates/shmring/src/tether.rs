@@ -322,8 +322,13 @@ impl Supervisor {
             let l = line(seg, j);
             let state = l.state.load(Ordering::Acquire);
             let bit = 1u32 << j;
-            let alive = is_alive(seg, j);
             let adopted = self.adopted & bit != 0;
+            if state == TETHER_FREE && mask & bit == 0 && !adopted {
+                // Unused: nothing below would change, alive or not, so no lock
+                // probe (a system call per line and audit).
+                continue;
+            }
+            let alive = is_alive(seg, j);
             if state == TETHER_FREE && !alive {
                 self.adopted &= !bit;
                 if mask & bit != 0 {
