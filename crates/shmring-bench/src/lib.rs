@@ -24,6 +24,7 @@ pub mod report;
 pub mod status;
 mod sys;
 mod transports;
+mod twocore;
 mod wakeup;
 mod work;
 

@@ -98,6 +98,7 @@ pub fn worker(a: &WorkerArgs, role: Role) -> Res<WorkerReport> {
     let mine = || streams_of(a.part, n);
     match (a.transport.as_str(), role) {
         ("floor", _) => floor(a, n),
+        (crate::twocore::NAME, _) => crate::twocore::meeting(a, n),
         ("shmring" | "shmring-copy" | "shmring-budget", Role::Producer) => shm_producer(a, mine()),
         ("shmring" | "shmring-copy" | "shmring-budget", Role::Consumer) => shm_consumer(a, n),
         ("uds" | "pipe", Role::Producer) => {

@@ -48,6 +48,7 @@ pub fn worker_main(args: &[String]) -> i32 {
         ("wakeup", Role::Consumer) => crate::wakeup::consumer(&a),
         (_, role) if a.meeting.is_some() => crate::meeting::worker(&a, role),
         ("floor", _) => floor(&a),
+        (crate::twocore::NAME, _) => crate::twocore::run(&a),
         (t, Role::Producer) if is_shmring(t) => shm_producer(&a),
         (t, Role::Consumer) if is_shmring(t) => shm_consumer(&a),
         (UDS_TWO_READERS, Role::Producer) => fd_args(&a).and_then(|mut fds| {

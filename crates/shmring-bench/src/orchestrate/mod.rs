@@ -330,6 +330,11 @@ pub fn run(args: &[String]) -> i32 {
     }
 }
 
+/// The rows that run in one process, with no transport: `floor` and the two-core floor.
+pub(crate) fn is_floor(t: &str) -> bool {
+    t == "floor" || t == crate::twocore::NAME
+}
+
 /// A path as the user can find it: absolute.
 fn shown(p: &std::path::Path) -> String {
     std::path::absolute(p)
@@ -468,6 +473,9 @@ fn run_one(
     if let Some(n) = plan.corrupt_every {
         common.extend(["--corrupt-every".into(), n.to_string()]);
     }
+    if plan.huge_pages {
+        common.push("--huge-pages".into());
+    }
     let mut stats = None;
     let res = drive(
         t,
@@ -544,7 +552,7 @@ fn drive(
     // (role, worker): producers first, the consumer last.
     let mut workers: Vec<(String, Worker)> = Vec::new();
     let mut ring = None;
-    if t == "floor" {
+    if is_floor(t) {
         workers.push((
             "floor".into(),
             Worker::spawn(&args("floor", vec![])).map_err(fail)?,
