@@ -44,9 +44,11 @@ dist-deb: deps-deb
 test-dist: dist
 	scripts/test-dist.sh
 
-## Everything in the workspace (the Python module and Node add-on are built by their tests).
+## Everything in the workspace (the Python module and Node add-on are built by their tests),
+## and the GStreamer plugin alone in target/gst-plugin/.
 build: deps-demo
 	$(CARGO) build --release
+	$(MAKE) --no-print-directory gst-plugin
 
 ## Every test: lints, Rust (unit, integration, property, process, crash, hostile; async with
 ## the tokio feature), loom model, C ABI (plain and sanitized, seccomp), Python, GStreamer
@@ -89,19 +91,25 @@ test-c:
 
 ## The GStreamer elements (needs the GStreamer development packages; see README).
 ## The elements (the CLI's in-process encoder, a default feature, is tested by test-rust).
-test-gst:
+test-gst: gst-plugin
 	$(CARGO) test --release -p gst-shmring
 
+## The plugin alone in a directory of its own, for GST_PLUGIN_PATH (target/release also
+## holds the Python and Node libraries, which GStreamer would try to load as plugins).
+GST_PLUGIN_OUT ?= target/gst-plugin
 gst-plugin:
-	$(CARGO) build --release -p gst-shmring
+	$(CARGO) build --release -p gst-shmring --lib
+	install -d $(GST_PLUGIN_OUT)
+	install -m 0644 target/release/libgstshmring.so $(GST_PLUGIN_OUT)/
 
 GST_PLUGIN_DIR ?= $(HOME)/.local/share/gstreamer-1.0/plugins
 install-gst: gst-plugin
 	install -d $(GST_PLUGIN_DIR)
-	install -m 0644 target/release/libgstshmring.so $(GST_PLUGIN_DIR)/
+	install -m 0644 $(GST_PLUGIN_OUT)/libgstshmring.so $(GST_PLUGIN_DIR)/
 
 venv: $(VENV)/.ok
-$(VENV)/.ok: python/pyproject.toml python/Cargo.toml python/src/*.rs
+# The package is rebuilt when the core it wraps changes too.
+$(VENV)/.ok: python/pyproject.toml python/Cargo.toml python/src/*.rs $(shell find crates/shmring/src -name '*.rs') crates/shmring/Cargo.toml
 	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q maturin ruff

@@ -420,8 +420,8 @@ func TestRustProducerIntoGoRecorder(t *testing.T) {
 			}
 			must(t, cmd.Process.Signal(syscall.SIGINT))
 			var sum struct {
-				Frames, Packets, Skipped uint64
-				Files                    []string
+				Frames, Packets, Skipped, Ended uint64
+				Files                           []string
 			}
 			var last string
 			for l := range out {
@@ -429,7 +429,8 @@ func TestRustProducerIntoGoRecorder(t *testing.T) {
 			}
 			must(t, json.Unmarshal([]byte(last), &sum))
 			must(t, cmd.Wait())
-			if sum.Frames != frames || sum.Packets != packets || sum.Skipped != 0 {
+			// produce ends its video and its audio stream: two end-of-stream records.
+			if sum.Frames != frames || sum.Packets != packets || sum.Skipped != 0 || sum.Ended != 2 {
 				t.Fatalf("recorded %+v, produced %d frames and %d packets", sum, frames, packets)
 			}
 			ffprobe(t, filepath.Join(dir, "video-0.y4m"), "rawvideo", int(frames))

@@ -94,9 +94,10 @@ func (f *Frame) Release() error {
 }
 
 // Media is the record's media header, read and validated once by the library
-// (shmring_media_parse_for with the record's kind): ErrMedia for a record of
-// another kind or a malformed header. The values are copies: a producer changing
-// the payload cannot change them.
+// (shmring_media_read with the record's kind): ErrMedia for a record of another
+// kind or a malformed header. A record that ends its stream (Producer.EndStream)
+// gives a Media whose EndOfStream is true, with no planes. The values are copies:
+// a producer changing the payload cannot change them.
 func (f *Frame) Media() (Media, error) {
 	if f.c == nil {
 		return Media{}, misuse(ErrNotHeld, "Frame.Media: the frame is not held")
@@ -106,7 +107,7 @@ func (f *Frame) Media() (Media, error) {
 	}
 	if f.parsed == 0 {
 		runtime.LockOSThread()
-		r := C.go_media_parse_for(f.raw.meta.kind, C.uintptr_t(uintptr(unsafe.Pointer(f.raw.data))), f.raw.len)
+		r := C.go_media_read(f.raw.meta.kind, C.uintptr_t(uintptr(unsafe.Pointer(f.raw.data))), f.raw.len)
 		err := errorOf(int32(r.status))
 		runtime.UnlockOSThread()
 		if err != nil {
@@ -156,16 +157,27 @@ type Media struct {
 	Channels   uint32
 	Samples    uint32
 	PtsNs      uint64
-	Sequence   uint64
-	// Planes used (video 1..3, audio 1).
+	// Per stream id and kind: 0, 1, 2, ... (at an end of stream: the number the
+	// stream's next record would have had).
+	Sequence uint64
+	// Planes used (video 1..3, audio 1; 0 at an end of stream).
 	Planes uint32
+	// MediaEndOfStream or 0.
+	Flags uint32
 	// Bytes per row of each plane (audio: bytes per sample frame).
 	Stride [maxPlanes]uint32
 	// Byte offset of each plane from the payload's start.
 	Offset [maxPlanes]uint32
 	// Byte size of each plane.
 	Size [maxPlanes]uint32
+	// Video: the nominal frame rate FpsNum / FpsDen; FpsNum 0: variable.
+	FpsNum uint32
+	FpsDen uint32
 }
+
+// EndOfStream says the record ends its stream: no record of this stream id and
+// kind follows from its producer.
+func (m *Media) EndOfStream() bool { return m.Flags&MediaEndOfStream != 0 }
 
 func mediaOf(h *C.shmring_media_header) Media {
 	m := Media{
@@ -178,6 +190,9 @@ func mediaOf(h *C.shmring_media_header) Media {
 		PtsNs:      uint64(h.pts_ns),
 		Sequence:   uint64(h.sequence),
 		Planes:     uint32(h.planes),
+		Flags:      uint32(h.flags),
+		FpsNum:     uint32(h.fps_num),
+		FpsDen:     uint32(h.fps_den),
 	}
 	for i := range m.Stride {
 		m.Stride[i] = uint32(h.stride[i])

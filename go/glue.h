@@ -80,11 +80,16 @@ typedef struct {
     go_plane plane[GO_PLANES];
 } go_media;
 
+/* fps_num / fps_den: the nominal frame rate (0/1: variable), checked when the
+ * header is written. */
 static inline go_media go_media_video(uint32_t format, uint32_t width, uint32_t height,
-                                      uint64_t pts_ns, uint64_t sequence) {
+                                      uint32_t fps_num, uint32_t fps_den, uint64_t pts_ns,
+                                      uint64_t sequence) {
     go_media r;
     memset(&r, 0, sizeof r);
     r.status = shmring_media_video(format, width, height, pts_ns, sequence, &r.h);
+    r.h.fps_num = fps_num;
+    r.h.fps_den = fps_den;
     return r;
 }
 
@@ -96,11 +101,12 @@ static inline go_media go_media_audio(uint32_t format, uint32_t sample_rate, uin
     return r;
 }
 
-static inline go_media go_media_parse_for(uint32_t kind, uintptr_t payload, size_t len) {
+/* A frame's header and its planes, or an end of stream (no planes). */
+static inline go_media go_media_read(uint32_t kind, uintptr_t payload, size_t len) {
     go_media r;
     memset(&r, 0, sizeof r);
     const uint8_t *p = (const uint8_t *)payload;
-    r.status = shmring_media_parse_for(kind, p, len, &r.h);
+    r.status = shmring_media_read(kind, p, len, &r.h);
     if (r.status == SHMRING_OK) r.status = go_planes(&r.h, p, len, r.plane);
     return r;
 }

@@ -1,6 +1,8 @@
 package shmring
 
 import (
+	"context"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -74,5 +76,50 @@ func TestStatsAreTheLibrarysFieldList(t *testing.T) {
 	}
 	if _, ok := st.Get("no_such_field"); ok {
 		t.Error("Get found a field that does not exist")
+	}
+}
+
+// A producer's nominal frame rate and its numbering reach the reader; EndStream
+// gives the reader an end-of-stream record numbered after the stream's last frame.
+func TestFrameRateSequenceAndEndOfStream(t *testing.T) {
+	s := memfdRing(t, 1<<20, false)
+	c, err := s.Consumer(nil)
+	must(t, err)
+	defer c.Close()
+	p, err := s.Producer()
+	must(t, err)
+	defer p.Close()
+	for i := 0; i < 2; i++ {
+		r, err := p.ReserveVideoAt(FormatI420, 64, 32, Rate{30000, 1001}, uint64(i), SequenceAuto)
+		must(t, err)
+		must(t, r.Commit(Meta{Stream: 4, Kind: KindVideo}))
+	}
+	if _, err := p.ReserveVideoAt(FormatI420, 64, 32, Rate{30, 0}, 0, 0); !errors.Is(err, ErrMedia) {
+		t.Fatalf("a rate of 30/0: %v", err)
+	}
+	if err := p.EndStream(4, KindRaw); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("EndStream of a raw stream: %v", err)
+	}
+	must(t, p.EndStream(4, KindVideo))
+
+	var f Frame
+	for want := uint64(0); want < 3; want++ {
+		must(t, c.Recv(context.Background(), &f))
+		m, err := f.Media()
+		must(t, err)
+		if m.Sequence != want {
+			t.Fatalf("record %d numbered %d", want, m.Sequence)
+		}
+		end := want == 2
+		if m.EndOfStream() != end || (m.Planes == 0) != end {
+			t.Fatalf("record %d: end of stream %v with %d planes", want, m.EndOfStream(), m.Planes)
+		}
+		if !end && (m.FpsNum != 30000 || m.FpsDen != 1001) {
+			t.Fatalf("frame rate %d/%d", m.FpsNum, m.FpsDen)
+		}
+		if _, err := f.Plane(0); end && err == nil {
+			t.Fatal("an end of stream has a plane")
+		}
+		must(t, f.Release())
 	}
 }

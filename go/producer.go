@@ -200,12 +200,35 @@ const (
 	FormatPCMF32 Format = C.SHMRING_FORMAT_PCM_F32
 )
 
-// ReserveVideo reserves a video record: the library builds its media header
-// (tight strides, aligned planes) and writes it; fill the planes (Plane) in place,
-// then Commit with Kind KindVideo.
+// SequenceAuto as a media record's sequence: the committing producer numbers the
+// stream's records 0, 1, 2, ...
+const SequenceAuto uint64 = C.SHMRING_SEQUENCE_AUTO
+
+// MediaEndOfStream is the flag of a record that ends its stream (Media.Flags).
+const MediaEndOfStream uint32 = C.SHMRING_MEDIA_END_OF_STREAM
+
+// Rate is a video's nominal frame rate, Num / Den frames a second; Rate{} (Num 0):
+// variable.
+type Rate struct{ Num, Den uint32 }
+
+// ReserveVideo reserves a video record of variable frame rate: ReserveVideoAt
+// with Rate{}.
 func (p *Producer) ReserveVideo(format Format, width, height uint32, ptsNs, sequence uint64) (*Reservation, error) {
+	return p.ReserveVideoAt(format, width, height, Rate{}, ptsNs, sequence)
+}
+
+// ReserveVideoAt reserves a video record: the library builds its media header
+// (tight strides, aligned planes, the nominal frame rate fps) and writes it; fill
+// the planes (Plane) in place, then Commit with Kind KindVideo. sequence
+// SequenceAuto: the producer numbers the stream's frames.
+func (p *Producer) ReserveVideoAt(format Format, width, height uint32, fps Rate, ptsNs, sequence uint64) (*Reservation, error) {
+	den := fps.Den
+	if fps.Num == 0 && den == 0 {
+		den = 1 // Rate{}: variable, as the header spells it (0/1)
+	}
 	runtime.LockOSThread()
-	r := C.go_media_video(C.uint32_t(format), C.uint32_t(width), C.uint32_t(height), C.uint64_t(ptsNs), C.uint64_t(sequence))
+	r := C.go_media_video(C.uint32_t(format), C.uint32_t(width), C.uint32_t(height),
+		C.uint32_t(fps.Num), C.uint32_t(den), C.uint64_t(ptsNs), C.uint64_t(sequence))
 	err := errorOf(int32(r.status))
 	runtime.UnlockOSThread()
 	if err != nil {
@@ -245,6 +268,23 @@ func (p *Producer) reserveMedia(h C.shmring_media_header) (*Reservation, error) 
 	p.res.open(&r, true)
 	p.res.media = mediaOf(&h)
 	return &p.res, nil
+}
+
+// EndStream ends stream `stream` of kind (KindVideo or KindAudio): it commits an
+// end-of-stream record, numbered after the stream's last record from this
+// producer. Readers end the stream there (shmringsrc sends EOS, `shmring record`
+// closes the stream's file). ErrInvalidArgument for another kind; ErrState while
+// a reservation is open.
+func (p *Producer) EndStream(stream uint32, kind Kind) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.h == nil {
+		return misuse(ErrBadHandle, "Producer.EndStream: the producer is closed")
+	}
+	h := p.h
+	return check(func() int32 {
+		return C.shmring_producer_end_stream(h, C.uint32_t(stream), C.uint32_t(kind))
+	})
 }
 
 // Send copies b into the ring as one record: Reserve, copy, Commit.

@@ -101,9 +101,22 @@
 // "SMH1" little-endian.
 #define SHMRING_MEDIA_MAGIC 826821971
 
-#define SHMRING_MEDIA_VERSION 1
+// The version written (version 1 headers are read too: no frame rate, no flags).
+#define SHMRING_MEDIA_VERSION 2
+
+// The first version of the media header.
+#define SHMRING_MEDIA_VERSION_1 1
 
 #define SHMRING_MEDIA_HEADER_SIZE 128
+
+// A header's `sequence` asking the committing producer to number the record: 0,
+// 1, 2, ... per stream id and kind, after the stream's last record from that
+// producer.
+#define SHMRING_SEQUENCE_AUTO UINT64_MAX
+
+// A header's `flags`: the record ends its stream (of its kind); no format, no
+// planes (see shmring_producer_end_stream, shmring_media_read).
+#define SHMRING_MEDIA_END_OF_STREAM 1
 
 // What a producer does when the ring is full.
 #define SHMRING_POLICY_FAIL 0
@@ -284,7 +297,7 @@ typedef struct shmring_frame {
 } shmring_frame;
 
 // The media header at the start of a video/audio payload, byte for byte
-// (little-endian, 128 bytes; see crates/shmring/src/media.rs). Build and parse it
+// (little-endian, 128 bytes; see crates/shmring/src/media/mod.rs). Build and parse it
 // with the shmring_media_* functions, which validate it.
 typedef struct shmring_media_header {
   // SHMRING_MEDIA_MAGIC.
@@ -302,17 +315,24 @@ typedef struct shmring_media_header {
   // Per channel.
   uint32_t samples;
   uint64_t pts_ns;
+  // Per stream id and kind: 0, 1, 2, ...; SHMRING_SEQUENCE_AUTO: the committing
+  // producer numbers it.
   uint64_t sequence;
-  // Planes used (video 1..3, audio 1).
+  // Planes used (video 1..3, audio 1; 0 at an end of stream).
   uint32_t planes;
-  uint32_t reserved0;
+  // SHMRING_MEDIA_END_OF_STREAM or 0.
+  uint32_t flags;
   // Bytes per row (audio: bytes per sample frame).
   uint32_t stride[4];
   // Byte offset of each plane from the payload start.
   uint32_t offset[4];
   // Byte size of each plane.
   uint32_t size[4];
-  uint8_t reserved[24];
+  // Video: nominal frame rate fps_num / fps_den; fps_num 0: variable. Set them
+  // after shmring_media_video (checked by shmring_media_write).
+  uint32_t fps_num;
+  uint32_t fps_den;
+  uint8_t reserved[16];
 } shmring_media_header;
 
 // Space reserved in the ring: write `len` bytes at `data`, then commit or abort.
@@ -645,6 +665,14 @@ enum shmring_status shmring_media_parse(const uint8_t *payload, size_t len, stru
 // a reader of media records.
 enum shmring_status shmring_media_parse_for(uint32_t kind, const uint8_t *payload, size_t len, struct shmring_media_header *out);
 
+// Reads a record of `kind` (a frame's meta.kind): a frame's header, checked as
+// shmring_media_parse_for checks it, or the end of its stream, which a producer
+// writes with shmring_producer_end_stream: then `out->flags` has
+// SHMRING_MEDIA_END_OF_STREAM, `out->sequence` the number the stream's next record
+// would have had, and `out->format` and `out->planes` are 0. The one call for a
+// reader of media records that follows streams to their end.
+enum shmring_status shmring_media_read(uint32_t kind, const uint8_t *payload, size_t len, struct shmring_media_header *out);
+
 // Plane `index` of a payload whose header `hdr` was parsed from (`len` bytes):
 // `*data`, `*size` (checked to lie inside the payload).
 enum shmring_status shmring_media_plane(const struct shmring_media_header *hdr, const uint8_t *payload, size_t len, uint32_t index, const uint8_t **data, size_t *size);
@@ -678,6 +706,13 @@ enum shmring_status shmring_producer_reserve_timeout(struct shmring_producer *p,
 // invalid afterwards. SHMRING_ERR_ABANDONED: the claim was taken from us (nothing
 // published).
 enum shmring_status shmring_producer_commit(struct shmring_producer *p, const struct shmring_meta *meta);
+
+// Ends stream `stream` of `kind` (SHMRING_KIND_VIDEO or SHMRING_KIND_AUDIO):
+// commits an end-of-stream record, numbered after the stream's last record from
+// this producer. Readers end the stream there (shmringsrc sends EOS, `shmring
+// record` closes the stream's file). SHMRING_ERR_INVALID_ARGUMENT for another kind;
+// SHMRING_ERR_STATE while a reservation is open.
+enum shmring_status shmring_producer_end_stream(struct shmring_producer *p, uint32_t stream, uint32_t kind);
 
 // Gives the open reservation's space back without publishing anything.
 enum shmring_status shmring_producer_abort(struct shmring_producer *p);
@@ -872,7 +907,7 @@ enum shmring_status shmring_observer_close(struct shmring_observer *o);
 
 #endif  /* SHMRING_H */
 
-/* The media header mirrors crates/shmring/src/media.rs byte for byte. */
+/* The media header mirrors crates/shmring/src/media/mod.rs byte for byte. */
 SHMRING_STATIC_ASSERT(sizeof(shmring_media_header) == 128, "media header is 128 bytes");
 SHMRING_STATIC_ASSERT(offsetof(shmring_media_header, magic) == 0, "magic at 0");
 SHMRING_STATIC_ASSERT(offsetof(shmring_media_header, version) == 4, "version at 4");
@@ -889,6 +924,9 @@ SHMRING_STATIC_ASSERT(offsetof(shmring_media_header, planes) == 48, "planes at 4
 SHMRING_STATIC_ASSERT(offsetof(shmring_media_header, stride) == 56, "stride at 56");
 SHMRING_STATIC_ASSERT(offsetof(shmring_media_header, offset) == 72, "offset at 72");
 SHMRING_STATIC_ASSERT(offsetof(shmring_media_header, size) == 88, "size at 88");
-SHMRING_STATIC_ASSERT(offsetof(shmring_media_header, reserved) == 104, "reserved at 104");
+SHMRING_STATIC_ASSERT(offsetof(shmring_media_header, flags) == 52, "flags at 52");
+SHMRING_STATIC_ASSERT(offsetof(shmring_media_header, fps_num) == 104, "fps_num at 104");
+SHMRING_STATIC_ASSERT(offsetof(shmring_media_header, fps_den) == 108, "fps_den at 108");
+SHMRING_STATIC_ASSERT(offsetof(shmring_media_header, reserved) == 112, "reserved at 112");
 SHMRING_STATIC_ASSERT(sizeof(shmring_meta) == 24, "meta is 24 bytes");
 SHMRING_STATIC_ASSERT(sizeof(shmring_frame) == 56, "frame is 56 bytes");

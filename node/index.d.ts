@@ -66,7 +66,11 @@ export interface MediaHeader {
   channels: number;
   samples: number;
   ptsNs: bigint;
+  /** Per stream id and kind: 0, 1, 2, ... */
   sequence: bigint;
+  /** Video's nominal frame rate fpsNum / fpsDen; 0/1: variable. */
+  fpsNum: number;
+  fpsDen: number;
   planes: { offset: number; stride: number; size: number }[];
 }
 
@@ -169,6 +173,8 @@ export class Frame {
   readonly timestampNs: bigint;
   readonly address: number;
   readonly media: MediaHeader | null;
+  /** An end-of-stream record (the producer ended this stream of this kind), else null. */
+  readonly end: { sequence: bigint; ptsNs: bigint } | null;
   readonly mediaError: string | null;
   /** Video: one Uint8Array per plane. */
   planes(): Uint8Array[];
@@ -199,7 +205,10 @@ export interface VideoInit extends WaitInit {
   height: number;
   format?: VideoFormat;
   ptsNs?: bigint;
+  /** Absent: the producer numbers the stream's frames 0, 1, 2, ... */
   sequence?: bigint;
+  /** Nominal frame rate [numerator, denominator]; absent: variable. */
+  fps?: [number, number];
 }
 
 export interface AudioInit extends WaitInit {
@@ -208,6 +217,7 @@ export interface AudioInit extends WaitInit {
   sampleRate: number;
   format?: AudioFormat;
   ptsNs?: bigint;
+  /** Absent: the producer numbers the stream's packets 0, 1, 2, ... */
   sequence?: bigint;
 }
 
@@ -224,6 +234,8 @@ export class Producer {
   reserve(length: number, opts?: WaitInit): Reservation;
   reserveVideo(init: VideoInit): Reservation;
   reserveAudio(init: AudioInit): Reservation;
+  /** Ends stream `stream` of `kind` (KIND_VIDEO or KIND_AUDIO): readers see `frame.end`. */
+  endStream(stream: number, kind: number): void;
   /** One copy: the bytes are copied into the ring as one record. */
   send(bytes: Uint8Array, meta?: Meta, opts?: WaitInit): void;
   setPolicy(onFull: 'block' | 'fail', timeoutMs?: number): void;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use napi::bindgen_prelude::BigInt;
 use napi::{Env, JsFunction, JsObject, JsUnknown};
 use napi_derive::napi;
-use shmring::media::{kind, MediaHeader};
+use shmring::media::{kind, EndOfStream, MediaHeader, MediaRecord};
 use shmring::{Config, Consumer, ConsumerSettings, RawFrame, Segment, Setting, Snapshot};
 
 use crate::errors::{core, error, millis, u32_arg, uint, OrThrow, CLOSED, INVALID_ARG, RELEASED};
@@ -189,21 +189,24 @@ impl JsConsumer {
             given_back: Cell::new(false),
             _mapping: self.segment(env)?,
         });
-        let (media, media_error) = if raw.meta.kind == kind::VIDEO || raw.meta.kind == kind::AUDIO {
-            // SAFETY: the record is held: ptr/len lie inside the ring until released.
-            let payload = unsafe { std::slice::from_raw_parts(raw.ptr, raw.len) };
-            match crate::media::parse_for(raw.meta.kind, payload) {
-                Ok(h) => (Some(h), None),
-                Err(e) => (None, Some(e)),
-            }
-        } else {
-            (None, None)
-        };
+        let (media, end, media_error) =
+            if raw.meta.kind == kind::VIDEO || raw.meta.kind == kind::AUDIO {
+                // SAFETY: the record is held: ptr/len lie inside the ring until released.
+                let payload = unsafe { std::slice::from_raw_parts(raw.ptr, raw.len) };
+                match crate::media::read(raw.meta.kind, payload) {
+                    Ok(MediaRecord::Frame(h)) => (Some(h), None, None),
+                    Ok(MediaRecord::End(e)) => (None, Some(e), None),
+                    Err(e) => (None, None, Some(e)),
+                }
+            } else {
+                (None, None, None)
+            };
         let _ = env;
         Ok(Some(Frame {
             hold: Some(hold),
             raw,
             media,
+            end,
             media_error,
             view: None,
         }))
@@ -529,6 +532,7 @@ pub struct Frame {
     hold: Option<Rc<Hold>>,
     raw: RawFrame,
     media: Option<MediaHeader>,
+    end: Option<EndOfStream>,
     media_error: Option<String>,
     view: Option<WeakView>,
 }
@@ -636,6 +640,26 @@ impl Frame {
         self.media
             .as_ref()
             .map(|h| crate::media::header_object(env, h))
+            .transpose()
+    }
+
+    /// An end-of-stream record (the producer ended this stream of this kind): its
+    /// `sequence` and `ptsNs`; null for every other record.
+    #[napi(getter)]
+    pub fn end(&self, env: Env) -> napi::Result<Option<JsObject>> {
+        self.end
+            .map(|e| {
+                let mut o = env.create_object()?;
+                o.set_named_property(
+                    "sequence",
+                    env.create_bigint_from_u64(e.sequence)?.into_unknown()?,
+                )?;
+                o.set_named_property(
+                    "ptsNs",
+                    env.create_bigint_from_u64(e.pts_ns)?.into_unknown()?,
+                )?;
+                Ok(o)
+            })
             .transpose()
     }
 

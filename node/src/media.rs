@@ -2,7 +2,7 @@
 //! names and header objects. Layout and validation are the core's.
 
 use napi::{Env, JsObject};
-use shmring::media::{Format, MediaHeader};
+use shmring::media::{self, Format, MediaHeader, MediaRecord};
 
 use crate::errors::{error, INVALID_ARG};
 
@@ -41,7 +41,8 @@ pub fn parse_format(env: Env, name: &str) -> napi::Result<Format> {
 }
 
 /// The header as a plain object: format, width, height, sampleRate, channels,
-/// samples, ptsNs (bigint), sequence (bigint), and planes [{offset, stride, size}].
+/// samples, ptsNs (bigint), sequence (bigint), fpsNum, fpsDen (video's nominal
+/// frame rate; 0/1: variable), and planes [{offset, stride, size}].
 pub fn header_object(env: Env, h: &MediaHeader) -> napi::Result<JsObject> {
     let mut o = env.create_object()?;
     o.set_named_property("format", env.create_string(format_name(h.format))?)?;
@@ -58,6 +59,8 @@ pub fn header_object(env: Env, h: &MediaHeader) -> napi::Result<JsObject> {
         "sequence",
         env.create_bigint_from_u64(h.sequence)?.into_unknown()?,
     )?;
+    o.set_named_property("fpsNum", env.create_uint32(h.fps_num)?)?;
+    o.set_named_property("fpsDen", env.create_uint32(h.fps_den)?)?;
     let mut planes = env.create_array_with_length(h.planes as usize)?;
     for i in 0..h.planes as usize {
         let mut p = env.create_object()?;
@@ -70,8 +73,9 @@ pub fn header_object(env: Env, h: &MediaHeader) -> napi::Result<JsObject> {
     Ok(o)
 }
 
-/// Parses the media header of a VIDEO or AUDIO record (untrusted bytes, read once
-/// by the core, with the core's checks for that kind, sizes included).
-pub fn parse_for(kind_: u32, payload: &[u8]) -> Result<MediaHeader, String> {
-    MediaHeader::parse_for(kind_, payload).map_err(|e| e.to_string())
+/// Reads a record of `kind` VIDEO or AUDIO (untrusted bytes: the core reads them
+/// once and checks every plane against the payload): a frame's header, or the end
+/// of its stream.
+pub fn read(kind_: u32, payload: &[u8]) -> Result<MediaRecord, String> {
+    media::read(kind_, payload).map_err(|e| e.to_string())
 }

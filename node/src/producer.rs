@@ -7,7 +7,7 @@ use std::sync::Arc;
 use napi::bindgen_prelude::{BigInt, Uint8Array};
 use napi::{sys, Env, JsObject, JsUnknown, NapiValue};
 use napi_derive::napi;
-use shmring::media::{kind, MediaHeader};
+use shmring::media::{kind, MediaHeader, SEQUENCE_AUTO};
 use shmring::{FullPolicy, Meta, Producer, Segment};
 
 use crate::consumer::{descriptors, own_fd, stats_object, JsConsumer};
@@ -48,7 +48,10 @@ pub struct VideoInit {
     /// "i420" (default), "nv12" or "rgba".
     pub format: Option<String>,
     pub pts_ns: Option<BigInt>,
+    /// Absent: the producer numbers the stream's frames 0, 1, 2, ...
     pub sequence: Option<BigInt>,
+    /// The nominal frame rate as [numerator, denominator]; absent: variable.
+    pub fps: Option<Vec<u32>>,
     pub timeout_ms: Option<f64>,
 }
 
@@ -353,9 +356,21 @@ impl JsProducer {
             .as_ref()
             .map(|b| big_u64(env, b, "sequence"))
             .transpose()?
-            .unwrap_or(0);
-        // The core checks the format and the size (one set of limits).
+            .unwrap_or(SEQUENCE_AUTO);
+        let (num, den) = match v.fps.as_deref() {
+            None => (0, 1),
+            Some(&[num, den]) => (num, den),
+            Some(_) => {
+                return Err(error(
+                    env,
+                    INVALID_ARG,
+                    "reserveVideo: fps is [numerator, denominator]",
+                ))
+            }
+        };
+        // The core checks the format, the size and the rate (one set of limits).
         let hd = MediaHeader::video(f, w, h, pts, seq)
+            .and_then(|hd| hd.with_frame_rate(num, den))
             .map_err(|e| error(env, INVALID_ARG, &format!("reserveVideo: {e}")))?;
         self.reserve_impl(env, hd.payload_len() as u64, v.timeout_ms, Some(hd))
     }
@@ -378,11 +393,26 @@ impl JsProducer {
             .as_ref()
             .map(|b| big_u64(env, b, "sequence"))
             .transpose()?
-            .unwrap_or(0);
+            .unwrap_or(SEQUENCE_AUTO);
         // The core checks the format, rate, channels and size (one set of limits).
         let hd = MediaHeader::audio(f, rate, channels, samples, pts, seq)
             .map_err(|e| error(env, INVALID_ARG, &format!("reserveAudio: {e}")))?;
         self.reserve_impl(env, hd.payload_len() as u64, a.timeout_ms, Some(hd))
+    }
+
+    /// Ends stream `stream` of `kind` (KIND_VIDEO or KIND_AUDIO): commits an
+    /// end-of-stream record, numbered after the stream's last record from this
+    /// producer. Readers end the stream there (`frame.end`).
+    #[napi]
+    pub fn end_stream(&self, env: Env, stream: u32, kind: u32) -> napi::Result<()> {
+        if kind != kind::VIDEO && kind != kind::AUDIO {
+            return Err(error(
+                env,
+                INVALID_ARG,
+                &format!("endStream: kind {kind} is not KIND_VIDEO or KIND_AUDIO"),
+            ));
+        }
+        self.with(env, |p| p.end_stream(stream, kind).or_throw(env))
     }
 
     /// Copies `bytes` into the ring as one record (the one-copy path).

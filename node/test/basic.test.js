@@ -263,3 +263,32 @@ test('for await needs an eventfd ring', async (t) => {
   t.after(() => c.close());
   await assert.rejects(c.nextAsync(10), { code: 'SHMRING_EVENTFD_REQUIRED' });
 });
+
+test('frames are numbered by the producer, carry their frame rate, and streams end', (t) => {
+  const c = ring();
+  t.after(() => c.close());
+  const p = Producer.forConsumer(c);
+  t.after(() => p.close());
+  for (let i = 0; i < 2; i++) {
+    const r = p.reserveVideo({ width: 32, height: 16, fps: [30000, 1001] });
+    r.planes().forEach((plane) => plane.fill(16));
+    r.commit({ stream: 2, kind: shmring.KIND_VIDEO });
+  }
+  p.endStream(2, shmring.KIND_VIDEO);
+  assert.throws(() => p.endStream(2, shmring.KIND_RAW), { code: 'SHMRING_INVALID_ARG' });
+  assert.throws(() => p.reserveVideo({ width: 32, height: 16, fps: [30, 0] }), {
+    code: 'SHMRING_INVALID_ARG',
+  });
+  const got = [];
+  for (let f = c.tryNext(); f; f = c.tryNext()) {
+    got.push(
+      f.end ? ['end', f.end.sequence] : [f.media.sequence, f.media.fpsNum, f.media.fpsDen],
+    );
+    f.release();
+  }
+  assert.deepEqual(got, [
+    [0n, 30000, 1001],
+    [1n, 30000, 1001],
+    ['end', 2n],
+  ]);
+});

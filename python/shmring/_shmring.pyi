@@ -23,6 +23,7 @@ KIND_RAW: Final[Kind]
 KIND_VIDEO: Final[Kind]
 KIND_AUDIO: Final[Kind]
 MEDIA_HEADER_SIZE: int
+MEDIA_VERSION: int
 
 FormatName = Literal["i420", "nv12", "rgba", "pcm_s16", "pcm_f32"]
 
@@ -94,6 +95,10 @@ class Frame:
     def seq(self) -> int: ...
     @property
     def sequence(self) -> int: ...
+    @property
+    def is_end(self) -> bool: ...
+    @property
+    def fps(self) -> tuple[int, int] | None: ...
     @property
     def address(self) -> int: ...
     @property
@@ -252,7 +257,8 @@ class Producer:
         format: FormatName = "i420",
         stream: int = 0,
         pts_ns: int | None = None,
-        sequence: int = 0,
+        sequence: int | None = None,
+        fps: tuple[int, int] | None = None,
         timestamp: int | None = None,
         flags: int = 0,
         timeout: float | None = None,
@@ -266,11 +272,12 @@ class Producer:
         format: FormatName = "pcm_s16",
         stream: int = 0,
         pts_ns: int | None = None,
-        sequence: int = 0,
+        sequence: int | None = None,
         timestamp: int | None = None,
         flags: int = 0,
         timeout: float | None = None,
     ) -> Reservation: ...
+    def end_stream(self, *, stream: int = 0, kind: int = ...) -> None: ...
     def send(
         self,
         data: bytes | bytearray | memoryview | Any,

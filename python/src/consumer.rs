@@ -10,11 +10,11 @@ use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use shmring::media::{kind, MediaHeader};
+use shmring::media::{kind, EndOfStream, MediaHeader, MediaRecord};
 use shmring::{Config, Consumer, ConsumerSettings, RawFrame, Segment, Setting, Snapshot};
 
 use crate::errors::{BadMediaHeader, Closed, ConfigError, IntoPy, Released, WrongThread};
-use crate::media::{format_name, header_dict, parse_for, plane_layouts, Elem, PlaneLayout};
+use crate::media::{format_name, header_dict, plane_layouts, read, Elem, PlaneLayout};
 use crate::views::{array_of, Plane, ViewGuard};
 
 /// Longest stretch a blocking wait spends without the GIL before checking for
@@ -249,16 +249,18 @@ impl PyConsumer {
         raw: RawFrame,
     ) -> PyResult<Option<Bound<'py, PyFrame>>> {
         let py = slf.py();
-        let (media, media_error) = if raw.meta.kind == kind::VIDEO || raw.meta.kind == kind::AUDIO {
-            // SAFETY: the record is held: ptr/len lie inside the ring until released.
-            let payload = unsafe { std::slice::from_raw_parts(raw.ptr, raw.len) };
-            match parse_for(raw.meta.kind, payload) {
-                Ok(h) => (Some(h), None),
-                Err(e) => (None, Some(e.value(py).to_string())),
-            }
-        } else {
-            (None, None)
-        };
+        let (media, end, media_error) =
+            if raw.meta.kind == kind::VIDEO || raw.meta.kind == kind::AUDIO {
+                // SAFETY: the record is held: ptr/len lie inside the ring until released.
+                let payload = unsafe { std::slice::from_raw_parts(raw.ptr, raw.len) };
+                match read(raw.meta.kind, payload) {
+                    Ok(MediaRecord::Frame(h)) => (Some(h), None, None),
+                    Ok(MediaRecord::End(e)) => (None, Some(e), None),
+                    Err(e) => (None, None, Some(e.value(py).to_string())),
+                }
+            } else {
+                (None, None, None)
+            };
         let this = slf.borrow();
         let st = this.st()?;
         st.live_frames.set(st.live_frames.get() + 1);
@@ -266,6 +268,7 @@ impl PyConsumer {
             ring: slf.clone().unbind(),
             raw,
             media,
+            end,
             media_error,
             state: Cell::new(State::Held),
             views: Cell::new(0),
@@ -805,6 +808,8 @@ pub struct PyFrame {
     ring: Py<PyConsumer>,
     raw: RawFrame,
     media: Option<MediaHeader>,
+    /// An end-of-stream record's contents.
+    end: Option<EndOfStream>,
     media_error: Option<String>,
     state: Cell<State>,
     /// Live buffer exports and numpy views.
@@ -1006,10 +1011,31 @@ impl PyFrame {
         self.raw.seq
     }
 
-    /// The media header's per-stream sequence number, or ``seq`` without one.
+    /// The media header's number within its stream and kind (an end of stream's
+    /// too), or ``seq`` without one.
     #[getter]
     fn sequence(&self) -> u64 {
-        self.media.map_or(self.raw.seq, |m| m.sequence)
+        match (self.media, self.end) {
+            (Some(m), _) => m.sequence,
+            (None, Some(e)) => e.sequence,
+            _ => self.raw.seq,
+        }
+    }
+
+    /// True for an end-of-stream record: the producer ended this stream (of this
+    /// kind); it carries no frame.
+    #[getter]
+    fn is_end(&self) -> bool {
+        self.end.is_some()
+    }
+
+    /// Video's nominal frame rate as (numerator, denominator); (0, 1): variable.
+    /// None for audio and other records.
+    #[getter]
+    fn fps(&self) -> Option<(u32, u32)> {
+        self.media
+            .filter(|m| m.format.is_video())
+            .map(|m| (m.fps_num, m.fps_den))
     }
 
     /// Payload address in this process (inside ``Consumer.mapping()``).

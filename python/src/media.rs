@@ -4,7 +4,7 @@
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList};
-use shmring::media::{kind, Format, MediaHeader, MEDIA_HEADER_SIZE};
+use shmring::media::{self, kind, Format, MediaHeader, MediaRecord, MEDIA_HEADER_SIZE};
 
 use crate::errors::{BadMediaHeader, ConfigError};
 
@@ -50,6 +50,8 @@ pub fn header_dict<'py>(py: Python<'py>, h: &MediaHeader) -> PyResult<Bound<'py,
     d.set_item("stride", h.stride[..n].to_vec())?;
     d.set_item("offset", h.offset[..n].to_vec())?;
     d.set_item("size", h.size[..n].to_vec())?;
+    d.set_item("fps_num", h.fps_num)?;
+    d.set_item("fps_den", h.fps_den)?;
     Ok(d)
 }
 
@@ -138,12 +140,13 @@ pub fn plane_layouts(h: &MediaHeader) -> ([PlaneLayout; 3], usize) {
     }
 }
 
-/// Parses the media header of a record of `kind` (VIDEO and AUDIO: with the
-/// core's checks for that kind; any other kind: the header alone).
-pub fn parse_for(kind_: u32, payload: &[u8]) -> PyResult<MediaHeader> {
+/// Reads a record of `kind` (VIDEO and AUDIO: a frame's header with the core's
+/// checks for that kind, or the end of its stream; any other kind: the header
+/// alone).
+pub fn read(kind_: u32, payload: &[u8]) -> PyResult<MediaRecord> {
     match kind_ {
-        kind::VIDEO | kind::AUDIO => MediaHeader::parse_for(kind_, payload),
-        _ => MediaHeader::parse(payload),
+        kind::VIDEO | kind::AUDIO => media::read(kind_, payload),
+        _ => MediaHeader::parse(payload).map(MediaRecord::Frame),
     }
     .map_err(|e| BadMediaHeader::new_err(e.to_string()))
 }
@@ -233,6 +236,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Set once per process: the module is initialised once.
     let _ = KIND_MEMBERS.set(py, members);
     m.add("MEDIA_HEADER_SIZE", MEDIA_HEADER_SIZE)?;
+    m.add("MEDIA_VERSION", media::MEDIA_VERSION)?;
     m.add_function(wrap_pyfunction!(parse_media_header, m)?)?;
     m.add_function(wrap_pyfunction!(video_payload_len, m)?)?;
     Ok(())

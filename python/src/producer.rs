@@ -8,7 +8,7 @@ use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyMemoryView, PyTuple, PyWeakrefMethods, PyWeakrefReference};
-use shmring::media::{kind, MediaHeader};
+use shmring::media::{kind, MediaHeader, SEQUENCE_AUTO};
 use shmring::{FullPolicy, Meta, Producer, Segment};
 
 use crate::consumer::{descriptors, fields_dict, own_fd, secs, PyConsumer};
@@ -272,12 +272,14 @@ impl PyProducer {
     }
 
     /// reserve_video(width, height, *, format="i420", stream=0, pts_ns=None,
-    ///               sequence=0, timestamp=None, flags=0, timeout=None)
+    ///               sequence=None, fps=None, timestamp=None, flags=0, timeout=None)
     ///
     /// Claims a video record and writes its media header. ``with`` yields the
     /// writable plane arrays: (Y, U, V) for i420, (Y, UV) for nv12, (RGBA,) for rgba.
-    #[pyo3(signature = (width, height, *, format="i420", stream=0, pts_ns=None, sequence=0,
-        timestamp=None, flags=0, timeout=None))]
+    /// ``sequence=None``: the producer numbers the stream's frames 0, 1, 2, ...;
+    /// ``fps=(num, den)``: the nominal frame rate (None: variable).
+    #[pyo3(signature = (width, height, *, format="i420", stream=0, pts_ns=None, sequence=None,
+        fps=None, timestamp=None, flags=0, timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn reserve_video<'py>(
         slf: &Bound<'py, Self>,
@@ -286,15 +288,24 @@ impl PyProducer {
         format: &str,
         stream: u32,
         pts_ns: Option<u64>,
-        sequence: u64,
+        sequence: Option<u64>,
+        fps: Option<(u32, u32)>,
         timestamp: Option<u64>,
         flags: u32,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyReservation>> {
         let f = parse_format(format)?;
         let ts = timestamp.unwrap_or_else(shmring::now_ns);
-        let h = MediaHeader::video(f, width, height, pts_ns.unwrap_or(ts), sequence)
-            .map_err(|e| ConfigError::new_err(format!("reserve_video: {format}: {e}")))?;
+        let (num, den) = fps.unwrap_or((0, 1));
+        let h = MediaHeader::video(
+            f,
+            width,
+            height,
+            pts_ns.unwrap_or(ts),
+            sequence.unwrap_or(SEQUENCE_AUTO),
+        )
+        .and_then(|h| h.with_frame_rate(num, den))
+        .map_err(|e| ConfigError::new_err(format!("reserve_video: {format}: {e}")))?;
         let (meta, _) = meta_of(stream, kind::VIDEO, Some(ts), flags);
         let stamp = timestamp.is_none();
         Self::reserve_impl(
@@ -309,13 +320,14 @@ impl PyProducer {
     }
 
     /// reserve_audio(samples, *, channels=2, sample_rate=48000, format="pcm_s16",
-    ///               stream=0, pts_ns=None, sequence=0, timestamp=None, flags=0,
+    ///               stream=0, pts_ns=None, sequence=None, timestamp=None, flags=0,
     ///               timeout=None)
     ///
     /// Claims an audio record and writes its media header. ``with`` yields the
-    /// writable (samples, channels) array (int16 or float32).
+    /// writable (samples, channels) array (int16 or float32). ``sequence=None``: the
+    /// producer numbers the stream's packets 0, 1, 2, ...
     #[pyo3(signature = (samples, *, channels=2, sample_rate=48000, format="pcm_s16", stream=0,
-        pts_ns=None, sequence=0, timestamp=None, flags=0, timeout=None))]
+        pts_ns=None, sequence=None, timestamp=None, flags=0, timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn reserve_audio<'py>(
         slf: &Bound<'py, Self>,
@@ -325,7 +337,7 @@ impl PyProducer {
         format: &str,
         stream: u32,
         pts_ns: Option<u64>,
-        sequence: u64,
+        sequence: Option<u64>,
         timestamp: Option<u64>,
         flags: u32,
         timeout: Option<f64>,
@@ -338,7 +350,7 @@ impl PyProducer {
             channels,
             samples,
             pts_ns.unwrap_or(ts),
-            sequence,
+            sequence.unwrap_or(SEQUENCE_AUTO),
         )
         .map_err(|e| ConfigError::new_err(format!("reserve_audio: {format}: {e}")))?;
         let (meta, _) = meta_of(stream, kind::AUDIO, Some(ts), flags);
@@ -396,6 +408,26 @@ impl PyProducer {
         });
         drop(p);
         drop(buf);
+        r.py_err()
+    }
+
+    /// end_stream(*, stream=0, kind=KIND_VIDEO)
+    ///
+    /// Ends stream ``stream`` of ``kind`` (KIND_VIDEO or KIND_AUDIO): commits an
+    /// end-of-stream record, numbered after the stream's last record from this
+    /// producer. Readers end the stream there (``Frame.is_end``; shmringsrc sends
+    /// EOS, ``shmring record`` closes the stream's file).
+    #[pyo3(signature = (*, stream=0, kind=kind::VIDEO))]
+    fn end_stream(&self, py: Python<'_>, stream: u32, kind: u32) -> PyResult<()> {
+        if kind != kind::VIDEO && kind != kind::AUDIO {
+            return Err(ConfigError::new_err(format!(
+                "end_stream: kind {kind} is not KIND_VIDEO or KIND_AUDIO"
+            )));
+        }
+        let mut p = self.take("end_stream")?;
+        let prod: &mut Producer = &mut p;
+        let r = py.detach(move || prod.end_stream(stream, kind));
+        drop(p);
         r.py_err()
     }
 

@@ -117,6 +117,33 @@ def test_write_through_video_reservation_is_seen_by_consumer_planes(ring_name: s
     f.release()
 
 
+def test_numbering_frame_rate_and_end_of_stream(ring_name: str) -> None:
+    ring = shmring.Consumer(ring_name, create=True, capacity=1 << 20)
+    p = shmring.Producer(ring=ring)
+    for _ in range(3):  # numbered by the producer, per stream and kind
+        with p.reserve_video(32, 16, stream=5, fps=(25, 1)) as planes:
+            for pl in planes:
+                pl[:] = 0
+    with p.reserve_audio(10, stream=5) as pcm:
+        pcm[:] = 0
+    p.end_stream(stream=5, kind=shmring.KIND_VIDEO)
+    with pytest.raises(shmring.ConfigError):
+        p.end_stream(stream=5, kind=shmring.KIND_RAW)
+    got = []
+    while (f := ring.next(timeout=0.5)) is not None:
+        with f:
+            got.append((f.kind, f.sequence, f.is_end, f.fps, f.media_error))
+    v, a = shmring.KIND_VIDEO, shmring.KIND_AUDIO
+    assert got == [
+        (v, 0, False, (25, 1), None),
+        (v, 1, False, (25, 1), None),
+        (v, 2, False, (25, 1), None),
+        (a, 0, False, None, None),
+        (v, 3, True, None, None),
+    ]
+    assert shmring.MEDIA_VERSION == 2
+
+
 @pytest.mark.parametrize(
     "fmt,shapes",
     [

@@ -92,6 +92,7 @@ def test_rust_cli_producer_with_media_header(ring_name: str, children: Children)
     )
     video: list[int] = []
     audio: list[int] = []
+    ended: list[int] = []
     while True:
         f = ring.next(timeout=0.2)
         if f is None:
@@ -102,7 +103,9 @@ def test_rust_cli_producer_with_media_header(ring_name: str, children: Children)
             else:
                 continue
         with f:
-            if f.kind == shmring.KIND_VIDEO:
+            if f.is_end:
+                ended.append(f.kind)
+            elif f.kind == shmring.KIND_VIDEO:
                 assert (f.format, f.width, f.height) == ("i420", 320, 240), f.media_error
                 y, u, v = f.planes()
                 assert y.shape == (240, 320) and u.shape == (120, 160) and v.shape == (120, 160)
@@ -118,3 +121,5 @@ def test_rust_cli_producer_with_media_header(ring_name: str, children: Children)
     assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
     assert len(video) >= 30 and video == list(range(len(video)))
     assert len(audio) >= 50 and audio == list(range(len(audio)))
+    # produce ends each stream it sent with an end-of-stream record
+    assert sorted(ended) == sorted([shmring.KIND_VIDEO, shmring.KIND_AUDIO])

@@ -1,18 +1,22 @@
 //! GStreamer elements for shmring: `shmringsrc` (a ring's consumer, or a tethered
 //! consumer or read-only tap beside it: a live source whose buffers are the ring's
-//! frames in place, or copies for a tap) and `shmringsink` (a producer whose buffer
-//! pool hands upstream ring reservations to write into).
+//! frames in place, or copies where downstream keeps frames or for a tap),
+//! `shmringdemux` (the same reader with a pad per stream id and kind, as a demuxer
+//! has) and `shmringsink` (a producer whose buffer pool hands upstream ring
+//! reservations to write into).
 //!
-//! Build `libgstshmring.so` with `cargo build --release -p gst-shmring` and point
-//! `GST_PLUGIN_PATH` at `target/release`, or register the elements in a process of
-//! your own with [`plugin_register_static`].
+//! Build `libgstshmring.so` with `make gst-plugin` (it lands alone in
+//! `target/gst-plugin/`) and point `GST_PLUGIN_PATH` there, or register the
+//! elements in a process of your own with [`plugin_register_static`].
 
 use std::sync::{Mutex, MutexGuard};
 
 use gst::glib;
 
 mod media;
+mod reader;
 mod ring;
+pub mod ringdemux;
 pub mod ringsink;
 pub mod ringsrc;
 
@@ -24,6 +28,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
     ringsrc::register(plugin)?;
+    ringdemux::register(plugin)?;
     ringsink::register(plugin)?;
     Ok(())
 }

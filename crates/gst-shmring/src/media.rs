@@ -81,6 +81,7 @@ pub fn same_shape(a: &MediaHeader, b: &MediaHeader) -> bool {
         && a.height == b.height
         && a.sample_rate == b.sample_rate
         && a.channels == b.channels
+        && (a.fps_num, a.fps_den) == (b.fps_num, b.fps_den)
         && (a.format.is_audio() || (a.stride == b.stride && a.offset == b.offset))
 }
 
@@ -96,13 +97,67 @@ pub struct Output {
     pub offsets: [usize; 4],
     pub strides: [i32; 4],
     pub planes: usize,
-    /// Audio: sample rate (for durations).
-    pub rate: u32,
 }
 
-/// Caps and plane layout for a validated header. `Err` names what GStreamer
-/// refused (a header the core accepts but GStreamer cannot express).
-pub fn output_for(hd: &MediaHeader) -> Result<Output, String> {
+/// The header's nominal frame rate, or 0/1 (variable).
+pub fn header_rate(hd: &MediaHeader) -> gst::Fraction {
+    if hd.fps_num == 0 {
+        gst::Fraction::new(0, 1)
+    } else {
+        // The core keeps both within i32 (check_frame_rate).
+        gst::Fraction::new(hd.fps_num as i32, hd.fps_den as i32)
+    }
+}
+
+/// The frame rate a video pad offers for `hd` given what downstream accepts
+/// (`peer`: the peer's caps, or `None` when unknown): the header's nominal rate;
+/// for a variable rate, 0/1 if downstream takes it, else the rate downstream asks
+/// for (fixated to the nearest to 30/1), so `video/x-raw,framerate=30/1` or an
+/// `avimux` negotiate instead of failing. The frames keep their capture timestamps
+/// either way.
+pub fn negotiated_rate(hd: &MediaHeader, peer: Option<&gst::Caps>) -> gst::Fraction {
+    let nominal = header_rate(hd);
+    if hd.fps_num != 0 || !hd.format.is_video() {
+        return nominal;
+    }
+    let Some(peer) = peer else { return nominal };
+    let Some(vf) = video_format(hd.format) else {
+        return nominal;
+    };
+    let ours = gst::Caps::builder("video/x-raw")
+        .field("format", vf.to_str())
+        .field("width", hd.width as i32)
+        .field("height", hd.height as i32)
+        .field(
+            "framerate",
+            gst::FractionRange::new(gst::Fraction::new(0, 1), gst::Fraction::new(i32::MAX, 1)),
+        )
+        .build();
+    let mut both = peer.intersect_with_mode(&ours, gst::CapsIntersectMode::First);
+    if both.is_empty() {
+        return nominal;
+    }
+    let variable = gst::Caps::builder("video/x-raw")
+        .field("framerate", gst::Fraction::new(0, 1))
+        .build();
+    if both.can_intersect(&variable) {
+        return nominal;
+    }
+    both.truncate();
+    let caps = both.make_mut();
+    if let Some(st) = caps.structure_mut(0) {
+        st.fixate_field_nearest_fraction("framerate", gst::Fraction::new(30, 1));
+        if let Ok(f) = st.get::<gst::Fraction>("framerate") {
+            return f;
+        }
+    }
+    nominal
+}
+
+/// Caps and plane layout for a validated header, with video frame rate `rate`
+/// (see [`negotiated_rate`]). `Err` names what GStreamer refused (a header the
+/// core accepts but GStreamer cannot express).
+pub fn output_for(hd: &MediaHeader, rate: gst::Fraction) -> Result<Output, String> {
     let n = hd.planes as usize;
     let first = (0..n)
         .map(|i| hd.offset[i] as usize)
@@ -121,7 +176,7 @@ pub fn output_for(hd: &MediaHeader) -> Result<Output, String> {
     }
     if let Some(vf) = video_format(hd.format) {
         let info = gst_video::VideoInfo::builder(vf, hd.width, hd.height)
-            .fps(gst::Fraction::new(0, 1))
+            .fps(rate)
             .build()
             .map_err(|e| format!("{} {}x{}: {e}", hd.format.name(), hd.width, hd.height))?;
         let caps = info
@@ -136,7 +191,6 @@ pub fn output_for(hd: &MediaHeader) -> Result<Output, String> {
             offsets,
             strides,
             planes: n,
-            rate: 0,
         })
     } else {
         let af = audio_format(hd.format)
@@ -167,7 +221,6 @@ pub fn output_for(hd: &MediaHeader) -> Result<Output, String> {
             offsets,
             strides,
             planes: n,
-            rate: hd.sample_rate,
         })
     }
 }
@@ -263,6 +316,11 @@ impl Input {
                     )
                     .map_err(|_| format!("plane {i}: offset out of range"))?;
                 }
+                let fps = info.fps();
+                let (num, den) = match (u32::try_from(fps.numer()), u32::try_from(fps.denom())) {
+                    (Ok(n), Ok(d)) if n > 0 && d > 0 => (n, d),
+                    _ => (0, 1),
+                };
                 MediaHeader::video_with_layout(
                     *format,
                     info.width(),
@@ -272,6 +330,8 @@ impl Input {
                     pts_ns,
                     sequence,
                 )
+                // A rate the header cannot carry travels as a variable one.
+                .map(|h| h.with_frame_rate(num, den).unwrap_or(h))
                 .map_err(|e| e.to_string())?
             }
             Input::Audio { format, info } => {
@@ -313,6 +373,15 @@ impl Input {
 
     pub fn is_video(&self) -> bool {
         matches!(self, Input::Video { .. })
+    }
+
+    /// The record kind this input is written as.
+    pub fn kind(&self) -> u32 {
+        if self.is_video() {
+            shmring::media::kind::VIDEO
+        } else {
+            shmring::media::kind::AUDIO
+        }
     }
 }
 

@@ -37,13 +37,13 @@ impl Default for Location {
 }
 
 /// The properties of [`Location`]: `ring` and `fd`, described as the ring to
-/// `purpose` ("consume", "write into"), and with `create` also `create` and
-/// `capacity`.
-pub fn properties(purpose: &str, create: bool) -> Vec<glib::ParamSpec> {
+/// `purpose` ("consume", "write into") with `note` after the ring's, and with
+/// `create` also `create` and `capacity`.
+pub fn properties(purpose: &str, note: &str, create: bool) -> Vec<glib::ParamSpec> {
     let mut props = vec![
         glib::ParamSpecString::builder("ring")
             .nick("Ring")
-            .blurb(&format!("Name of the ring (/dev/shm/NAME) to {purpose}"))
+            .blurb(&format!("Name of the ring (/dev/shm/NAME) to {purpose}{note}"))
             .mutable_ready()
             .build(),
         glib::ParamSpecInt::builder("fd")
@@ -70,7 +70,7 @@ pub fn properties(purpose: &str, create: bool) -> Vec<glib::ParamSpec> {
         props.extend([
             glib::ParamSpecBoolean::builder("create")
                 .nick("Create")
-                .blurb("Create the named ring (removed when the element stops) instead of opening an existing one")
+                .blurb("Create the named ring (removed when the element stops) instead of opening an existing one. A ring of that name whose consumer is gone (left by a crash) is replaced; one with a live consumer is an error")
                 .default_value(false)
                 .mutable_ready()
                 .build(),
@@ -181,10 +181,34 @@ impl Location {
             } else {
                 Config::with_capacity(self.capacity)
             };
-            Segment::create_named(name, &cfg).map_err(|e| e.to_string())
+            match Segment::create_named(name, &cfg) {
+                Err(shmring::Error::Exists(_)) if Self::stale(name) => {
+                    gst::warning!(
+                        gst::CAT_DEFAULT,
+                        "ring {name} was left by a consumer that is gone: replacing it"
+                    );
+                    // Another consumer may replace it at the same moment: one of
+                    // us gets "already exists" below.
+                    let _ = Segment::unlink_named(name);
+                    Segment::create_named(name, &cfg)
+                }
+                r => r,
+            }
+            .map_err(|e| match e {
+                shmring::Error::Exists(_) => format!(
+                    "{e}, and its consumer is alive: another source or recorder reads it (mode=tethered or tap reads beside it)"
+                ),
+                e => e.to_string(),
+            })
         } else {
             Segment::open_named(name).map_err(|e| e.to_string())
         }
+    }
+
+    /// Is the named ring one whose consumer is gone (or that cannot be opened at
+    /// all): left by a crash, safe to replace?
+    fn stale(name: &str) -> bool {
+        Segment::open_named(name).map_or(true, |s| !s.consumer_alive())
     }
 
     /// The ring mapped read-only (`create` does not apply), or an error naming it.

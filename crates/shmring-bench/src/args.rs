@@ -150,6 +150,9 @@ pub struct WorkerArgs {
     pub ring_mib: u64,
     #[arg(long)]
     pub corrupt_every: Option<u64>,
+    /// Ask for transparent huge pages on shared memory (the two-core floor's buffers).
+    #[arg(long)]
+    pub huge_pages: bool,
     /// The meeting workload with this many participants (--size and --rate then
     /// describe the wake-up row's schedule only).
     #[arg(long)]

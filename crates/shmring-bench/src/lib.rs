@@ -23,6 +23,7 @@ pub mod status;
 mod sys;
 /// The list of transports.
 pub mod transport;
+mod twocore;
 mod wakeup;
 mod wire;
 mod work;

@@ -106,6 +106,7 @@ pub fn worker(a: &WorkerArgs, role: Role) -> Res<WorkerReport> {
     let mine = || streams_of(a.part, n);
     match (a.transport, role) {
         (T::Floor, _) => floor(a, n),
+        (T::Floor2Core, _) => crate::twocore::meeting(a, n),
         (T::Shmring | T::ShmringCopy | T::ShmringBudget, Role::Producer) => shm_producer(a, mine()),
         (T::Shmring | T::ShmringCopy | T::ShmringBudget, Role::Consumer) => shm_consumer(a, n),
         (T::Uds | T::Pipe, Role::Producer) => {

@@ -73,8 +73,13 @@ pub struct Row {
     /// CPU per GiB relative to shmring / floor in the same run.
     pub cpu_vs_shmring: Option<f64>,
     pub cpu_vs_floor: Option<f64>,
+    /// CPU per GiB relative to the two-core floor (`floor-2core`) in the same run.
+    pub cpu_vs_floor_2core: Option<f64>,
     /// CPU per GiB minus the floor's: what the transport itself costs.
     pub cpu_s_per_gib_above_floor: Option<f64>,
+    /// CPU per GiB minus the two-core floor's: what the transport costs beyond
+    /// handing each record from one core to another.
+    pub cpu_s_per_gib_above_floor_2core: Option<f64>,
     /// Runs this row sums up (`--repeat`); the figures are their medians.
     pub runs: u32,
     /// [smallest, largest] over the runs.
@@ -131,7 +136,9 @@ pub const JSON_FIELDS: &[&str] = &[
     "rss_consumer_kib",
     "cpu_vs_shmring",
     "cpu_vs_floor",
+    "cpu_vs_floor_2core",
     "cpu_s_per_gib_above_floor",
+    "cpu_s_per_gib_above_floor_2core",
     "runs",
     "cpu_s_per_gib_range",
 ];

@@ -31,6 +31,10 @@ pub enum Transport {
     WebSocket,
     /// The same writing and reading in one process, with no transport.
     Floor,
+    /// The same writing and reading by two threads of one process pinned to two
+    /// cores, each record handed over by pointer with a futex wake: the limit of
+    /// any zero-copy transport between processes.
+    Floor2Core,
     /// A futex ping-pong between the two processes, no ring and no payload.
     Wakeup,
     /// A Python receiver of a WebSocket (`python/bench/py_transport_bench.py`).
@@ -96,6 +100,7 @@ impl Transport {
         spec(Transport::Pipe, "pipe", Set::Default),
         spec(Transport::WebSocket, "websocket", Set::Default),
         spec(Transport::Floor, "floor", Set::Default),
+        spec(Transport::Floor2Core, "floor-2core", Set::Default),
         spec(Transport::Wakeup, "wakeup", Set::Default),
         spec(Transport::PyWebsocket, "py-websocket", Set::Python),
         spec(Transport::PyShmring, "py-shmring", Set::Python),
@@ -136,6 +141,11 @@ impl Transport {
             .iter()
             .filter(|s| s.set == Set::Default && s.transport.built())
             .map(|s| s.transport)
+    }
+
+    /// Does it run in one process, with no transport (a floor)?
+    pub fn is_floor(self) -> bool {
+        matches!(self, Transport::Floor | Transport::Floor2Core)
     }
 
     /// Is it one of the rows of one ring, written by the same producer?

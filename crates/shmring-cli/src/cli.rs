@@ -131,9 +131,15 @@ pub struct RecordArgs {
     /// reader holds the ring at most this long (the library's default).
     #[arg(long, value_name = "MS", default_value_t = default_tether_stall_ms(), conflicts_with = "tethered")]
     pub tether_stall_ms: u64,
-    /// Encode video to H.264 MP4 with ffmpeg instead of writing Y4M.
+    /// Encode instead of writing Y4M and WAV: one MP4 per stream id with its H.264
+    /// video and AAC audio muxed, timed by the records' capture timestamps (built
+    /// without GStreamer: video alone, through an ffmpeg child).
     #[arg(long)]
     pub encode: bool,
+    /// With --encode: x264's speed preset (a meeting of many participants may
+    /// need a faster one to be encoded in real time).
+    #[arg(long, value_enum, default_value_t = Preset::Veryfast, requires = "encode")]
+    pub preset: Preset,
     /// Print a JSON progress line on stdout twice a second.
     #[arg(long)]
     pub progress: bool,
@@ -193,6 +199,32 @@ pub struct TapArgs {
     pub count: Option<u64>,
 }
 
+/// x264's speed presets, fastest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum Preset {
+    Ultrafast,
+    Superfast,
+    #[default]
+    Veryfast,
+    Faster,
+    Fast,
+    Medium,
+}
+
+impl Preset {
+    /// The name x264 (and ffmpeg's -preset) knows it by.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Ultrafast => "ultrafast",
+            Preset::Superfast => "superfast",
+            Preset::Veryfast => "veryfast",
+            Preset::Faster => "faster",
+            Preset::Fast => "fast",
+            Preset::Medium => "medium",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Policy {
     /// Wait for space (up to --block-ms), then drop the frame.
@@ -220,6 +252,20 @@ pub struct ProduceArgs {
     /// Video streams (one thread each; streams 0..N).
     #[arg(long, default_value_t = 1)]
     pub streams: u32,
+    /// A meeting instead: N participants, each a stream id with its own video and
+    /// its own audio (a thread each), ids --first-stream.. (the shape of `shmring
+    /// bench --workload meeting`: two such processes with --video 1280x720@30 make
+    /// its meeting). The "audio" of the summary is then a list.
+    #[arg(long, value_name = "N", conflicts_with = "streams")]
+    pub participants: Option<u32>,
+    /// With --participants: the first stream id.
+    #[arg(
+        long,
+        value_name = "ID",
+        default_value_t = 0,
+        requires = "participants"
+    )]
+    pub first_stream: u32,
     /// How long to produce, in wall-clock seconds (frames the producer cannot draw
     /// in time are not made up for afterwards).
     #[arg(long, default_value_t = 10.0, allow_negative_numbers = true)]

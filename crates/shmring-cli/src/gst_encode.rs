@@ -1,117 +1,387 @@
-//! `record --encode` in process: video frames go from the ring into an H.264
-//! encoder in a GStreamer pipeline of this process (`appsrc ! x264enc ! mp4mux !
-//! filesink`), with no pipe and no child process.
+//! `record --encode` in process: one MP4 per stream id (a participant), its video
+//! encoded to H.264 and its audio to AAC (Opus where no AAC encoder is installed),
+//! muxed, in a GStreamer pipeline of this process:
 //!
-//! The recorder is the ring's one consumer (it records every stream, audio too),
-//! and releases each record when it returns, while the encoder keeps frames for
-//! its look-ahead. So each frame is copied once, in this process, from the ring
-//! into a buffer of a bounded pool that the encoder reads (x264 copies every input
-//! picture into its own frames anyway). The encoder's input queue is bounded
-//! (`appsrc` blocks when full), so a slow encoder makes the recorder wait, as a
-//! full pipe did.
+//! ```text
+//! appsrc (video) ! x264enc ! h264parse ! mp4mux ! filesink
+//! appsrc (audio) ! audiorate ! audioconvert ! audioresample ! avenc_aac ! mp4mux
+//! ```
+//!
+//! **Timing.** Every buffer is timed by its record's capture timestamp (the record
+//! header's `timestamp_ns`), from the participant's first record: a 15 fps camera,
+//! a 25 fps one and a variable-rate track all give a file as long as their capture,
+//! and audio stays where it was captured against the video: `audiorate` follows the
+//! audio's capture timestamps, filling a gap with silence and dropping an overlap
+//! past [`AUDIO_TOLERANCE_NS`], so an audio device whose clock runs apart from the
+//! capture clock does not drift from the video over a long meeting. The header's
+//! nominal frame rate goes into the caps (0/1 when variable).
+//!
+//! **Tracks.** The muxer needs every track before it writes, so a participant's
+//! first records are kept (copied) until both kinds have arrived, or for
+//! [`GRACE_NS`] of capture: a participant that sends only audio gets an audio-only
+//! file. A kind that joins later, or a format that changes, ends the file and starts
+//! the participant's next part (`stream-ID-2.mp4`, ...). An end-of-stream record of
+//! a kind ends that track; once every track has ended the file is finished.
+//!
+//! **Robust files.** The MP4 is fragmented (a fragment a second, a key frame at
+//! least every two seconds, no B-frames so that video starts at its first capture):
+//! cut anywhere, by a full disk or a killed process, it plays up to its last whole
+//! fragment. It is written as `NAME.part` and renamed once the muxer finished it.
+//!
+//! **Copies.** The recorder is the ring's consumer and releases each record when
+//! it returns, while the encoder keeps frames for its look-ahead: each frame is
+//! copied once, from the ring into a buffer of a pool the encoder reads. The video
+//! input queue is bounded ([`VIDEO_QUEUE`] of media, at most [`VIDEO_QUEUE_BYTES`]):
+//! a slow encoder makes the recorder wait, as a full pipe did. It holds half a second,
+//! not a few frames, because the muxer waits for both tracks: while the recorder
+//! waits for a participant's video encoder, that participant's audio stays in the
+//! ring behind the frame it waits to push, and the encoder, blocked by the muxer,
+//! waits for that audio. Half a second of video is far more than audio ever lags behind
+//! it (the AAC encoder's delay and the producers' order, tens of milliseconds).
+//! Audio is small and queues unbounded.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use gst::prelude::*;
 use gst_video::prelude::*;
-use shmring::media::{Format, MediaHeader};
+use shmring::media::{kind, Format, MediaHeader};
 
-/// Frames the pool keeps ready. It is not bounded: the encoder holds as many
-/// input frames as its look-ahead needs (16 at this preset), and a bounded pool
-/// smaller than that would stall it; the pool stops growing at that depth.
-const POOL_FRAMES: u32 = 4;
+use crate::output::{FileReport, WriteCounters};
 
-/// An H.264 MP4 encoder fed frame by frame.
-pub struct Encoder {
-    pipeline: gst::Pipeline,
-    appsrc: gst_app::AppSrc,
-    fps: (u32, u32),
-    /// Set on the first frame (the format is known then).
-    video: Option<(gst_video::VideoInfo, gst::BufferPool)>,
-    frames: u64,
-}
+/// How long (capture time) a participant's first records wait for its other kind.
+pub const GRACE_NS: u64 = 500_000_000;
+/// Most bytes kept while waiting (a hostile producer cannot make the recorder keep more).
+const GRACE_BYTES: usize = 64 << 20;
+/// Video queued for the encoder (in capture time) before the recorder waits.
+const VIDEO_QUEUE: gst::ClockTime = gst::ClockTime::from_mseconds(500);
+/// At most this many bytes of it.
+const VIDEO_QUEUE_BYTES: u64 = 64 << 20;
+/// Least time between two frames' timestamps (several ticks of the MP4 track's
+/// time scale, so two frames never round to one time).
+const MIN_FRAME_GAP: gst::ClockTime = gst::ClockTime::from_mseconds(1);
+/// Longest wait for the encoder to take a frame, or to finish a file.
+const ENCODER_WAIT: Duration = Duration::from_secs(60);
+/// How far the audio's samples may run from its capture timestamps before
+/// `audiorate` fills or drops (half a 25 fps frame).
+pub const AUDIO_TOLERANCE_NS: u64 = 20_000_000;
+/// AAC encoders in order of preference, then Opus.
+const AUDIO_ENCODERS: [&str; 4] = ["avenc_aac", "voaacenc", "fdkaacenc", "opusenc"];
 
 fn err(what: impl std::fmt::Display) -> io::Error {
     io::Error::other(format!("GStreamer encoder: {what}"))
 }
 
-impl Encoder {
-    /// An encoder writing `path` (an MP4 file).
-    pub fn new(path: &Path, fps: (u32, u32)) -> io::Result<Encoder> {
+fn make(name: &str) -> io::Result<gst::Element> {
+    gst::ElementFactory::make(name).build().map_err(|_| {
+        err(format!(
+            "element {name} is missing (install the GStreamer plugin sets: base, good, ugly, libav)"
+        ))
+    })
+}
+
+/// What a record adds to a participant's file.
+pub enum Pushed {
+    Written,
+    /// The record ended the file (a new kind, or a new format): the caller finishes
+    /// it and gives the record to the next part.
+    NewPart,
+}
+
+/// The video track's shape: what must stay the same within one file.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct VideoShape {
+    format: Format,
+    width: u32,
+    height: u32,
+    fps: (u32, u32),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct AudioShape {
+    format: Format,
+    rate: u32,
+    channels: u32,
+}
+
+fn video_shape(hd: &MediaHeader) -> VideoShape {
+    VideoShape {
+        format: hd.format,
+        width: hd.width,
+        height: hd.height,
+        fps: (hd.fps_num, hd.fps_den),
+    }
+}
+
+fn audio_shape(hd: &MediaHeader) -> AudioShape {
+    AudioShape {
+        format: hd.format,
+        rate: hd.sample_rate,
+        channels: hd.channels,
+    }
+}
+
+struct VideoTrack {
+    appsrc: gst_app::AppSrc,
+    shape: VideoShape,
+    info: gst_video::VideoInfo,
+    pool: gst::BufferPool,
+    /// PTS and duration of the last frame pushed.
+    last: Option<(gst::ClockTime, gst::ClockTime)>,
+    ended: bool,
+}
+
+struct AudioTrack {
+    appsrc: gst_app::AppSrc,
+    shape: AudioShape,
+    /// A pool of packet-sized buffers, made for the first packet's size.
+    pool: Option<(usize, gst::BufferPool)>,
+    ended: bool,
+}
+
+/// One MP4 being written.
+struct Muxed {
+    pipeline: gst::Pipeline,
+    video: Option<VideoTrack>,
+    audio: Option<AudioTrack>,
+    /// Capture time of the file's start.
+    t0: u64,
+    tmp: PathBuf,
+    path: PathBuf,
+    frames: u64,
+    samples: u64,
+    failed: Option<String>,
+}
+
+fn part_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".part");
+    PathBuf::from(s)
+}
+
+impl Muxed {
+    fn new(
+        path: PathBuf,
+        video: Option<VideoShape>,
+        audio: Option<AudioShape>,
+        t0: u64,
+        preset: &str,
+    ) -> io::Result<Muxed> {
         gst::init().map_err(err)?;
+        let tmp = part_path(&path);
         let pipeline = gst::Pipeline::new();
-        let appsrc = gst_app::AppSrc::builder()
-            .format(gst::Format::Time)
-            .block(true)
-            .is_live(false)
-            .build();
-        let make = |name: &str| {
-            gst::ElementFactory::make(name).build().map_err(|_| {
-                err(format!(
-                    "element {name} is missing (install the GStreamer plugin sets: base, good, ugly)"
-                ))
-            })
-        };
-        let enc = make("x264enc")?;
-        // Constant quality 20 at the veryfast preset, as `ffmpeg -crf 20 -preset veryfast`.
-        enc.set_property_from_str("speed-preset", "veryfast");
-        enc.set_property_from_str("pass", "qual");
-        enc.set_property("quantizer", 20u32);
         let mux = make("mp4mux")?;
+        // A fragment a second: the file plays up to its last whole fragment if cut.
+        mux.set_property("fragment-duration", 1000u32);
         let sink = make("filesink")?;
-        sink.set_property("location", path.to_string_lossy().as_ref());
-        pipeline
-            .add_many([appsrc.upcast_ref(), &enc, &mux, &sink])
-            .map_err(err)?;
-        gst::Element::link_many([appsrc.upcast_ref(), &enc, &mux, &sink]).map_err(err)?;
+        sink.set_property("location", tmp.to_string_lossy().as_ref());
+        pipeline.add_many([&mux, &sink]).map_err(err)?;
+        mux.link(&sink).map_err(err)?;
+        let video = match video {
+            Some(shape) => Some(Self::video_track(&pipeline, &mux, shape, preset)?),
+            None => None,
+        };
+        let audio = match audio {
+            Some(shape) => Some(Self::audio_track(&pipeline, &mux, shape)?),
+            None => None,
+        };
         pipeline.set_state(gst::State::Playing).map_err(err)?;
-        Ok(Encoder {
+        Ok(Muxed {
             pipeline,
-            appsrc,
-            fps,
-            video: None,
+            video,
+            audio,
+            t0,
+            tmp,
+            path,
             frames: 0,
+            samples: 0,
+            failed: None,
         })
     }
 
-    fn setup(&mut self, hd: &MediaHeader) -> io::Result<()> {
-        let format = match hd.format {
+    fn video_track(
+        pipeline: &gst::Pipeline,
+        mux: &gst::Element,
+        shape: VideoShape,
+        preset: &str,
+    ) -> io::Result<VideoTrack> {
+        let format = match shape.format {
             Format::I420 => gst_video::VideoFormat::I420,
             Format::Nv12 => gst_video::VideoFormat::Nv12,
-            f => return Err(err(format!("{} cannot be encoded", f.name()))),
+            f => return Err(err(format!("{} video cannot be encoded", f.name()))),
         };
-        let info = gst_video::VideoInfo::builder(format, hd.width, hd.height)
-            .fps(gst::Fraction::new(self.fps.0 as i32, self.fps.1 as i32))
+        // 0/1: a variable frame rate; the timestamps time every frame.
+        let fps = if shape.fps.0 == 0 {
+            gst::Fraction::new(0, 1)
+        } else {
+            gst::Fraction::new(shape.fps.0 as i32, shape.fps.1 as i32)
+        };
+        let info = gst_video::VideoInfo::builder(format, shape.width, shape.height)
+            .fps(fps)
             .build()
             .map_err(err)?;
         let caps = info.to_caps().map_err(err)?;
-        self.appsrc.set_caps(Some(&caps));
+        let appsrc = gst_app::AppSrc::builder()
+            .caps(&caps)
+            .format(gst::Format::Time)
+            .is_live(false)
+            .block(false)
+            .max_bytes(VIDEO_QUEUE_BYTES)
+            .max_time(Some(VIDEO_QUEUE))
+            .build();
+        let enc = make("x264enc")?;
+        // Constant quality 20 at the preset (veryfast by default), as `ffmpeg -crf
+        // 20 -preset veryfast`; no B-frames (the video track starts at its first
+        // frame, with no reordering delay to offset), a key frame at least every 2 s.
+        enc.set_property_from_str("speed-preset", preset);
+        enc.set_property_from_str("pass", "qual");
+        enc.set_property("quantizer", 20u32);
+        enc.set_property("bframes", 0u32);
+        let keyint = if shape.fps.0 == 0 {
+            60
+        } else {
+            (2 * shape.fps.0 / shape.fps.1.max(1)).clamp(1, 600)
+        };
+        enc.set_property("key-int-max", keyint);
+        let parse = make("h264parse")?;
+        pipeline
+            .add_many([appsrc.upcast_ref(), &enc, &parse])
+            .map_err(err)?;
+        gst::Element::link_many([appsrc.upcast_ref(), &enc, &parse]).map_err(err)?;
+        let pad = mux
+            .request_pad_simple("video_%u")
+            .ok_or_else(|| err("mp4mux gave no video pad"))?;
+        parse
+            .static_pad("src")
+            .expect("h264parse has a src pad")
+            .link(&pad)
+            .map_err(err)?;
         let pool = gst_video::VideoBufferPool::new();
         let mut config = pool.config();
-        config.set_params(Some(&caps), info.size() as u32, POOL_FRAMES, 0);
+        config.set_params(Some(&caps), info.size() as u32, 2, 0);
         pool.set_config(config).map_err(err)?;
         pool.set_active(true).map_err(err)?;
-        self.video = Some((info, pool.upcast()));
-        Ok(())
+        Ok(VideoTrack {
+            appsrc,
+            shape,
+            info,
+            pool: pool.upcast(),
+            last: None,
+            ended: false,
+        })
     }
 
-    /// Encodes one frame (planes as the header describes them, inside `payload`).
-    pub fn push(&mut self, hd: &MediaHeader, payload: &[u8]) -> io::Result<()> {
-        if self.video.is_none() {
-            self.setup(hd)?;
+    fn audio_track(
+        pipeline: &gst::Pipeline,
+        mux: &gst::Element,
+        shape: AudioShape,
+    ) -> io::Result<AudioTrack> {
+        let format = match shape.format {
+            Format::PcmS16 => gst_audio::AudioFormat::S16le,
+            Format::PcmF32 => gst_audio::AudioFormat::F32le,
+            f => return Err(err(format!("{} audio cannot be encoded", f.name()))),
+        };
+        let info = gst_audio::AudioInfo::builder(format, shape.rate, shape.channels)
+            .layout(gst_audio::AudioLayout::Interleaved)
+            .build()
+            .map_err(err)?;
+        let caps = info.to_caps().map_err(err)?;
+        // Unbounded: the muxer waits for both tracks, so the recorder must never
+        // wait for audio while the video it would push next is what the muxer needs.
+        let appsrc = gst_app::AppSrc::builder()
+            .caps(&caps)
+            .format(gst::Format::Time)
+            .is_live(false)
+            .block(false)
+            .max_bytes(0)
+            .build();
+        let rate = make("audiorate")?;
+        rate.set_property("tolerance", AUDIO_TOLERANCE_NS);
+        let convert = make("audioconvert")?;
+        let resample = make("audioresample")?;
+        let enc = AUDIO_ENCODERS
+            .iter()
+            .find_map(|n| gst::ElementFactory::make(n).build().ok())
+            .ok_or_else(|| {
+                err(format!(
+                    "no AAC or Opus encoder ({}): install gstreamer1.0-libav",
+                    AUDIO_ENCODERS.join(", ")
+                ))
+            })?;
+        let chain = [appsrc.upcast_ref(), &rate, &convert, &resample, &enc];
+        pipeline.add_many(chain).map_err(err)?;
+        gst::Element::link_many(chain).map_err(err)?;
+        let pad = mux
+            .request_pad_simple("audio_%u")
+            .ok_or_else(|| err("mp4mux gave no audio pad"))?;
+        enc.static_pad("src")
+            .expect("an encoder has a src pad")
+            .link(&pad)
+            .map_err(err)?;
+        Ok(AudioTrack {
+            appsrc,
+            shape,
+            pool: None,
+            ended: false,
+        })
+    }
+
+    /// The first error on the bus, if one came (the file cannot go on).
+    fn check(&mut self) -> io::Result<()> {
+        if self.failed.is_none() {
+            if let Some(bus) = self.pipeline.bus() {
+                if let Some(m) = bus.pop_filtered(&[gst::MessageType::Error]) {
+                    if let gst::MessageView::Error(e) = m.view() {
+                        self.failed = Some(e.error().to_string());
+                    }
+                }
+            }
         }
-        let (info, pool) = self.video.as_ref().expect("set up above");
-        if info.width() != hd.width || info.height() != hd.height {
-            return Err(err("frame size changed within one file"));
+        match &self.failed {
+            Some(f) => Err(io::Error::other(format!("{}: {f}", self.tmp.display()))),
+            None => Ok(()),
         }
-        let buffer = pool.acquire_buffer(None).map_err(err)?;
-        let mut frame = gst_video::VideoFrame::from_buffer_writable(buffer, info)
+    }
+
+    fn pts(&self, capture_ns: u64) -> gst::ClockTime {
+        gst::ClockTime::from_nseconds(capture_ns.saturating_sub(self.t0))
+    }
+
+    fn push_video(&mut self, capture_ns: u64, hd: &MediaHeader, payload: &[u8]) -> io::Result<()> {
+        let mut pts = self.pts(capture_ns);
+        let v = self.video.as_mut().expect("checked by the caller");
+        // Bounded queue: wait for the encoder (and watch for its errors).
+        let since = Instant::now();
+        while v.appsrc.current_level_bytes() + v.info.size() as u64 > VIDEO_QUEUE_BYTES
+            || v.appsrc
+                .current_level_time()
+                .unwrap_or(gst::ClockTime::ZERO)
+                >= VIDEO_QUEUE
+        {
+            if let Some(bus) = self.pipeline.bus() {
+                if let Some(m) = bus.timed_pop_filtered(
+                    gst::ClockTime::from_mseconds(2),
+                    &[gst::MessageType::Error],
+                ) {
+                    if let gst::MessageView::Error(e) = m.view() {
+                        self.failed = Some(e.error().to_string());
+                    }
+                    return self.check();
+                }
+            }
+            if since.elapsed() > ENCODER_WAIT {
+                return Err(err("the video encoder took no frame for 60 s"));
+            }
+        }
+        let v = self.video.as_mut().expect("checked by the caller");
+        let buffer = v.pool.acquire_buffer(None).map_err(err)?;
+        let mut frame = gst_video::VideoFrame::from_buffer_writable(buffer, &v.info)
             .map_err(|_| err("cannot map a pool buffer"))?;
-        for p in 0..info.n_planes() as usize {
+        for p in 0..v.info.n_planes() as usize {
             // Plane p holds component p (Y, U, V; or Y, UV interleaved).
-            let rows = info.comp_height(p as u8) as usize;
-            let row = info.comp_width(p as u8) as usize * info.comp_pstride(p as u8) as usize;
+            let rows = v.info.comp_height(p as u8) as usize;
+            let row = v.info.comp_width(p as u8) as usize * v.info.comp_pstride(p as u8) as usize;
             let src = hd.plane(payload, p);
             let (src_stride, dst_stride) =
                 (hd.stride[p] as usize, frame.plane_stride()[p] as usize);
@@ -122,57 +392,393 @@ impl Encoder {
             }
         }
         let mut buffer = frame.into_buffer();
+        // Frames keep their order, a track tick apart at least: a capture time at or
+        // before the previous one (a producer that started again), or within
+        // [`MIN_FRAME_GAP`] of it (a late producer catching up), is moved after it,
+        // so no two frames share a timestamp in the file.
+        if let Some((last, _)) = v.last {
+            if pts < last + MIN_FRAME_GAP {
+                pts = last + MIN_FRAME_GAP;
+            }
+        }
+        let duration = match v.shape.fps {
+            (0, _) => v
+                .last
+                .map(|(last, d)| pts.checked_sub(last).unwrap_or(d))
+                .unwrap_or(gst::ClockTime::from_mseconds(33)),
+            (n, d) => gst::ClockTime::SECOND
+                .mul_div_floor(d as u64, n as u64)
+                .unwrap_or(gst::ClockTime::from_mseconds(33)),
+        };
         {
             let b = buffer.get_mut().expect("a pool buffer is ours");
-            let at = |n: u64| {
-                gst::ClockTime::SECOND.mul_div_floor(n * self.fps.1 as u64, self.fps.0 as u64)
-            };
-            b.set_pts(at(self.frames));
-            b.set_duration(at(self.frames + 1).zip(at(self.frames)).map(|(b, a)| b - a));
+            b.set_pts(pts);
+            b.set_duration(duration);
         }
-        self.frames += 1;
-        self.appsrc
+        v.last = Some((pts, duration));
+        v.appsrc
             .push_buffer(buffer)
-            .map_err(|e| err(format!("the encoder stopped ({e:?}){}", self.bus_error())))?;
+            .map_err(|e| err(format!("the video encoder stopped ({e:?})")))?;
+        self.frames += 1;
+        self.check()
+    }
+
+    fn push_audio(&mut self, capture_ns: u64, hd: &MediaHeader, payload: &[u8]) -> io::Result<()> {
+        let pts = self.pts(capture_ns);
+        let a = self.audio.as_mut().expect("checked by the caller");
+        let plane = hd.plane(payload, 0);
+        let frame = (a.shape.format.sample_bytes() * a.shape.channels) as usize;
+        let bytes = frame * hd.samples as usize;
+        if a.pool.is_none() {
+            let pool = gst::BufferPool::new();
+            let mut config = pool.config();
+            config.set_params(None, bytes as u32, 2, 0);
+            pool.set_config(config).map_err(err)?;
+            pool.set_active(true).map_err(err)?;
+            a.pool = Some((bytes, pool));
+        }
+        let mut buffer = match &a.pool {
+            Some((size, pool)) if *size == bytes => pool.acquire_buffer(None).map_err(err)?,
+            _ => gst::Buffer::with_size(bytes).map_err(err)?,
+        };
+        {
+            let b = buffer.get_mut().expect("a new buffer is ours");
+            {
+                let mut map = b.map_writable().map_err(err)?;
+                let stride = hd.stride[0] as usize;
+                if stride == frame {
+                    map.copy_from_slice(&plane[..bytes]);
+                } else {
+                    for s in 0..hd.samples as usize {
+                        map[s * frame..(s + 1) * frame]
+                            .copy_from_slice(&plane[s * stride..s * stride + frame]);
+                    }
+                }
+            }
+            b.set_pts(pts);
+            b.set_duration(
+                gst::ClockTime::SECOND.mul_div_floor(hd.samples as u64, a.shape.rate as u64),
+            );
+        }
+        a.appsrc
+            .push_buffer(buffer)
+            .map_err(|e| err(format!("the audio encoder stopped ({e:?})")))?;
+        self.samples += hd.samples as u64;
+        self.check()
+    }
+
+    /// Ends one track (`k`); true once every track has ended.
+    fn end(&mut self, k: u32) -> bool {
+        if k == kind::VIDEO {
+            if let Some(v) = self.video.as_mut().filter(|v| !v.ended) {
+                let _ = v.appsrc.end_of_stream();
+                v.ended = true;
+            }
+        } else if let Some(a) = self.audio.as_mut().filter(|a| !a.ended) {
+            let _ = a.appsrc.end_of_stream();
+            a.ended = true;
+        }
+        self.video.as_ref().is_none_or(|v| v.ended) && self.audio.as_ref().is_none_or(|a| a.ended)
+    }
+
+    /// Ends every track.
+    fn end_all(&mut self) {
+        self.end(kind::VIDEO);
+        self.end(kind::AUDIO);
+    }
+
+    /// Has the muxer finished (EOS) or failed? Waits up to `wait`.
+    fn done(&mut self, wait: gst::ClockTime) -> Option<Result<(), String>> {
+        if let Some(f) = &self.failed {
+            return Some(Err(f.clone()));
+        }
+        let bus = self.pipeline.bus()?;
+        let types = [gst::MessageType::Eos, gst::MessageType::Error];
+        // (A zero timeout must not go through timed_pop_filtered, which gives up
+        // before it looks.)
+        let m = if wait.is_zero() {
+            bus.pop_filtered(&types)?
+        } else {
+            bus.timed_pop_filtered(wait, &types)?
+        };
+        Some(match m.view() {
+            gst::MessageView::Error(e) => {
+                let f = e.error().to_string();
+                self.failed = Some(f.clone());
+                Err(f)
+            }
+            _ => Ok(()),
+        })
+    }
+
+    /// Stops the pipeline and names the file: renamed when the muxer finished it,
+    /// left under `.part` otherwise (readable up to its last whole fragment).
+    fn close(self, outcome: Result<(), String>, note: Option<String>) -> FileReport {
+        let _ = self.pipeline.set_state(gst::State::Null);
+        let bytes = std::fs::metadata(&self.tmp).map(|m| m.len()).unwrap_or(0);
+        let mut report = FileReport {
+            path: self.path.clone(),
+            units: self.frames,
+            bytes,
+            note,
+            writes: WriteCounters::default(),
+        };
+        match outcome {
+            Ok(()) => {
+                if let Err(e) = std::fs::rename(&self.tmp, &self.path) {
+                    report.note = Some(format!(
+                        "renaming {} to {}: {e}",
+                        self.tmp.display(),
+                        self.path.display()
+                    ));
+                }
+            }
+            Err(e) => {
+                report.path = self.tmp.clone();
+                report.note = Some(format!(
+                    "{e}; the file ends early: it plays up to its last whole fragment"
+                ));
+            }
+        }
+        report
+    }
+
+    /// Ends every track and waits for the file to be finished.
+    fn finish(mut self, note: Option<String>) -> FileReport {
+        self.end_all();
+        let outcome = self
+            .done(gst::ClockTime::from_seconds(ENCODER_WAIT.as_secs()))
+            .unwrap_or_else(|| Err("the encoder did not finish the file within 60 s".into()));
+        self.close(outcome, note)
+    }
+}
+
+/// A participant's first records, copied, while its other kind may still come.
+struct Early {
+    k: u32,
+    capture_ns: u64,
+    hd: MediaHeader,
+    payload: Vec<u8>,
+}
+
+#[derive(Default)]
+struct Pending {
+    records: Vec<Early>,
+    bytes: usize,
+    video: Option<VideoShape>,
+    audio: Option<AudioShape>,
+}
+
+enum State {
+    Idle,
+    Pending(Pending),
+    Recording(Box<Muxed>),
+}
+
+/// The files of one stream id: one MP4 at a time, muxing its video and audio.
+pub struct Participant {
+    id: u32,
+    dir: PathBuf,
+    preset: &'static str,
+    parts: u32,
+    state: State,
+    /// Files whose tracks have all ended, waiting for the muxer to finish them.
+    closing: Vec<Muxed>,
+    files: Vec<FileReport>,
+}
+
+impl Participant {
+    /// The files of stream id `id` in `dir`, encoded at x264 `preset`.
+    pub fn new(id: u32, dir: &Path, preset: &'static str) -> Participant {
+        Participant {
+            id,
+            dir: dir.to_path_buf(),
+            preset,
+            parts: 0,
+            state: State::Idle,
+            closing: Vec::new(),
+            files: Vec::new(),
+        }
+    }
+
+    /// Adds one record (`k` video or audio, validated `hd` over `payload`).
+    pub fn push(
+        &mut self,
+        k: u32,
+        capture_ns: u64,
+        hd: &MediaHeader,
+        payload: &[u8],
+    ) -> io::Result<()> {
+        self.poll_closing();
+        loop {
+            match &mut self.state {
+                State::Idle => self.state = State::Pending(Pending::default()),
+                State::Pending(p) => {
+                    let fits = |p: &Pending| match k {
+                        kind::VIDEO => p.video.is_none_or(|s| s == video_shape(hd)),
+                        _ => p.audio.is_none_or(|s| s == audio_shape(hd)),
+                    };
+                    if !fits(p) {
+                        // A format change before the file started: start it now.
+                        self.start()?;
+                        continue;
+                    }
+                    if k == kind::VIDEO {
+                        p.video = Some(video_shape(hd));
+                    } else {
+                        p.audio = Some(audio_shape(hd));
+                    }
+                    let n = hd.payload_len().min(payload.len());
+                    p.bytes += n;
+                    p.records.push(Early {
+                        k,
+                        capture_ns,
+                        hd: *hd,
+                        payload: payload[..n].to_vec(),
+                    });
+                    let first = p.records.iter().map(|r| r.capture_ns).min().unwrap_or(0);
+                    if (p.video.is_some() && p.audio.is_some())
+                        || capture_ns.saturating_sub(first) >= GRACE_NS
+                        || p.bytes >= GRACE_BYTES
+                    {
+                        self.start()?;
+                    }
+                    return Ok(());
+                }
+                State::Recording(m) => match Self::add(m, k, capture_ns, hd, payload)? {
+                    Pushed::Written => return Ok(()),
+                    Pushed::NewPart => {
+                        self.end_file();
+                        continue;
+                    }
+                },
+            }
+        }
+    }
+
+    fn add(
+        m: &mut Muxed,
+        k: u32,
+        capture_ns: u64,
+        hd: &MediaHeader,
+        payload: &[u8],
+    ) -> io::Result<Pushed> {
+        match k {
+            kind::VIDEO => match &m.video {
+                Some(v) if !v.ended && v.shape == video_shape(hd) => {
+                    m.push_video(capture_ns, hd, payload)?
+                }
+                _ => return Ok(Pushed::NewPart),
+            },
+            _ => match &m.audio {
+                Some(a) if !a.ended && a.shape == audio_shape(hd) => {
+                    m.push_audio(capture_ns, hd, payload)?
+                }
+                _ => return Ok(Pushed::NewPart),
+            },
+        }
+        Ok(Pushed::Written)
+    }
+
+    /// Starts the file with the kinds the early records have, and writes them.
+    fn start(&mut self) -> io::Result<()> {
+        let State::Pending(p) = std::mem::replace(&mut self.state, State::Idle) else {
+            return Ok(());
+        };
+        if p.records.is_empty() {
+            return Ok(());
+        }
+        self.parts += 1;
+        let suffix = if self.parts == 1 {
+            String::new()
+        } else {
+            format!("-{}", self.parts)
+        };
+        let path = self.dir.join(format!("stream-{}{suffix}.mp4", self.id));
+        let t0 = p.records.iter().map(|r| r.capture_ns).min().unwrap_or(0);
+        let mut m = Muxed::new(path, p.video, p.audio, t0, self.preset)?;
+        // In capture order, so the muxer sees each track's records in time.
+        let mut records = p.records;
+        records.sort_by_key(|r| r.capture_ns);
+        for r in &records {
+            if let Err(e) = Self::add(&mut m, r.k, r.capture_ns, &r.hd, &r.payload) {
+                self.state = State::Recording(Box::new(m));
+                return Err(e);
+            }
+        }
+        self.state = State::Recording(Box::new(m));
         Ok(())
     }
 
-    fn bus_error(&self) -> String {
-        let Some(bus) = self.pipeline.bus() else {
-            return String::new();
-        };
-        while let Some(m) = bus.pop_filtered(&[gst::MessageType::Error]) {
-            if let gst::MessageView::Error(e) = m.view() {
-                return format!(": {}", e.error());
+    /// The producer ended its stream of kind `k`.
+    pub fn end(&mut self, k: u32) -> io::Result<()> {
+        self.poll_closing();
+        if let State::Pending(p) = &mut self.state {
+            let has = |s: &Pending| match k {
+                kind::VIDEO => s.video.is_some(),
+                _ => s.audio.is_some(),
+            };
+            if !has(p) {
+                return Ok(());
+            }
+            // Whatever came is all there is of this kind: start the file.
+            self.start()?;
+        }
+        if let State::Recording(m) = &mut self.state {
+            if m.end(k) {
+                self.end_file();
             }
         }
-        String::new()
+        Ok(())
     }
 
-    /// Ends the stream and waits for the file to be complete.
-    pub fn finish(self) -> io::Result<()> {
-        let r = self.end();
-        let _ = self.pipeline.set_state(gst::State::Null);
-        r
-    }
-
-    fn end(&self) -> io::Result<()> {
-        if self.frames == 0 {
-            return Err(err("no frame to encode"));
+    /// Ends the current file's tracks; it is finished in the background.
+    fn end_file(&mut self) {
+        if let State::Recording(mut m) = std::mem::replace(&mut self.state, State::Idle) {
+            m.end_all();
+            self.closing.push(*m);
         }
-        self.appsrc
-            .end_of_stream()
-            .map_err(|e| err(format!("{e:?}")))?;
-        let bus = self.pipeline.bus().expect("a pipeline has a bus");
-        let msg = bus
-            .timed_pop_filtered(
-                gst::ClockTime::NONE,
-                &[gst::MessageType::Eos, gst::MessageType::Error],
-            )
-            .ok_or_else(|| err("no end of stream"))?;
-        match msg.view() {
-            gst::MessageView::Error(e) => Err(err(e.error())),
-            _ => Ok(()),
+    }
+
+    /// Names the files whose muxer has finished.
+    pub fn poll_closing(&mut self) {
+        let mut i = 0;
+        while i < self.closing.len() {
+            match self.closing[i].done(gst::ClockTime::ZERO) {
+                Some(outcome) => {
+                    let m = self.closing.swap_remove(i);
+                    self.files.push(m.close(outcome, None));
+                }
+                None => i += 1,
+            }
+        }
+    }
+
+    /// Finishes every file (`note`: why the recording stops early, if it does).
+    pub fn finish(mut self, note: Option<String>) -> Vec<FileReport> {
+        if matches!(self.state, State::Pending(_)) {
+            if let Err(e) = self.start() {
+                eprintln!("shmring record: stream {}: {e}", self.id);
+            }
+        }
+        if let State::Recording(m) = std::mem::replace(&mut self.state, State::Idle) {
+            self.files.push(m.finish(note.clone()));
+        }
+        for m in std::mem::take(&mut self.closing) {
+            self.files.push(m.finish(None));
+        }
+        self.files
+    }
+
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The file being written, for error messages.
+    pub fn path(&self) -> PathBuf {
+        match &self.state {
+            State::Recording(m) => m.tmp.clone(),
+            _ => self.dir.join(format!("stream-{}.mp4", self.id)),
         }
     }
 }

@@ -1,4 +1,6 @@
-//! Output files: Y4M video, WAV audio, or H.264 MP4 through an `ffmpeg` child.
+//! Output files: Y4M video, WAV audio, or H.264 MP4 through an `ffmpeg` child (built
+//! without the `gst` feature; with it, `--encode` goes through
+//! [`crate::gst_encode`] instead).
 //!
 //! Every output goes through one fixed [`BUF_SIZE`] buffer (`BufWriter`); a plane
 //! larger than the buffer's free room tops the buffer up, flushes it, and goes
@@ -95,10 +97,6 @@ pub struct OutFile {
     /// Audio: bytes of one sample frame in the source (the header's stride).
     wav_channels: u16,
     wav_rate: u32,
-    /// `--encode` in process (built with the `gst` feature): the encoder instead of
-    /// the buffer and the ffmpeg child.
-    #[cfg(feature = "gst")]
-    encoder: Option<crate::gst_encode::Encoder>,
 }
 
 fn part_path(path: &Path) -> PathBuf {
@@ -139,8 +137,6 @@ impl OutFile {
             units: 0,
             wav_channels: 0,
             wav_rate: 0,
-            #[cfg(feature = "gst")]
-            encoder: None,
         }
     }
 
@@ -149,37 +145,22 @@ impl OutFile {
         &self.final_path
     }
 
-    /// A Y4M file (`encode`: piped as Y4M into `ffmpeg`, which writes H.264 MP4).
+    /// A Y4M file (`encode`: piped as Y4M into `ffmpeg`, which writes H.264 MP4 at
+    /// that x264 preset).
     pub fn video(
         final_path: PathBuf,
         width: u32,
         height: u32,
         fps: (u32, u32),
-        encode: bool,
+        encode: Option<&str>,
     ) -> io::Result<OutFile> {
-        #[cfg(feature = "gst")]
-        if encode {
-            let tmp = part_path(&final_path);
-            let encoder = crate::gst_encode::Encoder::new(&tmp, fps)?;
-            let mut out = OutFile::new(
-                Container::Encoded,
-                final_path,
-                Sink::File(File::open("/dev/null")?),
-                None,
-            );
-            out.w = None;
-            out.encoder = Some(encoder);
-            let (w, h) = (width as u64, height as u64);
-            out.unit = w * h + 2 * w.div_ceil(2) * h.div_ceil(2);
-            return Ok(out);
-        }
-        let mut out = if encode {
+        let mut out = if let Some(preset) = encode {
             let tmp = part_path(&final_path);
             let rate = format!("{}/{}", fps.0, fps.1);
             let mut child = Command::new("ffmpeg")
                 .args(["-hide_banner", "-loglevel", "error", "-y"])
                 .args(["-f", "yuv4mpegpipe", "-r", &rate, "-i", "-"])
-                .args(["-c:v", "libx264", "-preset", "veryfast", "-crf", "20"])
+                .args(["-c:v", "libx264", "-preset", preset, "-crf", "20"])
                 .args(["-pix_fmt", "yuv420p", "-f", "mp4"])
                 .arg(&tmp)
                 .stdin(Stdio::piped())
@@ -317,12 +298,6 @@ impl OutFile {
         payload: &[u8],
         scratch: &mut [u8],
     ) -> io::Result<()> {
-        #[cfg(feature = "gst")]
-        if let Some(enc) = self.encoder.as_mut() {
-            enc.push(hd, payload)?;
-            self.units += 1;
-            return Ok(());
-        }
         let (w, h) = (hd.width as usize, hd.height as usize);
         let (cw, ch) = (w.div_ceil(2), h.div_ceil(2));
         self.put(b"FRAME\n")?;
@@ -369,10 +344,6 @@ impl OutFile {
     /// WAV sizes and renames `NAME.part` to `NAME`. `error` is a write error that
     /// already happened. Never leaves a complete-looking file that is not.
     pub fn finish(mut self, error: Option<String>) -> FileReport {
-        #[cfg(feature = "gst")]
-        if let Some(enc) = self.encoder.take() {
-            return self.finish_encoded(enc, error);
-        }
         let mut note = error;
         let mut w = self.w.take().expect("open output");
         if let Err(e) = w.flush() {
@@ -437,41 +408,6 @@ impl OutFile {
             ));
         }
         report.note = note;
-        report
-    }
-
-    /// Ends an in-process encoding: the file is renamed once the encoder wrote it
-    /// whole; otherwise its partial output stays under `.part`.
-    #[cfg(feature = "gst")]
-    fn finish_encoded(
-        &mut self,
-        enc: crate::gst_encode::Encoder,
-        error: Option<String>,
-    ) -> FileReport {
-        let mut report = FileReport {
-            path: self.final_path.clone(),
-            units: self.units,
-            bytes: 0,
-            note: error,
-            writes: WriteCounters::default(),
-        };
-        if let Err(e) = enc.finish() {
-            report.note = Some(format!(
-                "{e}; its partial output is left at {}",
-                self.tmp_path.display()
-            ));
-            return report;
-        }
-        report.bytes = std::fs::metadata(&self.tmp_path)
-            .map(|m| m.len())
-            .unwrap_or(0);
-        if let Err(e) = std::fs::rename(&self.tmp_path, &self.final_path) {
-            report.note = Some(format!(
-                "renaming {} to {}: {e}",
-                self.tmp_path.display(),
-                self.final_path.display()
-            ));
-        }
         report
     }
 

@@ -83,6 +83,8 @@ pub struct StreamResult {
     /// Records not made because --seconds (wall time) ran out first: the producer
     /// could not keep up with the rate.
     pub missed: u64,
+    /// The stream's end-of-stream record was committed.
+    pub ended: bool,
     pub error: Option<String>,
 }
 
@@ -152,7 +154,9 @@ fn video_thread(
     };
     prod.set_policy(policy);
     let pattern = Pattern::new(w, h).expect("size checked by parse_video");
-    let base = match MediaHeader::video(Format::I420, w, h, 0, 0) {
+    let base = match MediaHeader::video(Format::I420, w, h, 0, 0)
+        .and_then(|hd| hd.with_frame_rate(fps, 1))
+    {
         Ok(hd) => hd,
         Err(e) => {
             res.error = Some(format!("video stream {stream}: {e}"));
@@ -210,7 +214,20 @@ fn video_thread(
             }
         }
     }
+    end_stream(&mut prod, stream, kind::VIDEO, &mut res);
     res
+}
+
+/// Ends the stream (readers close its file, or send EOS) unless the ring failed.
+fn end_stream(prod: &mut shmring::Producer, stream: u32, k: u32, res: &mut StreamResult) {
+    if res.error.is_some() {
+        return;
+    }
+    match prod.end_stream(stream, k) {
+        Ok(()) => res.ended = true,
+        Err(e) if is_drop(&e) => {}
+        Err(e) => res.error = Some(format!("stream {stream}: its end of stream: {e}")),
+    }
 }
 
 fn audio_thread(
@@ -298,6 +315,7 @@ fn audio_thread(
             }
         }
     }
+    end_stream(&mut prod, stream, kind::AUDIO, &mut res);
     res
 }
 
@@ -312,7 +330,7 @@ fn missed_note(missed: u64) -> String {
 fn result_json(r: &StreamResult) -> serde_json::Value {
     json!({"stream": r.stream, "attempted": r.attempted, "sent": r.sent,
            "dropped": r.dropped, "samples_sent": r.samples_sent, "missed": r.missed,
-           "error": r.error})
+           "ended": r.ended, "error": r.error})
 }
 
 pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
@@ -340,6 +358,23 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
             format!("--streams {}: expected 1 to 32", a.streams),
         ));
     }
+    if a.participants.is_some_and(|n| n == 0 || n > 32) {
+        return Err(fail(
+            2,
+            format!(
+                "--participants {}: expected 1 to 32",
+                a.participants.unwrap_or(0)
+            ),
+        ));
+    }
+    // Stream ids of the video threads, and of the audio threads.
+    let (video_ids, audio_ids): (Vec<u32>, Vec<u32>) = match a.participants {
+        Some(n) => {
+            let ids: Vec<u32> = (0..n).map(|i| a.first_stream.saturating_add(i)).collect();
+            (ids.clone(), ids)
+        }
+        None => ((0..a.streams).collect(), vec![0]),
+    };
     let (seg, label) = match (&a.ring, &a.connect) {
         (_, Some(p)) => (
             Segment::connect(p).map_err(|e| fail(1, crate::ringref::socket_error(p, e)))?,
@@ -392,29 +427,46 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
     let mut vids = Vec::new();
     if let Some(v) = video {
         let frames = (a.seconds * v.2 as f64).round() as u64;
-        for s in 0..a.streams {
+        for &s in &video_ids {
             let (seg, stop) = (seg.clone(), stop.clone());
             vids.push(std::thread::spawn(move || {
                 video_thread(seg, s, v, frames, policy, stop, (start, end))
             }));
         }
     }
-    let aud = audio.map(|au| {
+    let mut auds = Vec::new();
+    if let Some(au) = audio {
         let packets = (a.seconds * 100.0).round() as u64;
-        let (seg, stop) = (seg.clone(), stop.clone());
-        std::thread::spawn(move || audio_thread(seg, 0, au, packets, policy, stop, (start, end)))
-    });
+        for &s in &audio_ids {
+            let (seg, stop) = (seg.clone(), stop.clone());
+            auds.push(std::thread::spawn(move || {
+                audio_thread(seg, s, au, packets, policy, stop, (start, end))
+            }));
+        }
+    }
     let vres: Vec<StreamResult> = vids
         .into_iter()
         .map(|h| h.join().expect("video thread panicked"))
         .collect();
-    let ares = aud.map(|h| h.join().expect("audio thread panicked"));
+    let all_audio: Vec<StreamResult> = auds
+        .into_iter()
+        .map(|h| h.join().expect("audio thread panicked"))
+        .collect();
+    let ares = if a.participants.is_some() {
+        None
+    } else {
+        all_audio.first().cloned()
+    };
     let elapsed = start.elapsed().as_secs_f64();
     let (cpu_s, max_rss_kb) = procinfo::own_usage();
     let out = json!({"produced": {
         "ring": label,
         "video": vres.iter().map(result_json).collect::<Vec<_>>(),
-        "audio": ares.as_ref().map(result_json),
+        "audio": if a.participants.is_some() {
+            json!(all_audio.iter().map(result_json).collect::<Vec<_>>())
+        } else {
+            json!(ares.as_ref().map(result_json))
+        },
         "elapsed_s": elapsed, "cpu_s": cpu_s,
         "cpu_percent": if elapsed > 0.0 { 100.0 * cpu_s / elapsed } else { 0.0 },
         "max_rss_kb": max_rss_kb,
@@ -435,7 +487,7 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
             missed_note(r.missed)
         );
     }
-    if let Some(r) = &ares {
+    for r in &all_audio {
         let _ = writeln!(
             e,
             "shmring produce: audio stream {}: {} packets ({} samples) sent, {} dropped{}",
@@ -455,7 +507,11 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
             0.0
         }
     );
-    if let Some(err) = vres.iter().chain(ares.iter()).find_map(|r| r.error.clone()) {
+    if let Some(err) = vres
+        .iter()
+        .chain(all_audio.iter())
+        .find_map(|r| r.error.clone())
+    {
         return Err(fail(1, err));
     }
     Ok(())

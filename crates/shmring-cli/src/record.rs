@@ -213,6 +213,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
         dir: a.out.clone(),
         fps: (a.fps, 1),
         encode: a.encode,
+        preset: a.preset,
         verbose: true,
     })
     .map_err(|m| fail(1, m))?;
@@ -331,7 +332,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
                     break 'run;
                 }
             }
-            Ok(None) => {}
+            Ok(None) => rec.poll(),
             // Reported only when the consumer cannot reset by itself; it does once
             // the frames it waits for are released, which ours always are.
             Err(e @ shmring::Error::Corrupt { .. }) => eprintln!("shmring record: {e}"),
@@ -343,6 +344,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
         let now = Instant::now();
         if now >= next_tick {
             next_tick = now + tick;
+            rec.poll();
             report_health(&seg, &consumer, &mut seen);
             if let Some(m) = procinfo::own_memory() {
                 peak_private_kb = peak_private_kb.max(m.private_kb());
@@ -523,13 +525,17 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
             st.abandoned
         );
     }
-    let _ = writeln!(
-        e,
-        "  {} write calls, {:.0} KiB per write on average, {:.0} KiB at most",
-        summary.writes.calls,
-        summary.writes.average() as f64 / 1024.0,
-        summary.writes.max as f64 / 1024.0
-    );
+    // The recorder's own writes (Y4M and WAV); an encoded file is written by its
+    // muxer's sink, which the recorder does not count.
+    if summary.writes.calls > 0 {
+        let _ = writeln!(
+            e,
+            "  {} write calls, {:.0} KiB per write on average, {:.0} KiB at most",
+            summary.writes.calls,
+            summary.writes.average() as f64 / 1024.0,
+            summary.writes.max as f64 / 1024.0
+        );
+    }
     let _ = writeln!(
         e,
         "  CPU {cpu_s:.2} s ({:.1}%), peak private RSS {:.1} MiB",

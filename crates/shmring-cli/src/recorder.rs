@@ -8,12 +8,17 @@
 //! are identical apart from `pts_ns` and `sequence` (see [`HeaderCache`]).
 //!
 //! A stream whose format or size changes mid-stream continues in a new file:
-//! `video-<stream>-2.y4m`, `video-<stream>-3.y4m`, ... (the same for audio).
+//! `video-<stream>-2.y4m`, `video-<stream>-3.y4m`, ... (the same for audio); so
+//! does a stream that ended (an end-of-stream record) and starts again.
+//!
+//! With `--encode` (built with the `gst` feature) each stream id's video and audio
+//! go into one MP4 instead, timed by their capture timestamps
+//! ([`crate::gst_encode`]).
 
 use std::io;
 use std::path::{Path, PathBuf};
 
-use shmring::media::{kind, Format, MediaHeader, MEDIA_HEADER_SIZE};
+use shmring::media::{self, kind, Format, MediaHeader, MediaRecord, MEDIA_HEADER_SIZE};
 use shmring::Meta;
 
 use crate::output::{FileReport, OutFile, WriteCounters};
@@ -32,10 +37,14 @@ const REPORT_MALFORMED: u64 = 5;
 #[derive(Debug, Clone)]
 pub struct RecorderOptions {
     pub dir: PathBuf,
-    /// Frame rate written in Y4M headers (the media header carries none).
+    /// Frame rate written in Y4M headers when the media header gives none (a
+    /// variable rate).
     pub fps: (u32, u32),
-    /// Video to H.264 MP4 through ffmpeg instead of Y4M.
+    /// Video to H.264 MP4 (with the `gst` feature: video and audio of each stream id
+    /// muxed in one MP4, in process; without: video through an ffmpeg child).
     pub encode: bool,
+    /// x264's speed preset for `encode`.
+    pub preset: crate::cli::Preset,
     /// Print malformed-header messages on stderr.
     pub verbose: bool,
 }
@@ -44,6 +53,8 @@ pub struct RecorderOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Written,
+    /// An end-of-stream record: the stream's file was finished.
+    Ended,
     /// Media header rejected; counted and skipped.
     Malformed,
     /// Not media, a format the container cannot hold, or too many streams.
@@ -71,6 +82,7 @@ enum Shape {
         format: Format,
         w: u32,
         h: u32,
+        fps: (u32, u32),
     },
     Audio {
         format: Format,
@@ -107,10 +119,25 @@ struct Stream {
     received: u64,
     gaps: u64,
     restarts: u64,
+    ends: u64,
     last_seq: Option<u64>,
     malformed: u64,
     unsupported: u64,
     files: Vec<FileReport>,
+}
+
+impl Stream {
+    /// Counts a gap (records lost) or a step back (a producer that started again).
+    fn count_sequence(&mut self, seq: u64) {
+        if let Some(last) = self.last_seq {
+            if seq > last {
+                self.gaps += seq - last - 1;
+            } else {
+                self.restarts += 1;
+            }
+        }
+        self.last_seq = Some(seq);
+    }
 }
 
 /// Per-stream results.
@@ -124,6 +151,8 @@ pub struct StreamReport {
     pub gaps: u64,
     /// Times the sequence went backwards (a producer restarted).
     pub restarts: u64,
+    /// End-of-stream records (the producer ended the stream).
+    pub ends: u64,
     pub malformed: u64,
     pub unsupported: u64,
     pub files: Vec<FileReport>,
@@ -153,6 +182,9 @@ pub struct Recorder {
     audio_packets: u64,
     scratch: Box<[u8]>,
     writes_closed: WriteCounters,
+    /// `--encode` in process: one muxed file per stream id.
+    #[cfg(feature = "gst")]
+    participants: Vec<crate::gst_encode::Participant>,
 }
 
 /// Checks that `dir` exists (creating it) and that files can be created in it.
@@ -181,7 +213,18 @@ impl Recorder {
             audio_packets: 0,
             scratch: vec![0u8; 4096].into_boxed_slice(),
             writes_closed: WriteCounters::default(),
+            #[cfg(feature = "gst")]
+            participants: Vec::new(),
         })
+    }
+
+    /// Housekeeping between records: names the encoded files whose muxer finished
+    /// (a stream that ended while no record came since).
+    pub fn poll(&mut self) {
+        #[cfg(feature = "gst")]
+        for p in &mut self.participants {
+            p.poll_closing();
+        }
     }
 
     pub fn video_frames(&self) -> u64 {
@@ -238,6 +281,7 @@ impl Recorder {
                     received: 0,
                     gaps: 0,
                     restarts: 0,
+                    ends: 0,
                     last_seq: None,
                     malformed: 0,
                     unsupported: 0,
@@ -264,8 +308,8 @@ impl Recorder {
                 hd.sequence = u64::from_le_bytes(local[40..48].try_into().unwrap());
                 hd
             }
-            _ => match MediaHeader::parse_for(meta.kind, payload) {
-                Ok(hd) => {
+            _ => match media::read(meta.kind, payload) {
+                Ok(MediaRecord::Frame(hd)) => {
                     self.streams[si].cache = Some(HeaderCache {
                         hd,
                         bytes: hd.to_bytes(),
@@ -273,6 +317,7 @@ impl Recorder {
                     });
                     hd
                 }
+                Ok(MediaRecord::End(end)) => return self.end_stream(si, end.sequence),
                 Err(e) => {
                     self.note_malformed(si, &meta, &e);
                     return Ok(Outcome::Malformed);
@@ -284,6 +329,7 @@ impl Recorder {
                 format: hd.format,
                 w: hd.width,
                 h: hd.height,
+                fps: (hd.fps_num, hd.fps_den),
             },
             Format::PcmS16 | Format::PcmF32 => Shape::Audio {
                 format: hd.format,
@@ -295,13 +341,17 @@ impl Recorder {
                 s.unsupported += 1;
                 if s.unsupported == 1 && self.opts.verbose {
                     eprintln!(
-                        "shmring record: stream {}: RGBA video cannot be stored in Y4M; its frames are skipped",
+                        "shmring record: stream {}: RGBA video cannot be recorded (Y4M and the encoder take I420 and NV12); its frames are skipped",
                         meta.stream
                     );
                 }
                 return Ok(Outcome::Skipped);
             }
         };
+        #[cfg(feature = "gst")]
+        if self.opts.encode {
+            return self.encode(si, meta, &hd, payload);
+        }
         let wav_full = matches!(shape, Shape::Audio { .. })
             && self.streams[si]
                 .out
@@ -322,14 +372,7 @@ impl Recorder {
             self.open(si, shape)?;
         }
         let s = &mut self.streams[si];
-        if let Some(last) = s.last_seq {
-            if hd.sequence > last {
-                s.gaps += hd.sequence - last - 1;
-            } else {
-                s.restarts += 1;
-            }
-        }
-        s.last_seq = Some(hd.sequence);
+        s.count_sequence(hd.sequence);
         let out = s.out.as_mut().expect("stream output open");
         let r = match shape {
             Shape::Video { .. } => out.write_video(&hd, payload, &mut self.scratch),
@@ -349,6 +392,72 @@ impl Recorder {
         Ok(Outcome::Written)
     }
 
+    /// An end-of-stream record: the stream's file is finished (the next record of
+    /// the stream, if one comes, starts the next part).
+    fn end_stream(&mut self, si: usize, sequence: u64) -> Result<Outcome, WriteError> {
+        let s = &mut self.streams[si];
+        s.count_sequence(sequence);
+        // The stream may start again from 0: that is not a restart.
+        s.last_seq = None;
+        s.ends += 1;
+        #[cfg(feature = "gst")]
+        if self.opts.encode {
+            let (id, k) = (s.id, s.kind);
+            if let Some(p) = self.participants.iter_mut().find(|p| p.id() == id) {
+                p.end(k).map_err(|source| WriteError {
+                    path: p.path(),
+                    source,
+                })?;
+            }
+            return Ok(Outcome::Ended);
+        }
+        if let Some(out) = s.out.take() {
+            let rep = out.finish(None);
+            self.writes_closed.add(&rep.writes);
+            s.files.push(rep);
+        }
+        s.shape = None;
+        Ok(Outcome::Ended)
+    }
+
+    /// `--encode` in process: the record goes into its stream id's MP4.
+    #[cfg(feature = "gst")]
+    fn encode(
+        &mut self,
+        si: usize,
+        meta: Meta,
+        hd: &MediaHeader,
+        payload: &[u8],
+    ) -> Result<Outcome, WriteError> {
+        let id = meta.stream;
+        let pi = match self.participants.iter().position(|p| p.id() == id) {
+            Some(i) => i,
+            None => {
+                self.participants.push(crate::gst_encode::Participant::new(
+                    id,
+                    &self.opts.dir,
+                    self.opts.preset.name(),
+                ));
+                self.participants.len() - 1
+            }
+        };
+        let p = &mut self.participants[pi];
+        p.push(meta.kind, meta.timestamp_ns, hd, payload)
+            .map_err(|source| WriteError {
+                path: p.path(),
+                source,
+            })?;
+        let s = &mut self.streams[si];
+        s.count_sequence(hd.sequence);
+        s.received += 1;
+        if meta.kind == kind::VIDEO {
+            self.video_frames += 1;
+        } else {
+            self.audio_packets += 1;
+        }
+        Ok(Outcome::Written)
+    }
+
     /// Finishes the stream's current file (if any) and opens the next one.
     fn open(&mut self, si: usize, shape: Shape) -> Result<(), WriteError> {
         let s = &mut self.streams[si];
@@ -364,10 +473,13 @@ impl Recorder {
             format!("-{}", s.parts)
         };
         let (name, r) = match shape {
-            Shape::Video { w, h, .. } => {
+            Shape::Video { w, h, fps, .. } => {
                 let ext = if self.opts.encode { "mp4" } else { "y4m" };
                 let path = self.opts.dir.join(format!("video-{}{suffix}.{ext}", s.id));
-                let r = OutFile::video(path.clone(), w, h, self.opts.fps, self.opts.encode);
+                // The header's nominal rate; --fps for a variable one.
+                let fps = if fps.0 == 0 { self.opts.fps } else { fps };
+                let encode = self.opts.encode.then(|| self.opts.preset.name());
+                let r = OutFile::video(path.clone(), w, h, fps, encode);
                 (path, r)
             }
             Shape::Audio {
@@ -395,6 +507,23 @@ impl Recorder {
     /// Finishes every file (`error`: a write error that stops the recording, noted
     /// in the files it concerns) and reports.
     pub fn finish(mut self, error: Option<&WriteError>) -> Summary {
+        #[cfg(feature = "gst")]
+        for p in std::mem::take(&mut self.participants) {
+            let id = p.id();
+            let note = error
+                .filter(|e| e.path == p.path())
+                .map(|e| e.source.to_string());
+            let files = p.finish(note);
+            // Listed with the stream id's video (or its audio, if it had none).
+            let at = self
+                .streams
+                .iter()
+                .position(|s| s.id == id && s.kind == kind::VIDEO)
+                .or_else(|| self.streams.iter().position(|s| s.id == id));
+            if let Some(i) = at {
+                self.streams[i].files.extend(files);
+            }
+        }
         let mut writes = self.writes_closed;
         let mut streams = Vec::with_capacity(self.streams.len());
         for s in self.streams.iter_mut() {
@@ -412,6 +541,7 @@ impl Recorder {
                 received: s.received,
                 gaps: s.gaps,
                 restarts: s.restarts,
+                ends: s.ends,
                 malformed: s.malformed,
                 unsupported: s.unsupported,
                 files: std::mem::take(&mut s.files),
@@ -446,7 +576,8 @@ impl Summary {
             .map(|s| {
                 json!({
                     "kind": s.kind, "stream": s.stream, "received": s.received,
-                    "gaps": s.gaps, "restarts": s.restarts, "malformed": s.malformed,
+                    "gaps": s.gaps, "restarts": s.restarts, "ends": s.ends,
+                    "malformed": s.malformed,
                     "unsupported": s.unsupported,
                     "files": s.files.iter().map(|f| json!({
                         "path": f.path.display().to_string(), "units": f.units,
@@ -479,6 +610,7 @@ mod tests {
             dir: dir.to_path_buf(),
             fps: (25, 1),
             encode: false,
+            preset: Default::default(),
             verbose: false,
         })
         .unwrap()

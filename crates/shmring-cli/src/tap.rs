@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use shmring::media::{kind, MediaHeader};
+use shmring::media::{self, kind, MediaRecord};
 use shmring::{Tap, TapOptions};
 
 use crate::cli::TapArgs;
@@ -110,11 +110,15 @@ pub fn run(a: TapArgs) -> Result<(), CmdError> {
             if out.is_none() || meta.kind != kind::VIDEO {
                 return Taken::Counted;
             }
-            match MediaHeader::parse_for(meta.kind, payload) {
-                Ok(hd) => match crate::thumb::scale(&hd, payload, max_w, &mut scratch) {
-                    Some((w, h)) => Taken::Thumb(w, h),
-                    None => Taken::Counted,
-                },
+            match media::read(meta.kind, payload) {
+                Ok(MediaRecord::Frame(hd)) => {
+                    match crate::thumb::scale(&hd, payload, max_w, &mut scratch) {
+                        Some((w, h)) => Taken::Thumb(w, h),
+                        None => Taken::Counted,
+                    }
+                }
+                // An end of stream has no picture.
+                Ok(MediaRecord::End(_)) => Taken::Counted,
                 Err(e) => Taken::Malformed(e.to_string()),
             }
         });

@@ -191,7 +191,7 @@ fn json_has_every_field_for_every_transport_asked() {
         &dir,
         &[
             "--transports",
-            "shmring,uds,floor",
+            "shmring,uds,floor,floor-2core",
             "--workload",
             "video",
             "--mode",
@@ -208,7 +208,7 @@ fn json_has_every_field_for_every_transport_asked() {
     );
     assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
     let rows = rows(&json);
-    assert_eq!(rows.len(), 6, "3 transports x 2 modes");
+    assert_eq!(rows.len(), 8, "4 transports x 2 modes");
     for r in &rows {
         let obj = r.as_object().expect("an object");
         for f in JSON_FIELDS {
@@ -218,6 +218,13 @@ fn json_has_every_field_for_every_transport_asked() {
     }
     // Ratios against shmring: 1 for shmring itself.
     assert_eq!(row(&rows, "shmring", "video")["cpu_vs_shmring"], 1.0);
+    // ... and against each floor: 1 for the floor itself.
+    assert_eq!(row(&rows, "floor", "video")["cpu_vs_floor"], 1.0);
+    assert_eq!(
+        row(&rows, "floor-2core", "video")["cpu_vs_floor_2core"],
+        1.0
+    );
+    assert!(row(&rows, "shmring", "video")["cpu_vs_floor_2core"].is_number());
     let plot = std::fs::read_to_string(&svg).expect("the plot");
     assert!(
         plot.starts_with("<svg")
@@ -337,6 +344,7 @@ fn bench_says_where_its_files_went_and_lists_every_transport() {
         "shmring-copy",
         "websocket",
         "floor",
+        "floor-2core",
         "py-websocket",
         "py-shmring",
     ] {
@@ -449,7 +457,7 @@ fn the_meeting_reports_audio_and_video_latency_for_every_transport() {
 
 #[test]
 fn a_corrupted_meeting_record_is_detected() {
-    for t in ["shmring", "pipe", "websocket", "floor"] {
+    for t in ["shmring", "pipe", "websocket", "floor", "floor-2core"] {
         let dir = Scratch::new(&format!("meeting-corrupt-{t}"));
         let o = bench(
             &dir,
@@ -479,7 +487,7 @@ fn the_output_states_measurements_not_goals_and_quick_runs_say_they_are_indicati
         &[
             "--quick",
             "--transports",
-            "shmring,uds,websocket,floor",
+            "shmring,uds,websocket,floor,floor-2core",
             "--workload",
             "all",
             "--mode",
@@ -499,7 +507,7 @@ fn the_output_states_measurements_not_goals_and_quick_runs_say_they_are_indicati
         .lines()
         .find(|l| l.starts_with("transport"))
         .unwrap();
-    for c in ["xshmring", "xfloor", "above floor"] {
+    for c in ["xshmring", "xfloor", "x2core", "above floor"] {
         assert!(header.contains(c), "{c} missing: {header}");
     }
     // Without --quick, no such caveat.

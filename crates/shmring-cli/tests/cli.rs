@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use shmring::media::{kind, Format, MediaHeader};
+use shmring::media::{kind, Format, MediaHeader, MEDIA_HEADER_SIZE};
 use shmring::{Meta, Segment};
 use shmring_cli::pattern::decode_frame_number;
 
@@ -132,12 +132,21 @@ fn record_and_produce_end_to_end_with_stat() {
     let alen = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, 0, 0)
         .unwrap()
         .payload_len() as u64;
-    assert_eq!(n(&stat, "records_committed"), sent);
-    assert_eq!(n(&stat, "records_consumed"), sent);
+    // Each stream ends with an end-of-stream record (a bare media header).
+    let ends = video
+        .iter()
+        .chain([audio])
+        .filter(|v| v["ended"] == true)
+        .count() as u64;
+    assert_eq!(ends, 3);
+    assert_eq!(n(&stat, "records_committed"), sent + ends);
+    assert_eq!(n(&stat, "records_consumed"), sent + ends);
     assert_eq!(n(&stat, "drops_full"), dropped);
     assert_eq!(
         n(&stat, "bytes_committed"),
-        video.iter().map(|v| n(v, "sent")).sum::<u64>() * vlen + n(audio, "sent") * alen
+        video.iter().map(|v| n(v, "sent")).sum::<u64>() * vlen
+            + n(audio, "sent") * alen
+            + ends * MEDIA_HEADER_SIZE as u64
     );
     assert_eq!(n(&stat, "corruption"), 0);
     assert!(stat["consumer_attached"].as_bool().unwrap());
@@ -582,7 +591,13 @@ fn encode_writes_h264_mp4_when_ffmpeg_is_installed() {
     let (code, err) = rec.wait();
     assert_eq!(code, Some(0), "{err}");
     no_part_files(dir.path());
-    let mp4 = std::fs::read(dir.path().join("video-0.mp4")).unwrap();
+    // In process (the `gst` feature): one file per stream id, video and audio muxed.
+    let name = if cfg!(feature = "gst") {
+        "stream-0.mp4"
+    } else {
+        "video-0.mp4"
+    };
+    let mp4 = std::fs::read(dir.path().join(name)).unwrap();
     assert_eq!(&mp4[4..8], b"ftyp");
     assert_eq!(r["streams"][0]["files"][0]["units"].as_u64(), Some(sent));
 }
@@ -703,4 +718,49 @@ fn the_recorder_carries_on_after_a_peer_scribbles_the_ring() {
         read_y4m(&dir.path().join("video-0.y4m")).frames.len() as u64,
         sent
     );
+}
+
+#[test]
+fn produce_participants_gives_each_stream_id_its_video_and_audio() {
+    let ring = ring_name("participants");
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = start_recorder(&ring, dir.path());
+    let mut prod = Proc::spawn(&[
+        "produce",
+        "--ring",
+        &ring.0,
+        "--video",
+        "160x120@10",
+        "--audio",
+        "48000x1",
+        "--participants",
+        "2",
+        "--first-stream",
+        "3",
+        "--seconds",
+        "1",
+    ]);
+    let produced = prod.expect("produced");
+    assert_eq!(prod.wait().0, Some(0));
+    let ids = |k: &str| -> Vec<u64> {
+        produced[k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["stream"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(ids("video"), [3, 4]);
+    assert_eq!(ids("audio"), [3, 4]);
+    rec.signal(libc::SIGINT);
+    let recorded = rec.expect("recorded");
+    assert_eq!(rec.wait().0, Some(0));
+    for s in [3, 4] {
+        assert!(dir.path().join(format!("video-{s}.y4m")).exists());
+        assert!(dir.path().join(format!("audio-{s}.wav")).exists());
+    }
+    // Each stream ended with its producer.
+    for s in recorded["streams"].as_array().unwrap() {
+        assert_eq!(s["ends"], 1, "{s}");
+    }
 }

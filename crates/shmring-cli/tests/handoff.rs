@@ -76,7 +76,10 @@ fn record_listen_produce_connect_stat_connect() {
     assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
     let st = last_json(&s);
     assert_eq!(st["ring"], sock.as_str());
-    assert_eq!(st["records_committed"], 150);
+    // 150 records, and each stream's end-of-stream record.
+    assert_eq!(produced["video"][0]["ended"], true);
+    assert_eq!(produced["audio"]["ended"], true);
+    assert_eq!(st["records_committed"], 150 + 2);
     assert_eq!(st["consumer_attached"], true);
 
     // SIGTERM ends the recording; the summary counts the hand-offs.
@@ -87,7 +90,7 @@ fn record_listen_produce_connect_stat_connect() {
     assert_eq!(recorded["handoff"]["producers"], 1, "{recorded}");
     assert_eq!(recorded["handoff"]["observers"], 1, "{recorded}");
     assert_eq!(recorded["handoff"]["refused"], 0, "{recorded}");
-    assert_eq!(recorded["ring"]["records_consumed"], 150);
+    assert_eq!(recorded["ring"]["records_consumed"], 150 + 2);
     assert!(err.contains("hand-off on"), "{err}");
     assert!(
         !std::path::Path::new(&sock).exists(),

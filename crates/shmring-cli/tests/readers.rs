@@ -94,6 +94,13 @@ fn a_tethered_recorder_beside_the_owner_records_every_frame() {
     let produced = produce(["--ring", &ring.0], "320x240@30", "48000x2", "1");
     let sent = n(&produced["video"][0]["sent"]) + n(&produced["audio"]["sent"]);
     assert!(sent > 0);
+    // Each stream also ends with an end-of-stream record.
+    let ends = [&produced["video"][0], &produced["audio"]]
+        .iter()
+        .filter(|v| v["ended"] == true)
+        .count() as u64;
+    assert_eq!(ends, 2);
+    let sent = sent + ends;
     let s = stat_until(&ring, |s| {
         s["records_consumed"] == s["records_committed"]
             && s["tethers"][0]["records_consumed"] == s["records_committed"]

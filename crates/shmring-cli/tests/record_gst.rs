@@ -1,105 +1,523 @@
-//! `shmring record --encode` built with the `gst` feature encodes in process: no
-//! ffmpeg on PATH, and the MP4 holds every frame the producer sent.
+//! `shmring record --encode` built with the `gst` feature encodes in process (no
+//! ffmpeg on PATH) and makes a meeting recording: one MP4 per stream id with its
+//! H.264 video and AAC audio, timed by the records' capture timestamps. Every file
+//! is checked with ffprobe.
+//!
+//! The producers here stamp capture times themselves and write as fast as the ring
+//! takes records, so ten minutes of capture take seconds: the recorder times by
+//! the timestamps, never by when records arrive.
 #![cfg(feature = "gst")]
 
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const EXE: &str = env!("CARGO_BIN_EXE_shmring");
+use common::*;
+use shmring::media::{kind, Format, MediaHeader, SEQUENCE_AUTO};
+use shmring::{FullPolicy, Meta, Segment};
 
-/// Kills and reaps on drop; unlinks the ring.
-struct Guard(Vec<Child>, String);
+const SIGINT: i32 = 2;
 
-impl Drop for Guard {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_file(format!("/dev/shm/{}", self.1));
+/// One frame at 25 fps, in seconds: the tolerance for lengths and offsets.
+const FRAME_25: f64 = 0.040;
+
+/// What ffprobe says of one stream of a file.
+#[derive(Debug, Clone)]
+struct Probed {
+    codec: String,
+    start: f64,
+    duration: f64,
+    /// Video: frames decoded (`-count_frames`).
+    frames: u64,
+}
+
+/// ffprobe of every stream of `path` (video first), or the error it printed.
+fn probe(path: &Path) -> Result<Vec<Probed>, String> {
+    let out = Command::new("ffprobe")
+        .args(["-v", "error", "-count_frames"])
+        .args([
+            "-show_entries",
+            "stream=codec_type,codec_name,start_time,duration,nb_read_frames",
+            "-of",
+            "csv=p=0",
+        ])
+        .arg(path)
+        .output()
+        .expect("ffprobe runs (install ffmpeg)");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    if !out.status.success() {
+        return Err(format!(
+            "ffprobe {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
     }
+    let mut streams: Vec<(String, Probed)> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            // codec_name,codec_type,start_time,duration,nb_read_frames
+            let f: Vec<&str> = l.split(',').collect();
+            let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(-1.0);
+            (
+                f[1].to_string(),
+                Probed {
+                    codec: f[0].to_string(),
+                    start: num(2),
+                    duration: num(3),
+                    frames: f.get(4).and_then(|v| v.parse().ok()).unwrap_or(0),
+                },
+            )
+        })
+        .collect();
+    streams.sort_by_key(|(t, _)| t != "video");
+    Ok(streams.into_iter().map(|(_, p)| p).collect())
+}
+
+/// A participant of a test meeting: its video's capture intervals and audio.
+#[derive(Clone)]
+struct Source {
+    stream: u32,
+    /// The nominal frame rate written in the headers (0: variable).
+    fps: (u32, u32),
+    /// Capture interval before frame `k` (k ≥ 1), in ns.
+    interval: fn(u64) -> u64,
+    frames: u64,
+    /// Audio packets of 10 ms of samples (48 kHz stereo), each stamped this long
+    /// after the previous one (10 ms: the audio clock is the capture clock).
+    audio_step_ns: Option<u64>,
+    /// Send an end of stream for both kinds at the end.
+    end: bool,
+}
+
+/// What a source sent.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    frames: u64,
+    /// Capture span of the video: first to last frame, plus the last frame's
+    /// interval.
+    video_s: f64,
+    packets: u64,
+}
+
+const W: u32 = 64;
+const H: u32 = 48;
+
+/// Writes every source's records into the ring, merged in capture order, as fast
+/// as the ring takes them; capture times start at now.
+fn produce(ring: &str, sources: &[Source]) -> Vec<Sent> {
+    let seg = Segment::open_named(ring).expect("the recorder's ring");
+    let mut p = seg.producer().expect("a producer");
+    p.set_policy(FullPolicy::Block(Duration::from_secs(30)));
+    let base = shmring::now_ns() + 1_000_000;
+    let vhd = |s: &Source| {
+        MediaHeader::video(Format::I420, W, H, 0, SEQUENCE_AUTO)
+            .unwrap()
+            .with_frame_rate(s.fps.0, s.fps.1)
+            .unwrap()
+    };
+    let ahd = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, 0, SEQUENCE_AUTO).unwrap();
+    let mut vbuf = vec![0u8; vhd(&sources[0]).payload_len()];
+    let mut abuf = vec![0u8; ahd.payload_len()];
+    // (next capture time, source index, is audio, index)
+    let mut next: Vec<(u64, usize, bool, u64)> = Vec::new();
+    let mut sent: Vec<Sent> = sources
+        .iter()
+        .map(|_| Sent {
+            frames: 0,
+            video_s: 0.0,
+            packets: 0,
+        })
+        .collect();
+    // As many packets as the video's capture span holds at the audio's clock.
+    let audio_packets =
+        |s: &Source| -> u64 { s.audio_step_ns.map_or(0, |step| s.capture_ns() / step) };
+    for (i, s) in sources.iter().enumerate() {
+        next.push((base, i, false, 0));
+        if s.audio_step_ns.is_some() {
+            next.push((base, i, true, 0));
+        }
+    }
+    let mut last_video = vec![base; sources.len()];
+    while let Some(at) = (0..next.len()).min_by_key(|&j| next[j].0) {
+        let (ts, si, audio, k) = next[at];
+        let s = &sources[si];
+        if audio {
+            let pts = ts - base;
+            let h = MediaHeader { pts_ns: pts, ..ahd };
+            h.write_to(&mut abuf).unwrap();
+            let o = h.offset[0] as usize;
+            for (n, v) in abuf[o..].chunks_exact_mut(2).enumerate() {
+                // A 1 kHz tone, so the encoder has something to encode.
+                let x = ((k * 480 + n as u64 / 2) as f64 * std::f64::consts::TAU / 48.0).sin();
+                v.copy_from_slice(&((x * 8000.0) as i16).to_le_bytes());
+            }
+            p.send(&abuf, Meta::new(s.stream, kind::AUDIO).with_timestamp(ts))
+                .expect("audio packet sent");
+            sent[si].packets += 1;
+            if k + 1 < audio_packets(s) {
+                next[at] = (ts + s.audio_step_ns.unwrap(), si, true, k + 1);
+            } else {
+                next.swap_remove(at);
+            }
+        } else {
+            let h = MediaHeader {
+                pts_ns: ts - base,
+                ..vhd(s)
+            };
+            h.write_to(&mut vbuf).unwrap();
+            // A moving bar, so frames differ.
+            let (o, ww) = (h.offset[0] as usize, W as usize);
+            vbuf[o..o + ww * H as usize].fill(16);
+            let x = (k as usize * 3) % ww;
+            for r in 0..H as usize {
+                vbuf[o + r * ww + x] = 235;
+            }
+            p.send(&vbuf, Meta::new(s.stream, kind::VIDEO).with_timestamp(ts))
+                .expect("video frame sent");
+            sent[si].frames += 1;
+            last_video[si] = ts;
+            if k + 1 < s.frames {
+                next[at] = (ts + (s.interval)(k + 1), si, false, k + 1);
+            } else {
+                sent[si].video_s = (ts - base) as f64 / 1e9 + (s.interval)(k + 1) as f64 / 1e9;
+                next.swap_remove(at);
+            }
+        }
+    }
+    for s in sources.iter().filter(|s| s.end) {
+        p.end_stream(s.stream, kind::VIDEO).unwrap();
+        if s.audio_step_ns.is_some() {
+            p.end_stream(s.stream, kind::AUDIO).unwrap();
+        }
+    }
+    sent
+}
+
+impl Source {
+    /// Capture time the video spans, in ns.
+    fn capture_ns(&self) -> u64 {
+        (1..=self.frames).map(self.interval).sum()
+    }
+}
+
+/// A recorder creating `ring` and recording `--encode` into `dir`.
+fn recorder(ring: &Ring, dir: &Path, extra: &[&str]) -> Proc {
+    let ready = dir.with_extension("ready");
+    let _ = std::fs::remove_file(&ready);
+    let mut args = vec!["record", "--encode", "--create", &ring.0];
+    let out = dir.to_str().unwrap();
+    let ready_s = ready.to_str().unwrap();
+    args.extend(["--out", out, "--ready-file", ready_s]);
+    args.extend(extra);
+    let p = Proc::spawn(&args);
+    p.expect("ready");
+    p
+}
+
+fn wait_for(path: &Path) {
+    let until = Instant::now() + PATIENCE;
+    while !path.exists() {
+        assert!(Instant::now() < until, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn close(a: f64, b: f64, tol: f64) -> bool {
+    (a - b).abs() <= tol + 1e-6
 }
 
 #[test]
 fn encode_runs_in_process_and_keeps_every_frame() {
-    let ring = format!("gst-encode-{}", std::process::id());
+    let ring = ring_name("gst-encode");
     let dir = tempfile::tempdir().unwrap();
     // An empty PATH: no ffmpeg child can be started.
     let empty = tempfile::tempdir().unwrap();
-    let mut guard = Guard(vec![], ring.clone());
-    let rec = Command::new(EXE)
-        .args([
-            "record",
-            "--encode",
-            "--seconds",
-            "6",
-            "--create",
-            &ring,
-            "--out",
-        ])
+    let mut cmd = Command::new(EXE);
+    cmd.args(["record", "--encode", "--seconds", "6", "--create", &ring.0])
+        .arg("--out")
         .arg(dir.path())
         .env("PATH", empty.path())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    guard.0.push(rec);
-    let until = Instant::now() + Duration::from_secs(60);
-    while !std::path::Path::new(&format!("/dev/shm/{ring}")).exists() {
-        assert!(
-            Instant::now() < until,
-            "the recorder never created its ring"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let prod = Command::new(EXE)
-        .args([
-            "produce",
-            "--ring",
-            &ring,
-            "--video",
-            "320x240@30",
-            "--audio",
-            "48000x2",
-        ])
-        .args(["--seconds", "1"])
-        .output()
-        .unwrap();
+        .stderr(Stdio::piped());
+    let mut rec = Proc::command(cmd);
+    rec.expect("ready");
+    let prod = run(&[
+        "produce",
+        "--ring",
+        &ring.0,
+        "--video",
+        "320x240@30",
+        "--audio",
+        "48000x2",
+        "--seconds",
+        "1",
+    ]);
     assert!(
         prod.status.success(),
         "{}",
         String::from_utf8_lossy(&prod.stderr)
     );
-    let produced: serde_json::Value = String::from_utf8_lossy(&prod.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v.get("produced").is_some())
-        .expect("a produced line");
+    let produced = last_json(&prod);
     let sent = produced["produced"]["video"][0]["sent"]
         .as_u64()
         .expect("sent");
     assert!(sent > 0);
-    let rec = guard.0.pop().unwrap();
-    let out = rec.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    let mp4 = dir.path().join("video-0.mp4");
-    let probe = Command::new("ffprobe")
-        .args(["-v", "error", "-count_frames", "-select_streams", "v:0"])
-        .args([
-            "-show_entries",
-            "stream=nb_read_frames,codec_name",
-            "-of",
-            "csv=p=0",
-        ])
-        .arg(&mp4)
-        .output()
-        .expect("ffprobe runs (install ffmpeg)");
-    let counted = String::from_utf8_lossy(&probe.stdout);
-    assert_eq!(counted.trim(), format!("h264,{sent}"), "{err}");
-    assert!(
-        dir.path().join("audio-0.wav").exists(),
-        "audio is still recorded"
+    let (_, err) = rec.finish("recorded");
+    // One file for stream 0: its video and its audio, muxed.
+    let streams = probe(&dir.path().join("stream-0.mp4")).unwrap_or_else(|e| panic!("{e}\n{err}"));
+    assert_eq!(streams[0].codec, "h264", "{err}");
+    assert_eq!(streams[0].frames, sent, "{err}");
+    assert_eq!(streams.len(), 2, "audio is still recorded: {streams:?}");
+    assert_eq!(streams[1].codec, "aac");
+}
+
+fn at(ms: u64) -> u64 {
+    ms * 1_000_000
+}
+
+/// 25 fps, 15 fps and a variable rate (intervals of 20 to 70 ms, as WebRTC
+/// delivers) in one meeting: each participant's file is as long as its capture
+/// (±1 frame), its audio starts with its video (±1 frame), and each file is
+/// finished at its producer's end of stream while the recorder goes on.
+#[test]
+fn each_participant_gets_a_file_as_long_as_its_capture() {
+    let ring = ring_name("gst-meeting");
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = recorder(&ring, dir.path(), &[]);
+    fn fps25(_: u64) -> u64 {
+        at(40)
+    }
+    fn fps15(_: u64) -> u64 {
+        66_666_667
+    }
+    fn variable(k: u64) -> u64 {
+        at(20 + (k * 37 + k * k * 11) % 51)
+    }
+    let ten_ms = Some(at(10));
+    let sources = [
+        Source {
+            stream: 0,
+            fps: (25, 1),
+            interval: fps25,
+            frames: 150,
+            audio_step_ns: ten_ms,
+            end: true,
+        },
+        Source {
+            stream: 1,
+            fps: (15, 1),
+            interval: fps15,
+            frames: 90,
+            audio_step_ns: ten_ms,
+            end: true,
+        },
+        Source {
+            stream: 2,
+            fps: (0, 1),
+            interval: variable,
+            frames: 130,
+            audio_step_ns: ten_ms,
+            end: true,
+        },
+    ];
+    let sent = produce(&ring.0, &sources);
+    // Closed at the end of stream, with the recorder still running.
+    for s in &sources {
+        wait_for(&dir.path().join(format!("stream-{}.mp4", s.stream)));
+    }
+    for (s, got) in sources.iter().zip(&sent) {
+        let path = dir.path().join(format!("stream-{}.mp4", s.stream));
+        let p = probe(&path).unwrap();
+        let (v, a) = (&p[0], &p[1]);
+        eprintln!(
+            "stream {} ({}/{} fps): capture {:.3} s, {} frames; ffprobe: video {} {} frames from {:.3} s for {:.3} s, audio {} from {:.3} s for {:.3} s",
+            s.stream, s.fps.0, s.fps.1, got.video_s, got.frames, v.codec, v.frames, v.start,
+            v.duration, a.codec, a.start, a.duration
+        );
+        assert_eq!((v.codec.as_str(), a.codec.as_str()), ("h264", "aac"));
+        assert_eq!(v.frames, got.frames, "stream {}: every frame", s.stream);
+        let frame = (s.interval)(got.frames) as f64 / 1e9;
+        assert!(
+            close(v.start + v.duration, got.video_s, frame),
+            "stream {}: video lasts {:.3} s, the capture {:.3} s",
+            s.stream,
+            v.start + v.duration,
+            got.video_s
+        );
+        assert!(
+            close(v.start, a.start, frame.min(FRAME_25)),
+            "stream {}: audio starts at {:.3} s, video at {:.3} s",
+            s.stream,
+            a.start,
+            v.start
+        );
+        // Audio spans its capture too: 10 ms a packet (±1 AAC frame of 21 ms).
+        assert!(close(a.duration, got.packets as f64 * 0.010, 0.022));
+    }
+    rec.signal(SIGINT);
+    let (done, err) = rec.finish("recorded");
+    for s in done["streams"].as_array().unwrap() {
+        assert_eq!(
+            s["ends"], 1,
+            "every stream was ended by its producer: {err}"
+        );
+        assert_eq!(s["restarts"], 0, "{err}");
+        assert_eq!(s["gaps"], 0, "{err}");
+    }
+}
+
+/// Ten minutes of capture, produced in seconds: the audio device's clock runs
+/// 0.1 % slow against the capture clock (10.01 ms of capture per 10 ms of samples,
+/// 0.6 s over ten minutes). Timed by capture timestamps, the audio still ends with
+/// the video.
+#[test]
+fn ten_minutes_of_capture_keep_audio_with_video() {
+    let ring = ring_name("gst-drift");
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = recorder(&ring, dir.path(), &[]);
+    fn fps25(_: u64) -> u64 {
+        at(40)
+    }
+    let source = Source {
+        stream: 7,
+        fps: (25, 1),
+        interval: fps25,
+        frames: 25 * 600,
+        audio_step_ns: Some(10_010_000),
+        end: true,
+    };
+    let sent = produce(&ring.0, std::slice::from_ref(&source))[0];
+    let path = dir.path().join("stream-7.mp4");
+    wait_for(&path);
+    rec.signal(SIGINT);
+    let (_, err) = rec.finish("recorded");
+    let p = probe(&path).unwrap();
+    let (v, a) = (&p[0], &p[1]);
+    eprintln!(
+        "10 min: capture {:.3} s, {} frames, {} packets; ffprobe: video {} frames from {:.3} s for {:.3} s, audio from {:.3} s for {:.3} s",
+        sent.video_s, sent.frames, sent.packets, v.frames, v.start, v.duration, a.start, a.duration
     );
+    assert_eq!(v.frames, sent.frames, "{err}");
+    assert!(close(v.start + v.duration, sent.video_s, FRAME_25));
+    assert!(close(a.start, v.start, FRAME_25));
+    assert!(
+        close(a.start + a.duration, v.start + v.duration, FRAME_25),
+        "the audio ends at {:.3} s, the video at {:.3} s",
+        a.start + a.duration,
+        v.start + v.duration
+    );
+}
+
+/// SIGINT while a participant is mid-stream: the file is finished (renamed, every
+/// frame the recorder took in it).
+#[test]
+fn sigint_finishes_the_files() {
+    let ring = ring_name("gst-sigint");
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = recorder(&ring, dir.path(), &[]);
+    fn fps30(_: u64) -> u64 {
+        33_333_333
+    }
+    let source = Source {
+        stream: 3,
+        fps: (30, 1),
+        interval: fps30,
+        frames: 60,
+        audio_step_ns: Some(at(10)),
+        end: false,
+    };
+    let sent = produce(&ring.0, std::slice::from_ref(&source))[0];
+    rec.signal(SIGINT);
+    let (done, err) = rec.finish("recorded");
+    let path = dir.path().join("stream-3.mp4");
+    assert!(path.exists(), "finished and renamed: {err}");
+    assert!(!dir.path().join("stream-3.mp4.part").exists());
+    let received = done["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == "video")
+        .unwrap()["received"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(received, sent.frames, "{err}");
+    let p = probe(&path).unwrap();
+    assert_eq!(p[0].frames, received);
+    assert_eq!(p[1].codec, "aac");
+}
+
+/// A small tmpfs mounted for one test, unmounted (and its directory removed) on
+/// drop, even when the test fails.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(kib: u32) -> Option<SmallDisk> {
+        let dir = std::env::temp_dir().join(format!("shmring-full-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "tmpfs"])
+            .arg(&dir)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = std::fs::remove_dir(&dir);
+            return None;
+        }
+        Some(SmallDisk(dir))
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The disk fills mid-recording: the recorder stops with the reason, and the file
+/// it was writing plays up to its last whole fragment.
+#[test]
+fn a_full_disk_stops_the_recording_and_leaves_a_playable_file() {
+    let Some(disk) = SmallDisk::mount(768) else {
+        eprintln!("mounting a tmpfs is not permitted here: the full-disk case did not run");
+        return;
+    };
+    let ring = ring_name("gst-full");
+    let out = disk.0.join("rec");
+    let mut rec = recorder(&ring, &out, &[]);
+    fn noisy(_: u64) -> u64 {
+        at(40)
+    }
+    // Ten minutes would need far more than the disk holds.
+    let source = Source {
+        stream: 4,
+        fps: (25, 1),
+        interval: noisy,
+        frames: 25 * 600,
+        audio_step_ns: Some(at(10)),
+        end: true,
+    };
+    let ring_name = ring.0.clone();
+    let producer = std::thread::spawn(move || {
+        // The recorder stops reading when the disk is full: the producer's send
+        // then fails, which ends the thread.
+        std::panic::catch_unwind(|| produce(&ring_name, &[source])).is_ok()
+    });
+    let (code, err) = rec.wait();
+    let _ = producer.join();
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("No space left") || err.contains("space"),
+        "{err}"
+    );
+    let part = out.join("stream-4.mp4.part");
+    assert!(part.exists(), "{err}");
+    let p = probe(&part).unwrap_or_else(|e| panic!("{e}\n{err}"));
+    assert_eq!(p[0].codec, "h264");
+    assert!(p[0].frames >= 25, "a second of video at least: {p:?}");
 }

@@ -18,6 +18,7 @@ fn steady_state_records_allocate_nothing() {
         dir: dir.path().to_path_buf(),
         fps: (30, 1),
         encode: false,
+        preset: Default::default(),
         verbose: false,
     })
     .unwrap();

@@ -2,7 +2,8 @@
 //! `shmring::media`).
 
 use shmring::media::{
-    Format, MediaError, MediaHeader, MEDIA_HEADER_SIZE, MEDIA_MAGIC, MEDIA_VERSION,
+    self, flags, EndOfStream, Format, MediaError, MediaHeader, MediaRecord, MEDIA_HEADER_SIZE,
+    MEDIA_MAGIC, MEDIA_VERSION, MEDIA_VERSION_1, SEQUENCE_AUTO,
 };
 
 use crate::handles::*;
@@ -36,9 +37,22 @@ pub const SHMRING_FORMAT_PCM_F32: u32 = 17;
 /// "SMH1" little-endian.
 pub const SHMRING_MEDIA_MAGIC: u32 = 0x3148_4d53;
 
-pub const SHMRING_MEDIA_VERSION: u16 = 1;
+/// The version written (version 1 headers are read too: no frame rate, no flags).
+pub const SHMRING_MEDIA_VERSION: u16 = 2;
+
+/// The first version of the media header.
+pub const SHMRING_MEDIA_VERSION_1: u16 = 1;
 
 pub const SHMRING_MEDIA_HEADER_SIZE: usize = 128;
+
+/// A header's `sequence` asking the committing producer to number the record: 0,
+/// 1, 2, ... per stream id and kind, after the stream's last record from that
+/// producer.
+pub const SHMRING_SEQUENCE_AUTO: u64 = u64::MAX;
+
+/// A header's `flags`: the record ends its stream (of its kind); no format, no
+/// planes (see shmring_producer_end_stream, shmring_media_read).
+pub const SHMRING_MEDIA_END_OF_STREAM: u32 = 1;
 
 // The header's literals must be the core's values.
 const _: () = {
@@ -53,11 +67,14 @@ const _: () = {
     assert!(SHMRING_FORMAT_PCM_F32 == Format::PcmF32 as u32);
     assert!(SHMRING_MEDIA_MAGIC == MEDIA_MAGIC);
     assert!(SHMRING_MEDIA_VERSION == MEDIA_VERSION);
+    assert!(SHMRING_MEDIA_VERSION_1 == MEDIA_VERSION_1);
+    assert!(SHMRING_SEQUENCE_AUTO == SEQUENCE_AUTO);
+    assert!(SHMRING_MEDIA_END_OF_STREAM == flags::END_OF_STREAM);
     assert!(SHMRING_MEDIA_HEADER_SIZE == MEDIA_HEADER_SIZE);
 };
 
 /// The media header at the start of a video/audio payload, byte for byte
-/// (little-endian, 128 bytes; see crates/shmring/src/media.rs). Build and parse it
+/// (little-endian, 128 bytes; see crates/shmring/src/media/mod.rs). Build and parse it
 /// with the shmring_media_* functions, which validate it.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -77,17 +94,24 @@ pub struct shmring_media_header {
     /// Per channel.
     pub samples: u32,
     pub pts_ns: u64,
+    /// Per stream id and kind: 0, 1, 2, ...; SHMRING_SEQUENCE_AUTO: the committing
+    /// producer numbers it.
     pub sequence: u64,
-    /// Planes used (video 1..3, audio 1).
+    /// Planes used (video 1..3, audio 1; 0 at an end of stream).
     pub planes: u32,
-    pub reserved0: u32,
+    /// SHMRING_MEDIA_END_OF_STREAM or 0.
+    pub flags: u32,
     /// Bytes per row (audio: bytes per sample frame).
     pub stride: [u32; 4],
     /// Byte offset of each plane from the payload start.
     pub offset: [u32; 4],
     /// Byte size of each plane.
     pub size: [u32; 4],
-    pub reserved: [u8; 24],
+    /// Video: nominal frame rate fps_num / fps_den; fps_num 0: variable. Set them
+    /// after shmring_media_video (checked by shmring_media_write).
+    pub fps_num: u32,
+    pub fps_den: u32,
+    pub reserved: [u8; 16],
 }
 
 const _: () = {
@@ -98,8 +122,11 @@ const _: () = {
     assert!(offset_of!(shmring_media_header, planes) == 48);
     assert!(offset_of!(shmring_media_header, stride) == 56);
     assert!(offset_of!(shmring_media_header, offset) == 72);
+    assert!(offset_of!(shmring_media_header, flags) == 52);
     assert!(offset_of!(shmring_media_header, size) == 88);
-    assert!(offset_of!(shmring_media_header, reserved) == 104);
+    assert!(offset_of!(shmring_media_header, fps_num) == 104);
+    assert!(offset_of!(shmring_media_header, fps_den) == 108);
+    assert!(offset_of!(shmring_media_header, reserved) == 112);
 };
 
 impl shmring_media_header {
@@ -117,11 +144,25 @@ impl shmring_media_header {
             pts_ns: h.pts_ns,
             sequence: h.sequence,
             planes: h.planes,
-            reserved0: 0,
+            flags: 0,
             stride: h.stride,
             offset: h.offset,
             size: h.size,
-            reserved: [0; 24],
+            fps_num: h.fps_num,
+            fps_den: h.fps_den,
+            reserved: [0; 16],
+        }
+    }
+
+    fn from_end(e: &EndOfStream) -> Self {
+        shmring_media_header {
+            magic: MEDIA_MAGIC,
+            version: MEDIA_VERSION,
+            header_size: MEDIA_HEADER_SIZE as u16,
+            pts_ns: e.pts_ns,
+            sequence: e.sequence,
+            flags: flags::END_OF_STREAM,
+            ..Default::default()
         }
     }
 
@@ -135,7 +176,14 @@ impl shmring_media_header {
                 self.planes
             ));
         }
-        Ok(MediaHeader {
+        if self.flags != 0 {
+            return Err(fail!(
+                SHMRING_ERR_MEDIA,
+                "flags {:#x}: an end of stream is written by shmring_producer_end_stream",
+                self.flags
+            ));
+        }
+        MediaHeader {
             format,
             width: self.width,
             height: self.height,
@@ -148,7 +196,11 @@ impl shmring_media_header {
             stride: self.stride,
             offset: self.offset,
             size: self.size,
-        })
+            fps_num: 0,
+            fps_den: 1,
+        }
+        .with_frame_rate(self.fps_num, self.fps_den)
+        .map_err(|e| fail!(SHMRING_ERR_MEDIA, "{e}"))
     }
 }
 
@@ -276,6 +328,34 @@ pub unsafe extern "C" fn shmring_media_parse_for(
     entry("shmring_media_parse_for", || {
         // SAFETY: the caller's promise on `payload` and `len`, passed on.
         unsafe { parse_into(payload, len, out, |buf| MediaHeader::parse_for(kind, buf)) }
+    })
+}
+
+/// Reads a record of `kind` (a frame's meta.kind): a frame's header, checked as
+/// shmring_media_parse_for checks it, or the end of its stream, which a producer
+/// writes with shmring_producer_end_stream: then `out->flags` has
+/// SHMRING_MEDIA_END_OF_STREAM, `out->sequence` the number the stream's next record
+/// would have had, and `out->format` and `out->planes` are 0. The one call for a
+/// reader of media records that follows streams to their end.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_media_read(
+    kind: u32,
+    payload: *const u8,
+    len: usize,
+    out: *mut shmring_media_header,
+) -> shmring_status {
+    entry("shmring_media_read", || {
+        let out = out_ptr(out, "out")?;
+        if payload.is_null() {
+            return Err(fail!(SHMRING_ERR_NULL, "payload is NULL"));
+        }
+        // SAFETY: the caller promises `len` readable bytes at `payload`.
+        let buf = unsafe { std::slice::from_raw_parts(payload, len) };
+        *out = match media::read(kind, buf).map_err(|e| fail!(SHMRING_ERR_MEDIA, "{e}"))? {
+            MediaRecord::Frame(h) => shmring_media_header::from_core(&h),
+            MediaRecord::End(e) => shmring_media_header::from_end(&e),
+        };
+        ok()
     })
 }
 

@@ -278,6 +278,38 @@ pub unsafe extern "C" fn shmring_producer_commit(
     })
 }
 
+/// Ends stream `stream` of `kind` (SHMRING_KIND_VIDEO or SHMRING_KIND_AUDIO):
+/// commits an end-of-stream record, numbered after the stream's last record from
+/// this producer. Readers end the stream there (shmringsrc sends EOS, `shmring
+/// record` closes the stream's file). SHMRING_ERR_INVALID_ARGUMENT for another kind;
+/// SHMRING_ERR_STATE while a reservation is open.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_producer_end_stream(
+    p: *mut shmring_producer,
+    stream: u32,
+    kind: u32,
+) -> shmring_status {
+    entry("shmring_producer_end_stream", || {
+        let (h, _l) = lease(p as *const shmring_producer)?;
+        if kind != shmring::media::kind::VIDEO && kind != shmring::media::kind::AUDIO {
+            return Err(fail!(
+                SHMRING_ERR_INVALID_ARGUMENT,
+                "kind {kind} is not SHMRING_KIND_VIDEO or SHMRING_KIND_AUDIO"
+            ));
+        }
+        // SAFETY: exclusive lease.
+        let st = unsafe { h.state() };
+        if st.producer.has_reservation() {
+            return Err(fail!(
+                SHMRING_ERR_STATE,
+                "a reservation is open on this producer: commit or abort it first"
+            ));
+        }
+        st.producer.end_stream(stream, kind).map_err(core_err)?;
+        ok()
+    })
+}
+
 /// Gives the open reservation's space back without publishing anything.
 #[no_mangle]
 pub unsafe extern "C" fn shmring_producer_abort(p: *mut shmring_producer) -> shmring_status {

@@ -181,6 +181,8 @@ pub struct Consumer {
     /// When the shared state was last audited, and records handed out since.
     last_audit: Cell<Instant>,
     since_audit: Cell<u32>,
+    /// Records handed out (wrapping), for sampling the occupancy.
+    handed: Cell<u32>,
     /// A tethered consumer: the ring's reset count when it last (re)joined the
     /// generation, and since when it has seen the ring contradict its cursors
     /// without the ring's consumer resetting (see `corrupt`).
@@ -351,6 +353,7 @@ impl Consumer {
             last_reap: Cell::new(None),
             last_audit: Cell::new(Instant::now()),
             since_audit: Cell::new(0),
+            handed: Cell::new(0),
             resets_seen: Cell::new(resets),
             corrupt_since: Cell::new(None),
             health: Cell::new(Health::default()),
@@ -611,7 +614,20 @@ impl Consumer {
             f.need
                 .store(if lazy { self.wake_mark() } else { 0 }, Ordering::Relaxed);
         }
-        let seen = wake::arm(f);
+        // The data futex has one waiter (us, the ring's consumer): its flag is taken
+        // by the first producer that wakes us. The tether futex counts its waiters.
+        let seen = if tethered {
+            wake::arm(f)
+        } else {
+            wake::arm_one(f)
+        };
+        let disarm = || {
+            if tethered {
+                wake::disarm(f)
+            } else {
+                wake::disarm_one(f)
+            }
+        };
         // Re-check after arming so a commit made just before (or, for a tethered
         // consumer not adopted yet, the adoption) cannot be missed.
         let ready = match self.role {
@@ -621,7 +637,7 @@ impl Consumer {
             _ => self.peek_is_final(),
         };
         if ready {
-            wake::disarm(f);
+            disarm();
             return;
         }
         match &self.role {
@@ -644,7 +660,7 @@ impl Consumer {
             Some(fd) if !tethered => wake::sleep_eventfd(fd, max),
             _ => wake::sleep(f, seen, max),
         }
-        wake::disarm(f);
+        disarm();
     }
 
     /// Under a latency budget: the fill (in units) past which a producer wakes us
@@ -768,12 +784,13 @@ impl Consumer {
                 }
                 match (counters, &self.role) {
                     (Some(cc), _) => {
-                        let w = sh.write.load(Ordering::Relaxed);
-                        let ahead = pos_diff(cursor_pos(w), cur.peek_pos);
-                        let occ =
-                            (cur.held_units() + ahead.min(sh.cap_units)).min(sh.cap_units) * UNIT;
-                        if occ > cc.peak_occupancy.load(Ordering::Relaxed) {
-                            cc.peak_occupancy.store(occ, Ordering::Relaxed);
+                        // Occupancy needs the write cursor, a line producers write
+                        // at every claim: looked at every OCCUPANCY_EVERY records
+                        // (and at every audit), not at each.
+                        let n = self.handed.get().wrapping_add(1);
+                        self.handed.set(n);
+                        if n % OCCUPANCY_EVERY == 0 {
+                            self.note_occupancy(cur);
                         }
                         bump(&cc.records_consumed, 1);
                         bump(&cc.bytes_consumed, h.len);
@@ -1064,6 +1081,21 @@ impl Consumer {
         self.publish(cur);
     }
 
+    /// Updates the ring's peak occupancy (the ring's consumer): what it holds plus
+    /// what producers claimed beyond its peek cursor.
+    fn note_occupancy(&self, cur: &ConsumerCursor) {
+        let Some(cc) = self.owner_counters() else {
+            return;
+        };
+        let sh = self.seg.shared();
+        let w = sh.write.load(Ordering::Relaxed);
+        let ahead = pos_diff(cursor_pos(w), cur.peek_pos);
+        let occ = (cur.held_units() + ahead.min(sh.cap_units)).min(sh.cap_units) * UNIT;
+        if occ > cc.peak_occupancy.load(Ordering::Relaxed) {
+            cc.peak_occupancy.store(occ, Ordering::Relaxed);
+        }
+    }
+
     /// Runs [`Consumer::audit`] if a liveness interval has passed since the last one.
     /// `Ok(true)`: it reset the ring.
     fn audit_if_due(&self, now: Instant) -> Result<bool> {
@@ -1135,6 +1167,7 @@ impl Consumer {
                 self.wake_producers(&cur);
             }
         }
+        self.note_occupancy(&cur);
         let peek = pack_cursor(cur.peek_seq, cur.peek_pos);
         if c.cursors.0.peek.load(Ordering::Relaxed) != peek {
             c.cursors.0.peek.store(peek, Ordering::Relaxed);
@@ -1372,10 +1405,10 @@ impl Consumer {
         let f = &self.seg.control().data.0;
         // Every commit wakes an eventfd waiter (no latency budget here).
         f.need.store(0, Ordering::Relaxed);
-        wake::arm(f);
+        wake::arm_one(f);
         let ready = self.peek_is_final();
         if ready {
-            wake::disarm(f);
+            wake::disarm_one(f);
         }
         ready
     }
@@ -1386,7 +1419,7 @@ impl Consumer {
         if self.is_tethered() {
             return;
         }
-        wake::disarm(&self.seg.control().data.0);
+        wake::disarm_one(&self.seg.control().data.0);
         if let Some(fd) = self.seg.eventfd() {
             wake::drain_eventfd(fd);
         }
@@ -1406,6 +1439,9 @@ const SKIPS_BEFORE_DEADLINE: u32 = 4096;
 
 /// Polls between two looks at the clock for a due audit while records flow.
 const AUDIT_EVERY: u32 = 1024;
+/// The ring's consumer notes the ring's occupancy every this many records (and at
+/// every audit).
+const OCCUPANCY_EVERY: u32 = 16;
 
 enum Step {
     Frame(RawFrame),

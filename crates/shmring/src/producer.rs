@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::layout::{
     cursor_pos, cursor_seq, header_seq, pos_diff, record_units, seq_diff, ClaimState, RecordHeader,
-    Slot, UNIT,
+    Slot, POS_MASK, UNIT,
 };
 use crate::protocol::{Claim, ClaimError};
 use crate::segment::Segment;
@@ -77,6 +77,8 @@ pub struct Producer {
     /// A claim not yet committed or aborted, aborted on drop (covers a leaked
     /// [`Reservation`]).
     active: Option<Claim>,
+    /// The next media `sequence` of each stream this producer writes.
+    numbering: crate::media::Numbering,
 }
 
 impl Producer {
@@ -94,6 +96,7 @@ impl Producer {
             slot,
             policy: FullPolicy::Block(Duration::from_secs(1)),
             active: None,
+            numbering: Default::default(),
         })
     }
 
@@ -321,6 +324,17 @@ impl Producer {
 
     /// Writes the record header and publishes the claim.
     fn commit_claim(&mut self, claim: Claim, len: usize, meta: Meta) -> Result<()> {
+        if len >= crate::media::MEDIA_HEADER_SIZE {
+            // SAFETY: the payload (`len` bytes after the record header) is ours until
+            // the commit below; nobody else writes it meanwhile.
+            let payload = unsafe {
+                std::slice::from_raw_parts_mut(
+                    self.record_ptr(&claim).add(UNIT as usize),
+                    crate::media::MEDIA_HEADER_SIZE,
+                )
+            };
+            self.numbering.number(meta.stream, meta.kind, payload);
+        }
         let h = RecordHeader {
             len: len as u64,
             timestamp_ns: meta.timestamp_ns,
@@ -380,7 +394,16 @@ impl Producer {
                 sh.read.load(Ordering::Relaxed),
             );
             let n = self.seg.geometry().log_entries as u64;
-            pos_diff(cursor_pos(w), cursor_pos(r)) >= mark as u64
+            // The padding of our claim, before its record (at the ring's end,
+            // see `placed_total`), holds nothing: count from our record.
+            let pad = claim.total - claim.rec_units;
+            let rec = (claim.pos + pad) & POS_MASK;
+            let from = if pos_diff(rec, cursor_pos(r)) <= pad {
+                rec
+            } else {
+                cursor_pos(r)
+            };
+            pos_diff(cursor_pos(w), from) >= mark as u64
                 || seq_diff(cursor_seq(w), cursor_seq(r)) >= n / 2
         };
         if wake::notify_consumers(&c.data.0, &c.tether_data.0, self.seg.eventfd(), past) {

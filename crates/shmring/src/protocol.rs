@@ -84,6 +84,26 @@ pub enum ClaimError {
     Broken,
 }
 
+/// Units a producer claims at position `pos` for a record of `units` units when
+/// `used` units are in flight: as [`claim_total`] says, except that a large record
+/// (at least 1/64 of the ring: frames of megabytes) claimed into an empty ring is
+/// placed at the ring's start, where the previous one was, its claim padded to the
+/// ring's end. A stream of frames then keeps writing and reading the same memory,
+/// still in the caches, as a pool allocator reuses the block just freed, instead
+/// of going round a ring larger than the caches. While such a claim is in flight
+/// it leaves little or no room: other claims wait for its release. Smaller records
+/// go round the ring as before, so a tap reading them has about a ring's worth of
+/// time before they are overwritten.
+#[inline]
+pub const fn placed_total(pos: u64, units: u64, used: u64, cap_units: u64) -> u64 {
+    let off = pos & (cap_units - 1);
+    if used == 0 && off != 0 && units <= off && units * 64 >= cap_units {
+        (cap_units - off) + units
+    } else {
+        claim_total(pos, units, cap_units)
+    }
+}
+
 /// How many consecutive inconsistent observations of the same cursor value a
 /// producer tolerates before reporting the ring broken (a consumer reset in
 /// progress is the only honest cause, and it takes microseconds).
@@ -157,7 +177,7 @@ impl<'a> Shared<'a> {
             if in_flight == n {
                 return Err(ClaimError::FullRecords);
             }
-            let total = claim_total(p, units, cap);
+            let total = placed_total(p, units, used, cap);
             if used + total > cap {
                 return Err(ClaimError::FullBytes);
             }
@@ -348,6 +368,56 @@ pub mod handshake {
         // SeqCst: order our change (a commit, a release) before reading the flag.
         fence(Ordering::SeqCst);
         signal_fenced(f, past)
+    }
+
+    /// The same handshake for a word with one waiter at most (the ring's consumer
+    /// on the data futex), whose `waiting` is a flag the first waker takes: of
+    /// several wakers while the waiter sleeps (producers committing in a burst),
+    /// one bumps `seq` and makes the system call, the others see the flag clear.
+    /// Waiter: raise the flag, fence, and return the value to sleep on.
+    #[inline]
+    pub fn arm_one(f: &Futex) -> u32 {
+        f.waiting.store(1, Ordering::Relaxed);
+        // SeqCst: order the flag before the caller's re-check.
+        fence(Ordering::SeqCst);
+        f.seq.load(Ordering::Acquire)
+    }
+
+    /// Waiter of [`arm_one`]: done waiting (the flag may be clear already).
+    #[inline]
+    pub fn disarm_one(f: &Futex) {
+        f.waiting.store(0, Ordering::Relaxed);
+    }
+
+    /// Waker of [`arm_one`], after its change and a SeqCst fence: like
+    /// [`signal_fenced`], but only the waker that takes the flag (a swap to 0)
+    /// bumps `seq` and returns true.
+    #[inline]
+    pub fn signal_one_fenced(f: &Futex, past: Option<&mut dyn FnMut(u32) -> bool>) -> bool {
+        if f.waiting.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        if let Some(past) = past {
+            let mark = f.need.load(Ordering::Relaxed);
+            if mark != 0 && !past(mark) {
+                return false;
+            }
+        }
+        // Relaxed: the fence before the load above orders our change; the swap
+        // only decides which waker makes the call.
+        if f.waiting.swap(0, Ordering::Relaxed) == 0 {
+            return false;
+        }
+        f.seq.fetch_add(1, Ordering::Release);
+        true
+    }
+
+    /// Waker of [`arm_one`]: fence, then [`signal_one_fenced`].
+    #[inline]
+    pub fn signal_one(f: &Futex, past: Option<&mut dyn FnMut(u32) -> bool>) -> bool {
+        // SeqCst: order our change before reading the flag.
+        fence(Ordering::SeqCst);
+        signal_one_fenced(f, past)
     }
 }
 

@@ -174,7 +174,7 @@ pub(crate) fn leave(seg: &Segment, j: u32) {
 /// Tethered side: wakes the consumer if it sleeps (so it publishes the space a
 /// tethered consumer freed, or adopts one).
 pub(crate) fn poke_consumer(seg: &Segment) {
-    wake::notify(&seg.control().data.0, true, seg.eventfd());
+    wake::notify_one(&seg.control().data.0, seg.eventfd());
 }
 
 /// Tethered side: is line `j` still ours (asked for or adopted)? `Err(Detached)`
@@ -322,8 +322,13 @@ impl Supervisor {
             let l = line(seg, j);
             let state = l.state.load(Ordering::Acquire);
             let bit = 1u32 << j;
-            let alive = is_alive(seg, j);
             let adopted = self.adopted & bit != 0;
+            if state == TETHER_FREE && mask & bit == 0 && !adopted {
+                // Unused: nothing below would change, alive or not, so no lock
+                // probe (a system call per line and audit).
+                continue;
+            }
+            let alive = is_alive(seg, j);
             if state == TETHER_FREE && !alive {
                 self.adopted &= !bit;
                 if mask & bit != 0 {

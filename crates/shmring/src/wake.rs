@@ -32,6 +32,17 @@ pub(crate) fn notify(f: &Futex, all: bool, eventfd: Option<BorrowedFd<'_>>) -> b
     true
 }
 
+/// Signals the ring's consumer (the one waiter of the data futex) if it sleeps,
+/// through `eventfd` when given: see [`handshake::signal_one`].
+#[inline]
+pub(crate) fn notify_one(f: &Futex, eventfd: Option<BorrowedFd<'_>>) -> bool {
+    if !handshake::signal_one(f, None) {
+        return false;
+    }
+    wake(f, 1, eventfd);
+    true
+}
+
 fn wake(f: &Futex, n: u32, eventfd: Option<BorrowedFd<'_>>) {
     match eventfd {
         Some(fd) => {
@@ -58,7 +69,7 @@ pub(crate) fn notify_consumers(
     // SeqCst: order our commit before reading the flags (see the module doc).
     fence(Ordering::SeqCst);
     let mut sent = false;
-    if handshake::signal_fenced(data, Some(&mut past)) {
+    if handshake::signal_one_fenced(data, Some(&mut past)) {
         wake(data, 1, eventfd);
         sent = true;
     }
@@ -79,6 +90,18 @@ pub(crate) fn arm(f: &Futex) -> u32 {
 #[inline]
 pub(crate) fn disarm(f: &Futex) {
     handshake::disarm(f)
+}
+
+/// [`arm`] for the data futex, whose one waiter is the ring's consumer (see
+/// [`handshake::arm_one`]); [`disarm_one`] after the wait.
+#[inline]
+pub(crate) fn arm_one(f: &Futex) -> u32 {
+    handshake::arm_one(f)
+}
+
+#[inline]
+pub(crate) fn disarm_one(f: &Futex) {
+    handshake::disarm_one(f)
 }
 
 /// Sleeps on `f` while its value is `seen`, at most `timeout`; the caller then looks

@@ -9,7 +9,10 @@
 // goroutine waits in Go's netpoller. Frames go from the ring through one 64 KiB
 // bufio.Writer per file, and the kernel sees writes of at most 64 KiB; nothing is
 // allocated per frame. Files are written as
-// NAME.part and renamed when finished, at -seconds, SIGINT or SIGTERM. A line
+// NAME.part and renamed when finished: at the stream's end-of-stream record (a
+// stream that starts again goes on in video-STREAM-2.y4m, ...), at -seconds,
+// SIGINT or SIGTERM. The Y4M frame rate is the producer's nominal rate, or -fps
+// for a variable-rate stream. A line
 // "ready NAME" on stdout says the ring exists; the last line is a JSON summary
 // (frames, packets, writes, the peak of RssAnon, CPU time).
 package main
@@ -64,6 +67,7 @@ type summary struct {
 	Packets       uint64   `json:"packets"`
 	Samples       uint64   `json:"samples"`
 	Skipped       uint64   `json:"skipped"`
+	Ended         uint64   `json:"ended"`
 	Writes        uint64   `json:"writes"`
 	BytesWritten  uint64   `json:"bytes_written"`
 	AvgWriteBytes uint64   `json:"avg_write_bytes"`
@@ -126,6 +130,7 @@ func run(ring, listen, dir string, seconds float64, fps int, capMiB uint64) erro
 	fmt.Println("ready", name)
 
 	outs := map[key]*output{}
+	parts := map[key]int{} // files a stream has had: an ended stream starting again gets the next
 	var f shmring.Frame
 	for {
 		if err := c.Next(ctx, &f); err != nil {
@@ -134,7 +139,7 @@ func run(ring, listen, dir string, seconds float64, fps int, capMiB uint64) erro
 			}
 			return err
 		}
-		if err := record(outs, dir, fps, &f, &sum); err != nil {
+		if err := record(outs, parts, dir, fps, &f, &sum); err != nil {
 			f.Release()
 			return err
 		}
@@ -143,16 +148,7 @@ func run(ring, listen, dir string, seconds float64, fps int, capMiB uint64) erro
 		}
 	}
 	for _, o := range outs {
-		path, err := o.finish()
-		if err != nil {
-			sum.Notes = append(sum.Notes, err.Error())
-		}
-		sum.Files = append(sum.Files, path)
-		sum.Writes += o.w.calls
-		sum.BytesWritten += o.w.bytes
-		if o.w.max > sum.MaxWriteBytes {
-			sum.MaxWriteBytes = o.w.max
-		}
+		finish(o, &sum)
 	}
 	if sum.Writes > 0 {
 		sum.AvgWriteBytes = sum.BytesWritten / sum.Writes
@@ -171,8 +167,23 @@ func run(ring, listen, dir string, seconds float64, fps int, capMiB uint64) erro
 	return nil
 }
 
-// record writes one frame to its stream's file, opening it at the stream's first.
-func record(outs map[key]*output, dir string, fps int, f *shmring.Frame, sum *summary) error {
+// finish completes a stream's file and counts its writes.
+func finish(o *output, sum *summary) {
+	path, err := o.finish()
+	if err != nil {
+		sum.Notes = append(sum.Notes, err.Error())
+	}
+	sum.Files = append(sum.Files, path)
+	sum.Writes += o.w.calls
+	sum.BytesWritten += o.w.bytes
+	if o.w.max > sum.MaxWriteBytes {
+		sum.MaxWriteBytes = o.w.max
+	}
+}
+
+// record writes one frame to its stream's file, opening it at the stream's first;
+// a stream's end-of-stream record finishes its file.
+func record(outs map[key]*output, parts map[key]int, dir string, fps int, f *shmring.Frame, sum *summary) error {
 	k := key{f.Kind(), f.Stream()}
 	if k.kind != shmring.KindVideo && k.kind != shmring.KindAudio {
 		sum.Skipped++
@@ -184,8 +195,17 @@ func record(outs map[key]*output, dir string, fps int, f *shmring.Frame, sum *su
 		return nil
 	}
 	o := outs[k]
+	if m.EndOfStream() {
+		sum.Ended++
+		if o != nil {
+			finish(o, sum)
+			delete(outs, k)
+		}
+		return nil
+	}
 	if o == nil {
-		if o, err = open(dir, k, &m, fps); err != nil {
+		parts[k]++
+		if o, err = open(dir, k, parts[k], &m, fps); err != nil {
 			return err
 		}
 		if o == nil {
@@ -249,16 +269,22 @@ type output struct {
 	units uint64 // audio: sample frames written
 }
 
-func open(dir string, k key, m *shmring.Media, fps int) (*output, error) {
-	var name string
+// open starts part `part` (1, 2, ...) of a stream's file: video-0.y4m, then
+// video-0-2.y4m after the stream ended and started again.
+func open(dir string, k key, part int, m *shmring.Media, fps int) (*output, error) {
+	var name, ext string
 	switch {
 	case k.kind == shmring.KindVideo && m.Format == shmring.FormatI420:
-		name = fmt.Sprintf("video-%d.y4m", k.stream)
+		name, ext = fmt.Sprintf("video-%d", k.stream), "y4m"
 	case k.kind == shmring.KindAudio && (m.Format == shmring.FormatPCMS16 || m.Format == shmring.FormatPCMF32):
-		name = fmt.Sprintf("audio-%d.wav", k.stream)
+		name, ext = fmt.Sprintf("audio-%d", k.stream), "wav"
 	default:
 		return nil, nil
 	}
+	if part > 1 {
+		name = fmt.Sprintf("%s-%d", name, part)
+	}
+	name += "." + ext
 	path := filepath.Join(dir, name)
 	file, err := os.Create(path + ".part")
 	if err != nil {
@@ -267,7 +293,12 @@ func open(dir string, k key, m *shmring.Media, fps int) (*output, error) {
 	o := &output{path: path, file: file, w: &counting{f: file}, media: *m}
 	o.buf = bufio.NewWriterSize(o.w, bufSize)
 	if k.kind == shmring.KindVideo {
-		_, err = fmt.Fprintf(o.buf, "YUV4MPEG2 W%d H%d F%d:1 Ip A1:1 C420jpeg\n", m.Width, m.Height, fps)
+		// The producer's nominal rate, where it gives one; else -fps.
+		num, den := uint32(fps), uint32(1)
+		if m.FpsNum > 0 && m.FpsDen > 0 {
+			num, den = m.FpsNum, m.FpsDen
+		}
+		_, err = fmt.Fprintf(o.buf, "YUV4MPEG2 W%d H%d F%d:%d Ip A1:1 C420jpeg\n", m.Width, m.Height, num, den)
 	} else {
 		o.unit = int(m.Channels) * sampleBytes(m.Format)
 		_, err = o.buf.Write(o.wavHeader())

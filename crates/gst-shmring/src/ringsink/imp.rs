@@ -1,15 +1,31 @@
 //! The sink's implementation.
+//!
+//! **Start order.** The sink may start before its ring exists or before the ring
+//! has a consumer: it opens the ring by name as soon as it appears, and drops what
+//! arrives meanwhile at once (counted, one warning) instead of waiting a full-ring
+//! timeout per buffer; `wait-for-consumer=true` makes it wait instead (for a
+//! non-live upstream that must lose nothing). It never creates the ring: the ring
+//! belongs to its consumer, which sizes it and removes it.
+//!
+//! **A consumer that goes away.** The sink checks at most every
+//! [`CONSUMER_CHECK`] whether the ring still has a consumer; without one it drops
+//! at once (one warning), and when the named ring was replaced by a new consumer
+//! (`create=true` after a crash) it opens the new one.
+//!
+//! **End of stream.** At EOS the sink commits an end-of-stream record for its
+//! stream and kind: the consumer ends that stream (`shmringsrc` sends EOS,
+//! `shmring record` finishes its file).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
 use gst_base::prelude::*;
 use gst_base::subclass::prelude::*;
-use shmring::media::{kind, MEDIA_HEADER_SIZE};
+use shmring::media::{EndOfStream, MEDIA_HEADER_SIZE};
 use shmring::{Error, FullPolicy, Meta, Producer, Segment};
 
 use super::pool::{Core, RingPool};
@@ -25,8 +41,10 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
     )
 });
 
-/// Buffers (and so producers) in the pool offered upstream.
-const POOL_BUFFERS: usize = 4;
+/// How often the sink looks for its ring (not there yet) and for its consumer.
+const CONSUMER_CHECK: Duration = Duration::from_millis(100);
+/// How long `wait-for-consumer` sleeps between looks (flushing interrupts it).
+const WAIT_STEP: Duration = Duration::from_millis(10);
 
 /// What the sink does when the ring is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, glib::Enum)]
@@ -49,6 +67,7 @@ struct Settings {
     stream: u32,
     full: FullMode,
     timeout_ms: u32,
+    wait_for_consumer: bool,
 }
 
 impl Default for Settings {
@@ -58,17 +77,38 @@ impl Default for Settings {
             stream: 0,
             full: FullMode::Block,
             timeout_ms: 0,
+            wait_for_consumer: false,
         }
     }
 }
 
-struct State {
+/// The ring the sink writes into.
+struct Conn {
     seg: Arc<Segment>,
     producer: Producer,
-    input: Option<Input>,
     pool: Option<(gst::Caps, Arc<Core>, RingPool)>,
+    /// The ring's consumer, as last checked.
+    consumer: bool,
+    checked: Instant,
+}
+
+struct Started {
+    settings: Settings,
+    conn: Option<Conn>,
+    /// The last attempt to open a ring that was not there.
+    tried: Option<Instant>,
+    input: Option<Input>,
     sequence: u64,
-    stream: u32,
+    /// Why buffers are being dropped, already said on the bus.
+    warned: Option<&'static str>,
+    ended: bool,
+}
+
+#[derive(Default)]
+enum State {
+    #[default]
+    Stopped,
+    Started(Box<Started>),
 }
 
 #[derive(Default)]
@@ -83,22 +123,31 @@ struct Counters {
 #[derive(Default)]
 pub struct ShmRingSink {
     settings: Mutex<Settings>,
-    state: Mutex<Option<State>>,
+    state: Mutex<State>,
     counters: Counters,
+    flushing: AtomicBool,
+    /// Caps refused, already reported (an error is posted once per caps).
+    refused: Mutex<Option<gst::Caps>>,
+}
+
+fn policy(s: &Settings, producer: &Producer) -> FullPolicy {
+    match s.full {
+        FullMode::Drop => FullPolicy::Fail,
+        FullMode::Block if s.timeout_ms == 0 => producer.policy(),
+        FullMode::Block => FullPolicy::Block(Duration::from_millis(s.timeout_ms as u64)),
+    }
+}
+
+/// Did `why` come from a full ring, a reset, or a consumer that is gone (the
+/// buffer is dropped and counted, and writing goes on)?
+fn is_drop(why: &Error) -> bool {
+    matches!(
+        why,
+        Error::Full { .. } | Error::Timeout { .. } | Error::NoConsumer(_) | Error::Abandoned { .. }
+    )
 }
 
 impl ShmRingSink {
-    fn policy(s: &Settings, producer: &Producer) -> FullPolicy {
-        match s.full {
-            FullMode::Drop => FullPolicy::Fail,
-            FullMode::Block if s.timeout_ms == 0 => match producer.policy() {
-                FullPolicy::Block(d) => FullPolicy::Block(d),
-                FullPolicy::Fail => FullPolicy::Fail,
-            },
-            FullMode::Block => FullPolicy::Block(Duration::from_millis(s.timeout_ms as u64)),
-        }
-    }
-
     /// The buffer's capture time on the monotonic clock the ring's timestamps use.
     fn capture_ns(&self, buffer: &gst::BufferRef) -> u64 {
         let now = shmring::now_ns();
@@ -124,10 +173,182 @@ impl ShmRingSink {
         }
     }
 
-    fn drop_counted(&self, why: &Error) -> Result<gst::FlowSuccess, gst::FlowError> {
+    /// Opens the ring (`None`: not there yet; `Err`: it cannot be written into).
+    fn connect(s: &Settings) -> Result<Option<Conn>, gst::ErrorMessage> {
+        let seg = match s.location.open() {
+            Ok(seg) => seg,
+            // Not there yet: the consumer has not created it. A descriptor is
+            // given once, so it either works now or never.
+            Err(e) if s.location.fd < 0 && e.contains("does not exist") => return Ok(None),
+            Err(e) => {
+                return Err(gst::error_msg!(
+                    gst::ResourceError::OpenWrite,
+                    (
+                        "shmringsink: cannot open ring {}: {}",
+                        s.location.describe(),
+                        e
+                    )
+                ))
+            }
+        };
+        let mut producer = seg.producer().map_err(|e| {
+            gst::error_msg!(
+                gst::ResourceError::OpenWrite,
+                (
+                    "shmringsink: cannot write into ring {}: {}",
+                    s.location.describe(),
+                    e
+                )
+            )
+        })?;
+        producer.set_policy(policy(s, &producer));
+        Ok(Some(Conn {
+            consumer: seg.consumer_alive(),
+            checked: Instant::now(),
+            seg,
+            producer,
+            pool: None,
+        }))
+    }
+
+    /// Says once, on the bus, why buffers are dropped.
+    fn warn_dropping(&self, st: &mut Started, why: &'static str) {
+        if st.warned == Some(why) {
+            return;
+        }
+        st.warned = Some(why);
+        let ring = st.settings.location.describe();
+        let text = match why {
+            "no-ring" => format!(
+                "shmringsink: ring {ring} does not exist yet: buffers are dropped until its consumer creates it (wait-for-consumer=true waits instead)"
+            ),
+            _ => format!(
+                "shmringsink: ring {ring} has no consumer: buffers are dropped at once until one attaches (wait-for-consumer=true waits instead)"
+            ),
+        };
+        gst::element_imp_warning!(self, gst::ResourceError::Write, ("{}", text));
+    }
+
+    /// The ring with a live consumer, waiting or not as the settings say. `None`:
+    /// drop this buffer (counted and said).
+    fn ready(&self, st: &mut Started) -> Result<bool, gst::FlowError> {
+        loop {
+            if self.flushing.load(Ordering::Acquire) {
+                return Err(gst::FlowError::Flushing);
+            }
+            let now = Instant::now();
+            if st.conn.is_none()
+                && st
+                    .tried
+                    .is_none_or(|t| now.duration_since(t) >= CONSUMER_CHECK)
+            {
+                st.tried = Some(now);
+                match Self::connect(&st.settings) {
+                    Ok(c) => st.conn = c,
+                    Err(e) => {
+                        self.post_error_message(e);
+                        return Err(gst::FlowError::Error);
+                    }
+                }
+                if st.conn.is_some() {
+                    gst::info!(
+                        CAT,
+                        imp = self,
+                        "ring {} is there",
+                        st.settings.location.describe()
+                    );
+                }
+            }
+            let mut why = "no-ring";
+            if let Some(c) = st.conn.as_mut() {
+                if now.duration_since(c.checked) >= CONSUMER_CHECK {
+                    c.checked = now;
+                    c.consumer = c.seg.consumer_alive();
+                }
+                why = "no-consumer";
+            }
+            // A ring whose consumer is gone may have been replaced by a new one
+            // under the same name (create=true after a crash): open that.
+            let stale = st.conn.as_ref().is_some_and(|c| !c.consumer)
+                && st.settings.location.fd < 0
+                && st
+                    .tried
+                    .is_none_or(|t| now.duration_since(t) >= CONSUMER_CHECK);
+            if stale {
+                st.tried = Some(now);
+                if let Ok(Some(fresh)) = Self::connect(&st.settings) {
+                    if fresh.consumer
+                        && !Arc::ptr_eq(&fresh.seg, &st.conn.as_ref().expect("stale").seg)
+                    {
+                        gst::info!(
+                            CAT,
+                            imp = self,
+                            "ring {} has a new consumer",
+                            st.settings.location.describe()
+                        );
+                        st.conn = Some(fresh);
+                    }
+                }
+            }
+            let live = st.conn.as_ref().is_some_and(|c| c.consumer);
+            if let Some((_, core, _)) = st.conn.as_ref().and_then(|c| c.pool.as_ref()) {
+                core.set_no_consumer(!live);
+            }
+            if live {
+                if st.warned.take().is_some() {
+                    gst::info!(
+                        CAT,
+                        imp = self,
+                        "ring {} has a consumer again: writing",
+                        st.settings.location.describe()
+                    );
+                }
+                return Ok(true);
+            }
+            if !st.settings.wait_for_consumer {
+                self.warn_dropping(st, why);
+                return Ok(false);
+            }
+            std::thread::sleep(WAIT_STEP);
+        }
+    }
+
+    fn drop_counted(
+        &self,
+        why: &dyn std::fmt::Display,
+    ) -> Result<gst::FlowSuccess, gst::FlowError> {
         self.counters.dropped.fetch_add(1, Ordering::Relaxed);
         gst::debug!(CAT, imp = self, "buffer dropped: {why}");
         Ok(gst::FlowSuccess::Ok)
+    }
+
+    /// Commits the end-of-stream record of the stream (once).
+    fn end_stream(&self) {
+        let mut guard = lock(&self.state);
+        let State::Started(st) = &mut *guard else {
+            return;
+        };
+        if st.ended {
+            return;
+        }
+        let (Some(input), Some(conn)) = (st.input.as_ref(), st.conn.as_mut()) else {
+            return;
+        };
+        st.ended = true;
+        let end = EndOfStream {
+            pts_ns: 0,
+            sequence: st.sequence,
+        };
+        let meta = Meta::new(st.settings.stream, input.kind());
+        match conn.producer.send(&end.to_bytes(), meta) {
+            Ok(()) => gst::info!(
+                CAT,
+                imp = self,
+                "end of stream {} written",
+                st.settings.stream
+            ),
+            Err(e) => gst::warning!(CAT, imp = self, "end of stream not written: {e}"),
+        }
     }
 }
 
@@ -141,23 +362,33 @@ impl ObjectSubclass for ShmRingSink {
 impl ObjectImpl for ShmRingSink {
     fn properties() -> &'static [glib::ParamSpec] {
         static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
-            let mut props = ring::properties("write into", false);
+            let mut props = ring::properties(
+                "write into",
+                ". The sink waits for the ring: it does not create it (its consumer does, and sizes it); until it exists, or while it has no consumer, buffers are dropped at once (see wait-for-consumer)",
+                false,
+            );
             props.extend([
                 glib::ParamSpecUInt::builder("stream")
                     .nick("Stream")
-                    .blurb("Stream id written in every record (give each producer of a ring its own)")
+                    .blurb("Stream id written in every record (give each producer of a ring its own: the consumer warns when two interleave)")
                     .default_value(0)
                     .mutable_ready()
                     .build(),
                 glib::ParamSpecEnum::builder_with_default("full-policy", FullMode::Block)
                     .nick("Full policy")
-                    .blurb("What to do when the ring is full")
+                    .blurb("What to do when the ring is full (with a consumer attached; without one, buffers are dropped at once)")
                     .mutable_ready()
                     .build(),
                 glib::ParamSpecUInt::builder("timeout")
                     .nick("Timeout")
                     .blurb("Milliseconds to wait for room with full-policy=block before dropping; 0: the library's default")
                     .default_value(0)
+                    .mutable_ready()
+                    .build(),
+                glib::ParamSpecBoolean::builder("wait-for-consumer")
+                    .nick("Wait for consumer")
+                    .blurb("While the ring does not exist or has no consumer: false drops each buffer at once (counted, one warning: right for live sources); true waits for the consumer (a non-live source then loses nothing)")
+                    .default_value(false)
                     .mutable_ready()
                     .build(),
                 glib::ParamSpecUInt64::builder("committed")
@@ -177,7 +408,7 @@ impl ObjectImpl for ShmRingSink {
                     .build(),
                 glib::ParamSpecUInt64::builder("dropped")
                     .nick("Dropped")
-                    .blurb("Buffers dropped because the ring was full or had no consumer")
+                    .blurb("Buffers dropped: the ring was full, not there yet, or had no consumer")
                     .read_only()
                     .build(),
             ]);
@@ -191,10 +422,12 @@ impl ObjectImpl for ShmRingSink {
         if s.location.set_property(pspec.name(), value) {
             return;
         }
+        const CHECKED: &str = "type checked upstream";
         match pspec.name() {
-            "stream" => s.stream = value.get().expect("type checked upstream"),
-            "full-policy" => s.full = value.get().expect("type checked upstream"),
-            "timeout" => s.timeout_ms = value.get().expect("type checked upstream"),
+            "stream" => s.stream = value.get().expect(CHECKED),
+            "full-policy" => s.full = value.get().expect(CHECKED),
+            "timeout" => s.timeout_ms = value.get().expect(CHECKED),
+            "wait-for-consumer" => s.wait_for_consumer = value.get().expect(CHECKED),
             other => gst::warning!(CAT, imp = self, "no writable property {other}"),
         }
     }
@@ -209,6 +442,7 @@ impl ObjectImpl for ShmRingSink {
             "stream" => s.stream.to_value(),
             "full-policy" => s.full.to_value(),
             "timeout" => s.timeout_ms.to_value(),
+            "wait-for-consumer" => s.wait_for_consumer.to_value(),
             "committed" => c.committed.load(Ordering::Relaxed).to_value(),
             "in-place" => c.in_place.load(Ordering::Relaxed).to_value(),
             "copies" => c.copies.load(Ordering::Relaxed).to_value(),
@@ -236,7 +470,7 @@ impl ElementImpl for ShmRingSink {
             gst::subclass::ElementMetadata::new(
                 "shmring sink",
                 "Sink/Video/Audio",
-                "Writes raw video and audio into a shmring ring, with caps and timestamps in every record; upstream may write frames in place through its buffer pool",
+                "Writes raw video and audio into a shmring ring, with caps, frame rate and timestamps in every record and an end-of-stream record at EOS; upstream may write frames in place through its buffer pool. Waits for the ring (its consumer creates it)",
                 "shmring",
             )
         });
@@ -268,34 +502,56 @@ impl ElementImpl for ShmRingSink {
 
 impl BaseSinkImpl for ShmRingSink {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
-        let s = lock(&self.settings).clone();
-        let what = s.location.describe();
-        let seg = s
-            .location
-            .open_for("shmringsink", gst::ResourceError::OpenWrite)?;
-        let mut producer = seg.producer().map_err(|e| {
-            gst::error_msg!(
-                gst::ResourceError::OpenWrite,
-                ("shmringsink: cannot write into ring {}: {}", what, e)
-            )
-        })?;
-        let policy = Self::policy(&s, &producer);
-        producer.set_policy(policy);
-        *lock(&self.state) = Some(State {
-            seg,
-            producer,
+        let settings = lock(&self.settings).clone();
+        let what = settings.location.describe();
+        if settings.location.fd < 0 && settings.location.name.as_deref().is_none_or(str::is_empty) {
+            return Err(gst::error_msg!(
+                gst::ResourceError::Settings,
+                ("shmringsink: no ring: set the ring property (a name) or fd")
+            ));
+        }
+        let conn = Self::connect(&settings)?;
+        match &conn {
+            Some(_) => gst::info!(CAT, imp = self, "writing into ring {what}"),
+            None => gst::info!(
+                CAT,
+                imp = self,
+                "ring {what} is not there yet: waiting for it"
+            ),
+        }
+        *lock(&self.state) = State::Started(Box::new(Started {
+            tried: Some(Instant::now()),
+            settings,
+            conn,
             input: None,
-            pool: None,
             sequence: 0,
-            stream: s.stream,
-        });
-        gst::info!(CAT, imp = self, "writing into ring {what}");
+            warned: None,
+            ended: false,
+        }));
+        self.flushing.store(false, Ordering::Release);
         Ok(())
     }
 
     fn stop(&self) -> Result<(), gst::ErrorMessage> {
-        *lock(&self.state) = None;
+        *lock(&self.state) = State::Stopped;
         Ok(())
+    }
+
+    fn unlock(&self) -> Result<(), gst::ErrorMessage> {
+        self.flushing.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn unlock_stop(&self) -> Result<(), gst::ErrorMessage> {
+        self.flushing.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    fn event(&self, event: gst::Event) -> bool {
+        if let gst::EventView::Eos(_) = event.view() {
+            self.end_stream();
+        }
+        self.parent_event(event)
     }
 
     fn caps(&self, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
@@ -329,15 +585,25 @@ impl BaseSinkImpl for ShmRingSink {
         let input = match Input::from_caps(caps) {
             Ok(i) => i,
             Err(e) => {
-                gst::element_imp_error!(self, gst::CoreError::Negotiation, ("shmringsink: {}", e));
+                // Upstream may offer the same caps again: say it once.
+                let mut refused = lock(&self.refused);
+                if refused.as_ref() != Some(caps) {
+                    *refused = Some(caps.clone());
+                    gst::element_imp_error!(
+                        self,
+                        gst::CoreError::Negotiation,
+                        ("shmringsink: {}", e)
+                    );
+                }
                 return Err(gst::loggable_error!(CAT, "shmringsink: {}", e));
             }
         };
         let mut guard = lock(&self.state);
-        let st = guard
-            .as_mut()
-            .ok_or_else(|| gst::loggable_error!(CAT, "shmringsink: caps before start"))?;
+        let State::Started(st) = &mut *guard else {
+            return Err(gst::loggable_error!(CAT, "shmringsink: caps before start"));
+        };
         st.input = Some(input);
+        st.ended = false;
         Ok(())
     }
 
@@ -351,61 +617,77 @@ impl BaseSinkImpl for ShmRingSink {
         let Ok(input) = Input::from_caps(&caps) else {
             return Ok(());
         };
+        if !input.is_video() {
+            // Audio is small and copied: no pool, and no video meta to offer.
+            return Ok(());
+        }
         query.add_allocation_meta::<gst_video::VideoMeta>(None);
-        if !input.is_video() || !need_pool {
+        if !need_pool {
             return Ok(());
         }
         let size = input.frame_size();
-        let s = lock(&self.settings).clone();
         let mut guard = lock(&self.state);
-        let Some(st) = guard.as_mut() else {
+        let State::Started(st) = &mut *guard else {
             return Ok(());
         };
-        let reuse = st
+        let Some(conn) = st.conn.as_mut() else {
+            // No ring yet: upstream allocates its own buffers (copied later).
+            return Ok(());
+        };
+        let reuse = conn
             .pool
             .as_ref()
             .filter(|(c, _, _)| *c == caps)
-            .map(|(_, _, p)| p.clone());
-        let pool = match reuse {
+            .map(|(_, core, p)| (p.clone(), core.max_buffers()));
+        let (pool, max) = match reuse {
             Some(p) => p,
             None => {
-                let policy = Self::policy(&s, &st.producer);
-                let core = match Core::new(&st.seg, POOL_BUFFERS, policy) {
+                let core = match Core::new(&conn.seg, size, policy(&st.settings, &conn.producer)) {
                     Ok(c) => Arc::new(c),
                     Err(e) => {
                         gst::warning!(CAT, imp = self, "no pool, buffers will be copied: {e}");
                         return Ok(());
                     }
                 };
+                let max = core.max_buffers();
                 let pool = RingPool::new(core.clone());
                 let mut config = pool.config();
-                config.set_params(Some(&caps), size as u32, 0, POOL_BUFFERS as u32);
+                config.set_params(Some(&caps), size as u32, 0, max as u32);
                 pool.set_config(config)
                     .map_err(|e| gst::loggable_error!(CAT, "shmringsink: pool config: {}", e))?;
-                st.pool = Some((caps.clone(), core, pool.clone()));
-                pool
+                conn.pool = Some((caps.clone(), core, pool.clone()));
+                (pool, max)
             }
         };
-        query.add_allocation_pool(Some(&pool), size as u32, 0, POOL_BUFFERS as u32);
+        query.add_allocation_pool(Some(&pool), size as u32, 0, max as u32);
         Ok(())
     }
 
     fn render(&self, buffer: &gst::Buffer) -> Result<gst::FlowSuccess, gst::FlowError> {
         let capture = self.capture_ns(buffer);
         let mut guard = lock(&self.state);
-        let Some(st) = guard.as_mut() else {
+        let State::Started(st) = &mut *guard else {
             return Err(gst::FlowError::Flushing);
         };
-        let Some(input) = st.input.as_ref() else {
+        let Some(input) = st.input.clone() else {
             return Err(gst::FlowError::NotNegotiated);
         };
+        // Every buffer takes a number, written or not: a dropped one is a gap the
+        // consumer sees.
+        let sequence = st.sequence;
+        st.sequence += 1;
+        let stream = st.settings.stream;
+        if !self.ready(st)? {
+            return self.drop_counted(&"no ring or no consumer");
+        }
+        let conn = st.conn.as_mut().expect("ready");
         let size = buffer.size();
         let pts = buffer.pts().map(|t| t.nseconds()).unwrap_or(0);
         let hd = match input.header(
             size,
             buffer.meta::<gst_video::VideoMeta>().as_deref(),
             pts,
-            st.sequence,
+            sequence,
         ) {
             Ok(h) => h,
             Err(e) => {
@@ -414,19 +696,14 @@ impl BaseSinkImpl for ShmRingSink {
             }
         };
         let meta = Meta {
-            stream: st.stream,
-            kind: if input.is_video() {
-                kind::VIDEO
-            } else {
-                kind::AUDIO
-            },
+            stream,
+            kind: input.kind(),
             timestamp_ns: capture,
             flags: 0,
         };
-        st.sequence += 1;
         // In place: the buffer is one of our pool's reservations, and nobody else
         // holds it (after the commit the ring's consumer owns those bytes).
-        if let Some((_, core, _)) = st.pool.as_ref() {
+        if let Some((_, core, _)) = conn.pool.as_ref() {
             if buffer.n_memory() == 1 && buffer.is_writable() {
                 let mem = buffer.peek_memory(0);
                 if let Ok(map) = mem.map_readable() {
@@ -437,9 +714,7 @@ impl BaseSinkImpl for ShmRingSink {
                             return Ok(gst::FlowSuccess::Ok);
                         }
                         Ok(false) => {}
-                        Err(e @ (Error::Abandoned { .. } | Error::NoConsumer(_))) => {
-                            return self.drop_counted(&e)
-                        }
+                        Err(e) if is_drop(&e) => return self.drop_counted(&e),
                         Err(e) => {
                             gst::element_imp_error!(
                                 self,
@@ -453,12 +728,10 @@ impl BaseSinkImpl for ShmRingSink {
             }
         }
         // One copy.
-        let policy = st.producer.policy();
-        let r = match st.producer.reserve_raw(MEDIA_HEADER_SIZE + size, policy) {
+        let policy = conn.producer.policy();
+        let r = match conn.producer.reserve_raw(MEDIA_HEADER_SIZE + size, policy) {
             Ok(r) => r,
-            Err(e @ (Error::Full { .. } | Error::Timeout { .. } | Error::NoConsumer(_))) => {
-                return self.drop_counted(&e)
-            }
+            Err(e) if is_drop(&e) => return self.drop_counted(&e),
             Err(e) => {
                 gst::element_imp_error!(self, gst::ResourceError::Write, ("shmringsink: {}", e));
                 return Err(gst::FlowError::Error);
@@ -474,7 +747,7 @@ impl BaseSinkImpl for ShmRingSink {
             }
         });
         if copied.is_err() {
-            st.producer.abort_raw();
+            conn.producer.abort_raw();
             gst::element_imp_error!(
                 self,
                 gst::ResourceError::Read,
@@ -482,7 +755,7 @@ impl BaseSinkImpl for ShmRingSink {
             );
             return Err(gst::FlowError::Error);
         }
-        match st.producer.commit_raw(MEDIA_HEADER_SIZE + size, meta) {
+        match conn.producer.commit_raw(MEDIA_HEADER_SIZE + size, meta) {
             Ok(()) => {
                 self.counters.committed.fetch_add(1, Ordering::Relaxed);
                 self.counters.copies.fetch_add(1, Ordering::Relaxed);

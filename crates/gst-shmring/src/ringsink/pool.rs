@@ -2,14 +2,20 @@
 //! ring, so upstream writes the frame in place and the sink's `render` only writes
 //! the media header and commits.
 //!
-//! A producer holds at most one open reservation, so the pool owns a fixed set of
-//! producers, one per buffer it can have outstanding. A buffer's memory remembers
-//! its producer; when the buffer is freed, the producer is free again (an
-//! uncommitted reservation is aborted then: upstream dropped the buffer). When every
-//! producer is busy, or the ring has no room, the pool hands out an ordinary buffer
+//! A producer holds at most one open reservation, so the pool owns a set of
+//! producers, one per buffer it can have outstanding, attached as they are first
+//! needed, up to as many frames as half the ring holds (at most
+//! [`MAX_BUFFERS`]). A buffer's memory remembers its producer; when the buffer is
+//! freed, the producer is free again (an uncommitted reservation is aborted then:
+//! upstream dropped the buffer). When every producer is busy, `acquire` waits for
+//! one, as a pool of fixed size does: so a `queue` before the sink holds pool
+//! buffers only, and every frame is written in place. When the ring has no room,
+//! no consumer, or the caller may not wait, the pool hands out an ordinary buffer
 //! instead, which `render` copies (and counts).
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Duration;
 
 use gst::glib;
 use gst::subclass::prelude::*;
@@ -27,38 +33,108 @@ struct Slot {
     open: Option<usize>,
 }
 
+/// Most buffers (producers) a pool hands out at once.
+pub const MAX_BUFFERS: usize = 16;
+
 /// The producers behind one pool.
 pub struct Core {
+    seg: Arc<Segment>,
     slots: Mutex<Vec<Slot>>,
+    /// A slot became free (a buffer was freed), or the pool is flushing.
+    freed: Condvar,
+    max: usize,
     policy: FullPolicy,
+    /// The ring has no consumer (the sink says so): reserve without waiting.
+    no_consumer: AtomicBool,
+    flushing: AtomicBool,
 }
 
 impl Core {
-    /// `buffers` producers on `seg`, reserving with `policy`.
-    pub fn new(seg: &Arc<Segment>, buffers: usize, policy: FullPolicy) -> Result<Core, Error> {
-        let mut slots = Vec::with_capacity(buffers);
-        for _ in 0..buffers {
-            slots.push(Slot {
-                producer: Some(seg.producer()?),
-                busy: false,
-                open: None,
-            });
-        }
+    /// A pool core on `seg` for frames of `frame` bytes, reserving with `policy`:
+    /// up to as many buffers as half the ring holds (2 to [`MAX_BUFFERS`]).
+    pub fn new(seg: &Arc<Segment>, frame: usize, policy: FullPolicy) -> Result<Core, Error> {
+        let half = seg.geometry().capacity as usize / 2;
+        let max = (half / (frame + MEDIA_HEADER_SIZE + 64).max(1)).clamp(2, MAX_BUFFERS);
+        // One producer now: the ring must take one.
+        let first = Slot {
+            producer: Some(seg.producer()?),
+            busy: false,
+            open: None,
+        };
+        let mut slots = Vec::with_capacity(max);
+        slots.push(first);
         Ok(Core {
+            seg: seg.clone(),
             slots: Mutex::new(slots),
+            freed: Condvar::new(),
+            max,
             policy,
+            no_consumer: AtomicBool::new(false),
+            flushing: AtomicBool::new(false),
         })
     }
 
+    /// Buffers the pool hands out at most.
+    pub fn max_buffers(&self) -> usize {
+        self.max
+    }
+
+    /// The sink found the ring without (or again with) a consumer.
+    pub fn set_no_consumer(&self, gone: bool) {
+        // Relaxed: a hint for how long to wait; the reservation itself is checked.
+        self.no_consumer.store(gone, Ordering::Relaxed);
+    }
+
+    fn set_flushing(&self, flushing: bool) {
+        self.flushing.store(flushing, Ordering::Release);
+        let _g = lock(&self.slots);
+        self.freed.notify_all();
+    }
+
+    /// A free slot, attaching a producer for it if the pool may grow; waiting for
+    /// a buffer to be freed (`wait`) otherwise. `None`: none (flushing, may not
+    /// wait, or the ring takes no more producers).
+    fn take_slot(&self, wait: bool) -> Option<(usize, Producer)> {
+        let mut slots = lock(&self.slots);
+        loop {
+            if self.flushing.load(Ordering::Acquire) {
+                return None;
+            }
+            if let Some(idx) = slots.iter().position(|s| !s.busy && s.producer.is_some()) {
+                slots[idx].busy = true;
+                return Some((idx, slots[idx].producer.take().expect("checked above")));
+            }
+            if slots.len() < self.max {
+                if let Ok(p) = self.seg.producer() {
+                    slots.push(Slot {
+                        producer: None,
+                        busy: true,
+                        open: None,
+                    });
+                    return Some((slots.len() - 1, p));
+                }
+            }
+            if !wait {
+                return None;
+            }
+            // Woken when a buffer is freed; the timeout only bounds a missed wake.
+            slots = self
+                .freed
+                .wait_timeout(slots, Duration::from_millis(100))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
     /// A reservation for `size` bytes of frame (plus the header), or `None`.
-    fn reserve(self: &Arc<Self>, size: usize) -> Option<Chunk> {
-        let (idx, mut producer) = {
-            let mut slots = lock(&self.slots);
-            let idx = slots.iter().position(|s| !s.busy && s.producer.is_some())?;
-            slots[idx].busy = true;
-            (idx, slots[idx].producer.take().expect("checked above"))
+    fn reserve(self: &Arc<Self>, size: usize, wait: bool) -> Option<Chunk> {
+        let (idx, mut producer) = self.take_slot(wait)?;
+        let policy = if self.no_consumer.load(Ordering::Relaxed) {
+            FullPolicy::Fail
+        } else {
+            self.policy
         };
-        let r = producer.reserve_raw(MEDIA_HEADER_SIZE + size, self.policy);
+        let r = producer.reserve_raw(MEDIA_HEADER_SIZE + size, policy);
         let mut slots = lock(&self.slots);
         let slot = &mut slots[idx];
         slot.producer = Some(producer);
@@ -75,6 +151,7 @@ impl Core {
             }
             Err(_) => {
                 slot.busy = false;
+                self.freed.notify_one();
                 None
             }
         }
@@ -118,6 +195,7 @@ impl Core {
             }
         }
         slot.busy = false;
+        self.freed.notify_one();
     }
 }
 
@@ -165,7 +243,7 @@ impl RingPool {
 
 mod imp {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicUsize;
 
     #[derive(Default)]
     pub struct RingPool {
@@ -194,23 +272,44 @@ mod imp {
 
         fn start(&self) -> bool {
             // Nothing to preallocate: reservations are made per acquire.
+            if let Some(c) = self.core.get() {
+                c.set_flushing(false);
+            }
             true
         }
 
         fn stop(&self) -> bool {
+            if let Some(c) = self.core.get() {
+                c.set_flushing(true);
+            }
             true
+        }
+
+        fn flush_start(&self) {
+            if let Some(c) = self.core.get() {
+                c.set_flushing(true);
+            }
+        }
+
+        fn flush_stop(&self) {
+            if let Some(c) = self.core.get() {
+                c.set_flushing(false);
+            }
         }
 
         fn acquire_buffer(
             &self,
-            _params: Option<&gst::BufferPoolAcquireParams>,
+            params: Option<&gst::BufferPoolAcquireParams>,
         ) -> Result<gst::Buffer, gst::FlowError> {
             let size = self.size.load(Ordering::Acquire);
-            let chunk = self.core.get().and_then(|c| c.reserve(size));
+            let wait =
+                !params.is_some_and(|p| p.flags().contains(gst::BufferPoolAcquireFlags::DONTWAIT));
+            let chunk = self.core.get().and_then(|c| c.reserve(size, wait));
             let mut buffer = gst::Buffer::new();
             let mem = match chunk {
                 Some(chunk) => gst::Memory::from_mut_slice(chunk),
-                // Every producer busy or no room: an ordinary buffer, copied later.
+                // No room, no consumer, flushing or may not wait: an ordinary
+                // buffer, copied later (or dropped).
                 None => gst::Memory::with_size(size),
             };
             buffer

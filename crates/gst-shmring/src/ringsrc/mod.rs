@@ -6,7 +6,8 @@ use gst::prelude::*;
 
 mod imp;
 
-pub use imp::{KindFilter, Mode, TimestampMode};
+pub use crate::reader::{Mode, TimestampMode};
+pub use imp::KindFilter;
 
 glib::wrapper! {
     /// The `shmringsrc` element.

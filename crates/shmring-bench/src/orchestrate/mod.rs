@@ -399,6 +399,7 @@ fn wire(t: Transport, size: usize, producers: u32, plan: &Plan) -> Result<Wiring
         }
         Transport::Wakeup => Wiring::Page(crate::wakeup::page().map_err(io)?),
         Transport::Floor
+        | Transport::Floor2Core
         | Transport::Shmring
         | Transport::ShmringCopy
         | Transport::ShmringBudget
@@ -463,6 +464,9 @@ fn run_one(
     }
     if let Some(n) = plan.corrupt_every {
         common.extend(["--corrupt-every".into(), n.to_string()]);
+    }
+    if plan.huge_pages {
+        common.push("--huge-pages".into());
     }
     let mut stats = None;
     let res = drive(
@@ -540,7 +544,7 @@ fn drive(
     // (role, worker): producers first, the consumer last.
     let mut workers: Vec<(String, Worker)> = Vec::new();
     let mut ring = None;
-    if t == Transport::Floor {
+    if t.is_floor() {
         workers.push((
             "floor".into(),
             Worker::spawn(&args("floor", vec![])).map_err(fail)?,

@@ -115,6 +115,9 @@ pub(super) fn add_ratios(rows: &mut [Row]) {
         let floor = find(&snapshot, Transport::Floor, &r.workload, &r.mode);
         r.cpu_vs_floor = floor.map(|f| r.cpu_s_per_gib / f);
         r.cpu_s_per_gib_above_floor = floor.map(|f| r.cpu_s_per_gib - f);
+        let two = find(&snapshot, Transport::Floor2Core, &r.workload, &r.mode);
+        r.cpu_vs_floor_2core = two.map(|f| r.cpu_s_per_gib / f);
+        r.cpu_s_per_gib_above_floor_2core = two.map(|f| r.cpu_s_per_gib - f);
     }
 }
 
@@ -254,6 +257,7 @@ fn columns(meeting: bool, repeated: bool) -> Vec<Col> {
     c.extend([
         col("xshmring", 8, |r| opt(r.cpu_vs_shmring, 2)),
         col("xfloor", 6, |r| opt(r.cpu_vs_floor, 2)),
+        col("x2core", 6, |r| opt(r.cpu_vs_floor_2core, 2)),
         col("above floor", 11, |r| opt(r.cpu_s_per_gib_above_floor, 3)),
         col("CPU%", 6, |r| {
             if r.frame_bytes == 0 && r.mode != "rated" {
@@ -374,6 +378,12 @@ pub(super) fn print_table(rows: &[Row], rate: f64, participants: u32) {
                 "  above floor: CPU s/GiB minus floor's (the same writing and reading, one process, no transport)"
             );
         }
+        if group.iter().any(|r| r.is(Transport::Floor2Core)) {
+            println!(
+                "  x2core: CPU s/GiB over {}'s (the same writing and reading by two threads of one process pinned to two cores, each record handed over by pointer with a futex wake: the limit of any zero-copy transport between processes)",
+                Transport::Floor2Core.name()
+            );
+        }
         if group.iter().any(|r| r.is(Transport::ShmringBudget)) {
             println!(
                 "  shmring-budget: shmring whose consumer lets a record wait up to {} ms (ConsumerOptions::latency_budget): one wake-up serves many records",
@@ -444,14 +454,19 @@ mod tests {
             run(0.2, 1.0, None),
             run(0.5, 1.0, None),
             run(0.1, 1.0, None),
+            run(0.16, 1.0, None),
         ];
         rows[1].transport = Transport::Uds.name().into();
         rows[2].transport = Transport::Floor.name().into();
+        rows[3].transport = Transport::Floor2Core.name().into();
         add_ratios(&mut rows);
         let close = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-9);
         assert!(close(rows[1].cpu_vs_shmring, 2.5));
         assert!(close(rows[1].cpu_vs_floor, 5.0));
         assert!(close(rows[1].cpu_s_per_gib_above_floor, 0.4));
         assert!(close(rows[0].cpu_s_per_gib_above_floor, 0.1));
+        assert!(close(rows[0].cpu_vs_floor_2core, 1.25));
+        assert!(close(rows[1].cpu_s_per_gib_above_floor_2core, 0.34));
+        assert!(close(rows[2].cpu_vs_floor_2core, 0.625));
     }
 }

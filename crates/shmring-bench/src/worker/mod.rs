@@ -37,6 +37,7 @@ pub fn worker_main(args: &[String]) -> i32 {
         (T::Iceoryx2, role) if a.meeting.is_some() => crate::ice::meeting(&a, role),
         (_, role) if a.meeting.is_some() => crate::meeting::worker(&a, role),
         (T::Floor, _) => floor::run(&a),
+        (T::Floor2Core, _) => crate::twocore::run(&a),
         (t, Role::Producer) if t.is_ring() => ring::producer(&a),
         (t, Role::Consumer) if t.is_ring() => ring::consumer(&a),
         (T::UdsTwoReaders, Role::Producer) => fd_args(&a).and_then(|mut fds| {

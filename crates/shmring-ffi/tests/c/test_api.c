@@ -359,6 +359,61 @@ static void test_media_parse_for(void) {
     CHECK_MSG("0 channels");
 }
 
+/* Frame rate, automatic numbering and the end of a stream, across the ring. */
+static void test_rate_numbering_and_end_of_stream(void) {
+    shmring_segment *s = make_ring(1u << 20);
+    shmring_consumer *c = NULL;
+    shmring_producer *p = NULL;
+    CHECK_ST(shmring_consumer_attach(s, NULL, &c), SHMRING_OK);
+    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    for (int i = 0; i < 3; i++) {
+        shmring_media_header h;
+        CHECK_ST(shmring_media_video(SHMRING_FORMAT_I420, 64, 32, 1000 + i, SHMRING_SEQUENCE_AUTO,
+                                     &h), SHMRING_OK);
+        CHECK(h.fps_num == 0 && h.fps_den == 1); /* variable until set */
+        h.fps_num = 30000;
+        h.fps_den = 1001;
+        size_t len = 0;
+        CHECK_ST(shmring_media_payload_len(&h, &len), SHMRING_OK);
+        shmring_reservation r;
+        CHECK_ST(shmring_producer_reserve(p, len, &r), SHMRING_OK);
+        CHECK_ST(shmring_media_write(&h, r.data, r.len), SHMRING_OK);
+        shmring_meta m = {.stream = 4, .kind = SHMRING_KIND_VIDEO};
+        CHECK_ST(shmring_producer_commit(p, &m), SHMRING_OK);
+    }
+    CHECK_ST(shmring_producer_end_stream(p, 4, SHMRING_KIND_RAW), SHMRING_ERR_INVALID_ARGUMENT);
+    CHECK_ST(shmring_producer_end_stream(p, 4, SHMRING_KIND_VIDEO), SHMRING_OK);
+    for (uint64_t i = 0; i < 4; i++) {
+        shmring_frame f;
+        CHECK_ST(shmring_consumer_next(c, 0, &f), SHMRING_OK);
+        shmring_media_header g;
+        CHECK_ST(shmring_media_read(f.meta.kind, f.data, f.len, &g), SHMRING_OK);
+        CHECK(g.sequence == i); /* numbered by the producer: 0, 1, 2, then the end */
+        if (i < 3) {
+            CHECK(g.flags == 0 && g.fps_num == 30000 && g.fps_den == 1001 && g.planes == 3);
+        } else {
+            CHECK(g.flags == SHMRING_MEDIA_END_OF_STREAM && g.planes == 0 && g.format == 0);
+            CHECK_ST(shmring_media_parse_for(f.meta.kind, f.data, f.len, &g), SHMRING_ERR_MEDIA);
+            CHECK_MSG("end-of-stream");
+        }
+        CHECK_ST(shmring_consumer_release(c, &f), SHMRING_OK);
+    }
+    /* A rate the core refuses, and an end of stream built by hand, are not written. */
+    shmring_media_header h;
+    CHECK_ST(shmring_media_video(SHMRING_FORMAT_I420, 64, 32, 0, 0, &h), SHMRING_OK);
+    uint8_t buf[128 + 64 * 32 * 2];
+    h.fps_num = 30;
+    h.fps_den = 0;
+    CHECK_ST(shmring_media_write(&h, buf, sizeof buf), SHMRING_ERR_MEDIA);
+    CHECK_MSG("frame rate");
+    h.fps_den = 1;
+    h.flags = SHMRING_MEDIA_END_OF_STREAM;
+    CHECK_ST(shmring_media_write(&h, buf, sizeof buf), SHMRING_ERR_MEDIA);
+    CHECK_ST(shmring_producer_close(p), SHMRING_OK);
+    CHECK_ST(shmring_consumer_close(c), SHMRING_OK);
+    CHECK_ST(shmring_segment_close(s), SHMRING_OK);
+}
+
 static void test_fd_passing(void) {
     int sv[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
@@ -576,6 +631,7 @@ int main(void) {
     RUN(test_descriptors);
     RUN(test_media_errors);
     RUN(test_media_parse_for);
+    RUN(test_rate_numbering_and_end_of_stream);
     RUN(test_fd_passing);
     RUN(test_concurrent_use_is_refused);
     RUN(test_named_ring_and_info);

@@ -1,0 +1,422 @@
+//! The pipelines people write first, run as they write them: `gst-launch-1.0`
+//! processes finding the plugin through `GST_PLUGIN_PATH` (a directory holding it
+//! alone), default encoders, framerate caps, muxers; every file written is
+//! checked with ffprobe. And a ring's media carried to a ring and a recording on
+//! another host, over RTP/UDP between two network namespaces.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::RingName;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// A directory holding the plugin alone, and a registry of its own, as a user's
+/// `GST_PLUGIN_PATH` would (the build's cdylib, next to this test).
+struct PluginDir(tempfile::TempDir);
+
+impl PluginDir {
+    fn new() -> PluginDir {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let exe = std::env::current_exe().expect("the test's path");
+        let built = exe
+            .parent()
+            .into_iter()
+            .flat_map(|d| [d.join("libgstshmring.so"), d.join("../libgstshmring.so")])
+            .find(|p| p.exists())
+            .expect("the plugin is built beside the tests (cargo test -p gst-shmring)");
+        std::fs::copy(&built, dir.path().join("libgstshmring.so")).expect("plugin copied");
+        PluginDir(dir)
+    }
+
+    /// `gst-launch-1.0 -e ARGS` (EOS on interrupt), as a user runs it, with `env`.
+    fn launch(&self, desc: &str, wrap: &[&str]) -> Proc {
+        let mut cmd = if wrap.is_empty() {
+            Command::new("gst-launch-1.0")
+        } else {
+            let mut c = Command::new(wrap[0]);
+            c.args(&wrap[1..]).arg("gst-launch-1.0");
+            c
+        };
+        cmd.arg("-e")
+            .args(desc.split_whitespace())
+            .env("GST_PLUGIN_PATH", self.0.path())
+            .env("GST_REGISTRY", self.0.path().join("registry.bin"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        Proc(Some(
+            cmd.spawn()
+                .expect("gst-launch-1.0 runs (install gstreamer1.0-tools)"),
+        ))
+    }
+}
+
+/// A gst-launch-1.0 process, killed and reaped on drop.
+struct Proc(Option<Child>);
+
+impl Proc {
+    /// Waits for the end (failing after LIMIT): success and the output.
+    fn finish(mut self) -> (bool, String) {
+        let mut child = self.0.take().expect("running");
+        let start = Instant::now();
+        let ok = loop {
+            if let Some(s) = child.try_wait().expect("wait") {
+                break s.success();
+            }
+            if start.elapsed() > LIMIT {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("gst-launch-1.0 still running after {LIMIT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let out = child.wait_with_output().expect("output");
+        (
+            ok,
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    }
+
+    /// SIGINT (gst-launch-1.0 -e then sends EOS and ends).
+    fn interrupt(&self) {
+        if let Some(c) = &self.0 {
+            let _ = Command::new("kill")
+                .args(["-INT", &c.id().to_string()])
+                .status();
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn wrap(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// ffprobe of a file: (codec, frames decoded, frame rate) per stream, video first.
+fn probe(path: &Path) -> Vec<(String, u64, String)> {
+    let out = Command::new("ffprobe")
+        .args(["-v", "error", "-count_frames"])
+        .args([
+            "-show_entries",
+            "stream=codec_type,codec_name,nb_read_frames,r_frame_rate",
+            "-of",
+            "csv=p=0",
+        ])
+        .arg(path)
+        .output()
+        .expect("ffprobe runs (install ffmpeg)");
+    assert!(
+        out.status.success(),
+        "ffprobe {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut s: Vec<(String, String, u64, String)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (
+                f[1].to_string(),
+                f[0].to_string(),
+                f.get(3).and_then(|v| v.parse().ok()).unwrap_or(0),
+                f.get(2).unwrap_or(&"").to_string(),
+            )
+        })
+        .collect();
+    s.sort_by_key(|(t, ..)| t != "video");
+    s.into_iter().map(|(_, c, n, r)| (c, n, r)).collect()
+}
+
+fn wait_for_ring(ring: &RingName) {
+    let start = Instant::now();
+    while !ring.exists() {
+        assert!(start.elapsed() < LIMIT, "ring {} never created", ring.0);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn file(dir: &Path, name: &str) -> PathBuf {
+    dir.join(name)
+}
+
+/// The issue's blocker and what users write around it: x264enc with its defaults
+/// into matroskamux; framerate caps and avimux; a video-only recording of a ring
+/// that also carries audio; a consumer started long before its producer.
+#[test]
+fn first_pipelines_as_users_write_them() {
+    let plugin = PluginDir::new();
+    let dir = tempfile::tempdir().unwrap();
+    let video =
+        "videotestsrc num-buffers=90 ! video/x-raw,format=I420,width=640,height=360,framerate=30/1";
+    let cases: [(&str, String, String, u64); 3] = [
+        (
+            "x264enc defaults ! matroskamux",
+            "queue ! x264enc ! h264parse ! matroskamux".into(),
+            "out.mkv".into(),
+            90,
+        ),
+        (
+            "framerate caps ! avimux",
+            "video/x-raw,framerate=30/1 ! avimux".into(),
+            "out.avi".into(),
+            90,
+        ),
+        (
+            "video-only recording of an A/V ring",
+            "videoconvert ! x264enc tune=zerolatency ! mp4mux".into(),
+            "out.mp4".into(),
+            90,
+        ),
+    ];
+    for (what, chain, name, frames) in cases {
+        let ring = RingName::new("launch");
+        let path = file(dir.path(), &name);
+        let consumer = plugin.launch(
+            &format!(
+                "shmringsrc ring={} create=true ! {chain} ! filesink location={}",
+                ring.0,
+                path.display()
+            ),
+            &[],
+        );
+        wait_for_ring(&ring);
+        let audio = if what.contains("A/V") {
+            format!(
+                " audiotestsrc num-buffers=300 samplesperbuffer=480 ! audio/x-raw,rate=48000,channels=2 ! shmringsink ring={} stream=1",
+                ring.0
+            )
+        } else {
+            String::new()
+        };
+        let producer = plugin.launch(
+            &format!("{video} ! shmringsink ring={}{audio}", ring.0),
+            &[],
+        );
+        let (ok, out) = producer.finish();
+        assert!(ok, "{what}: producer: {out}");
+        // The producer's end of stream ends the consumer's recording.
+        let (ok, out) = consumer.finish();
+        assert!(ok, "{what}: consumer: {out}");
+        let p = probe(&path);
+        eprintln!("{what}: {} {p:?}", path.display());
+        assert_eq!(p[0].1, frames, "{what}: every frame: {p:?}");
+        assert_eq!(p[0].2, "30/1", "{what}: the producer's frame rate: {p:?}");
+    }
+    // A consumer started long before its producer (eos-after counts from the
+    // last producer, not from the start).
+    let ring = RingName::new("early");
+    let path = file(dir.path(), "early.mp4");
+    let consumer = plugin.launch(
+        &format!(
+            "shmringsrc ring={} create=true eos-after=1000 ! videoconvert ! x264enc tune=zerolatency ! mp4mux ! filesink location={}",
+            ring.0,
+            path.display()
+        ),
+        &[],
+    );
+    wait_for_ring(&ring);
+    std::thread::sleep(Duration::from_millis(2500));
+    let producer = plugin.launch(
+        &format!(
+            "videotestsrc num-buffers=60 ! video/x-raw,format=I420,width=320,height=240,framerate=30/1 ! shmringsink ring={}",
+            ring.0
+        ),
+        &[],
+    );
+    assert!(producer.finish().0);
+    let (ok, out) = consumer.finish();
+    assert!(ok, "{out}");
+    assert_eq!(probe(&path)[0].1, 60);
+}
+
+/// One gst-launch-1.0 line records a two-participant meeting: a pad per stream
+/// id and kind, each participant's H.264 (x264enc defaults) and AAC muxed into a
+/// file of its own.
+#[test]
+fn one_launch_line_records_each_participant_to_its_own_file() {
+    let plugin = PluginDir::new();
+    let dir = tempfile::tempdir().unwrap();
+    let ring = RingName::new("meeting");
+    let mut line = format!("shmringdemux name=d ring={} create=true", ring.0);
+    for p in 0..2 {
+        line.push_str(&format!(
+            " d.video_{p} ! queue ! videoconvert ! x264enc ! h264parse ! mp4mux name=m{p} ! filesink location={}\
+             d.audio_{p} ! queue ! audioconvert ! avenc_aac ! m{p}.",
+            file(dir.path(), &format!("p{p}.mp4")).display()
+        ));
+        line = line.replace(".mp4d.", ".mp4 d.");
+    }
+    let consumer = plugin.launch(&line, &[]);
+    wait_for_ring(&ring);
+    let producers: Vec<Proc> = (0..2)
+        .map(|p| {
+            plugin.launch(
+                &format!(
+                    "videotestsrc is-live=true num-buffers=60 ! video/x-raw,format=I420,width=640,height=360,framerate=30/1 ! shmringsink ring={r} stream={p} \
+                     audiotestsrc is-live=true num-buffers=200 samplesperbuffer=480 ! audio/x-raw,rate=48000,channels=2 ! shmringsink ring={r} stream={p}",
+                    r = ring.0
+                ),
+                &[],
+            )
+        })
+        .collect();
+    for p in producers {
+        let (ok, out) = p.finish();
+        assert!(ok, "{out}");
+    }
+    let (ok, out) = consumer.finish();
+    assert!(ok, "{out}");
+    for p in 0..2 {
+        let got = probe(&file(dir.path(), &format!("p{p}.mp4")));
+        eprintln!("participant {p}: {got:?}");
+        assert_eq!(got[0].0, "h264");
+        assert_eq!(got[0].1, 60, "participant {p}: every frame");
+        assert_eq!(got[1].0, "aac", "participant {p}: its audio");
+        assert!(got[1].1 > 0);
+    }
+}
+
+/// Two network namespaces joined by a veth pair, removed on drop (even when the
+/// test fails). `None` where namespaces are not permitted.
+struct NetNs {
+    a: String,
+    b: String,
+}
+
+impl NetNs {
+    fn create() -> Option<NetNs> {
+        let tag = std::process::id() % 100_000;
+        let ns = NetNs {
+            a: format!("shmring-a-{tag}"),
+            b: format!("shmring-b-{tag}"),
+        };
+        let ip = |args: &str| {
+            Command::new("ip")
+                .args(args.split_whitespace())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let (a, b) = (&ns.a, &ns.b);
+        let (va, vb) = (format!("vsa{tag}"), format!("vsb{tag}"));
+        let ok = ip(&format!("netns add {a}"))
+            && ip(&format!("netns add {b}"))
+            && ip(&format!("link add {va} type veth peer name {vb}"))
+            && ip(&format!("link set {va} netns {a}"))
+            && ip(&format!("link set {vb} netns {b}"))
+            && ip(&format!("-n {a} addr add 10.199.7.1/24 dev {va}"))
+            && ip(&format!("-n {b} addr add 10.199.7.2/24 dev {vb}"))
+            && ip(&format!("-n {a} link set {va} up"))
+            && ip(&format!("-n {b} link set {vb} up"))
+            && ip(&format!("-n {a} link set lo up"))
+            && ip(&format!("-n {b} link set lo up"));
+        // Dropped on failure too: whatever was made is removed.
+        ok.then_some(ns)
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes the veth end inside it, and so the pair.
+        for n in [&self.a, &self.b] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", n])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// The recipe of the README's "Beyond one host": host A's ring is read by a
+/// pipeline that encodes and sends RTP over UDP; host B receives, decodes and
+/// writes into its own ring, whose consumer records it. The two hosts are two
+/// network namespaces joined by a veth pair (loopback where namespaces are not
+/// permitted).
+#[test]
+fn a_rings_media_reaches_a_ring_on_another_host_over_rtp() {
+    let plugin = PluginDir::new();
+    let dir = tempfile::tempdir().unwrap();
+    let ns = NetNs::create();
+    let (in_a, in_b, host_b): (Vec<String>, Vec<String>, &str) = match &ns {
+        Some(ns) => (
+            vec!["ip".into(), "netns".into(), "exec".into(), ns.a.clone()],
+            vec!["ip".into(), "netns".into(), "exec".into(), ns.b.clone()],
+            "10.199.7.2",
+        ),
+        None => {
+            eprintln!("network namespaces are not permitted here: host B is 127.0.0.1");
+            (vec![], vec![], "127.0.0.1")
+        }
+    };
+    let (ring_a, ring_b) = (RingName::new("host-a"), RingName::new("host-b"));
+    let recording = file(dir.path(), "host-b.mkv");
+    // Host B: the recorder, then the receiver writing into its ring.
+    let recorder = plugin.launch(
+        &format!(
+            "shmringsrc ring={} create=true ! queue ! videoconvert ! x264enc tune=zerolatency ! h264parse ! matroskamux ! filesink location={}",
+            ring_b.0,
+            recording.display()
+        ),
+        &wrap(&in_b),
+    );
+    wait_for_ring(&ring_b);
+    let receiver = plugin.launch(
+        &format!(
+            "udpsrc port=5004 caps=application/x-rtp,media=video,encoding-name=H264,payload=96,clock-rate=90000 ! rtpjitterbuffer latency=200 ! rtph264depay ! h264parse ! avdec_h264 ! videoconvert ! video/x-raw,format=I420 ! shmringsink ring={}",
+            ring_b.0
+        ),
+        &wrap(&in_b),
+    );
+    // Host A: the ring's consumer sends it; a producer writes into it.
+    let sender = plugin.launch(
+        &format!(
+            "shmringsrc ring={} create=true ! videoconvert ! x264enc tune=zerolatency key-int-max=15 ! rtph264pay config-interval=-1 ! udpsink host={host_b} port=5004",
+            ring_a.0
+        ),
+        &wrap(&in_a),
+    );
+    wait_for_ring(&ring_a);
+    std::thread::sleep(Duration::from_millis(500));
+    let producer = plugin.launch(
+        &format!(
+            "videotestsrc is-live=true num-buffers=90 ! video/x-raw,format=I420,width=320,height=240,framerate=30/1 ! shmringsink ring={}",
+            ring_a.0
+        ),
+        &wrap(&in_a),
+    );
+    let (ok, out) = producer.finish();
+    assert!(ok, "producer: {out}");
+    let (ok, out) = sender.finish();
+    assert!(ok, "sender (ends with its producer): {out}");
+    // UDP carries no end of stream: the receiver is stopped, and its sink's end
+    // of stream ends the recording.
+    std::thread::sleep(Duration::from_millis(500));
+    receiver.interrupt();
+    let (ok, out) = receiver.finish();
+    assert!(ok, "receiver: {out}");
+    let (ok, out) = recorder.finish();
+    assert!(ok, "recorder: {out}");
+    let p = probe(&recording);
+    eprintln!("host B recorded {p:?}");
+    assert_eq!(p[0].0, "h264");
+    // RTP over UDP may lose what came before the receiver's first key frame.
+    assert!(p[0].1 >= 60, "most of the 90 frames: {p:?}");
+    drop(ns);
+}
