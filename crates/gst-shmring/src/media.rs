@@ -4,7 +4,7 @@
 
 use gst_audio::AudioFormat;
 use gst_video::VideoFormat;
-use shmring::media::{Format, MediaHeader, MEDIA_HEADER_SIZE};
+use shmring::media::{self, Format, MediaHeader, MEDIA_HEADER_SIZE};
 
 /// Every media format of the core, with its GStreamer name.
 const MAPPING: [(Format, Gst); 5] = [
@@ -53,21 +53,29 @@ pub fn supported_caps() -> gst::Caps {
             _ => None,
         })
         .collect();
+    let limit = |v: u32| i32::try_from(v).unwrap_or(i32::MAX);
+    let (dim, fps) = (limit(media::MAX_DIMENSION), limit(media::MAX_FRAME_RATE));
+    let rates = (
+        limit(*media::SAMPLE_RATES.start()),
+        limit(*media::SAMPLE_RATES.end()),
+    );
+    let channels = limit(media::MAX_CHANNELS);
     let mut caps = gst::Caps::builder("video/x-raw")
         .field("format", gst::List::new(video))
-        .field("width", gst::IntRange::new(1, i32::MAX))
-        .field("height", gst::IntRange::new(1, i32::MAX))
+        // The core's limits: caps never offer what a media header may not carry.
+        .field("width", gst::IntRange::new(1, dim))
+        .field("height", gst::IntRange::new(1, dim))
         .field(
             "framerate",
-            gst::FractionRange::new(gst::Fraction::new(0, 1), gst::Fraction::new(i32::MAX, 1)),
+            gst::FractionRange::new(gst::Fraction::new(0, 1), gst::Fraction::new(fps, 1)),
         )
         .build();
     caps.merge(
         gst::Caps::builder("audio/x-raw")
             .field("format", gst::List::new(audio))
             .field("layout", "interleaved")
-            .field("rate", gst::IntRange::new(1, i32::MAX))
-            .field("channels", gst::IntRange::new(1, i32::MAX))
+            .field("rate", gst::IntRange::new(rates.0, rates.1))
+            .field("channels", gst::IntRange::new(1, channels))
             .build(),
     );
     caps

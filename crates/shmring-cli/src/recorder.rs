@@ -3,9 +3,9 @@
 //! [`Recorder::process`] takes a payload in place (zero-copy, straight from the
 //! ring), validates its media header, and writes the planes through the stream's
 //! 64 KiB buffer. In the steady state it allocates nothing: streams, files and
-//! buffers are set up on a stream's first record (or when its format changes), and
-//! the validated header of the previous record is reused when the next one's bytes
-//! are identical apart from `pts_ns` and `sequence` (see [`HeaderCache`]).
+//! buffers are set up on a stream's first record (or when its format changes).
+//! Every record's media header is read and checked by the core ([`media::read`]:
+//! one local copy of the shared bytes, every plane checked against the payload).
 //!
 //! A stream whose format or size changes mid-stream continues in a new file:
 //! `video-<stream>-2.y4m`, `video-<stream>-3.y4m`, ... (the same for audio); so
@@ -91,28 +91,9 @@ enum Shape {
     },
 }
 
-/// The last validated header of a stream, with its canonical bytes. A new record
-/// whose first 128 bytes equal these (apart from pts and sequence, which
-/// [`MediaHeader::parse`] does not check) and whose payload has the same length
-/// would parse to the same header, so it is not parsed again. The comparison is
-/// made on one local copy of the shared bytes.
-#[derive(Clone, Copy)]
-struct HeaderCache {
-    hd: MediaHeader,
-    bytes: [u8; MEDIA_HEADER_SIZE],
-    len: usize,
-}
-
-impl HeaderCache {
-    fn matches(&self, local: &[u8; MEDIA_HEADER_SIZE], len: usize) -> bool {
-        len == self.len && local[..32] == self.bytes[..32] && local[48..] == self.bytes[48..]
-    }
-}
-
 struct Stream {
     kind: u32,
     id: u32,
-    cache: Option<HeaderCache>,
     shape: Option<Shape>,
     out: Option<OutFile>,
     parts: u32,
@@ -274,7 +255,6 @@ impl Recorder {
                 self.streams.push(Stream {
                     kind: meta.kind,
                     id: meta.stream,
-                    cache: None,
                     shape: None,
                     out: None,
                     parts: 0,
@@ -299,30 +279,13 @@ impl Recorder {
             );
             return Ok(Outcome::Malformed);
         }
-        let mut local = [0u8; MEDIA_HEADER_SIZE];
-        local.copy_from_slice(&payload[..MEDIA_HEADER_SIZE]);
-        let hd = match self.streams[si].cache {
-            Some(c) if c.matches(&local, payload.len()) => {
-                let mut hd = c.hd;
-                hd.pts_ns = u64::from_le_bytes(local[32..40].try_into().unwrap());
-                hd.sequence = u64::from_le_bytes(local[40..48].try_into().unwrap());
-                hd
+        let hd = match media::read(meta.kind, payload) {
+            Ok(MediaRecord::Frame(hd)) => hd,
+            Ok(MediaRecord::End(end)) => return self.end_stream(si, end.sequence),
+            Err(e) => {
+                self.note_malformed(si, &meta, &e);
+                return Ok(Outcome::Malformed);
             }
-            _ => match media::read(meta.kind, payload) {
-                Ok(MediaRecord::Frame(hd)) => {
-                    self.streams[si].cache = Some(HeaderCache {
-                        hd,
-                        bytes: hd.to_bytes(),
-                        len: payload.len(),
-                    });
-                    hd
-                }
-                Ok(MediaRecord::End(end)) => return self.end_stream(si, end.sequence),
-                Err(e) => {
-                    self.note_malformed(si, &meta, &e);
-                    return Ok(Outcome::Malformed);
-                }
-            },
         };
         let shape = match hd.format {
             Format::I420 | Format::Nv12 => Shape::Video {
@@ -637,7 +600,7 @@ mod tests {
         assert_eq!(r.process(m, &bad).unwrap(), Outcome::Malformed);
         assert_eq!(r.process(m, &[0u8; 100]).unwrap(), Outcome::Malformed);
         // A plane pointing outside the payload, with bytes otherwise identical to
-        // the cached header: the cache must not let it through.
+        // the previous header's.
         let mut bad = frame(Format::I420, 64, 32, 2, 9);
         bad[72..76].copy_from_slice(&u32::MAX.to_le_bytes());
         assert_eq!(r.process(m, &bad).unwrap(), Outcome::Malformed);
