@@ -84,25 +84,20 @@ pub enum ClaimError {
     Broken,
 }
 
-/// A record placed at the ring's start leaves at least 1/8 of the ring free for
-/// other claims (see [`placed_total`]).
-pub const PLACEMENT_RESERVE: u64 = 8;
-
 /// Units a producer claims at position `pos` for a record of `units` units when
 /// `used` units are in flight: as [`claim_total`] says, except that a large record
 /// (at least 1/64 of the ring: frames of megabytes) claimed into an empty ring is
-/// placed at the ring's start, its claim padded to the ring's end. The frames of a
-/// stream then take turns between two places or so near the start, still in the
-/// caches, as a pool allocator reuses the blocks just freed, instead of going
-/// round a ring larger than the caches. A record is placed only where that still
-/// leaves 1/[`PLACEMENT_RESERVE`] of the ring free (`units + cap/8 <= off`), so a
-/// producer of small records (audio beside video) finds room while the frame is
-/// in flight. Smaller records go round the ring as before, so a tap reading them
-/// has about a ring's worth of time before they are overwritten.
+/// placed at the ring's start, where the previous one was, its claim padded to the
+/// ring's end. A stream of frames then keeps writing and reading the same memory,
+/// still in the caches, as a pool allocator reuses the block just freed, instead
+/// of going round a ring larger than the caches. While such a claim is in flight
+/// it leaves little or no room: other claims wait for its release. Smaller records
+/// go round the ring as before, so a tap reading them has about a ring's worth of
+/// time before they are overwritten.
 #[inline]
 pub const fn placed_total(pos: u64, units: u64, used: u64, cap_units: u64) -> u64 {
     let off = pos & (cap_units - 1);
-    if used == 0 && units * 64 >= cap_units && units + cap_units / PLACEMENT_RESERVE <= off {
+    if used == 0 && off != 0 && units <= off && units * 64 >= cap_units {
         (cap_units - off) + units
     } else {
         claim_total(pos, units, cap_units)

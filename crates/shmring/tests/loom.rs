@@ -632,16 +632,14 @@ mod model {
     #[test]
     fn a_record_placed_at_the_start_never_overlaps_one_in_flight() {
         builder().check(|| {
-            // Eight units; record 0 of four, then records of three (each at least
-            // 1/64 of the ring), so a record claimed at unit 4 into an empty ring
-            // leaves an eighth of it free and is placed at the start.
+            // Eight units, records of three (each at least 1/64 of the ring).
             let ring = Arc::new(Ring::new(4, 8));
             // Which record's bytes each unit holds (written by its producer after
             // its claim), and whether the consumer holds that record.
             let tag: Arc<Vec<AtomicU64>> = Arc::new((0..8).map(|_| AtomicU64::new(0)).collect());
             let held: Arc<Vec<AtomicU64>> = Arc::new((0..8).map(|_| AtomicU64::new(0)).collect());
             let sh = ring.shared();
-            let c0 = sh.try_claim(4, 0, &ring.open[0]).unwrap();
+            let c0 = sh.try_claim(3, 0, &ring.open[0]).unwrap();
             for u in c0.rec_off..c0.rec_off + c0.rec_units {
                 tag[u as usize].store(1, LRelaxed);
             }

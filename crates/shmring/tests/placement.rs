@@ -1,7 +1,7 @@
 //! Where records go: a large record claimed into an empty ring is placed at the
-//! ring's start when an eighth of the ring stays free (frames keep reusing a few
-//! cache-warm places); small records, and records claimed while others are in
-//! flight, go round the ring. Every record still arrives once, intact and in order.
+//! ring's start, where the previous one was (frames keep reusing the same, cache-
+//! warm memory); small records, and records claimed while others are in flight, go
+//! round the ring. Every record still arrives once, intact and in order.
 
 mod common;
 
@@ -18,30 +18,20 @@ fn frame(i: u32) -> Vec<u8> {
 }
 
 #[test]
-fn frames_into_an_empty_ring_reuse_a_few_places_near_its_start() {
+fn frames_into_an_empty_ring_reuse_its_start() {
     let seg = Segment::create_memfd("place-start", &Config::with_capacity(RING)).unwrap();
     let consumer = seg.consumer().unwrap();
     let mut p = seg.producer().unwrap();
-    // Each frame finds the ring empty. It goes to the ring's start when that
-    // leaves an eighth of the ring free (1 MiB ring, 100 kB frames: once three
-    // frames lie before its write position), else after the one before: the
-    // frames take turns between three places instead of going round ten.
-    let mut places = std::collections::BTreeSet::new();
-    let mut first = None;
+    // The first frame goes to the ring's start (the ring is new), and so does
+    // every later one, since each finds the ring empty.
+    let mut start = None;
     for i in 0..50u32 {
         p.send(&frame(i), Meta::new(0, i)).unwrap();
         let f = consumer.try_next().unwrap().expect("the frame");
         assert_eq!(f.payload(), &frame(i)[..], "frame {i}");
         let at = f.payload().as_ptr() as usize;
-        let start = *first.get_or_insert(at);
-        places.insert(at - start);
+        assert_eq!(*start.get_or_insert(at), at, "frame {i} not at the start");
     }
-    let step = FRAME.next_multiple_of(64) + 64;
-    assert_eq!(
-        places.into_iter().collect::<Vec<_>>(),
-        vec![0, step, 2 * step],
-        "frames at these offsets from the first"
-    );
     let s = seg.stats();
     assert_eq!((s.records_committed, s.records_consumed), (50, 50));
     assert_eq!((s.skipped_aborted, s.abandoned, s.corruption), (0, 0, 0));
@@ -140,70 +130,24 @@ fn a_frame_at_the_start_does_not_wake_a_consumer_under_a_latency_budget() {
     };
     let consumer = Consumer::with_options(seg.clone(), opts).unwrap();
     let mut p = seg.producer().unwrap();
-    // Far enough past the start (three frames) that the next frame is placed
-    // there with padding.
-    let mut first = 0;
-    for i in 0..3 {
-        p.send(&frame(i), Meta::new(0, i)).unwrap();
-        let f = consumer.try_next().unwrap().unwrap();
-        assert_eq!(f.payload(), &frame(i)[..]);
-        if i == 0 {
-            first = f.payload().as_ptr() as usize;
-        }
-    }
+    // Somewhere past the start, so the next frame is placed there with padding.
+    p.send(&frame(0), Meta::new(0, 0)).unwrap();
+    assert_eq!(
+        consumer.try_next().unwrap().unwrap().payload(),
+        &frame(0)[..]
+    );
     let sender = std::thread::spawn(move || {
         common::wait_until("the consumer sleeps", Duration::from_secs(30), || {
             seg.stats().consumer_waits > 0
         });
-        p.send(&frame(3), Meta::new(0, 3)).unwrap();
+        p.send(&frame(1), Meta::new(0, 1)).unwrap();
         seg
     });
     let f = consumer
         .next_timeout(Some(Duration::from_secs(30)))
         .unwrap()
         .expect("the frame, on the consumer's timer");
-    assert_eq!(f.payload(), &frame(3)[..]);
-    // Placed at the start: right where the first frame was.
-    assert_eq!(f.payload().as_ptr() as usize, first);
+    assert_eq!(f.payload(), &frame(1)[..]);
     let seg = sender.join().unwrap();
     assert_eq!(seg.stats().producer_wakes, 0, "woken below the fill mark");
-}
-
-#[test]
-fn a_frame_placed_at_the_start_leaves_room_for_small_records() {
-    // Audio beside video: while a frame placed at the start is being written, and
-    // the consumer does not run, another producer's small records still fit (an
-    // eighth of the ring stays free), with no wait.
-    let seg = Segment::create_memfd("place-room", &Config::with_capacity(RING)).unwrap();
-    let consumer = seg.consumer().unwrap();
-    let mut video = seg.producer().unwrap();
-    let mut audio = seg.producer().unwrap();
-    audio.set_policy(FullPolicy::Fail);
-    let mut first = 0;
-    for i in 0..3 {
-        video.send(&frame(i), Meta::new(0, i)).unwrap();
-        let f = consumer.try_next().unwrap().unwrap();
-        if i == 0 {
-            first = f.payload().as_ptr() as usize;
-        }
-    }
-    let mut r = video.reserve(FRAME).unwrap();
-    assert_eq!(
-        r.as_mut_ptr() as usize,
-        first,
-        "the frame is placed at the start"
-    );
-    for i in 0..100u32 {
-        audio
-            .send(&[i as u8; 1000], Meta::new(1, i))
-            .unwrap_or_else(|e| panic!("small record {i}: {e}"));
-    }
-    r.payload().copy_from_slice(&frame(3));
-    r.commit(Meta::new(0, 3)).unwrap();
-    let mut got = Vec::new();
-    while let Some(f) = consumer.try_next().unwrap() {
-        got.push((f.stream(), f.kind()));
-    }
-    assert_eq!(got.len(), 101);
-    assert_eq!(got[0], (0, 3), "the frame, claimed first, comes first");
 }

@@ -30,9 +30,7 @@ use proptest::prelude::*;
 use shmring::layout::{
     claim_total, cursor_pos, cursor_seq, pack_cursor, ClaimState, LogEntry, POS_MASK, SEQ_MASK,
 };
-use shmring::protocol::{
-    placed_total, Claim, ClaimError, ConsumerCursor, NotHeld, Poll, Shared, PLACEMENT_RESERVE,
-};
+use shmring::protocol::{placed_total, Claim, ClaimError, ConsumerCursor, NotHeld, Poll, Shared};
 
 const CAP: u64 = 64;
 const N: u64 = 8;
@@ -314,11 +312,10 @@ fn claim(m: &mut Model, ring: &Ring, s: usize, units: u64) {
     let used = m.wpos - m.published_pos;
     let abs = m.abs_pos(m.wpos);
     let total = placed_total(abs, units, used, CAP);
-    // A large record into an empty ring goes to the ring's start (`placed_total`)
-    // when an eighth of the ring stays free: here every record is large (CAP/64 is
-    // one unit).
+    // A large record into an empty ring goes to the ring's start (`placed_total`):
+    // here every record is large (CAP/64 is one unit).
     let off = abs % CAP;
-    let started = used == 0 && units + CAP / PLACEMENT_RESERVE <= off;
+    let started = used == 0 && off != 0 && units <= off;
     assert_eq!(
         total,
         if started {
