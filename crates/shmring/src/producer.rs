@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::layout::{
     cursor_pos, cursor_seq, header_seq, pos_diff, record_units, seq_diff, ClaimState, RecordHeader,
-    Slot, POS_MASK, UNIT,
+    Slot, UNIT,
 };
 use crate::protocol::{Claim, ClaimError};
 use crate::segment::Segment;
@@ -394,16 +394,7 @@ impl Producer {
                 sh.read.load(Ordering::Relaxed),
             );
             let n = self.seg.geometry().log_entries as u64;
-            // The padding of our claim, before its record (at the ring's end,
-            // see `placed_total`), holds nothing: count from our record.
-            let pad = claim.total - claim.rec_units;
-            let rec = (claim.pos + pad) & POS_MASK;
-            let from = if pos_diff(rec, cursor_pos(r)) <= pad {
-                rec
-            } else {
-                cursor_pos(r)
-            };
-            pos_diff(cursor_pos(w), from) >= mark as u64
+            pos_diff(cursor_pos(w), cursor_pos(r)) >= mark as u64
                 || seq_diff(cursor_seq(w), cursor_seq(r)) >= n / 2
         };
         if wake::notify_consumers(&c.data.0, &c.tether_data.0, self.seg.eventfd(), past) {

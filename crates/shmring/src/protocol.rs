@@ -84,26 +84,6 @@ pub enum ClaimError {
     Broken,
 }
 
-/// Units a producer claims at position `pos` for a record of `units` units when
-/// `used` units are in flight: as [`claim_total`] says, except that a large record
-/// (at least 1/64 of the ring: frames of megabytes) claimed into an empty ring is
-/// placed at the ring's start, where the previous one was, its claim padded to the
-/// ring's end. A stream of frames then keeps writing and reading the same memory,
-/// still in the caches, as a pool allocator reuses the block just freed, instead
-/// of going round a ring larger than the caches. While such a claim is in flight
-/// it leaves little or no room: other claims wait for its release. Smaller records
-/// go round the ring as before, so a tap reading them has about a ring's worth of
-/// time before they are overwritten.
-#[inline]
-pub const fn placed_total(pos: u64, units: u64, used: u64, cap_units: u64) -> u64 {
-    let off = pos & (cap_units - 1);
-    if used == 0 && off != 0 && units <= off && units * 64 >= cap_units {
-        (cap_units - off) + units
-    } else {
-        claim_total(pos, units, cap_units)
-    }
-}
-
 /// How many consecutive inconsistent observations of the same cursor value a
 /// producer tolerates before reporting the ring broken (a consumer reset in
 /// progress is the only honest cause, and it takes microseconds).
@@ -177,7 +157,7 @@ impl<'a> Shared<'a> {
             if in_flight == n {
                 return Err(ClaimError::FullRecords);
             }
-            let total = placed_total(p, units, used, cap);
+            let total = claim_total(p, units, cap);
             if used + total > cap {
                 return Err(ClaimError::FullBytes);
             }

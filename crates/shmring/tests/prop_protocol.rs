@@ -14,7 +14,6 @@ mod reached {
     pub static FULL_RECORDS: AtomicU64 = AtomicU64::new(0);
     pub static FULL_BYTES: AtomicU64 = AtomicU64::new(0);
     pub static PADDED: AtomicU64 = AtomicU64::new(0);
-    pub static STARTED: AtomicU64 = AtomicU64::new(0);
     pub static SATURATED: AtomicU64 = AtomicU64::new(0);
     pub static ABANDONED: AtomicU64 = AtomicU64::new(0);
     pub static ZOMBIE_LOST: AtomicU64 = AtomicU64::new(0);
@@ -30,7 +29,7 @@ use proptest::prelude::*;
 use shmring::layout::{
     claim_total, cursor_pos, cursor_seq, pack_cursor, ClaimState, LogEntry, POS_MASK, SEQ_MASK,
 };
-use shmring::protocol::{placed_total, Claim, ClaimError, ConsumerCursor, NotHeld, Poll, Shared};
+use shmring::protocol::{Claim, ClaimError, ConsumerCursor, NotHeld, Poll, Shared};
 
 const CAP: u64 = 64;
 const N: u64 = 8;
@@ -311,19 +310,7 @@ fn claim(m: &mut Model, ring: &Ring, s: usize, units: u64) {
     let in_flight = m.claims.len() - m.published;
     let used = m.wpos - m.published_pos;
     let abs = m.abs_pos(m.wpos);
-    let total = placed_total(abs, units, used, CAP);
-    // A large record into an empty ring goes to the ring's start (`placed_total`):
-    // here every record is large (CAP/64 is one unit).
-    let off = abs % CAP;
-    let started = used == 0 && off != 0 && units <= off;
-    assert_eq!(
-        total,
-        if started {
-            CAP - off + units
-        } else {
-            claim_total(abs, units, CAP)
-        }
-    );
+    let total = claim_total(abs, units, CAP);
     if in_flight as u64 == N {
         reached::hit(&reached::FULL_RECORDS);
         assert_eq!(got, Err(ClaimError::FullRecords));
@@ -344,10 +331,6 @@ fn claim(m: &mut Model, ring: &Ring, s: usize, units: u64) {
     }
     assert_eq!(c.rec_units, units);
     assert!(c.rec_off + c.rec_units <= CAP);
-    if started {
-        reached::hit(&reached::STARTED);
-        assert_eq!(c.rec_off, 0, "placed at the ring's start");
-    }
     m.claims.push(MClaim {
         slot: s,
         claim: c,
@@ -584,7 +567,6 @@ fn model_reaches_every_outcome() {
         ("ring full (records)", &FULL_RECORDS),
         ("ring full (bytes)", &FULL_BYTES),
         ("padded claim at the ring end", &PADDED),
-        ("record placed at the start of an empty ring", &STARTED),
         ("consumer saturated", &SATURATED),
         ("dead producer's claim abandoned", &ABANDONED),
         ("zombie commit after abandon", &ZOMBIE_LOST),
