@@ -18,7 +18,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use shmring::media::{self, kind, Format, MediaHeader, MediaRecord, MEDIA_HEADER_SIZE};
+use shmring::media::{self, kind, Format, MediaRecord, MEDIA_HEADER_SIZE};
 use shmring::Meta;
 
 use crate::output::{FileReport, OutFile, WriteCounters};
@@ -389,7 +389,7 @@ impl Recorder {
         &mut self,
         si: usize,
         meta: Meta,
-        hd: &MediaHeader,
+        hd: &media::MediaHeader,
         payload: &[u8],
     ) -> Result<Outcome, WriteError> {
         let id = meta.stream;
@@ -567,6 +567,7 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shmring::media::MediaHeader;
 
     fn rec(dir: &Path) -> Recorder {
         Recorder::new(RecorderOptions {
