@@ -104,7 +104,7 @@ func TestFrameRateSequenceAndEndOfStream(t *testing.T) {
 
 	var f Frame
 	for want := uint64(0); want < 3; want++ {
-		must(t, c.Recv(context.Background(), &f))
+		must(t, c.Next(context.Background(), &f))
 		m, err := f.Media()
 		must(t, err)
 		if m.Sequence != want {
