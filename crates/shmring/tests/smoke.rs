@@ -80,7 +80,7 @@ fn the_peak_occupancy_counts_records_waiting_for_the_consumer() {
     let peak = seg.stats().peak_occupancy;
     // Looked at every few records, not at each: it saw most of the backlog.
     assert!(
-        peak >= 80 * 1088 && peak <= 100 * 1088,
+        (80 * 1088..=100 * 1088).contains(&peak),
         "peak occupancy {peak} bytes"
     );
 }
