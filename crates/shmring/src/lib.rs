@@ -68,7 +68,7 @@ pub mod tokio;
 #[cfg(all(feature = "tokio", not(loom)))]
 pub use self::tokio::{AsyncConsumer, AsyncFrame, AsyncProducer, AsyncReservation};
 #[cfg(not(loom))]
-pub use consumer::{Consumer, ConsumerOptions, Frame, Health, RawFrame};
+pub use consumer::{Consumer, Frame, Health, RawFrame};
 #[cfg(not(loom))]
 pub use error::{Error, Name, Result};
 #[cfg(not(loom))]
@@ -76,7 +76,7 @@ pub use fields::{Field, FieldKind, Snapshot};
 #[cfg(not(loom))]
 pub use handoff::{Listener, ListenerOptions};
 #[cfg(not(loom))]
-pub use options::{ConsumerSettings, Setting};
+pub use options::{ConsumerOptions, ConsumerSettings, Setting};
 #[cfg(not(loom))]
 pub use producer::{FullPolicy, Meta, Producer, RawReservation, Reservation};
 #[cfg(not(loom))]

@@ -1,10 +1,90 @@
-//! [`ConsumerOptions`] as every binding takes them: one set of names, and one rule
-//! for a duration that is not given or is never ([`ConsumerSettings`]).
+//! The consumer's options: [`ConsumerOptions`] (what each does, and its default),
+//! and the same options as every binding takes them: one set of names, and one
+//! rule for a duration that is not given or is never ([`ConsumerSettings`]).
 
 use std::time::Duration;
 
-use crate::consumer::ConsumerOptions;
 use crate::error::Error;
+
+/// Tuning for a consumer.
+///
+/// ```
+/// use std::time::Duration;
+/// use shmring::ConsumerOptions;
+/// // A recorder: audio keeps flowing past a video thread stuck in a reservation.
+/// let opts = ConsumerOptions {
+///     overtake_after: Some(Duration::from_millis(200)),
+///     ..Default::default()
+/// };
+/// assert!(opts.auto_reset);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerOptions {
+    /// How often to look after the ring's health: whether the producer of a
+    /// pending claim is alive (one `fcntl`), whether that claim is really its own,
+    /// and whether the shared state still agrees with the consumer's (an audit of
+    /// the cursors, the claim log in flight and the identity line). A dead
+    /// producer's claim is skipped, and corruption found, at the first look after;
+    /// so this bounds the stall a crash causes and, with `auto_reset`, how long a
+    /// peer's scribbling can stop the ring after the peer stops.
+    pub liveness_interval: Duration,
+    /// Most polls to spin before sleeping in a blocking wait (0: sleep at once).
+    /// Spinning adapts below this: it halves each time a spin ends in a sleep
+    /// anyway, and comes back when a record follows a sleep within a few
+    /// microseconds (so a record every few tens of microseconds costs no spin,
+    /// and a fast stream is caught without sleeping).
+    pub spin: u32,
+    /// Deliver committed records behind a claim that has stayed pending this long
+    /// (`None`, the default: records are delivered in claim order, always). The
+    /// overtaken claim keeps its space until its producer commits (it is then
+    /// delivered), aborts or dies. Each producer's records stay in its commit order;
+    /// records of different producers may then arrive out of claim order.
+    pub overtake_after: Option<Duration>,
+    /// On corruption, carry on by itself (the default): a record whose header does
+    /// not fit its claim is skipped; shared state that contradicts the consumer's
+    /// (cursors, claim log) makes it reset the ring at once. Both are counted
+    /// (`Stats::corruption`, `Stats::resets`, [`Consumer::health`](crate::Consumer::health)); frames held
+    /// across a reset stay valid. `false`: report [`Error::Corrupt`] instead, and
+    /// leave resetting to [`Consumer::reset`](crate::Consumer::reset).
+    pub auto_reset: bool,
+    /// The ring's consumer detaches a tethered consumer whose read cursor stays
+    /// behind its own without moving for this long (it gets [`Error::Detached`]),
+    /// so a stuck reader stops holding the ring after this bound. Its death is
+    /// found within one `liveness_interval`, like a producer's.
+    pub tether_stall_limit: Duration,
+    /// Let a record wait up to this long before the consumer sees it (`None`, the
+    /// default: a producer wakes a sleeping consumer at every commit). With a
+    /// budget, a consumer whose last wake found records sleeps on its own timer
+    /// for at most the budget, and producers do not wake it unless the ring is
+    /// half full (bytes or claim log): one wake-up then serves every record that
+    /// came meanwhile. After a wake that found nothing it sleeps as without a
+    /// budget, so the first record of a burst wakes it at once.
+    pub latency_budget: Option<Duration>,
+    /// Take back a claim still pending (reserved and not committed) this long
+    /// after the consumer first saw it, whoever holds it: its space is freed and
+    /// its producer's commit fails with [`Error::Abandoned`]. A producer fills a
+    /// reservation in microseconds to milliseconds; a claim older than this is a
+    /// stuck producer or one made up by a peer in a live producer's name, which
+    /// nothing in shared memory can tell apart, so this bounds how long either can
+    /// stop a consumer that delivers in claim order (and, with `overtake_after`,
+    /// how long it can pin its space). `None`: wait for live producers for ever
+    /// (trusted producers only).
+    pub claim_timeout: Option<Duration>,
+}
+
+impl Default for ConsumerOptions {
+    fn default() -> Self {
+        ConsumerOptions {
+            liveness_interval: Duration::from_millis(50),
+            spin: 64,
+            overtake_after: None,
+            auto_reset: true,
+            tether_stall_limit: Duration::from_millis(500),
+            latency_budget: None,
+            claim_timeout: Some(Duration::from_millis(500)),
+        }
+    }
+}
 
 /// One of [`ConsumerOptions`]' durations as a binding gives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

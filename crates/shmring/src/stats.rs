@@ -1,7 +1,7 @@
 //! Counters kept in the segment, readable by any process that maps it.
 
 use crate::layout::{cursor_pos, cursor_seq, pos_diff, seq_diff, UNIT};
-use crate::segment::Segment;
+use crate::segment::{ReadOnlySegment, Segment};
 use crate::slots;
 use crate::sync::Ordering;
 
@@ -137,5 +137,19 @@ impl Stats {
         s.records_in_flight =
             seq_diff(cursor_seq(w), cursor_seq(r)).min(seg.geometry().log_entries as u64);
         s
+    }
+}
+
+impl Segment {
+    /// A snapshot of the counters in the segment.
+    pub fn stats(&self) -> Stats {
+        Stats::read(self)
+    }
+}
+
+impl ReadOnlySegment {
+    /// A snapshot of the ring's counters.
+    pub fn stats(&self) -> Stats {
+        self.segment().stats()
     }
 }

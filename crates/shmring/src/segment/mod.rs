@@ -23,7 +23,6 @@ use std::sync::Arc;
 use crate::error::{os, Error, Result};
 use crate::layout::{Control, Geometry, Slot, FLAG_EVENTFD, SLOT_SIZE};
 use crate::protocol::Shared;
-use crate::stats::Stats;
 use crate::sync::AtomicU64;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -209,11 +208,6 @@ impl Segment {
     /// The tethered consumers attached, each with its lag behind the write cursor.
     pub fn tethers(&self) -> Vec<crate::TetherInfo> {
         crate::tether::infos(self)
-    }
-
-    /// A snapshot of the counters in the segment.
-    pub fn stats(&self) -> Stats {
-        Stats::read(self)
     }
 
     pub(crate) fn control(&self) -> &Control {

@@ -5,7 +5,6 @@ use std::os::fd::BorrowedFd;
 use crate::error::Result;
 use crate::layout::Geometry;
 use crate::segment::Segment;
-use crate::stats::Stats;
 
 /// A ring mapped read-only (`PROT_READ`), from [`Segment::observe`]: its counters
 /// and geometry. Nothing here writes to the segment, and the kernel refuses a
@@ -32,11 +31,6 @@ impl ReadOnlySegment {
 
     pub(crate) fn segment(&self) -> &Segment {
         &self.seg
-    }
-
-    /// A snapshot of the ring's counters.
-    pub fn stats(&self) -> Stats {
-        self.seg.stats()
     }
 
     /// The validated layout.

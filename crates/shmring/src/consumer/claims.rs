@@ -1,0 +1,354 @@
+//! Claim watching: polling the claim log at the peek cursor and at the parked
+//! claims, and what the consumer does with what it finds (hands out a record,
+//! skips a claim, waits for a pending one, overtakes or takes back one that stays
+//! pending).
+
+use std::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::layout::{ClaimState, RecordHeader, SEQ_MASK, UNIT};
+use crate::producer::{bump, Meta};
+use crate::protocol::{is_forged, ConsumerCursor, Poll};
+use crate::slots;
+use crate::sync::Ordering;
+use crate::sys::now_ns;
+
+use super::{Consumer, RawFrame};
+
+/// A pending claim the consumer is watching: the one at its peek cursor, or one it
+/// stepped over ("parked", see [`crate::ConsumerOptions::overtake_after`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Watched {
+    pub(super) seq: u64,
+    /// Parked claims: the claim's position (for its record's geometry).
+    pub(super) pos: u64,
+    /// First seen pending.
+    pub(super) since: Instant,
+    pub(super) since_ns: u64,
+    /// Last liveness check.
+    pub(super) checked: Instant,
+}
+
+/// Parked claims watched without allocating; more grow the list (at most one per
+/// claim log entry: every parked claim is in flight).
+pub(super) const PARKED_PREALLOC: usize = 16;
+
+/// The ring's consumer notes the ring's occupancy every this many records (and at
+/// every audit).
+const OCCUPANCY_EVERY: u32 = 16;
+
+/// What one poll of the claim log leads to.
+pub(super) enum Step {
+    Frame(RawFrame),
+    Again,
+    Wait,
+}
+
+impl Consumer {
+    pub(super) fn poll_once(&self) -> Result<Step> {
+        let sh = self.seg.shared();
+        let mut cur = self.cur.borrow_mut();
+        // The peek entry is loaded before the parked claims are looked at, and
+        // nothing loaded later is handed out from the peek cursor: so a parked
+        // claim committed before a later record of its producer comes out first.
+        let v = cur.load_peek(&sh);
+        if !self.parked.borrow().is_empty() {
+            if let Some(step) = self.poll_parked(&mut cur)? {
+                return Ok(step);
+            }
+        }
+        let poll = cur.poll_value(&sh, v);
+        self.on_poll(&mut cur, poll, None)
+    }
+
+    /// Looks at the parked claims once each, oldest first; the first that
+    /// resolves decides the step.
+    fn poll_parked(&self, cur: &mut ConsumerCursor) -> Result<Option<Step>> {
+        let sh = self.seg.shared();
+        let mut i = 0;
+        loop {
+            let Some(w) = self.parked.borrow().get(i).copied() else {
+                return Ok(None);
+            };
+            let poll = cur.poll_parked(&sh, w.seq, w.pos);
+            if !matches!(poll, Poll::Pending { .. }) {
+                self.parked.borrow_mut().remove(i);
+                self.publish_oldest_pending();
+            }
+            match self.on_poll(cur, poll, Some((i, w.seq)))? {
+                Step::Wait => i += 1,
+                step => return Ok(Some(step)),
+            }
+        }
+    }
+
+    /// Acts on what a poll found: at the peek cursor (`parked` None) or on the
+    /// parked claim at that index of the parked list, with that sequence number.
+    fn on_poll(
+        &self,
+        cur: &mut ConsumerCursor,
+        poll: Poll,
+        parked: Option<(usize, u64)>,
+    ) -> Result<Step> {
+        let sh = self.seg.shared();
+        let counters = self.role.counters(&self.seg);
+        match poll {
+            Poll::Record {
+                seq,
+                rec_off,
+                rec_units,
+            } => {
+                if parked.is_none() {
+                    self.set_pending(None);
+                }
+                // SAFETY: rec_off + rec_units <= cap_units (validated geometry), so the
+                // 64-byte header lies inside the data ring. It may be changing under
+                // us (untrusted): one volatile read into a local, checked below.
+                let h: RecordHeader = unsafe {
+                    std::ptr::read_volatile(
+                        self.seg.data().add((rec_off * UNIT) as usize) as *const RecordHeader
+                    )
+                };
+                let room = (rec_units - 1) * UNIT;
+                if h.len > room || h.seq != crate::layout::header_seq(seq) {
+                    // Marked committed by a peer while its owner still writes it (the
+                    // owner's open-claim word still holds the claim): wait for the
+                    // owner instead, as for any pending claim.
+                    if parked.is_none() && self.unpoll_forged_commit(cur, seq) {
+                        let h = &self.seg.control().health.0;
+                        bump(&h.forged_claims, 1);
+                        bump(&self.seg.control().counters.0.corruption, 1);
+                        return Ok(Step::Wait);
+                    }
+                    let _ = cur.release(seq);
+                    self.publish(cur);
+                    let what = if h.len > room {
+                        "record length exceeds its claim"
+                    } else {
+                        "record header does not belong to its claim"
+                    };
+                    // A header where no honest producer put it: either the record
+                    // was scribbled, or producers write where we do not read (a
+                    // shifted write cursor). The audit tells; the latter resets.
+                    if let Err(ring) = cur.audit_write_cursor(&sh) {
+                        return self.corrupt(cur, seq, ring);
+                    }
+                    // One bad record in a ring whose claims still add up: skip it
+                    // (counted), no reset, so the records after it are not lost.
+                    if let Some(cc) = counters {
+                        bump(&cc.corruption, 1);
+                    }
+                    let mut health = self.health.get();
+                    health.last_corruption = Some(what);
+                    self.health.set(health);
+                    if self.opts.auto_reset {
+                        return Ok(Step::Again);
+                    }
+                    return Err(Error::Corrupt {
+                        segment: self.seg.label(),
+                        seq,
+                        what,
+                    });
+                }
+                if self.role.is_owner() {
+                    // Occupancy needs the write cursor, a line producers write at
+                    // every claim: looked at every OCCUPANCY_EVERY records (and at
+                    // every audit), not at each.
+                    let n = self.handed.get().wrapping_add(1);
+                    self.handed.set(n);
+                    if n % OCCUPANCY_EVERY == 0 {
+                        self.note_occupancy(cur);
+                    }
+                }
+                let (records, bytes) = self.role.consumed(&self.seg);
+                bump(records, 1);
+                bump(bytes, h.len);
+                // SAFETY: the payload follows the header inside the record (len <= room).
+                let ptr = unsafe { self.seg.data().add(((rec_off + 1) * UNIT) as usize) };
+                Ok(Step::Frame(RawFrame {
+                    seq,
+                    ptr,
+                    len: h.len as usize,
+                    meta: Meta {
+                        stream: h.stream,
+                        kind: h.kind,
+                        timestamp_ns: h.timestamp_ns,
+                        flags: h.flags,
+                    },
+                }))
+            }
+            Poll::Skipped { state } => {
+                if parked.is_none() {
+                    self.set_pending(None);
+                }
+                if let (Some(cc), true) = (counters, state != ClaimState::Abandoned) {
+                    bump(&cc.skipped_aborted, 1);
+                }
+                self.publish(cur);
+                self.wake_producers(cur);
+                Ok(Step::Again)
+            }
+            Poll::Empty => Ok(Step::Wait),
+            Poll::Pending { slot, value } => self.on_pending(cur, slot, value, parked),
+            Poll::Saturated => Err(Error::TooManyHeld {
+                segment: self.seg.label(),
+                held: cur.outstanding(),
+            }),
+            Poll::Corrupt(what) => {
+                let seq = parked.map_or(cur.peek_seq, |(_, seq)| seq);
+                self.corrupt(cur, seq, what)
+            }
+        }
+    }
+
+    /// The record `seq` just handed out has no header of its own: was its entry
+    /// marked committed by a peer while its producer is still writing it? Then the
+    /// entry goes back to claimed and the peek cursor onto it (see
+    /// [`ConsumerCursor::unpoll_forged_commit`]).
+    fn unpoll_forged_commit(&self, cur: &mut ConsumerCursor, seq: u64) -> bool {
+        if !self.role.is_owner() {
+            return false;
+        }
+        let sh = self.seg.shared();
+        // Acquire: as any entry load.
+        let e = crate::layout::LogEntry::unpack(sh.entry(seq).load(Ordering::Acquire));
+        if e.state != ClaimState::Committed
+            || e.stamp != seq & SEQ_MASK
+            || e.slot >= self.seg.geometry().max_producers
+        {
+            return false;
+        }
+        let claimed = crate::layout::LogEntry {
+            state: ClaimState::Claimed,
+            ..e
+        }
+        .pack();
+        // Acquire: pairs with the owner's Release stores of its open-claim word.
+        self.seg.slot(e.slot).open_claim.load(Ordering::Acquire) == claimed
+            && cur.unpoll_forged_commit(&sh, seq, claimed)
+    }
+
+    /// A claim is pending: every liveness interval, skip it if its producer is
+    /// dead or it is not really that producer's; overtake it if it stays pending
+    /// past `overtake_after`.
+    fn on_pending(
+        &self,
+        cur: &mut ConsumerCursor,
+        slot: u32,
+        value: u64,
+        parked: Option<(usize, u64)>,
+    ) -> Result<Step> {
+        if slot >= self.seg.geometry().max_producers {
+            let seq = parked.map_or(cur.peek_seq, |(_, seq)| seq);
+            return self.corrupt(cur, seq, "claim names a producer slot that does not exist");
+        }
+        let now = Instant::now();
+        let mut w = match parked {
+            Some((i, _)) => self.parked.borrow()[i],
+            None => match self.pending.get() {
+                Some(w) if w.seq == cur.peek_seq => w,
+                _ => {
+                    let w = Watched {
+                        seq: cur.peek_seq,
+                        pos: cur.peek_pos,
+                        since: now,
+                        since_ns: now_ns(),
+                        checked: now,
+                    };
+                    self.set_pending(Some(w));
+                    return Ok(Step::Wait);
+                }
+            },
+        };
+        if now.duration_since(w.checked) < self.opts.liveness_interval {
+            return Ok(Step::Wait);
+        }
+        w.checked = now;
+        match parked {
+            Some((i, _)) => self.parked.borrow_mut()[i] = w,
+            None => self.pending.set(Some(w)),
+        }
+        let sh = self.seg.shared();
+        // Only the ring's consumer judges producers; a tethered one waits for its
+        // verdict (the claim turns abandoned) like for the producer's commit.
+        let owner = self.role.is_owner();
+        let alive = !owner || slots::is_alive(&self.seg, slot);
+        let forged =
+            owner && alive && is_forged(&sh, w.seq, value, &self.seg.slot(slot).open_claim);
+        let expired = owner
+            && self
+                .opts
+                .claim_timeout
+                .is_some_and(|t| now.duration_since(w.since) >= t);
+        if !alive || forged || expired {
+            if ConsumerCursor::abandon_at(&sh, w.seq, value) {
+                let h = &self.seg.control().health.0;
+                if !alive {
+                    bump(&self.seg.control().counters.0.abandoned, 1);
+                } else if forged {
+                    bump(&h.forged_claims, 1);
+                    bump(&self.seg.control().counters.0.corruption, 1);
+                } else {
+                    bump(&h.expired_claims, 1);
+                }
+            }
+            slots::reap(&self.seg);
+            return Ok(Step::Again);
+        }
+        if owner {
+            self.publish_oldest_pending();
+        }
+        if parked.is_none() {
+            if let Some(limit) = self.opts.overtake_after {
+                if now.duration_since(w.since) >= limit {
+                    let units = crate::layout::LogEntry::unpack(value).units;
+                    let (seq, pos) = cur.park(units);
+                    self.parked.borrow_mut().push(Watched { seq, pos, ..w });
+                    self.set_pending(None);
+                    if owner {
+                        bump(&self.seg.control().health.0.stalled_claims, 1);
+                    }
+                    let mut h = self.health.get();
+                    h.stalled_claims += 1;
+                    self.health.set(h);
+                    return Ok(Step::Again);
+                }
+            }
+        }
+        Ok(Step::Wait)
+    }
+
+    /// Notes the claim pending at the peek cursor. Publishing it for `stat` (one
+    /// `fcntl` for the holder's pid) waits for its first liveness check, so a claim
+    /// seen pending for a moment, as most are, costs no system call.
+    fn set_pending(&self, w: Option<Watched>) {
+        self.pending.set(w);
+        if w.is_none() && self.published_since.get() != 0 {
+            self.publish_oldest_pending();
+        }
+    }
+
+    /// Writes the oldest pending claim (peek or parked) to the segment, for `stat`
+    /// (the ring's consumer's only).
+    pub(super) fn publish_oldest_pending(&self) {
+        if !self.role.is_owner() {
+            return;
+        }
+        let oldest = self.parked.borrow().first().copied().or(self.pending.get());
+        let h = &self.seg.control().health.0;
+        self.published_since.set(oldest.map_or(0, |w| w.since_ns));
+        match oldest {
+            None => h.oldest_pending_since_ns.store(0, Ordering::Relaxed),
+            Some(w) => {
+                let sh = self.seg.shared();
+                let e = crate::layout::LogEntry::unpack(sh.entry(w.seq).load(Ordering::Relaxed));
+                let slot = e.slot.min(self.seg.geometry().max_producers - 1);
+                h.oldest_pending_slot.store(slot, Ordering::Relaxed);
+                h.oldest_pending_pid
+                    .store(slots::holder_pid(&self.seg, slot), Ordering::Relaxed);
+                h.oldest_pending_since_ns
+                    .store(w.since_ns, Ordering::Relaxed);
+            }
+        }
+    }
+}
