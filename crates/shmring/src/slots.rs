@@ -11,11 +11,9 @@
 //! ([`crate::segment::LocalRoles`]), never in the segment, where a peer could
 //! forge them.
 
-use std::sync::Mutex;
-
 use crate::error::{Error, Result};
 use crate::layout::{cursor_seq, seq_diff, ClaimState, LogEntry, SEQ_MASK, SLOT_ACTIVE, SLOT_FREE};
-use crate::segment::files::LocalRoles;
+use crate::segment::files::{attach_guard, LocalRoles};
 use crate::segment::Segment;
 use crate::sync::Ordering;
 use crate::sys::lock::{self, LOCK_BASE};
@@ -49,13 +47,6 @@ pub(crate) fn holder(seg: &Segment, byte: i64, mine: impl FnOnce(&LocalRoles) ->
         Some(l) => lock::holder_pid(l.fd(), byte).unwrap_or(0),
         None => 0,
     }
-}
-
-/// Serialises slot and consumer-role changes within this process.
-static ATTACH: Mutex<()> = Mutex::new(());
-
-pub(crate) fn attach_guard() -> std::sync::MutexGuard<'static, ()> {
-    ATTACH.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Takes a free slot for a producer of this process.
@@ -229,4 +220,13 @@ pub(crate) fn live_count(seg: &Segment) -> u32 {
     (0..seg.geometry().max_producers)
         .filter(|&i| seg.slot(i).state.load(Ordering::Relaxed) != SLOT_FREE && is_alive(seg, i))
         .count() as u32
+}
+
+impl Segment {
+    /// Is a consumer attached and alive (in any process)? One `fcntl` call; a
+    /// producer asks before counting a record as delivered, and `shmring rm` before
+    /// removing a ring. A ring whose creator died has no live consumer.
+    pub fn consumer_alive(&self) -> bool {
+        consumer_alive(self)
+    }
 }

@@ -129,7 +129,7 @@ pub(crate) fn overwritten(seg: &Segment, j: u32) -> Error {
 }
 
 fn take_line(seg: &Segment) -> Result<u32> {
-    let _g = crate::slots::attach_guard();
+    let _g = crate::segment::files::attach_guard();
     let locks = seg.lock_file();
     for j in 0..MAX_TETHERS {
         let l = line(seg, j);
@@ -158,7 +158,7 @@ fn take_line(seg: &Segment) -> Result<u32> {
 /// Tethered side: gives line `j` back and wakes the consumer, which then stops
 /// holding space for it.
 pub(crate) fn leave(seg: &Segment, j: u32) {
-    let _g = crate::slots::attach_guard();
+    let _g = crate::segment::files::attach_guard();
     let c = seg.control();
     // Release: our last cursor and counters before the line reads FREE. FREE before
     // unlock, as for producer slots.
@@ -484,4 +484,11 @@ pub(crate) fn info(seg: &Segment, j: u32) -> Option<TetherInfo> {
         lag_bytes: (pos_diff(cursor_pos(w), cursor_pos(read)).min(sh.cap_units))
             * crate::layout::UNIT,
     })
+}
+
+impl Segment {
+    /// The tethered consumers attached, each with its lag behind the write cursor.
+    pub fn tethers(&self) -> Vec<TetherInfo> {
+        infos(self)
+    }
 }

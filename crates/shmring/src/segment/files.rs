@@ -44,6 +44,14 @@ pub(crate) struct LockFile {
     local: LocalRoles,
 }
 
+/// Serialises slot, consumer-role and tether-line changes within this process
+/// against the lock file's record of the roles held here.
+static ATTACH: Mutex<()> = Mutex::new(());
+
+pub(crate) fn attach_guard() -> std::sync::MutexGuard<'static, ()> {
+    ATTACH.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 static FILES: Mutex<Vec<(FileKey, Weak<LockFile>)>> = Mutex::new(Vec::new());
 
 fn files() -> std::sync::MutexGuard<'static, Vec<(FileKey, Weak<LockFile>)>> {
@@ -108,7 +116,7 @@ impl LockFile {
             return;
         };
         // Under the attach mutex: no role can be taken while we decide.
-        let _g = crate::slots::attach_guard();
+        let _g = attach_guard();
         if self.local.any() {
             self.extra
                 .lock()

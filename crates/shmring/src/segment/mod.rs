@@ -198,18 +198,6 @@ impl Segment {
         Error::Truncated(self.label())
     }
 
-    /// Is a consumer attached and alive (in any process)? One `fcntl` call; a
-    /// producer asks before counting a record as delivered, and `shmring rm` before
-    /// removing a ring. A ring whose creator died has no live consumer.
-    pub fn consumer_alive(&self) -> bool {
-        crate::slots::consumer_alive(self)
-    }
-
-    /// The tethered consumers attached, each with its lag behind the write cursor.
-    pub fn tethers(&self) -> Vec<crate::TetherInfo> {
-        crate::tether::infos(self)
-    }
-
     pub(crate) fn control(&self) -> &Control {
         // SAFETY: the mapping is at least CONTROL_SIZE bytes, page aligned, lives as
         // long as `self`, and Control is made of atomics and plain integers.
