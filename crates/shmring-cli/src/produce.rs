@@ -139,8 +139,72 @@ fn video_thread(
     frames: u64,
     policy: FullPolicy,
     stop: Arc<AtomicBool>,
-    (start, end): (Instant, Instant),
+    span: (Instant, Instant),
 ) -> StreamResult {
+    let pattern = Pattern::new(w, h).expect("size checked by parse_video");
+    let plan = Plan {
+        stream,
+        kind: kind::VIDEO,
+        what: "video",
+        base: MediaHeader::video(Format::I420, w, h, 0, 0)
+            .and_then(|hd| hd.with_frame_rate(fps, 1)),
+        count: frames,
+        period: Duration::from_secs(1) / fps,
+        policy,
+    };
+    run_stream(seg, plan, stop, span, |i, hd, p| pattern.draw(i, hd, p))
+}
+
+fn audio_thread(
+    seg: Arc<Segment>,
+    stream: u32,
+    (rate, channels): (u32, u32),
+    packets: u64,
+    policy: FullPolicy,
+    stop: Arc<AtomicBool>,
+    span: (Instant, Instant),
+) -> StreamResult {
+    let samples = rate / 100;
+    let mut tone = Tone::new(440.0, rate);
+    let plan = Plan {
+        stream,
+        kind: kind::AUDIO,
+        what: "audio",
+        base: MediaHeader::audio(Format::PcmS16, rate, channels, samples, 0, 0),
+        count: packets,
+        period: Duration::from_millis(10),
+        policy,
+    };
+    let mut res = run_stream(seg, plan, stop, span, |_, hd, p| {
+        let (o, s) = (hd.offset[0] as usize, hd.size[0] as usize);
+        tone.fill_s16(&mut p[o..o + s], channels as usize);
+    });
+    res.samples_sent = res.sent * samples as u64;
+    res
+}
+
+/// One stream's records: what they are, how many, how often.
+struct Plan {
+    stream: u32,
+    kind: u32,
+    what: &'static str,
+    /// The media header of every record, but for its timestamp and sequence.
+    base: Result<MediaHeader, shmring::media::MediaError>,
+    count: u64,
+    period: Duration,
+    policy: FullPolicy,
+}
+
+/// Produces one stream: a record every period from `start`, until its count,
+/// `end` or `stop`; `fill` draws record `i` after its header. Ends the stream.
+fn run_stream(
+    seg: Arc<Segment>,
+    plan: Plan,
+    stop: Arc<AtomicBool>,
+    (start, end): (Instant, Instant),
+    mut fill: impl FnMut(u64, &MediaHeader, &mut [u8]),
+) -> StreamResult {
+    let (stream, what) = (plan.stream, plan.what);
     let mut res = StreamResult {
         stream,
         ..Default::default()
@@ -148,36 +212,33 @@ fn video_thread(
     let mut prod = match seg.producer() {
         Ok(p) => p,
         Err(e) => {
-            res.error = Some(format!("video stream {stream}: {e}"));
+            res.error = Some(format!("{what} stream {stream}: {e}"));
             return res;
         }
     };
-    prod.set_policy(policy);
-    let pattern = Pattern::new(w, h).expect("size checked by parse_video");
-    let base = match MediaHeader::video(Format::I420, w, h, 0, 0)
-        .and_then(|hd| hd.with_frame_rate(fps, 1))
-    {
+    prod.set_policy(plan.policy);
+    let base = match plan.base {
         Ok(hd) => hd,
         Err(e) => {
-            res.error = Some(format!("video stream {stream}: {e}"));
+            res.error = Some(format!("{what} stream {stream}: {e}"));
             return res;
         }
     };
     let len = base.payload_len();
     let pace = Pace {
         start,
-        period: Duration::from_secs(1) / fps,
+        period: plan.period,
     };
-    for i in 0..frames {
+    for i in 0..plan.count {
         if stop.load(Ordering::Relaxed) {
             break;
         }
         if pace.due(i) >= end || Instant::now() >= end {
-            res.missed = frames - i;
+            res.missed = plan.count - i;
             break;
         }
         sleep_until(pace.due(i));
-        if let Some(e) = consumer_gone(&seg, "video", stream, &res) {
+        if let Some(e) = consumer_gone(&seg, what, stream, &res) {
             res.error = Some(e);
             break;
         }
@@ -191,7 +252,7 @@ fn video_thread(
             }
             Err(e) => {
                 res.dropped += 1;
-                res.error = Some(format!("video stream {stream}: {e}"));
+                res.error = Some(format!("{what} stream {stream}: {e}"));
                 break;
             }
         };
@@ -202,19 +263,19 @@ fn video_thread(
         };
         let p = r.payload();
         hd.write_to(p).expect("reserved the header's payload_len");
-        pattern.draw(i, &hd, p);
-        match r.commit(Meta::new(stream, kind::VIDEO).with_timestamp(pts)) {
+        fill(i, &hd, p);
+        match r.commit(Meta::new(stream, plan.kind).with_timestamp(pts)) {
             Ok(()) => res.sent += 1,
             Err(e) => {
                 res.dropped += 1;
                 if !is_drop(&e) {
-                    res.error = Some(format!("video stream {stream}: {e}"));
+                    res.error = Some(format!("{what} stream {stream}: {e}"));
                     break;
                 }
             }
         }
     }
-    end_stream(&mut prod, stream, kind::VIDEO, &mut res);
+    end_stream(&mut prod, stream, plan.kind, &mut res);
     res
 }
 
@@ -228,95 +289,6 @@ fn end_stream(prod: &mut shmring::Producer, stream: u32, k: u32, res: &mut Strea
         Err(e) if is_drop(&e) => {}
         Err(e) => res.error = Some(format!("stream {stream}: its end of stream: {e}")),
     }
-}
-
-fn audio_thread(
-    seg: Arc<Segment>,
-    stream: u32,
-    (rate, channels): (u32, u32),
-    packets: u64,
-    policy: FullPolicy,
-    stop: Arc<AtomicBool>,
-    (start, end): (Instant, Instant),
-) -> StreamResult {
-    let mut res = StreamResult {
-        stream,
-        ..Default::default()
-    };
-    let mut prod = match seg.producer() {
-        Ok(p) => p,
-        Err(e) => {
-            res.error = Some(format!("audio stream {stream}: {e}"));
-            return res;
-        }
-    };
-    prod.set_policy(policy);
-    let samples = rate / 100;
-    let base = match MediaHeader::audio(Format::PcmS16, rate, channels, samples, 0, 0) {
-        Ok(hd) => hd,
-        Err(e) => {
-            res.error = Some(format!("audio stream {stream}: {e}"));
-            return res;
-        }
-    };
-    let len = base.payload_len();
-    let mut tone = Tone::new(440.0, rate);
-    let pace = Pace {
-        start,
-        period: Duration::from_millis(10),
-    };
-    for i in 0..packets {
-        if stop.load(Ordering::Relaxed) {
-            break;
-        }
-        if pace.due(i) >= end || Instant::now() >= end {
-            res.missed = packets - i;
-            break;
-        }
-        sleep_until(pace.due(i));
-        if let Some(e) = consumer_gone(&seg, "audio", stream, &res) {
-            res.error = Some(e);
-            break;
-        }
-        res.attempted += 1;
-        let pts = shmring::now_ns();
-        let mut r = match prod.reserve(len) {
-            Ok(r) => r,
-            Err(e) if is_drop(&e) => {
-                res.dropped += 1;
-                continue;
-            }
-            Err(e) => {
-                res.dropped += 1;
-                res.error = Some(format!("audio stream {stream}: {e}"));
-                break;
-            }
-        };
-        let hd = MediaHeader {
-            pts_ns: pts,
-            sequence: i,
-            ..base
-        };
-        let p = r.payload();
-        hd.write_to(p).expect("reserved the header's payload_len");
-        let (o, s) = (hd.offset[0] as usize, hd.size[0] as usize);
-        tone.fill_s16(&mut p[o..o + s], channels as usize);
-        match r.commit(Meta::new(stream, kind::AUDIO).with_timestamp(pts)) {
-            Ok(()) => {
-                res.sent += 1;
-                res.samples_sent += samples as u64;
-            }
-            Err(e) => {
-                res.dropped += 1;
-                if !is_drop(&e) {
-                    res.error = Some(format!("audio stream {stream}: {e}"));
-                    break;
-                }
-            }
-        }
-    }
-    end_stream(&mut prod, stream, kind::AUDIO, &mut res);
-    res
 }
 
 fn missed_note(missed: u64) -> String {
