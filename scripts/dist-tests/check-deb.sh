@@ -68,7 +68,7 @@ setpriv --reuid="$camera_uid" --regid="$camera_gid" --clear-groups env HOME=/ $c
   > /tmp/camera.log 2>&1 || { cat /tmp/camera.log; fail "the camera failed"; }
 kill -TERM $rec
 wait $rec || { cat /tmp/recorder.log; fail "the recorder failed"; }
-mp4=$(ls "$rec_dir"/video-*.mp4 2>/dev/null | head -1)
+mp4=$(ls "$rec_dir"/stream-*.mp4 2>/dev/null | head -1)
 [ -n "$mp4" ] || { ls -la "$rec_dir"; cat /tmp/recorder.log; fail "no MP4 in $rec_dir"; }
 probe=$(ffprobe -v error -count_frames -select_streams v:0 \
   -show_entries stream=codec_name,width,height,nb_read_frames -of csv=p=0 "$mp4") \
@@ -77,4 +77,10 @@ case "$probe" in
   h264,1920,1080,[1-9]*) ;;
   *) cat /tmp/recorder.log; fail "$mp4: ffprobe says $probe, not 1080p H.264 frames" ;;
 esac
-ok "the Compose sample recorded $mp4: $(wc -c < "$mp4") bytes, ffprobe: $probe (codec, size, frames)"
+audio=$(ffprobe -v error -select_streams a:0 -show_entries stream=codec_name -of csv=p=0 "$mp4") \
+  || fail "ffprobe $mp4 (audio)"
+case "$audio" in
+  aac|opus) ;;
+  *) cat /tmp/recorder.log; fail "$mp4: no AAC or Opus audio beside the video (ffprobe says '$audio')" ;;
+esac
+ok "the Compose sample recorded $mp4: $(wc -c < "$mp4") bytes, ffprobe: $probe (codec, size, frames), audio $audio"

@@ -76,7 +76,7 @@ fn err(what: impl std::fmt::Display) -> io::Error {
 fn make(name: &str) -> io::Result<gst::Element> {
     gst::ElementFactory::make(name).build().map_err(|_| {
         err(format!(
-            "element {name} is missing (install the GStreamer plugin sets: base, good, ugly, libav)"
+            "element {name} is missing (install the GStreamer plugin sets: base, good, bad, ugly, libav)"
         ))
     })
 }
