@@ -56,79 +56,62 @@ pub struct shmring_stats {
     pub expired_claims: u64,
 }
 
-/// The core's snapshot as the C struct (its fields are `Stats::fields()`, in that
-/// order: `tests/header.rs` checks it).
-pub(crate) fn c_stats(s: &shmring::Stats) -> shmring_stats {
-    shmring_stats {
-        capacity: s.capacity,
-        records_committed: s.records_committed,
-        bytes_committed: s.bytes_committed,
-        records_aborted: s.records_aborted,
-        drops_full: s.drops_full,
-        producer_waits: s.producer_waits,
-        producer_wakes: s.producer_wakes,
-        records_consumed: s.records_consumed,
-        bytes_consumed: s.bytes_consumed,
-        abandoned: s.abandoned,
-        skipped_aborted: s.skipped_aborted,
-        corruption: s.corruption,
-        consumer_waits: s.consumer_waits,
-        consumer_wakes: s.consumer_wakes,
-        peak_occupancy: s.peak_occupancy,
-        occupancy: s.occupancy,
-        records_in_flight: s.records_in_flight,
-        resets: s.resets,
-        reaped_slots: s.reaped_slots,
-        producers: s.producers,
-        consumer_attached: s.consumer_attached as u32,
-        stalled_claims: s.stalled_claims,
-        forged_claims: s.forged_claims,
-        repairs: s.repairs,
-        oldest_pending_age_ns: s.oldest_pending_age_ns,
-        oldest_pending_slot: s.oldest_pending_slot,
-        oldest_pending_pid: s.oldest_pending_pid,
-        tethered_consumers: s.tethered_consumers,
-        tethers_detached: s.tethers_detached,
-        expired_claims: s.expired_claims,
-    }
+/// The fields `shmring_stats` copies as they are, and the one flag (`bool` in the
+/// core, 0 or 1 in C): both conversions are made from this one list. No field is
+/// defaulted, so a counter added to the core fails to compile here.
+macro_rules! stats_mirror {
+    ($($field:ident),* ; $flag:ident) => {
+        /// The core's snapshot as the C struct (its fields are `Stats::fields()`, in
+        /// that order: `tests/header.rs` checks it).
+        pub(crate) fn c_stats(s: &shmring::Stats) -> shmring_stats {
+            shmring_stats {
+                $($field: s.$field,)*
+                $flag: s.$flag as u32,
+            }
+        }
+
+        /// The C struct as the core's snapshot (the inverse of [`c_stats`]).
+        pub(crate) fn core_stats(s: &shmring_stats) -> shmring::Stats {
+            shmring::Stats {
+                $($field: s.$field,)*
+                $flag: s.$flag != 0,
+            }
+        }
+    };
 }
 
-/// The C struct as the core's snapshot (the inverse of [`c_stats`]; no field is
-/// defaulted, so a counter added to the core fails to compile here).
-pub(crate) fn core_stats(s: &shmring_stats) -> shmring::Stats {
-    shmring::Stats {
-        capacity: s.capacity,
-        records_committed: s.records_committed,
-        bytes_committed: s.bytes_committed,
-        records_aborted: s.records_aborted,
-        drops_full: s.drops_full,
-        producer_waits: s.producer_waits,
-        producer_wakes: s.producer_wakes,
-        records_consumed: s.records_consumed,
-        bytes_consumed: s.bytes_consumed,
-        abandoned: s.abandoned,
-        skipped_aborted: s.skipped_aborted,
-        corruption: s.corruption,
-        consumer_waits: s.consumer_waits,
-        consumer_wakes: s.consumer_wakes,
-        peak_occupancy: s.peak_occupancy,
-        occupancy: s.occupancy,
-        records_in_flight: s.records_in_flight,
-        resets: s.resets,
-        reaped_slots: s.reaped_slots,
-        producers: s.producers,
-        consumer_attached: s.consumer_attached != 0,
-        stalled_claims: s.stalled_claims,
-        forged_claims: s.forged_claims,
-        repairs: s.repairs,
-        oldest_pending_age_ns: s.oldest_pending_age_ns,
-        oldest_pending_slot: s.oldest_pending_slot,
-        oldest_pending_pid: s.oldest_pending_pid,
-        tethered_consumers: s.tethered_consumers,
-        tethers_detached: s.tethers_detached,
-        expired_claims: s.expired_claims,
-    }
-}
+stats_mirror!(
+    capacity,
+    records_committed,
+    bytes_committed,
+    records_aborted,
+    drops_full,
+    producer_waits,
+    producer_wakes,
+    records_consumed,
+    bytes_consumed,
+    abandoned,
+    skipped_aborted,
+    corruption,
+    consumer_waits,
+    consumer_wakes,
+    peak_occupancy,
+    occupancy,
+    records_in_flight,
+    resets,
+    reaped_slots,
+    producers,
+    stalled_claims,
+    forged_claims,
+    repairs,
+    oldest_pending_age_ns,
+    oldest_pending_slot,
+    oldest_pending_pid,
+    tethered_consumers,
+    tethers_detached,
+    expired_claims;
+    consumer_attached
+);
 
 /// shmring_stats_field.kind: only ever grows while the ring lives.
 pub const SHMRING_FIELD_COUNTER: u32 = 0;
