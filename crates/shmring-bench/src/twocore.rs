@@ -14,7 +14,6 @@
 //! timer. The meeting's version pins every sending thread to one core and the
 //! reader to the other.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 use crossbeam_queue::ArrayQueue;
@@ -23,7 +22,7 @@ use crate::args::WorkerArgs;
 use crate::kit::{cpu_s, produce, Checker, Pacer};
 use crate::meeting;
 use crate::report::WorkerReport;
-use shmring_host::alloc_count;
+use shmring_host::{alloc_count, futex_wait, futex_wake, SharedMemory};
 
 type Res<T> = Result<T, String>;
 
@@ -48,69 +47,23 @@ struct Words {
 
 const PAGE: usize = 4096;
 
-/// A memfd mapped shared: the futex page, then every stream's buffers.
-struct Mapping {
-    ptr: *mut u8,
-    len: usize,
-    _fd: OwnedFd,
-}
-
-// SAFETY: the mapping is plain shared memory; threads reach it through atomics
-// (the futex page) or through buffers the pool gives to one thread at a time.
-unsafe impl Send for Mapping {}
-// SAFETY: as above.
-unsafe impl Sync for Mapping {}
+/// The futex page, then every stream's buffers.
+struct Mapping(SharedMemory);
 
 impl Mapping {
     fn new(len: usize, huge: bool) -> Res<Mapping> {
-        let err = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
-        // SAFETY: memfd_create with a valid C string; the descriptor is ours.
-        let fd = unsafe { libc::memfd_create(c"shmring-bench-floor2".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(err("memfd_create"));
-        }
-        // SAFETY: a fresh descriptor nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: sizes our own memfd.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } < 0 {
-            return Err(err("ftruncate"));
-        }
-        // SAFETY: maps `len` bytes of the memfd we just sized; checked below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(err("mmap"));
-        }
+        let m = SharedMemory::create(c"shmring-bench-floor2", len)
+            .map_err(|e| format!("shared memory for the two-core floor: {e}"))?;
         if huge {
-            // SAFETY: advice on our own mapping; refused, it works with small pages.
-            unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) };
+            m.advise_huge();
         }
-        Ok(Mapping {
-            ptr: p as *mut u8,
-            len,
-            _fd: fd,
-        })
+        Ok(Mapping(m))
     }
 
     fn words(&self) -> &Words {
         // SAFETY: the first page is ours, page-aligned, zero-filled (valid atomics)
         // and only ever accessed through atomics.
-        unsafe { &*(self.ptr as *const Words) }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmaps our own mapping; nothing borrowed from it outlives self.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+        unsafe { &*(self.0.ptr() as *const Words) }
     }
 }
 
@@ -209,7 +162,9 @@ impl Handoff {
         // laid out in it back to back), and the pool hands it to one thread at a
         // time: the writer between take and push, the reader between pop and
         // give_back, ordered by the queue and the pool's Acquire/Release.
-        unsafe { std::slice::from_raw_parts_mut(self.map.ptr.add(p.base + i * p.stride), p.size) }
+        unsafe {
+            std::slice::from_raw_parts_mut(self.map.0.ptr().add(p.base + i * p.stride), p.size)
+        }
     }
 
     /// Writer: a buffer of `stream`, waiting for one if all are out.
@@ -267,7 +222,7 @@ fn signal(w: &Wake) {
     fence(Ordering::SeqCst);
     if w.waiting.load(Ordering::Relaxed) != 0 && w.waiting.swap(0, Ordering::Relaxed) != 0 {
         w.seq.fetch_add(1, Ordering::Release);
-        futex(&w.seq, libc::FUTEX_WAKE, i32::MAX as u32);
+        futex_wake(&w.seq);
     }
 }
 
@@ -278,24 +233,9 @@ fn sleep(w: &Wake, ready: impl Fn() -> bool) {
     fence(Ordering::SeqCst);
     let seen = w.seq.load(Ordering::Acquire);
     if !ready() {
-        futex(&w.seq, libc::FUTEX_WAIT, seen);
+        futex_wait(&w.seq, seen, None);
     }
     w.waiting.store(0, Ordering::Relaxed);
-}
-
-/// A shared (not process-private) futex operation on `w`, no timeout.
-fn futex(w: &AtomicU32, op: libc::c_int, val: u32) {
-    // SAFETY: FUTEX_WAIT/FUTEX_WAKE on a valid, aligned u32 in shared memory; a
-    // spurious return is fine, the callers look again.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            w.as_ptr(),
-            op,
-            val,
-            std::ptr::null::<libc::timespec>(),
-        );
-    }
 }
 
 /// The cores this process may run on.

@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::args::WorkerArgs;
 use crate::kit::{fd_arg, produce, ready, Checker, Res, STALL};
 use crate::report::WorkerReport;
+use shmring_host::{futex_wait, futex_wake, SharedMemory};
 
 /// The shared page.
 #[repr(C)]
@@ -27,72 +28,22 @@ struct Page {
 /// Bytes of the shared memory the parent creates.
 pub const PAGE: usize = 4096;
 
-struct Shared {
-    ptr: *mut Page,
-}
+/// The page, mapped from the descriptor the parent passed.
+struct Shared(SharedMemory);
 
 impl Shared {
     fn map(a: &WorkerArgs) -> Res<Shared> {
-        let fd = fd_arg(a)?;
-        use std::os::fd::AsRawFd;
-        // SAFETY: maps PAGE bytes of the memfd the parent sized to PAGE; checked below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                PAGE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(format!(
-                "cannot map the shared page: {}",
-                std::io::Error::last_os_error()
-            ));
+        let m = SharedMemory::map(fd_arg(a)?)
+            .map_err(|e| format!("cannot map the shared page: {e}"))?;
+        if m.len() < std::mem::size_of::<Page>() {
+            return Err(format!("the shared page has {} bytes", m.len()));
         }
-        Ok(Shared {
-            ptr: p as *mut Page,
-        })
+        Ok(Shared(m))
     }
     fn page(&self) -> &Page {
         // SAFETY: a live, page-aligned shared mapping of at least size_of::<Page>()
-        // bytes, only ever accessed through atomics.
-        unsafe { &*self.ptr }
-    }
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // SAFETY: unmaps our own mapping; no reference to it outlives self.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, PAGE) };
-    }
-}
-
-/// Sleeps while `*w == val` (at most `timeout`); a shared (not private) futex.
-fn futex_wait(w: &AtomicU32, val: u32, timeout: Duration) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: FUTEX_WAIT on a valid, aligned u32 in shared memory; spurious returns
-    // are fine, the callers look again.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            w.as_ptr(),
-            libc::FUTEX_WAIT,
-            val,
-            &ts as *const libc::timespec,
-        );
-    }
-}
-
-fn futex_wake(w: &AtomicU32) {
-    // SAFETY: FUTEX_WAKE on a valid, aligned u32 in shared memory.
-    unsafe {
-        libc::syscall(libc::SYS_futex, w.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+        // bytes (checked in `map`), only ever accessed through atomics.
+        unsafe { &*(self.0.ptr() as *const Page) }
     }
 }
 
@@ -104,7 +55,7 @@ fn wait_change(w: &AtomicU32, val: u32) -> bool {
         if now >= until {
             return false;
         }
-        futex_wait(w, val, Duration::from_nanos(until - now));
+        futex_wait(w, val, Some(Duration::from_nanos(until - now)));
     }
     true
 }
@@ -165,19 +116,10 @@ pub fn consumer(a: &WorkerArgs) -> Res<WorkerReport> {
     Ok(ck.finish())
 }
 
-/// A shared page for the two sides (a sealed-size memfd).
+/// A shared page for the two sides: its descriptor, handed to both workers.
 pub fn page() -> std::io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: memfd_create with a valid C string; the descriptor is ours.
-    let fd = unsafe { libc::memfd_create(c"shmring-bench-wakeup".as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor nobody else owns.
-    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-    // SAFETY: sizes our own memfd.
-    if unsafe { libc::ftruncate(std::os::fd::AsRawFd::as_raw_fd(&fd), PAGE as libc::off_t) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(fd)
+    use std::os::fd::AsFd;
+    SharedMemory::create(c"shmring-bench-wakeup", PAGE)?
+        .as_fd()
+        .try_clone_to_owned()
 }

@@ -8,16 +8,20 @@
 //! - [`usage`]: CPU time and memory of a process from `/proc` and `getrusage`;
 //! - [`CountingAlloc`]: a global allocator that counts, for the programs that count
 //!   allocations (the bench's workers, the no-allocation tests);
-//! - [`stop_flag`]: a flag set by SIGINT, SIGTERM or SIGHUP.
+//! - [`stop_flag`]: a flag set by SIGINT, SIGTERM or SIGHUP;
+//! - [`SharedMemory`], [`futex_wait`], [`futex_wake`]: a memfd mapped shared and
+//!   futexes in it, for the tools' own shared words (not a ring).
 //!
 //! Not published: a dependency of the workspace's tools only.
 
 mod alloc;
 mod child;
+mod shm;
 mod stop;
 pub mod usage;
 
 pub use alloc::{alloc_count, counting_installed, thread_alloc_count, CountingAlloc};
 pub use child::{pid_gone, ChildGuard};
+pub use shm::{futex_wait, futex_wake, SharedMemory};
 pub use stop::stop_flag;
 pub use usage::{cpu_ns, proc_memory, rusage, CpuMeter, ProcMemory, Rusage};

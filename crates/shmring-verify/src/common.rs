@@ -2,7 +2,9 @@
 //! processes publish their progress in, child processes that die with us, process
 //! memory figures, and the report every subcommand prints.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use shmring_host::SharedMemory;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -151,87 +153,34 @@ pub struct Line {
 const _: () = assert!(std::mem::size_of::<Line>() == 64);
 
 /// A small shared mapping (its own memfd) with one [`Line`] per producer instance.
-pub struct Flags {
-    fd: OwnedFd,
-    ptr: *mut Line,
-    lines: usize,
-}
-
-// SAFETY: the mapping holds atomics only and lives as long as the struct.
-unsafe impl Send for Flags {}
-// SAFETY: as above.
-unsafe impl Sync for Flags {}
+pub struct Flags(SharedMemory);
 
 impl Flags {
     pub fn create(lines: usize) -> std::io::Result<Flags> {
-        // SAFETY: plain system calls on a name we own; results are checked.
-        let fd = unsafe { libc::memfd_create(c"shmring-verify-flags".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: a descriptor we just created and own.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let size = (lines.max(1) * 64) as libc::off_t;
-        // SAFETY: valid descriptor.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Self::map(fd)
+        SharedMemory::create(c"shmring-verify-flags", lines.max(1) * 64).map(Flags)
     }
 
     /// Maps a flag table received as descriptor `fd` (taking ownership).
     pub fn from_raw_fd(fd: RawFd) -> std::io::Result<Flags> {
         // SAFETY: the orchestrator left this descriptor open for us; nobody else in
         // this process owns it.
-        Self::map(unsafe { OwnedFd::from_raw_fd(fd) })
-    }
-
-    fn map(fd: OwnedFd) -> std::io::Result<Flags> {
-        // SAFETY: fstat into a zeroed struct we own.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let len = st.st_size as usize;
-        if len < 64 {
+        let m = SharedMemory::map(unsafe { OwnedFd::from_raw_fd(fd) })?;
+        if m.len() < 64 {
             return Err(std::io::Error::other("flag table smaller than one line"));
         }
-        // SAFETY: a fresh shared mapping of the whole file; checked below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Flags {
-            fd,
-            ptr: p as *mut Line,
-            lines: len / 64,
-        })
+        Ok(Flags(m))
     }
 
     pub fn raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.0.as_fd().as_raw_fd()
     }
 
     pub fn line(&self, i: usize) -> &Line {
-        assert!(i < self.lines, "flag line {i} of {}", self.lines);
-        // SAFETY: inside the mapping; Line is made of atomics (zero is valid).
-        unsafe { &*self.ptr.add(i) }
-    }
-}
-
-impl Drop for Flags {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.lines * 64) };
+        let lines = self.0.len() / 64;
+        assert!(i < lines, "flag line {i} of {lines}");
+        // SAFETY: inside the page-aligned mapping; Line is 64 bytes of atomics (zero
+        // is valid).
+        unsafe { &*self.0.ptr().cast::<Line>().add(i) }
     }
 }
 
