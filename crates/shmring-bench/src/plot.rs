@@ -23,6 +23,30 @@ struct Panel {
     h: f64,
 }
 
+impl Panel {
+    /// The panel's border.
+    fn frame(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            r##"<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#999"/>"##,
+            self.x, self.y, self.w, self.h
+        );
+    }
+
+    /// A horizontal grid line at `y`, labelled `v` on the left.
+    fn grid_line(&self, out: &mut String, y: f64, v: f64, colour: &str) {
+        let _ = writeln!(
+            out,
+            r##"<line x1="{}" y1="{y}" x2="{}" y2="{y}" stroke="{colour}"/><text x="{}" y="{}" font-size="10" text-anchor="end">{}</text>"##,
+            self.x,
+            self.x + self.w,
+            self.x - 4.0,
+            y + 3.0,
+            fmt_num(v)
+        );
+    }
+}
+
 /// Bars per category, one bar per series, on a log10 axis.
 fn bars(
     out: &mut String,
@@ -67,24 +91,12 @@ fn bars(
         .ceil()
         .max(lo + 1.0);
     let ypos = |v: f64| p.y + p.h - (v.log10() - lo) / (hi - lo) * p.h;
-    let _ = writeln!(
-        out,
-        r##"<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#999"/>"##,
-        p.x, p.y, p.w, p.h
-    );
+    p.frame(out);
     let mut d = lo;
     while d <= hi {
         let v = 10f64.powf(d);
         let yy = ypos(v);
-        let _ = writeln!(
-            out,
-            r##"<line x1="{}" y1="{yy}" x2="{}" y2="{yy}" stroke="#ddd"/><text x="{}" y="{}" font-size="10" text-anchor="end">{}</text>"##,
-            p.x,
-            p.x + p.w,
-            p.x - 4.0,
-            yy + 3.0,
-            fmt_num(v)
-        );
+        p.grid_line(out, yy, v, "#ddd");
         d += 1.0;
     }
     let _ = writeln!(
@@ -172,22 +184,10 @@ fn lines(
     let (yticks, _) = ticks(pts.iter().map(|q| q.1).fold(0.0, f64::max).max(1.0), 4);
     let tmax = *tticks.last().expect("at least two ticks");
     let ymax = *yticks.last().expect("at least two ticks");
-    let _ = writeln!(
-        out,
-        r##"<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#999"/>"##,
-        p.x, p.y, p.w, p.h
-    );
+    p.frame(out);
     for &v in &yticks {
         let yy = p.y + p.h - v / ymax * p.h;
-        let _ = writeln!(
-            out,
-            r##"<line x1="{}" y1="{yy}" x2="{}" y2="{yy}" stroke="#eee"/><text x="{}" y="{}" font-size="10" text-anchor="end">{}</text>"##,
-            p.x,
-            p.x + p.w,
-            p.x - 4.0,
-            yy + 3.0,
-            fmt_num(v)
-        );
+        p.grid_line(out, yy, v, "#eee");
     }
     for &t in &tticks {
         let xx = p.x + t / tmax * p.w;

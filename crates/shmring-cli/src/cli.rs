@@ -392,12 +392,19 @@ pub struct TopArgs {
     /// Reverse the order.
     #[arg(long)]
     pub reverse: bool,
-    /// Only rings whose name starts with this.
-    #[arg(long, value_name = "PREFIX")]
-    pub prefix: Option<String>,
+    #[command(flatten)]
+    pub rings: RingSelection,
+}
+
+/// Which rings `top` and `exporter` read.
+#[derive(Debug, Clone, Args)]
+pub struct RingSelection {
     /// Only this ring (repeat for more; default: every ring in /dev/shm of this user).
-    #[arg(long, value_name = "NAME", conflicts_with = "prefix")]
+    #[arg(long, value_name = "NAME")]
     pub ring: Vec<String>,
+    /// Only rings whose name starts with this.
+    #[arg(long, value_name = "PREFIX", conflicts_with = "ring")]
+    pub prefix: Option<String>,
     /// Also observe, read-only, the ring served on every Unix socket in this
     /// directory (`shmring record --listen DIR/NAME.sock`); repeatable.
     #[arg(long, value_name = "DIR")]
@@ -409,16 +416,8 @@ pub struct ExporterArgs {
     /// Address to serve on (port 0: any free port, printed at start).
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9464")]
     pub listen: String,
-    /// Only this ring (repeat for more; default: every ring in /dev/shm of this user).
-    #[arg(long, value_name = "NAME")]
-    pub ring: Vec<String>,
-    /// Only rings whose name starts with this.
-    #[arg(long, value_name = "PREFIX", conflicts_with = "ring")]
-    pub prefix: Option<String>,
-    /// Also observe, read-only, the ring served on every Unix socket in this
-    /// directory (`shmring record --listen DIR/NAME.sock`); repeatable.
-    #[arg(long, value_name = "DIR")]
-    pub sockets: Vec<PathBuf>,
+    #[command(flatten)]
+    pub rings: RingSelection,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -17,13 +17,11 @@ use crate::{fail, stop_flag, CmdError};
 /// `shmring exporter`: serves until SIGINT/SIGTERM.
 pub fn run(a: ExporterArgs) -> Result<(), CmdError> {
     let stop = stop_flag()?;
-    let mut named = NamedRings {
-        prefix: a.prefix.clone(),
-        only: a.ring.clone(),
-    };
+    let mut named = NamedRings::from(&a.rings);
     // Sockets are connected to in the background and kept between scrapes; the
     // first connections are made before serving, so the first scrape has them.
-    let mut sockets = (!a.sockets.is_empty()).then(|| SocketRings::new(a.sockets.clone()));
+    let mut sockets =
+        (!a.rings.sockets.is_empty()).then(|| SocketRings::new(a.rings.sockets.clone()));
     if let Some(s) = &mut sockets {
         s.settle();
     }

@@ -222,11 +222,7 @@ impl Muxed {
             .build()
             .map_err(err)?;
         let caps = info.to_caps().map_err(err)?;
-        let appsrc = gst_app::AppSrc::builder()
-            .caps(&caps)
-            .format(gst::Format::Time)
-            .is_live(false)
-            .block(false)
+        let appsrc = timed_source(&caps)
             .max_bytes(VIDEO_QUEUE_BYTES)
             .max_time(Some(VIDEO_QUEUE))
             .build();
@@ -289,13 +285,7 @@ impl Muxed {
         let caps = info.to_caps().map_err(err)?;
         // Unbounded: the muxer waits for both tracks, so the recorder must never
         // wait for audio while the video it would push next is what the muxer needs.
-        let appsrc = gst_app::AppSrc::builder()
-            .caps(&caps)
-            .format(gst::Format::Time)
-            .is_live(false)
-            .block(false)
-            .max_bytes(0)
-            .build();
+        let appsrc = timed_source(&caps).max_bytes(0).build();
         let rate = make("audiorate")?;
         rate.set_property("tolerance", AUDIO_TOLERANCE_NS);
         let convert = make("audioconvert")?;
@@ -781,4 +771,14 @@ impl Participant {
             _ => self.dir.join(format!("stream-{}.mp4", self.id)),
         }
     }
+}
+
+/// An appsrc of `caps` fed with buffers timed by capture time (not live), which
+/// never blocks the recorder: a full queue is the caller's to handle.
+fn timed_source(caps: &gst::Caps) -> gst_app::app_src::AppSrcBuilder<'_> {
+    gst_app::AppSrc::builder()
+        .caps(caps)
+        .format(gst::Format::Time)
+        .is_live(false)
+        .block(false)
 }

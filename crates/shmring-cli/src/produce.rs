@@ -449,23 +449,22 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
         let _ = o.flush();
     }
     let e = &mut std::io::stderr().lock();
-    for r in &vres {
+    for (r, audio) in vres
+        .iter()
+        .map(|r| (r, false))
+        .chain(all_audio.iter().map(|r| (r, true)))
+    {
+        let what = if audio {
+            format!(
+                "audio stream {}: {} packets ({} samples)",
+                r.stream, r.sent, r.samples_sent
+            )
+        } else {
+            format!("video stream {}: {} frames", r.stream, r.sent)
+        };
         let _ = writeln!(
             e,
-            "shmring produce: video stream {}: {} frames sent, {} dropped{}",
-            r.stream,
-            r.sent,
-            r.dropped,
-            missed_note(r.missed)
-        );
-    }
-    for r in &all_audio {
-        let _ = writeln!(
-            e,
-            "shmring produce: audio stream {}: {} packets ({} samples) sent, {} dropped{}",
-            r.stream,
-            r.sent,
-            r.samples_sent,
+            "shmring produce: {what} sent, {} dropped{}",
             r.dropped,
             missed_note(r.missed)
         );

@@ -77,6 +77,15 @@ pub struct NamedRings {
     pub only: Vec<String>,
 }
 
+impl From<&crate::cli::RingSelection> for NamedRings {
+    fn from(s: &crate::cli::RingSelection) -> NamedRings {
+        NamedRings {
+            prefix: s.prefix.clone(),
+            only: s.ring.clone(),
+        }
+    }
+}
+
 impl NamedRings {
     fn names(&self) -> Vec<String> {
         if !self.only.is_empty() {

@@ -256,12 +256,9 @@ pub fn json_rows(rows: &[TopRow]) -> Value {
 }
 
 fn sources(a: &TopArgs) -> Vec<Box<dyn RingSource>> {
-    let mut v: Vec<Box<dyn RingSource>> = vec![Box::new(NamedRings {
-        prefix: a.prefix.clone(),
-        only: a.ring.clone(),
-    })];
-    if !a.sockets.is_empty() {
-        v.push(Box::new(SocketRings::new(a.sockets.clone())));
+    let mut v: Vec<Box<dyn RingSource>> = vec![Box::new(NamedRings::from(&a.rings))];
+    if !a.rings.sockets.is_empty() {
+        v.push(Box::new(SocketRings::new(a.rings.sockets.clone())));
     }
     v
 }

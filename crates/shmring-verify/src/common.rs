@@ -184,6 +184,26 @@ impl Flags {
     }
 }
 
+/// After the producers were told to stop, with nothing to read just now: every
+/// producer has exited and nothing is in flight (`Ok(true)`: the drain is over),
+/// or not yet (`Ok(false)`), or a minute has passed since `since` (an error).
+pub fn drained(
+    producers: &mut [ChildGuard],
+    seg: &shmring::Segment,
+    since: std::time::Instant,
+) -> Result<bool, String> {
+    let all_done = producers
+        .iter_mut()
+        .all(|k| k.is_reaped() || k.exited().is_some());
+    if all_done && seg.stats().records_in_flight == 0 {
+        return Ok(true);
+    }
+    if since.elapsed() > Duration::from_secs(60) {
+        return Err("drain timed out".into());
+    }
+    Ok(false)
+}
+
 // ---- process memory --------------------------------------------------------------------
 
 /// Resident memory of a process from /proc/PID/status, in bytes.

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use shmring::{Config, Segment};
 
-use crate::common::{ms, state, verify_record, ChildGuard, Flags, Report, Rng, Watchdog};
+use crate::common::{drained, ms, state, verify_record, ChildGuard, Flags, Report, Rng, Watchdog};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -197,18 +197,14 @@ pub fn run(a: Args) -> i32 {
                         Ok(x) => last.push(x),
                         Err(_) => bad += 1,
                     },
-                    Ok(None) => {
-                        let all_done = producers
-                            .iter_mut()
-                            .all(|k| k.is_reaped() || k.exited().is_some());
-                        if all_done && seg.stats().records_in_flight == 0 {
+                    Ok(None) => match drained(&mut producers, &seg, t) {
+                        Ok(false) => {}
+                        Ok(true) => break,
+                        Err(e) => {
+                            consumer_errors.push(format!("final {e}"));
                             break;
                         }
-                        if t.elapsed() > Duration::from_secs(60) {
-                            consumer_errors.push("final drain timed out".to_string());
-                            break;
-                        }
-                    }
+                    },
                     Err(e) => {
                         consumer_errors.push(e.to_string());
                         break;

@@ -148,17 +148,20 @@ pub fn run(a: Args) -> i32 {
         ];
         crate::child::spawn_producer(&fd, &flags, inst, &extra)
     };
-    let mut kids: Vec<(u32, ChildGuard)> = Vec::new();
     let mut next_inst = 0u32;
-    for _ in 0..a.producers {
-        match spawn(next_inst) {
-            Ok(k) => kids.push((next_inst, k)),
-            Err(e) => {
-                eprintln!("killstorm: spawn producer: {e}");
-                return 2;
-            }
-        }
+    // The next producer instance, started; None (said) when it cannot be.
+    let mut spawn_next = || -> Option<(u32, ChildGuard)> {
+        let inst = next_inst;
         next_inst += 1;
+        spawn(inst)
+            .map_err(|e| eprintln!("killstorm: spawn producer: {e}"))
+            .ok()
+            .map(|k| (inst, k))
+    };
+    let mut kids: Vec<(u32, ChildGuard)> = Vec::new();
+    for _ in 0..a.producers {
+        let Some(k) = spawn_next() else { return 2 };
+        kids.push(k);
     }
     let mut rng = Rng::seeded();
     let mut committed = vec![0u64; instances];
@@ -179,14 +182,8 @@ pub fn run(a: Args) -> i32 {
                 eprintln!("killstorm: producer {inst} exited on its own");
                 committed[*inst as usize] =
                     flags.line(*inst as usize).committed.load(Ordering::SeqCst);
-                match spawn(next_inst) {
-                    Ok(k) => kids[idx] = (next_inst, k),
-                    Err(e) => {
-                        eprintln!("killstorm: spawn producer: {e}");
-                        return 2;
-                    }
-                }
-                next_inst += 1;
+                let Some(k) = spawn_next() else { return 2 };
+                kids[idx] = k;
                 continue;
             }
             let st = flags.line(*inst as usize).state.load(Ordering::SeqCst);
@@ -220,14 +217,8 @@ pub fn run(a: Args) -> i32 {
         kills += 1;
         mid += is_mid as u64;
         committed[*inst as usize] = line.committed.load(Ordering::SeqCst);
-        match spawn(next_inst) {
-            Ok(k) => kids[idx] = (next_inst, k),
-            Err(e) => {
-                eprintln!("killstorm: spawn producer: {e}");
-                return 2;
-            }
-        }
-        next_inst += 1;
+        let Some(k) = spawn_next() else { return 2 };
+        kids[idx] = k;
         // Wait for the consumer to resume (guard, far above any budget).
         let t = Instant::now();
         loop {

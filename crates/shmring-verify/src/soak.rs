@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use shmring::{Config, Segment};
 
 use crate::child::spawn_producers;
-use crate::common::{read_rss, state, verify_record, Flags, Report, Rss, Watchdog};
+use crate::common::{drained, read_rss, state, verify_record, Flags, Report, Rss, Watchdog};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -150,20 +150,14 @@ pub fn run(a: Args) -> i32 {
                 }
                 Err(_) => bad += 1,
             },
-            Ok(None) => {
-                if let Some(t) = stopping {
-                    let all_done = producers
-                        .iter_mut()
-                        .all(|k| k.is_reaped() || k.exited().is_some());
-                    if all_done && seg.stats().records_in_flight == 0 {
-                        break;
-                    }
-                    if t.elapsed() > Duration::from_secs(60) {
-                        errors.push("drain timed out".into());
-                        break;
-                    }
+            Ok(None) => match stopping.map(|t| drained(&mut producers, &seg, t)) {
+                None | Some(Ok(false)) => {}
+                Some(Ok(true)) => break,
+                Some(Err(e)) => {
+                    errors.push(e);
+                    break;
                 }
-            }
+            },
             Err(e) => {
                 errors.push(e.to_string());
                 break;

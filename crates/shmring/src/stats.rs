@@ -112,24 +112,17 @@ impl Stats {
         };
         for i in 0..seg.geometry().max_producers {
             let p = &seg.slot(i).counters;
-            s.records_committed = s
-                .records_committed
-                .wrapping_add(p.records_committed.load(Ordering::Relaxed));
-            s.bytes_committed = s
-                .bytes_committed
-                .wrapping_add(p.bytes_committed.load(Ordering::Relaxed));
-            s.records_aborted = s
-                .records_aborted
-                .wrapping_add(p.aborted.load(Ordering::Relaxed));
-            s.drops_full = s
-                .drops_full
-                .wrapping_add(p.drops_full.load(Ordering::Relaxed));
-            s.producer_waits = s
-                .producer_waits
-                .wrapping_add(p.waits.load(Ordering::Relaxed));
-            s.producer_wakes = s
-                .producer_wakes
-                .wrapping_add(p.wakes_sent.load(Ordering::Relaxed));
+            // Relaxed: counters, summed for a snapshot; each producer's own are exact.
+            for (sum, n) in [
+                (&mut s.records_committed, &p.records_committed),
+                (&mut s.bytes_committed, &p.bytes_committed),
+                (&mut s.records_aborted, &p.aborted),
+                (&mut s.drops_full, &p.drops_full),
+                (&mut s.producer_waits, &p.waits),
+                (&mut s.producer_wakes, &p.wakes_sent),
+            ] {
+                *sum = sum.wrapping_add(n.load(Ordering::Relaxed));
+            }
         }
         let w = c.write.0.load(Ordering::Relaxed);
         let r = c.cursors.0.read.load(Ordering::Relaxed);

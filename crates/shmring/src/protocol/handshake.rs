@@ -20,17 +20,28 @@ pub fn disarm(f: &Futex) {
 /// `past`: `None` for a word whose `need` is not a wake mark (the space futex).
 #[inline]
 pub fn signal_fenced(f: &Futex, past: Option<&mut dyn FnMut(u32) -> bool>) -> bool {
-    if f.waiting.load(Ordering::Relaxed) == 0 {
+    if !wanted(f, past) {
         return false;
-    }
-    if let Some(past) = past {
-        let mark = f.need.load(Ordering::Relaxed);
-        if mark != 0 && !past(mark) {
-            return false;
-        }
     }
     f.seq.fetch_add(1, Ordering::Release);
     true
+}
+
+/// Both wakers' first look (after their fence): someone waits on `f`, and its
+/// wake mark, if `past` reads one, is reached. Relaxed loads: the caller's fence
+/// orders its change before them.
+#[inline]
+fn wanted(f: &Futex, past: Option<&mut dyn FnMut(u32) -> bool>) -> bool {
+    if f.waiting.load(Ordering::Relaxed) == 0 {
+        return false;
+    }
+    match past {
+        Some(past) => {
+            let mark = f.need.load(Ordering::Relaxed);
+            mark == 0 || past(mark)
+        }
+        None => true,
+    }
 }
 
 /// Waker: fence, then [`signal_fenced`].
@@ -65,14 +76,8 @@ pub fn disarm_one(f: &Futex) {
 /// bumps `seq` and returns true.
 #[inline]
 pub fn signal_one_fenced(f: &Futex, past: Option<&mut dyn FnMut(u32) -> bool>) -> bool {
-    if f.waiting.load(Ordering::Relaxed) == 0 {
+    if !wanted(f, past) {
         return false;
-    }
-    if let Some(past) = past {
-        let mark = f.need.load(Ordering::Relaxed);
-        if mark != 0 && !past(mark) {
-            return false;
-        }
     }
     // Relaxed: the fence before the load above orders our change; the swap
     // only decides which waker makes the call.
