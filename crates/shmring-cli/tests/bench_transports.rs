@@ -72,6 +72,16 @@ fn bench(dir: &Scratch, args: &[&str]) -> Outcome {
     }
 }
 
+/// `shmring bench` with the words of `args` (split at spaces), then each path
+/// option (`--json FILE`, ...).
+fn bench_with(dir: &Scratch, args: &str, paths: &[(&str, &Path)]) -> Outcome {
+    let mut v: Vec<&str> = args.split_whitespace().collect();
+    for (flag, path) in paths {
+        v.extend([*flag, path.to_str().expect("a UTF-8 scratch path")]);
+    }
+    bench(dir, &v)
+}
+
 fn rows(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).expect("the --json file");
     match serde_json::from_str(&text).expect("valid JSON") {
@@ -187,25 +197,7 @@ fn json_has_every_field_for_every_transport_asked() {
     let dir = Scratch::new("json");
     let json = dir.path("out.json");
     let svg = dir.path("out.svg");
-    let o = bench(
-        &dir,
-        &[
-            "--transports",
-            "shmring,uds,floor,floor-2core",
-            "--workload",
-            "video",
-            "--mode",
-            "both",
-            "--frames",
-            "4",
-            "--ring-mib",
-            "16",
-            "--json",
-            json.to_str().unwrap(),
-            "--plot",
-            svg.to_str().unwrap(),
-        ],
-    );
+    let o = bench_with(&dir, "--transports shmring,uds,floor,floor-2core --workload video --mode both --frames 4 --ring-mib 16", &[("--json", &json), ("--plot", &svg)]);
     assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
     let rows = rows(&json);
     assert_eq!(rows.len(), 8, "4 transports x 2 modes");
@@ -237,20 +229,10 @@ fn json_has_every_field_for_every_transport_asked() {
 fn unknown_transport_is_named_and_the_others_still_run() {
     let dir = Scratch::new("unknown");
     let json = dir.path("out.json");
-    let o = bench(
+    let o = bench_with(
         &dir,
-        &[
-            "--transports",
-            "pipe,carrier-pigeon",
-            "--workload",
-            "audio",
-            "--mode",
-            "unthrottled",
-            "--frames",
-            "5",
-            "--json",
-            json.to_str().unwrap(),
-        ],
+        "--transports pipe,carrier-pigeon --workload audio --mode unthrottled --frames 5",
+        &[("--json", &json)],
     );
     assert_ne!(o.code, Some(0));
     assert!(
@@ -308,22 +290,10 @@ fn a_ring_of_two_frames_carries_video_and_a_smaller_one_is_refused_by_name() {
 fn bench_says_where_its_files_went_and_lists_every_transport() {
     let dir = Scratch::new("paths");
     let (json, svg) = (dir.path("r.json"), dir.path("r.svg"));
-    let o = bench(
+    let o = bench_with(
         &dir,
-        &[
-            "--transports",
-            "pipe",
-            "--workload",
-            "audio",
-            "--mode",
-            "unthrottled",
-            "--frames",
-            "10",
-            "--json",
-            json.to_str().unwrap(),
-            "--plot",
-            svg.to_str().unwrap(),
-        ],
+        "--transports pipe --workload audio --mode unthrottled --frames 10",
+        &[("--json", &json), ("--plot", &svg)],
     );
     assert_eq!(o.code, Some(0), "{}", o.stderr);
     assert!(
@@ -356,20 +326,10 @@ fn bench_says_where_its_files_went_and_lists_every_transport() {
 fn a_rate_the_machine_cannot_sustain_is_reported() {
     let dir = Scratch::new("rate");
     // 10 TB/s: no transport moves that.
-    let o = bench(
+    let o = bench_with(
         &dir,
-        &[
-            "--transports",
-            "pipe",
-            "--workload",
-            "video",
-            "--mode",
-            "rated",
-            "--rate",
-            "10000000",
-            "--seconds",
-            "0.3",
-        ],
+        "--transports pipe --workload video --mode rated --rate 10000000 --seconds 0.3",
+        &[],
     );
     assert_ne!(o.code, Some(0));
     assert!(
@@ -482,20 +442,7 @@ fn a_corrupted_meeting_record_is_detected() {
 #[test]
 fn the_output_states_measurements_not_goals_and_quick_runs_say_they_are_indicative() {
     let dir = Scratch::new("nogoals");
-    let o = bench(
-        &dir,
-        &[
-            "--quick",
-            "--transports",
-            "shmring,uds,websocket,floor,floor-2core",
-            "--workload",
-            "all",
-            "--mode",
-            "both",
-            "--frames",
-            "4",
-        ],
-    );
+    let o = bench_with(&dir, "--quick --transports shmring,uds,websocket,floor,floor-2core --workload all --mode both --frames 4", &[]);
     assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
     let text = o.stdout.to_lowercase();
     for w in ["goal", "not met"] {
@@ -511,17 +458,7 @@ fn the_output_states_measurements_not_goals_and_quick_runs_say_they_are_indicati
         assert!(header.contains(c), "{c} missing: {header}");
     }
     // Without --quick, no such caveat.
-    let o = bench(
-        &dir,
-        &[
-            "--transports",
-            "pipe",
-            "--workload",
-            "audio",
-            "--frames",
-            "4",
-        ],
-    );
+    let o = bench_with(&dir, "--transports pipe --workload audio --frames 4", &[]);
     assert_eq!(o.code, Some(0), "{}", o.stderr);
     assert!(!o.stdout.contains("indicative"), "{}", o.stdout);
 }
@@ -530,22 +467,10 @@ fn the_output_states_measurements_not_goals_and_quick_runs_say_they_are_indicati
 fn repeat_reports_the_median_and_the_range_in_every_table() {
     let dir = Scratch::new("repeat");
     let json = dir.path("out.json");
-    let o = bench(
+    let o = bench_with(
         &dir,
-        &[
-            "--repeat",
-            "3",
-            "--transports",
-            "shmring,pipe,floor",
-            "--workload",
-            "all",
-            "--mode",
-            "both",
-            "--frames",
-            "10",
-            "--json",
-            json.to_str().unwrap(),
-        ],
+        "--repeat 3 --transports shmring,pipe,floor --workload all --mode both --frames 10",
+        &[("--json", &json)],
     );
     assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
     let tables = o

@@ -13,17 +13,14 @@ use shmring::{Meta, Segment};
 use shmring_cli::pattern::decode_frame_number;
 
 mod common;
-use common::{assert_fails, ring_name, run, Proc, Ring, EXE, PATIENCE};
+use common::{assert_fails, ring_name, run, run_line, Proc, Ring, EXE, PATIENCE};
 
 fn start_recorder(ring: &Ring, out: &Path) -> Proc {
-    let rec = Proc::spawn(&[
-        "record",
-        "--create",
-        &ring.0,
-        "--out",
-        out.to_str().unwrap(),
-        "--progress",
-    ]);
+    let rec = Proc::spawn_line(&format!(
+        "record --create {} --out {} --progress",
+        ring.0,
+        out.display()
+    ));
     let ready = rec.expect("ready");
     assert_eq!(ready["ring"], ring.0.as_str());
     assert!(ready["max_record"].as_u64().unwrap() >= 1920 * 1080 * 3 / 2 + 128);
@@ -93,19 +90,10 @@ fn record_and_produce_end_to_end_with_stat() {
     let ring = ring_name("e2e");
     let dir = tempfile::tempdir().unwrap();
     let mut rec = start_recorder(&ring, dir.path());
-    let mut prod = Proc::spawn(&[
-        "produce",
-        "--ring",
-        &ring.0,
-        "--video",
-        "320x240@30",
-        "--audio",
-        "48000x2",
-        "--streams",
-        "2",
-        "--seconds",
-        "2",
-    ]);
+    let mut prod = Proc::spawn_line(&format!(
+        "produce --ring {} --video 320x240@30 --audio 48000x2 --streams 2 --seconds 2",
+        ring.0
+    ));
     let produced = prod.expect("produced");
     let (code, err) = prod.wait();
     assert_eq!(code, Some(0), "{err}");
@@ -287,17 +275,12 @@ fn record_stops_by_itself_after_seconds() {
     let ring = ring_name("seconds");
     let dir = tempfile::tempdir().unwrap();
     let ready = dir.path().join("ready");
-    let o = run(&[
-        "record",
-        "--create",
-        &ring.0,
-        "--out",
-        dir.path().to_str().unwrap(),
-        "--seconds",
-        "0.3",
-        "--ready-file",
-        ready.to_str().unwrap(),
-    ]);
+    let o = run_line(&format!(
+        "record --create {} --out {} --seconds 0.3 --ready-file {}",
+        ring.0,
+        dir.path().display(),
+        ready.display()
+    ));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(std::fs::read_to_string(&ready).unwrap().trim(), ring.0);
     let last: Value =
@@ -396,13 +379,11 @@ fn unusable_output_directory_fails_before_the_ring_exists() {
     let file = dir.path().join("not-a-dir");
     std::fs::write(&file, b"").unwrap();
     let out = file.join("out");
-    let o = run(&[
-        "record",
-        "--create",
-        &ring.0,
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = run_line(&format!(
+        "record --create {} --out {}",
+        ring.0,
+        out.display()
+    ));
     assert_fails(&o, &["output directory", "not-a-dir/out"]);
     assert!(!ring.path().exists());
 }
@@ -412,13 +393,11 @@ fn existing_ring_name_is_refused() {
     let ring = ring_name("exists");
     std::fs::write(ring.path(), b"").unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let o = run(&[
-        "record",
-        "--create",
-        &ring.0,
-        "--out",
-        dir.path().to_str().unwrap(),
-    ]);
+    let o = run_line(&format!(
+        "record --create {} --out {}",
+        ring.0,
+        dir.path().display()
+    ));
     assert_fails(&o, &[&ring.0, "already exists"]);
 }
 
@@ -427,15 +406,12 @@ fn a_ring_too_small_for_a_1080p_frame_is_refused() {
     for mib in ["4", "12"] {
         let ring = ring_name("small");
         let dir = tempfile::tempdir().unwrap();
-        let o = run(&[
-            "record",
-            "--capacity-mib",
+        let o = run_line(&format!(
+            "record --capacity-mib {} --create {} --out {}",
             mib,
-            "--create",
-            &ring.0,
-            "--out",
-            dir.path().to_str().unwrap(),
-        ]);
+            ring.0,
+            dir.path().display()
+        ));
         assert_eq!(o.status.code(), Some(2));
         assert_fails(&o, &[&format!("--capacity-mib {mib}:"), "two 1080p frames"]);
         assert!(!ring.path().exists());
@@ -468,9 +444,7 @@ fn bad_arguments_are_rejected() {
         &["--audio"],
     );
     // Nothing to produce is a usage error (exit 2), before any ring is opened.
-    let o = run(&[
-        "produce", "--ring", "x", "--video", "none", "--audio", "none",
-    ]);
+    let o = run_line("produce --ring x --video none --audio none");
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("nothing to produce"));
     let o = run(&["frobnicate"]);
@@ -510,17 +484,10 @@ fn a_full_disk_stops_the_recording_with_whole_frames_only() {
     }
     let mut rec = Proc::command(cmd);
     rec.expect("ready");
-    let _prod = Proc::spawn(&[
-        "produce",
-        "--ring",
-        &ring.0,
-        "--video",
-        "640x480@30",
-        "--audio",
-        "none",
-        "--seconds",
-        "20",
-    ]);
+    let _prod = Proc::spawn_line(&format!(
+        "produce --ring {} --video 640x480@30 --audio none --seconds 20",
+        ring.0
+    ));
     let r = rec.expect("recorded");
     let (code, err) = rec.wait();
     assert_eq!(code, Some(1), "{err}");
@@ -553,26 +520,16 @@ fn encode_writes_h264_mp4_when_ffmpeg_is_installed() {
     }
     let ring = ring_name("encode");
     let dir = tempfile::tempdir().unwrap();
-    let mut rec = Proc::spawn(&[
-        "record",
-        "--encode",
-        "--create",
-        &ring.0,
-        "--out",
-        dir.path().to_str().unwrap(),
-    ]);
+    let mut rec = Proc::spawn_line(&format!(
+        "record --encode --create {} --out {}",
+        ring.0,
+        dir.path().display()
+    ));
     rec.expect("ready");
-    let mut prod = Proc::spawn(&[
-        "produce",
-        "--ring",
-        &ring.0,
-        "--video",
-        "320x240@30",
-        "--audio",
-        "none",
-        "--seconds",
-        "1",
-    ]);
+    let mut prod = Proc::spawn_line(&format!(
+        "produce --ring {} --video 320x240@30 --audio none --seconds 1",
+        ring.0
+    ));
     let p = prod.expect("produced");
     assert_eq!(prod.wait().0, Some(0));
     let sent = p["video"][0]["sent"].as_u64().unwrap();
@@ -683,17 +640,10 @@ fn the_recorder_carries_on_after_a_peer_scribbles_the_ring() {
     while rec.expect("progress")["resets"].as_u64().unwrap_or(0) == 0 {
         assert!(Instant::now() < until, "no reset reported");
     }
-    let mut p = Proc::spawn(&[
-        "produce",
-        "--ring",
-        &ring.0,
-        "--seconds",
-        "1",
-        "--video",
-        "320x240@30",
-        "--audio",
-        "none",
-    ]);
+    let mut p = Proc::spawn_line(&format!(
+        "produce --ring {} --seconds 1 --video 320x240@30 --audio none",
+        ring.0
+    ));
     let sent = p.expect("produced")["video"][0]["sent"].as_u64().unwrap();
     let (code, err) = p.wait();
     assert_eq!(code, Some(0), "{err}");
@@ -725,21 +675,7 @@ fn produce_participants_gives_each_stream_id_its_video_and_audio() {
     let ring = ring_name("participants");
     let dir = tempfile::tempdir().unwrap();
     let mut rec = start_recorder(&ring, dir.path());
-    let mut prod = Proc::spawn(&[
-        "produce",
-        "--ring",
-        &ring.0,
-        "--video",
-        "160x120@10",
-        "--audio",
-        "48000x1",
-        "--participants",
-        "2",
-        "--first-stream",
-        "3",
-        "--seconds",
-        "1",
-    ]);
+    let mut prod = Proc::spawn_line(&format!("produce --ring {} --video 160x120@10 --audio 48000x1 --participants 2 --first-stream 3 --seconds 1", ring.0));
     let produced = prod.expect("produced");
     assert_eq!(prod.wait().0, Some(0));
     let ids = |k: &str| -> Vec<u64> {

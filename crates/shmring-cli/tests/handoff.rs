@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 mod common;
-use common::{last_json, run, Proc, EXE};
+use common::{last_json, run, run_line, Proc, EXE};
 
 /// A private directory for the socket and the recordings, removed on drop.
 struct Dir(PathBuf);
@@ -43,28 +43,16 @@ fn record_listen_produce_connect_stat_connect() {
     let d = Dir::new("e2e");
     let sock = d.sock();
     let out = d.out();
-    let mut rec = Proc::spawn(&[
-        "record",
-        "--listen",
-        &sock,
-        "--out",
-        &out,
-        "--seconds",
-        "20",
-    ]);
+    let mut rec = Proc::spawn_line(&format!(
+        "record --listen {} --out {} --seconds 20",
+        sock, out
+    ));
     let ready = rec.expect("ready");
     assert_eq!(ready["ring"], sock.as_str());
-    let p = run(&[
-        "produce",
-        "--connect",
-        &sock,
-        "--video",
-        "320x240@50",
-        "--audio",
-        "48000x2",
-        "--seconds",
-        "1",
-    ]);
+    let p = run_line(&format!(
+        "produce --connect {} --video 320x240@50 --audio 48000x2 --seconds 1",
+        sock
+    ));
     assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
     let produced = &last_json(&p)["produced"];
     assert_eq!(produced["ring"], sock.as_str());
@@ -108,17 +96,10 @@ fn a_uid_not_allowed_is_refused_with_the_rule_named() {
     let d = Dir::new("refuse");
     let sock = d.sock();
     let out = d.out();
-    let mut rec = Proc::spawn(&[
-        "record",
-        "--listen",
-        &sock,
-        "--out",
-        &out,
-        "--seconds",
-        "20",
-        "--allow-uid",
-        "4242",
-    ]);
+    let mut rec = Proc::spawn_line(&format!(
+        "record --listen {} --out {} --seconds 20 --allow-uid 4242",
+        sock, out
+    ));
     rec.expect("ready");
     let as_uid = |uid: &str| {
         Command::new("setpriv")
@@ -173,43 +154,30 @@ fn bad_hand_off_input_is_a_clear_error() {
     assert_eq!(s.status.code(), Some(1));
     // Both ways to name a ring at once, or neither (a ring that must never be made).
     let name = format!("shmring-cli-handoff-{}", std::process::id());
-    let r = run(&[
-        "record",
-        "--listen",
-        &sock,
-        "--create",
-        &name,
-        "--out",
-        &d.out(),
-    ]);
+    let r = run_line(&format!(
+        "record --listen {} --create {} --out {}",
+        sock,
+        name,
+        d.out()
+    ));
     assert_eq!(r.status.code(), Some(2));
     let r = run(&["record", "--out", &d.out()]);
     assert_eq!(r.status.code(), Some(2));
     let r = run(&["produce", "--ring", &name, "--connect", &sock]);
     assert_eq!(r.status.code(), Some(2));
-    let r = run(&[
-        "record",
-        "--create",
-        &name,
-        "--allow-uid",
-        "5",
-        "--out",
-        &d.out(),
-        "--seconds",
-        "1",
-    ]);
+    let r = run_line(&format!(
+        "record --create {} --allow-uid 5 --out {} --seconds 1",
+        name,
+        d.out()
+    ));
     assert_eq!(r.status.code(), Some(2), "--allow-uid needs --listen");
     // A regular file where the socket should go is left alone.
     std::fs::write(&sock, b"not a socket").unwrap();
-    let r = run(&[
-        "record",
-        "--listen",
-        &sock,
-        "--out",
-        &d.out(),
-        "--seconds",
-        "1",
-    ]);
+    let r = run_line(&format!(
+        "record --listen {} --out {} --seconds 1",
+        sock,
+        d.out()
+    ));
     let err = String::from_utf8_lossy(&r.stderr);
     assert_eq!(r.status.code(), Some(1), "{err}");
     assert!(err.contains("not a socket"), "{err}");

@@ -14,7 +14,7 @@ use shmring::{Config, Consumer, ConsumerOptions, Meta, Segment, Snapshot};
 
 mod common;
 
-use common::{assert_fails_with as assert_fails, run, Proc, Ring, PATIENCE};
+use common::{assert_fails_with as assert_fails, run, run_line, Proc, Ring, PATIENCE};
 
 /// A unique ring name for these tests, removed from /dev/shm on drop.
 fn new_ring(tag: &str) -> Ring {
@@ -27,14 +27,11 @@ fn prefix() -> String {
 }
 
 fn start_recorder(ring: &str, out: &Path) -> Proc {
-    let rec = Proc::spawn(&[
-        "record",
-        "--create",
+    let rec = Proc::spawn_line(&format!(
+        "record --create {} --out {} --progress",
         ring,
-        "--out",
-        out.to_str().unwrap(),
-        "--progress",
-    ]);
+        out.display()
+    ));
     assert_eq!(rec.expect("ready")["ring"], ring);
     rec
 }
@@ -270,14 +267,11 @@ fn top_observes_rings_on_sockets_beside_named_rings() {
     // A socket whose consumer was killed: the file stays, nothing accepts.
     let dead = dir.path().join("dead.sock");
     let out = tempfile::tempdir().unwrap();
-    let mut rec = Proc::spawn(&[
-        "record",
-        "--listen",
-        dead.to_str().unwrap(),
-        "--out",
-        out.path().to_str().unwrap(),
-        "--progress",
-    ]);
+    let mut rec = Proc::spawn_line(&format!(
+        "record --listen {} --out {} --progress",
+        dead.display(),
+        out.path().display()
+    ));
     rec.expect("ready");
     rec.kill();
     assert!(dead.exists(), "a killed recorder leaves its socket");
@@ -287,16 +281,10 @@ fn top_observes_rings_on_sockets_beside_named_rings() {
     let _plain = PlainSocket::bind(&plain);
 
     let sockets = dir.path().to_str().unwrap();
-    let o = run(&[
-        "top",
-        "--json",
-        "--interval",
-        "0.1",
-        "--ring",
-        &named.0,
-        "--sockets",
-        sockets,
-    ]);
+    let o = run_line(&format!(
+        "top --json --interval 0.1 --ring {} --sockets {}",
+        named.0, sockets
+    ));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let rows: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(rows.len(), 4, "{rows:?}");
@@ -329,18 +317,10 @@ fn top_observes_rings_on_sockets_beside_named_rings() {
 
     // The plain table, sorted by the oldest claim: the held one comes first, with
     // its slot and pid; the errors are on their own rows.
-    let o = run(&[
-        "top",
-        "--once",
-        "--interval",
-        "0.1",
-        "--sort",
-        "claim",
-        "--ring",
-        &named.0,
-        "--sockets",
-        sockets,
-    ]);
+    let o = run_line(&format!(
+        "top --once --interval 0.1 --sort claim --ring {} --sockets {}",
+        named.0, sockets
+    ));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let table = String::from_utf8(o.stdout).unwrap();
     let lines: Vec<&str> = table.lines().collect();
@@ -581,26 +561,18 @@ fn a_stale_ring_is_named_removed_by_rm_or_replaced() {
     );
 
     // --replace-stale takes the name over.
-    let mut rec = Proc::spawn(&[
-        "record",
-        "--create",
-        &ring.0,
-        "--out",
-        out_s,
-        "--replace-stale",
-    ]);
+    let mut rec = Proc::spawn_line(&format!(
+        "record --create {} --out {} --replace-stale",
+        ring.0, out_s
+    ));
     rec.expect("ready");
     // Now the ring is in use: rm and --replace-stale refuse.
     assert_fails(&run(&["rm", &ring.0]), 1, &[&ring.0, "consumer is alive"]);
     assert_fails(
-        &run(&[
-            "record",
-            "--create",
-            &ring.0,
-            "--out",
-            out_s,
-            "--replace-stale",
-        ]),
+        &run_line(&format!(
+            "record --create {} --out {} --replace-stale",
+            ring.0, out_s
+        )),
         1,
         &[&ring.0, "already exists and its consumer is alive"],
     );
@@ -622,14 +594,10 @@ fn a_stale_ring_is_named_removed_by_rm_or_replaced() {
         &[&ring.0, "not a shmring ring", "not removed"],
     );
     assert_fails(
-        &run(&[
-            "record",
-            "--create",
-            &ring.0,
-            "--out",
-            out_s,
-            "--replace-stale",
-        ]),
+        &run_line(&format!(
+            "record --create {} --out {} --replace-stale",
+            ring.0, out_s
+        )),
         1,
         &[&ring.0, "already exists", "not made by shmring"],
     );
@@ -644,15 +612,10 @@ fn seconds_are_range_checked_in_every_command() {
     let ring = new_ring("seconds");
     for bad in ["-1", "0", "nan"] {
         assert_fails(
-            &run(&[
-                "record",
-                "--create",
-                &ring.0,
-                "--out",
-                out_s,
-                "--seconds",
-                bad,
-            ]),
+            &run_line(&format!(
+                "record --create {} --out {} --seconds {}",
+                ring.0, out_s, bad
+            )),
             2,
             &[
                 &format!("--seconds {}", bad.replace("nan", "NaN")),
@@ -705,15 +668,11 @@ fn video_sizes_say_which_part_is_wrong() {
 fn capacity_errors_speak_mib() {
     let ring = new_ring("mib");
     let dir = tempfile::tempdir().unwrap();
-    let o = run(&[
-        "record",
-        "--capacity-mib",
-        "12",
-        "--create",
-        &ring.0,
-        "--out",
-        dir.path().to_str().unwrap(),
-    ]);
+    let o = run_line(&format!(
+        "record --capacity-mib 12 --create {} --out {}",
+        ring.0,
+        dir.path().display()
+    ));
     assert_fails(
         &o,
         2,
@@ -728,17 +687,10 @@ fn the_producer_stops_when_the_recorder_is_gone() {
     let ring = new_ring("gone");
     let dir = tempfile::tempdir().unwrap();
     let mut rec = start_recorder(&ring.0, dir.path());
-    let mut prod = Proc::spawn(&[
-        "produce",
-        "--ring",
-        &ring.0,
-        "--video",
-        "320x240@30",
-        "--audio",
-        "none",
-        "--seconds",
-        "600",
-    ]);
+    let mut prod = Proc::spawn_line(&format!(
+        "produce --ring {} --video 320x240@30 --audio none --seconds 600",
+        ring.0
+    ));
     let until = Instant::now() + PATIENCE;
     while rec.expect("progress")["video_frames"].as_u64().unwrap() < 3 {
         assert!(Instant::now() < until);
@@ -771,17 +723,10 @@ fn produce_seconds_is_wall_time() {
     // 1080p at 1000 fps for 0.5 s: 500 frames are due. Whether this machine draws
     // them all in time or not, every due frame is either attempted or counted as
     // missed, and the run ends at 0.5 s of wall time either way.
-    let mut prod = Proc::spawn(&[
-        "produce",
-        "--ring",
-        &ring.0,
-        "--video",
-        "1920x1080@1000",
-        "--audio",
-        "none",
-        "--seconds",
-        "0.5",
-    ]);
+    let mut prod = Proc::spawn_line(&format!(
+        "produce --ring {} --video 1920x1080@1000 --audio none --seconds 0.5",
+        ring.0
+    ));
     let produced = prod.expect("produced");
     let (code, err) = prod.wait();
     assert_eq!(code, Some(0), "{err}");

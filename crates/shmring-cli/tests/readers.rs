@@ -9,7 +9,7 @@ use serde_json::Value;
 use shmring::{Config, Consumer, ConsumerOptions, Listener, ListenerOptions, Meta, Segment};
 
 mod common;
-use common::{assert_fails_with, ring_name, run, Proc, Ring, PATIENCE};
+use common::{assert_fails_with, ring_name, run, run_line, Proc, Ring, PATIENCE};
 
 /// `shmring record --create RING EXTRA` (the ring's own consumer), once its ring
 /// exists.
@@ -49,13 +49,11 @@ fn stat_until(ring: &Ring, done: impl Fn(&Value) -> bool) -> Value {
 /// `shmring record --tethered RING` once it is ready (taken on by the ring's
 /// consumer); its `ready` line.
 fn tethered(ring: &Ring, out: &Path) -> (Proc, Value) {
-    let p = Proc::spawn(&[
-        "record",
-        "--tethered",
-        &ring.0,
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let p = Proc::spawn_line(&format!(
+        "record --tethered {} --out {}",
+        ring.0,
+        out.display()
+    ));
     let ready = p.expect("ready");
     assert_eq!(ready["tethered"], true);
     (p, ready)
@@ -248,20 +246,11 @@ fn tap_every_third_frame_writes_that_many_thumbnails() {
     let thumbs = tempfile::tempdir().unwrap();
     let out = thumbs.path().join("thumbs");
     let mut own = owner(&ring, rec_dir.path(), &[]);
-    let mut tap = Proc::spawn(&[
-        "tap",
-        &ring.0,
-        "--every",
-        "3",
-        "--kind",
-        "video",
-        "--count",
-        "4",
-        "--thumb-width",
-        "160",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let mut tap = Proc::spawn_line(&format!(
+        "tap {} --every 3 --kind video --count 4 --thumb-width 160 --out {}",
+        ring.0,
+        out.display()
+    ));
     tap.expect("ready");
     // 30 frames of 640x360 and 100 audio packets: the tap takes 4 of every third
     // frame and stops by itself.
@@ -308,15 +297,7 @@ fn tap_observes_a_ring_served_on_a_socket() {
     let out = dir.path().join("rec");
     let mut own = Proc::spawn(&["record", "--listen", sock_s, "--out", out.to_str().unwrap()]);
     own.expect("ready");
-    let mut tap = Proc::spawn(&[
-        "tap",
-        "--connect",
-        sock_s,
-        "--kind",
-        "audio",
-        "--count",
-        "5",
-    ]);
+    let mut tap = Proc::spawn_line(&format!("tap --connect {} --kind audio --count 5", sock_s));
     tap.expect("ready");
     produce(["--connect", sock_s], "none", "48000x2", "0.5");
     let (t, _) = tap.finish("tapped");
@@ -423,12 +404,10 @@ fn a_tethered_recorder_is_refused_when_every_line_is_taken() {
     };
     assert!(matches!(err, shmring::Error::NoTetherLine { .. }), "{err}");
     let dir = tempfile::tempdir().unwrap();
-    let o = run(&[
-        "record",
-        "--tethered",
-        &ring.0,
-        "--out",
-        dir.path().to_str().unwrap(),
-    ]);
+    let o = run_line(&format!(
+        "record --tethered {} --out {}",
+        ring.0,
+        dir.path().display()
+    ));
     assert_fails_with(&o, 1, &["tethered consumer lines are in use"]);
 }

@@ -245,17 +245,10 @@ fn encode_runs_in_process_and_keeps_every_frame() {
         .stderr(Stdio::piped());
     let mut rec = Proc::command(cmd);
     rec.expect("ready");
-    let prod = run(&[
-        "produce",
-        "--ring",
-        &ring.0,
-        "--video",
-        "320x240@30",
-        "--audio",
-        "48000x2",
-        "--seconds",
-        "1",
-    ]);
+    let prod = run_line(&format!(
+        "produce --ring {} --video 320x240@30 --audio 48000x2 --seconds 1",
+        ring.0
+    ));
     assert!(
         prod.status.success(),
         "{}",

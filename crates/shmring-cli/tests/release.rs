@@ -6,7 +6,7 @@ use std::os::unix::net::UnixListener;
 use std::process::Command;
 
 mod common;
-use common::{assert_fails_with, ring_name, run};
+use common::{assert_fails_with, ring_name, run, run_line};
 
 #[test]
 fn version_names_the_package_and_the_layout_version() {
@@ -174,15 +174,11 @@ fn long_work_says_how_it_goes_on_stderr_when_it_is_not_a_terminal() {
     // record: a status line (the first at once, then every 10 s) before its summary.
     let ring = ring_name("status");
     let dir = tempfile::tempdir().unwrap();
-    let o = run(&[
-        "record",
-        "--create",
-        &ring.0,
-        "--out",
-        dir.path().to_str().unwrap(),
-        "--seconds",
-        "1.2",
-    ]);
+    let o = run_line(&format!(
+        "record --create {} --out {} --seconds 1.2",
+        ring.0,
+        dir.path().display()
+    ));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let err = String::from_utf8_lossy(&o.stderr);
     let status = format!("shmring record: {}: ", ring.0);
@@ -194,30 +190,16 @@ fn long_work_says_how_it_goes_on_stderr_when_it_is_not_a_terminal() {
         assert!(line.contains(needle), "{line}");
     }
     // With --progress (JSON lines for programs), no status line.
-    let o = run(&[
-        "record",
-        "--create",
-        &ring.0,
-        "--out",
-        dir.path().to_str().unwrap(),
-        "--seconds",
-        "0.8",
-        "--progress",
-    ]);
+    let o = run_line(&format!(
+        "record --create {} --out {} --seconds 0.8 --progress",
+        ring.0,
+        dir.path().display()
+    ));
     assert!(o.status.success());
     assert!(!String::from_utf8_lossy(&o.stderr).contains(&status));
 
     // bench: a line as each run starts.
-    let o = run(&[
-        "bench",
-        "--quick",
-        "--transports",
-        "floor",
-        "--workload",
-        "audio",
-        "--mode",
-        "rated",
-    ]);
+    let o = run_line("bench --quick --transports floor --workload audio --mode rated");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(

@@ -40,6 +40,12 @@ impl Proc {
         Proc::command(cmd)
     }
 
+    /// [`Proc::spawn`] with the words of `line` (split at spaces: ring names and
+    /// scratch paths have none).
+    pub fn spawn_line(line: &str) -> Proc {
+        Proc::spawn(&line.split_whitespace().collect::<Vec<_>>())
+    }
+
     /// Runs `cmd` (which pipes stdout) supervised; its JSON lines go to `lines`.
     pub fn command(mut cmd: Command) -> Proc {
         let mut kid = ChildGuard::spawn_tied(&mut cmd, &[]).unwrap();
@@ -115,6 +121,11 @@ pub fn run(args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .unwrap()
+}
+
+/// [`run`] with the words of `line` (split at spaces).
+pub fn run_line(line: &str) -> Output {
+    run(&line.split_whitespace().collect::<Vec<_>>())
 }
 
 /// The last line of a command's stdout, as JSON.

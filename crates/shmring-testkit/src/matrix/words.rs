@@ -93,6 +93,13 @@ macro_rules! at {
     };
 }
 
+/// Pushes the counters `field: size, ...` of `$ty` at `$base`, named `prefix` + field.
+macro_rules! counters {
+    ($push:ident, $prefix:expr, $base:expr, $ty:ty, $($field:ident: $size:expr),+ $(,)?) => {
+        $( $push($prefix, at!($base, $ty, $field, $size, Role::Counter)); )+
+    };
+}
+
 fn control_fields() -> Vec<(String, At)> {
     let mut v: Vec<(String, At)> = Vec::new();
     let mut push = |prefix: &str, a: At| v.push((format!("{prefix}{}", a.name), a));
@@ -136,67 +143,26 @@ fn control_fields() -> Vec<(String, At)> {
         at!(role, ConsumerRole, state, 4, Role::State(ROLE_STATES)),
     );
     let cc = offset_of!(Control, counters);
-    push(
-        "counters.",
-        at!(cc, ConsumerCounters, records_consumed, 8, Role::Counter),
-    );
-    push(
-        "counters.",
-        at!(cc, ConsumerCounters, bytes_consumed, 8, Role::Counter),
-    );
-    push(
-        "counters.",
-        at!(cc, ConsumerCounters, abandoned, 8, Role::Counter),
-    );
-    push(
-        "counters.",
-        at!(cc, ConsumerCounters, skipped_aborted, 8, Role::Counter),
-    );
-    push(
-        "counters.",
-        at!(cc, ConsumerCounters, corruption, 8, Role::Counter),
-    );
-    push(
-        "counters.",
-        at!(cc, ConsumerCounters, waits, 8, Role::Counter),
-    );
-    push(
-        "counters.",
-        at!(cc, ConsumerCounters, wakes_sent, 8, Role::Counter),
-    );
-    push(
-        "counters.",
-        at!(cc, ConsumerCounters, peak_occupancy, 8, Role::Counter),
-    );
-    push(
-        "counters.",
-        at!(cc, ConsumerCounters, resets, 8, Role::Counter),
-    );
-    push(
-        "counters.",
-        at!(cc, ConsumerCounters, reaped_slots, 8, Role::Counter),
+    counters!(push, "counters.", cc, ConsumerCounters,
+        records_consumed: 8,
+        bytes_consumed: 8,
+        abandoned: 8,
+        skipped_aborted: 8,
+        corruption: 8,
+        waits: 8,
+        wakes_sent: 8,
+        peak_occupancy: 8,
+        resets: 8,
+        reaped_slots: 8,
     );
     let h = offset_of!(Control, health);
-    push(
-        "health.",
-        at!(h, ClaimHealth, stalled_claims, 8, Role::Counter),
-    );
-    push(
-        "health.",
-        at!(h, ClaimHealth, forged_claims, 8, Role::Counter),
-    );
-    push("health.", at!(h, ClaimHealth, repairs, 8, Role::Counter));
-    push(
-        "health.",
-        at!(h, ClaimHealth, oldest_pending_since_ns, 8, Role::Counter),
-    );
-    push(
-        "health.",
-        at!(h, ClaimHealth, oldest_pending_slot, 4, Role::Counter),
-    );
-    push(
-        "health.",
-        at!(h, ClaimHealth, oldest_pending_pid, 4, Role::Counter),
+    counters!(push, "health.", h, ClaimHealth,
+        stalled_claims: 8,
+        forged_claims: 8,
+        repairs: 8,
+        oldest_pending_since_ns: 8,
+        oldest_pending_slot: 4,
+        oldest_pending_pid: 4,
     );
     let t = offset_of!(Control, tethers);
     push("tethers.", at!(t, Tethers, mask, 4, Role::Mask));
