@@ -36,6 +36,11 @@ struct Wake {
     waiting: AtomicU32,
 }
 
+/// The data word has one sleeper at most (the reader)...
+const ONE: bool = true;
+/// ...the space word several (the meeting's writers).
+const MANY: bool = false;
+
 /// The first page of the shared mapping: the reader's and the writers' futexes.
 #[repr(C)]
 struct Words {
@@ -175,7 +180,7 @@ impl Handoff {
             if let Some(i) = pool.take() {
                 return i;
             }
-            sleep(space, || {
+            sleep(space, MANY, || {
                 pool.free.iter().any(|w| w.load(Ordering::Relaxed) != 0)
             });
         }
@@ -193,7 +198,7 @@ impl Handoff {
         if self.queue.push(item).is_err() {
             unreachable!("the queue holds every buffer and every end");
         }
-        signal(&self.map.words().data);
+        signal(&self.map.words().data, ONE);
     }
 
     /// Reader: the next record, sleeping until there is one.
@@ -202,7 +207,7 @@ impl Handoff {
             if let Some(it) = self.queue.pop() {
                 return it;
             }
-            sleep(&self.map.words().data, || !self.queue.is_empty());
+            sleep(&self.map.words().data, ONE, || !self.queue.is_empty());
         }
     }
 
@@ -210,32 +215,50 @@ impl Handoff {
     fn done(&self, it: &Item) {
         if !it.end {
             self.pools[it.stream as usize].give_back(it.buf as usize);
-            signal(&self.map.words().space);
+            signal(&self.map.words().space, MANY);
         }
     }
 }
 
-/// Waker: after the change, wakes the sleeper on `w` if there is one (one system
-/// call per sleep, none while the other side is awake).
-fn signal(w: &Wake) {
+/// Waker: after the change, wakes the sleepers on `w` if there are any. The data
+/// word has one sleeper at most (the reader), whose flag the first waker takes:
+/// one system call per sleep, none while the reader is awake. The space word may
+/// have several (the meeting's writers), counted, so one waking up cannot clear
+/// another's mark.
+fn signal(w: &Wake, one: bool) {
     // SeqCst: the change (queue, pool) before the flag load; pairs with `sleep`.
     fence(Ordering::SeqCst);
-    if w.waiting.load(Ordering::Relaxed) != 0 && w.waiting.swap(0, Ordering::Relaxed) != 0 {
-        w.seq.fetch_add(1, Ordering::Release);
-        futex_wake(&w.seq);
+    if w.waiting.load(Ordering::Relaxed) == 0 {
+        return;
     }
+    // Relaxed: the fence above orders the change; the swap only decides which
+    // waker of the one sleeper makes the call.
+    if one && w.waiting.swap(0, Ordering::Relaxed) == 0 {
+        return;
+    }
+    w.seq.fetch_add(1, Ordering::Release);
+    futex_wake(&w.seq);
 }
 
 /// Sleeper: announces itself, re-checks `ready`, sleeps (no timer) until woken.
-fn sleep(w: &Wake, ready: impl Fn() -> bool) {
-    w.waiting.store(1, Ordering::Relaxed);
-    // SeqCst: the flag before the re-check; pairs with `signal`.
+fn sleep(w: &Wake, one: bool, ready: impl Fn() -> bool) {
+    if one {
+        w.waiting.store(1, Ordering::Relaxed);
+    } else {
+        w.waiting.fetch_add(1, Ordering::Relaxed);
+    }
+    // SeqCst: the mark before the re-check; pairs with `signal`.
     fence(Ordering::SeqCst);
     let seen = w.seq.load(Ordering::Acquire);
     if !ready() {
         futex_wait(&w.seq, seen, None);
     }
-    w.waiting.store(0, Ordering::Relaxed);
+    // Relaxed: only the count matters; a waker that still sees it wakes in vain.
+    if one {
+        w.waiting.store(0, Ordering::Relaxed);
+    } else {
+        w.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The cores this process may run on.

@@ -11,8 +11,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{retry_full, shm_name, spawn, wait_until, write_record, Checker};
-use shmring::{Config, Error, FullPolicy, Segment};
+use std::os::fd::RawFd;
+
+use common::{retry_full, shm_name, spawn, wait_until, write_record, Checker, Child};
+use shmring::{Config, Consumer, Error, Frame, FullPolicy, Segment};
 
 const ENTRY: &str = "child_process_entry";
 const GUARD: Duration = Duration::from_secs(30);
@@ -22,6 +24,24 @@ const SMALL: usize = 4096;
 #[test]
 fn child_process_entry() {
     common::child_entry();
+}
+
+/// A producer child in `role` on the segment `spec`: producer number `p`, `n`
+/// records, records of up to `max` bytes.
+fn producer_child(spec: &str, fds: &[RawFd], role: &str, (p, n, max): (u32, u64, usize)) -> Child {
+    spawn(ENTRY, role, &env(spec.to_string(), p, n, max), fds)
+}
+
+/// The consumer's next record, within GUARD; `what`: what the test expects there.
+fn next<'c>(c: &'c Consumer, what: &str) -> Frame<'c> {
+    c.next_timeout(Some(GUARD))
+        .unwrap()
+        .unwrap_or_else(|| panic!("nothing within {GUARD:?}: {what}"))
+}
+
+/// A consumer child in `role` on the segment `spec`.
+fn consumer_child(spec: &str, fds: &[RawFd], role: &str) -> Child {
+    spawn(ENTRY, role, &[("SHMRING_TEST_SEG", spec.to_string())], fds)
 }
 
 fn env(seg: String, p: u32, n: u64, max: usize) -> Vec<(&'static str, String)> {
@@ -39,12 +59,7 @@ fn producer_killed_holding_a_reservation_is_skipped() {
     let consumer = seg.consumer().unwrap();
     let (spec, fds) = common::inherit(&seg);
     // Producer 0 (child) commits 10 records, then reserves and hangs.
-    let mut child = spawn(
-        ENTRY,
-        "reserve-and-hang",
-        &env(spec.clone(), 0, 10, SMALL),
-        &fds,
-    );
+    let mut child = producer_child(&spec, &fds, "reserve-and-hang", (0, 10, SMALL));
     child.expect("HOLDING", GUARD);
     // Producer 1 (here) commits 50 records after the pending claim.
     let mut prod = seg.producer().unwrap();
@@ -53,10 +68,7 @@ fn producer_killed_holding_a_reservation_is_skipped() {
     }
     let mut ck = Checker::new(2, SMALL);
     for _ in 0..10 {
-        let f = consumer
-            .next_timeout(Some(GUARD))
-            .unwrap()
-            .expect("record of producer 0");
+        let f = next(&consumer, "record of producer 0");
         ck.check(f.payload(), f.meta());
     }
     // The claim's owner is alive: the consumer waits for it, delivering nothing
@@ -69,10 +81,7 @@ fn producer_killed_holding_a_reservation_is_skipped() {
 
     child.kill();
     for _ in 0..50 {
-        let f = consumer
-            .next_timeout(Some(GUARD))
-            .unwrap()
-            .expect("records behind the dead producer's claim");
+        let f = next(&consumer, "records behind the dead producer's claim");
         ck.check(f.payload(), f.meta());
     }
     assert_eq!(ck.next, [10, 50]);
@@ -86,10 +95,7 @@ fn producer_killed_holding_a_reservation_is_skipped() {
     // The ring keeps working, across a wrap.
     for i in 50..400 {
         write_record(&mut prod, 1, i, SMALL).unwrap();
-        let f = consumer
-            .next_timeout(Some(GUARD))
-            .unwrap()
-            .expect("a record");
+        let f = next(&consumer, "a record");
         ck.check(f.payload(), f.meta());
     }
 }
@@ -113,10 +119,7 @@ fn producer_killed_between_records_loses_nothing() {
     }
     let mut ck = Checker::new(2, SMALL);
     for _ in 0..25 {
-        let f = consumer
-            .next_timeout(Some(GUARD))
-            .unwrap()
-            .expect("a record");
+        let f = next(&consumer, "a record");
         ck.check(f.payload(), f.meta());
     }
     assert_eq!(ck.next, [20, 5]);
@@ -139,12 +142,7 @@ fn producer_killed_while_blocked_for_space() {
     let seg = Segment::create_memfd("crash-block", &Config::with_capacity(64 << 10)).unwrap();
     let consumer = seg.consumer().unwrap();
     let (spec, fds) = common::inherit(&seg);
-    let mut child = spawn(
-        ENTRY,
-        "fill-and-block",
-        &env(spec.clone(), 0, 0, SMALL),
-        &fds,
-    );
+    let mut child = producer_child(&spec, &fds, "fill-and-block", (0, 0, SMALL));
     // The consumer reads nothing: the ring fills and the child waits for space.
     wait_until("the producer to block", GUARD, || {
         seg.stats().producer_waits > 0
@@ -164,10 +162,7 @@ fn producer_killed_while_blocked_for_space() {
     prod.set_policy(FullPolicy::Fail);
     for i in 0..300 {
         write_record(&mut prod, 1, i, SMALL).unwrap();
-        let f = consumer
-            .next_timeout(Some(GUARD))
-            .unwrap()
-            .expect("a record");
+        let f = next(&consumer, "a record");
         ck.check(f.payload(), f.meta());
     }
     assert_eq!(seg.stats().drops_full, 0);
@@ -256,10 +251,7 @@ fn consumer_killed_new_consumer_takes_over() {
     let mut seen: Vec<Vec<u64>> = vec![Vec::new(); PRODUCERS];
     let mut held = Vec::new();
     while seen.iter().any(|v| v.last() != Some(&(PER - 1))) {
-        let f = consumer
-            .next_timeout(Some(GUARD))
-            .unwrap()
-            .expect("records keep coming after the takeover");
+        let f = next(&consumer, "records keep coming after the takeover");
         let (p, i) = common::verify(f.payload(), f.meta(), MAX);
         seen[p as usize].push(i);
         held.push(f);
@@ -303,12 +295,7 @@ fn consumer_killed_new_consumer_takes_over() {
 fn blocked_producer_learns_the_consumer_died() {
     let seg = Segment::create_memfd("nocons", &Config::with_capacity(64 << 10)).unwrap();
     let (spec, fds) = common::inherit(&seg);
-    let mut child = spawn(
-        ENTRY,
-        "consume-idle",
-        &[("SHMRING_TEST_SEG", spec.clone())],
-        &fds,
-    );
+    let mut child = consumer_child(&spec, &fds, "consume-idle");
     child.expect("ATTACHED", GUARD);
     assert!(
         matches!(seg.consumer(), Err(Error::ConsumerBusy(_))),
@@ -374,12 +361,7 @@ fn blocked_producer_learns_the_consumer_died() {
 fn consumer_killed_asleep_leaves_producers_quiet() {
     let seg = Segment::create_memfd("asleep", &Config::with_capacity(1 << 20)).unwrap();
     let (spec, fds) = common::inherit(&seg);
-    let mut child = spawn(
-        ENTRY,
-        "consume-wait",
-        &[("SHMRING_TEST_SEG", spec.clone())],
-        &fds,
-    );
+    let mut child = consumer_child(&spec, &fds, "consume-wait");
     child.expect("ATTACHED", GUARD);
     let mut prod = seg.producer().unwrap();
     // One record round trip proves the sleeping consumer is woken by a commit.
@@ -410,10 +392,7 @@ fn consumer_killed_asleep_leaves_producers_quiet() {
         std::thread::sleep(Duration::from_millis(50));
         p.send(b"late", Default::default()).unwrap();
     });
-    let f = consumer
-        .next_timeout(Some(GUARD))
-        .unwrap()
-        .expect("woken by the commit");
+    let f = next(&consumer, "woken by the commit");
     assert_eq!(f.payload(), b"late");
     t.join().unwrap();
 }
@@ -429,12 +408,7 @@ fn producer_killed_asleep_leaves_consumer_quiet() {
     let seg = Segment::create_memfd("asleep-p", &Config::with_capacity(64 << 10)).unwrap();
     let consumer = seg.consumer().unwrap();
     let (spec, fds) = common::inherit(&seg);
-    let mut child = spawn(
-        ENTRY,
-        "fill-and-block",
-        &env(spec.clone(), 0, 0, SMALL),
-        &fds,
-    );
+    let mut child = producer_child(&spec, &fds, "fill-and-block", (0, 0, SMALL));
     wait_until("the producer to block", GUARD, || {
         seg.stats().producer_waits >= 2
     });
@@ -499,18 +473,10 @@ fn producers_killed_at_random_points_lose_no_committed_record() {
         ck.check(f.payload(), f.meta());
     };
     for round in 0..ROUNDS {
-        let mut child = spawn(
-            ENTRY,
-            "produce",
-            &env(spec.clone(), round, 1 << 40, MAX),
-            &fds,
-        );
+        let mut child = producer_child(&spec, &fds, "produce", (round, 1 << 40, MAX));
         let kill_after = 20 + rng.below(3000);
         while ck.next[round as usize] < kill_after {
-            let f = consumer
-                .next_timeout(Some(GUARD))
-                .unwrap()
-                .expect("records");
+            let f = next(&consumer, "records");
             take(&mut ck, f);
         }
         child.kill();
@@ -532,10 +498,7 @@ fn producers_killed_at_random_points_lose_no_committed_record() {
     let live_n = live.join().unwrap();
     // Everything left arrives; the dead producers committed nothing more.
     while ck.next[ROUNDS as usize] < live_n {
-        let f = consumer
-            .next_timeout(Some(GUARD))
-            .unwrap()
-            .expect("the live producer's records");
+        let f = next(&consumer, "the live producer's records");
         take(&mut ck, f);
     }
     wait_until("dead claims to be skipped", GUARD, || {
