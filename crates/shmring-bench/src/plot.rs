@@ -33,6 +33,37 @@ impl Panel {
         );
     }
 
+    /// The panel's title, above it.
+    fn title(&self, out: &mut String, title: &str) {
+        let _ = writeln!(
+            out,
+            r#"<text x="{}" y="{}" font-size="14" font-weight="bold">{}</text>"#,
+            self.x,
+            self.y - 8.0,
+            esc(title)
+        );
+    }
+
+    /// A note inside the panel (instead of a chart).
+    fn note(&self, out: &mut String, note: &str) {
+        let _ = writeln!(
+            out,
+            r#"<text x="{}" y="{}" font-size="12">{note}</text>"#,
+            self.x + 10.0,
+            self.y + 20.0
+        );
+    }
+
+    /// The vertical axis's label, `unit`, written upwards on the left.
+    fn axis_label(&self, out: &mut String, unit: &str) {
+        let (x, y) = (self.x - 42.0, self.y + self.h / 2.0);
+        let _ = writeln!(
+            out,
+            r#"<text x="{x}" y="{y}" font-size="11" transform="rotate(-90 {x} {y})" text-anchor="middle">{}</text>"#,
+            esc(unit)
+        );
+    }
+
     /// A horizontal grid line at `y`, labelled `v` on the left.
     fn grid_line(&self, out: &mut String, y: f64, v: f64, colour: &str) {
         let _ = writeln!(
@@ -61,20 +92,9 @@ fn bars(
         .flat_map(|s| s.1.iter().flatten().copied())
         .filter(|v| *v > 0.0)
         .collect();
-    let _ = writeln!(
-        out,
-        r#"<text x="{}" y="{}" font-size="14" font-weight="bold">{}</text>"#,
-        p.x,
-        p.y - 8.0,
-        esc(title)
-    );
+    p.title(out, title);
     if vals.is_empty() || cats.is_empty() {
-        let _ = writeln!(
-            out,
-            r#"<text x="{}" y="{}" font-size="12">no data</text>"#,
-            p.x + 10.0,
-            p.y + 20.0
-        );
+        p.note(out, "no data");
         return;
     }
     let lo = vals
@@ -99,15 +119,7 @@ fn bars(
         p.grid_line(out, yy, v, "#ddd");
         d += 1.0;
     }
-    let _ = writeln!(
-        out,
-        r#"<text x="{}" y="{}" font-size="11" transform="rotate(-90 {} {})" text-anchor="middle">{}</text>"#,
-        p.x - 42.0,
-        p.y + p.h / 2.0,
-        p.x - 42.0,
-        p.y + p.h / 2.0,
-        esc(unit)
-    );
+    p.axis_label(out, unit);
     let slot = p.w / cats.len() as f64;
     let bw = slot * 0.8 / series.len() as f64;
     for (ci, c) in cats.iter().enumerate() {
@@ -163,21 +175,10 @@ fn lines(
     unit: &str,
     series: &[(String, Vec<(f64, f64)>)],
 ) {
-    let _ = writeln!(
-        out,
-        r#"<text x="{}" y="{}" font-size="14" font-weight="bold">{}</text>"#,
-        p.x,
-        p.y - 8.0,
-        esc(title)
-    );
+    p.title(out, title);
     let pts: Vec<(f64, f64)> = series.iter().flat_map(|s| s.1.iter().copied()).collect();
     if pts.is_empty() {
-        let _ = writeln!(
-            out,
-            r#"<text x="{}" y="{}" font-size="12">no samples</text>"#,
-            p.x + 10.0,
-            p.y + 20.0
-        );
+        p.note(out, "no samples");
         return;
     }
     let (tticks, tdec) = ticks(pts.iter().map(|q| q.0).fold(0.0, f64::max).max(0.1), 4);
@@ -197,15 +198,7 @@ fn lines(
             p.y + p.h + 14.0
         );
     }
-    let _ = writeln!(
-        out,
-        r#"<text x="{}" y="{}" font-size="11" transform="rotate(-90 {} {})" text-anchor="middle">{}</text>"#,
-        p.x - 42.0,
-        p.y + p.h / 2.0,
-        p.x - 42.0,
-        p.y + p.h / 2.0,
-        esc(unit)
-    );
+    p.axis_label(out, unit);
     for (i, (_, s)) in series.iter().enumerate() {
         let path: Vec<String> = s
             .iter()

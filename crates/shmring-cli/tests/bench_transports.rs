@@ -102,22 +102,13 @@ fn every_transport_moves_frames_with_checksums_verified() {
     let json = dir.path("out.json");
     let all = transports();
     let list = all.join(",");
-    let o = bench(
+    let o = bench_with(
         &dir,
-        &[
-            "--transports",
-            &list,
-            "--workload",
-            "all",
-            "--mode",
-            "unthrottled",
-            "--frames",
-            "12",
-            "--ring-mib",
-            "16",
-            "--json",
-            json.to_str().unwrap(),
-        ],
+        &format!(
+            "--transports {} --workload all --mode unthrottled --frames 12 --ring-mib 16",
+            list
+        ),
+        &[("--json", &json)],
     );
     assert_eq!(
         o.code,
@@ -167,25 +158,7 @@ fn a_corrupted_frame_is_detected_on_every_transport() {
     for t in transports() {
         let dir = Scratch::new(&format!("corrupt-{t}"));
         let json = dir.path("out.json");
-        let o = bench(
-            &dir,
-            &[
-                "--transports",
-                t,
-                "--workload",
-                "video",
-                "--mode",
-                "unthrottled",
-                "--frames",
-                "6",
-                "--ring-mib",
-                "16",
-                "--corrupt-every",
-                "3",
-                "--json",
-                json.to_str().unwrap(),
-            ],
-        );
+        let o = bench_with(&dir, &format!("--transports {} --workload video --mode unthrottled --frames 6 --ring-mib 16 --corrupt-every 3", t), &[("--json", &json)]);
         assert_caught(t, &o, "2 of 6 frames failed their checksum");
         let rows = rows(&json);
         assert!(row(&rows, t, "video")["error"].is_string());
@@ -358,21 +331,13 @@ fn the_meeting_reports_audio_and_video_latency_for_every_transport() {
     // included), not on the rows with a second reader.
     let meeting: Vec<&str> = Transport::default_set().map(Transport::name).collect();
     let list = meeting.join(",");
-    let o = bench(
+    let o = bench_with(
         &dir,
-        &[
-            "--quick",
-            "--workload",
-            "meeting",
-            "--participants",
-            "3",
-            "--frames",
-            "8",
-            "--transports",
-            &list,
-            "--json",
-            json.to_str().unwrap(),
-        ],
+        &format!(
+            "--quick --workload meeting --participants 3 --frames 8 --transports {}",
+            list
+        ),
+        &[("--json", &json)],
     );
     assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
     let header = o
@@ -419,20 +384,13 @@ fn the_meeting_reports_audio_and_video_latency_for_every_transport() {
 fn a_corrupted_meeting_record_is_detected() {
     for t in ["shmring", "pipe", "websocket", "floor", "floor-2core"] {
         let dir = Scratch::new(&format!("meeting-corrupt-{t}"));
-        let o = bench(
+        let o = bench_with(
             &dir,
-            &[
-                "--workload",
-                "meeting",
-                "--participants",
-                "2",
-                "--frames",
-                "6",
-                "--transports",
-                t,
-                "--corrupt-every",
-                "3",
-            ],
+            &format!(
+                "--workload meeting --participants 2 --frames 6 --transports {} --corrupt-every 3",
+                t
+            ),
+            &[],
         );
         // 4 streams of 6 records, every third damaged.
         assert_caught(t, &o, "8 of 24 frames failed their checksum");

@@ -13,7 +13,7 @@ use shmring::{Meta, Segment};
 use shmring_cli::pattern::decode_frame_number;
 
 mod common;
-use common::{assert_fails, ring_name, run, run_line, Proc, Ring, EXE, PATIENCE};
+use common::{assert_fails, ring_name, run, run_line, wait_for, Proc, Ring, EXE, PATIENCE};
 
 fn start_recorder(ring: &Ring, out: &Path) -> Proc {
     let rec = Proc::spawn_line(&format!(
@@ -191,11 +191,9 @@ fn malformed_media_headers_are_counted_skipped_and_reported() {
         p.send(&[0xffu8; 4096], Meta::new(6, kind::AUDIO)).unwrap();
         p.send(&good, m).unwrap();
         // Wait until the recorder has read all five.
-        let until = Instant::now() + PATIENCE;
-        while seg.stats().records_consumed < 5 {
-            assert!(Instant::now() < until);
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for("the recorder to read all five", || {
+            seg.stats().records_consumed >= 5
+        });
     }
     rec.signal(libc::SIGTERM);
     let r = rec.expect("recorded");
@@ -533,16 +531,10 @@ fn encode_writes_h264_mp4_when_ffmpeg_is_installed() {
     let p = prod.expect("produced");
     assert_eq!(prod.wait().0, Some(0));
     let sent = p["video"][0]["sent"].as_u64().unwrap();
-    let until = Instant::now() + PATIENCE;
-    while Segment::open_named(&ring.0)
-        .unwrap()
-        .stats()
-        .records_consumed
-        < sent
-    {
-        assert!(Instant::now() < until);
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let seg = Segment::open_named(&ring.0).unwrap();
+    wait_for("the recorder to read every frame sent", || {
+        seg.stats().records_consumed >= sent
+    });
     rec.signal(libc::SIGTERM);
     let r = rec.expect("recorded");
     let (code, err) = rec.wait();

@@ -73,22 +73,26 @@ fn memfd_inherited_across_exec() {
     consume_from(&seg, &mut children, 1);
 }
 
+/// CHILDREN producer processes, each sent the ring's descriptors over a socket of
+/// its own.
+fn producers_over_sockets(seg: &Segment) -> Vec<Child> {
+    (0..CHILDREN)
+        .map(|p| {
+            let (ours, theirs) = UnixStream::pair().unwrap();
+            let sfd = theirs.as_raw_fd();
+            let env = producer_env(format!("sock:{sfd}"), p);
+            let child = spawn(ENTRY, "produce", &env, &[sfd]);
+            drop(theirs);
+            seg.send(&ours).unwrap();
+            child
+        })
+        .collect()
+}
+
 #[test]
 fn memfd_sent_over_unix_socket() {
     let seg = Segment::create_memfd("sendfds", &cfg()).unwrap();
-    let mut children = Vec::new();
-    for p in 0..CHILDREN {
-        let (ours, theirs) = UnixStream::pair().unwrap();
-        let sfd = theirs.as_raw_fd();
-        children.push(spawn(
-            ENTRY,
-            "produce",
-            &producer_env(format!("sock:{sfd}"), p),
-            &[sfd],
-        ));
-        drop(theirs);
-        seg.send(&ours).unwrap();
-    }
+    let mut children = producers_over_sockets(&seg);
     consume_from(&seg, &mut children, 2);
 }
 
@@ -102,19 +106,7 @@ fn eventfd_ring_sent_over_unix_socket() {
     };
     let seg = Segment::create_memfd("sendfds-efd", &cfg).unwrap();
     assert!(seg.eventfd().is_some(), "an eventfd ring has one");
-    let mut children = Vec::new();
-    for p in 0..CHILDREN {
-        let (ours, theirs) = UnixStream::pair().unwrap();
-        let sfd = theirs.as_raw_fd();
-        children.push(spawn(
-            ENTRY,
-            "produce",
-            &producer_env(format!("sock:{sfd}"), p),
-            &[sfd],
-        ));
-        drop(theirs);
-        seg.send(&ours).unwrap();
-    }
+    let mut children = producers_over_sockets(&seg);
     consume_from(&seg, &mut children, 4);
     assert!(
         seg.stats().consumer_waits > 0,

@@ -37,25 +37,26 @@ fn fast() -> ConsumerOptions {
     }
 }
 
+/// A producer process reserves a record and is SIGKILLed holding the claim.
+fn kill_holding_a_claim(seg: &Segment) {
+    let (spec, fds) = inherit(seg);
+    let env = [
+        ("SHMRING_TEST_SEG", spec),
+        ("P", "0".into()),
+        ("N", "0".into()),
+        ("MAX", "1000".into()),
+    ];
+    let mut holder = spawn(ENTRY, "reserve-and-hang", &env, &fds);
+    holder.expect("HOLDING", GUARD);
+    holder.kill();
+}
+
 /// The kernel-held facts the attacker tried to fake: a producer killed holding a
 /// reservation is found dead (its claim skipped), every slot can be taken, a
 /// tethered consumer can attach, and a killed consumer is found dead and replaced.
 fn liveness_holds(seg: &std::sync::Arc<Segment>) {
     let consumer = shmring::Consumer::with_options(seg.clone(), fast()).unwrap();
-    let (spec, fds) = inherit(seg);
-    let mut holder = spawn(
-        ENTRY,
-        "reserve-and-hang",
-        &[
-            ("SHMRING_TEST_SEG", spec.clone()),
-            ("P", "0".into()),
-            ("N", "0".into()),
-            ("MAX", "1000".into()),
-        ],
-        &fds,
-    );
-    holder.expect("HOLDING", GUARD);
-    holder.kill();
+    kill_holding_a_claim(seg);
     let mut p = seg.producer().unwrap();
     p.send(b"behind the dead claim", Meta::new(1, 0)).unwrap();
     let f = consumer
@@ -75,6 +76,7 @@ fn liveness_holds(seg: &std::sync::Arc<Segment>) {
     drop(shmring::Consumer::tethered(seg.clone(), fast()).expect("a tether line"));
     drop(consumer);
     // A consumer process killed is found dead, and replaced.
+    let (spec, fds) = inherit(seg);
     let mut cons: Child = spawn(ENTRY, "consume-idle", &[("SHMRING_TEST_SEG", spec)], &fds);
     cons.expect("ATTACHED", GUARD);
     assert!(seg.consumer_alive());
@@ -141,20 +143,7 @@ fn read_locks_on_a_named_ring_never_make_the_dead_look_alive() {
     let seg = Segment::create_named(&name.0, &cfg()).unwrap();
     // Producers and the consumer hold their locks before the attacker comes.
     let consumer = shmring::Consumer::with_options(seg.clone(), fast()).unwrap();
-    let (spec, fds) = inherit(&seg);
-    let mut holder = spawn(
-        ENTRY,
-        "reserve-and-hang",
-        &[
-            ("SHMRING_TEST_SEG", spec),
-            ("P", "0".into()),
-            ("N", "0".into()),
-            ("MAX", "1000".into()),
-        ],
-        &fds,
-    );
-    holder.expect("HOLDING", GUARD);
-    holder.kill();
+    kill_holding_a_claim(&seg);
     let mut p = seg.producer().unwrap();
     p.send(b"x", Meta::new(1, 0)).unwrap();
     let f = consumer

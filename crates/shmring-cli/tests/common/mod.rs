@@ -123,6 +123,16 @@ pub fn run(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Waits until `done` says so, looking every 20 ms; fails after PATIENCE, naming
+/// `what` it waited for.
+pub fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let until = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(Instant::now() < until, "waited {PATIENCE:?} for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// [`run`] with the words of `line` (split at spaces).
 pub fn run_line(line: &str) -> Output {
     run(&line.split_whitespace().collect::<Vec<_>>())

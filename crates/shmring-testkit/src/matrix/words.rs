@@ -188,29 +188,13 @@ fn slot_fields() -> Vec<(String, At)> {
     push("", at!(0, Slot, open_claim, 8, Role::Entry));
     push("", at!(0, Slot, space_waiting, 4, Role::State(&[0, 1])));
     let pc = offset_of!(Slot, counters);
-    push(
-        "counters.",
-        at!(pc, ProducerCounters, records_committed, 8, Role::Counter),
-    );
-    push(
-        "counters.",
-        at!(pc, ProducerCounters, bytes_committed, 8, Role::Counter),
-    );
-    push(
-        "counters.",
-        at!(pc, ProducerCounters, aborted, 8, Role::Counter),
-    );
-    push(
-        "counters.",
-        at!(pc, ProducerCounters, drops_full, 8, Role::Counter),
-    );
-    push(
-        "counters.",
-        at!(pc, ProducerCounters, waits, 8, Role::Counter),
-    );
-    push(
-        "counters.",
-        at!(pc, ProducerCounters, wakes_sent, 8, Role::Counter),
+    counters!(push, "counters.", pc, ProducerCounters,
+        records_committed: 8,
+        bytes_committed: 8,
+        aborted: 8,
+        drops_full: 8,
+        waits: 8,
+        wakes_sent: 8,
     );
     v
 }
