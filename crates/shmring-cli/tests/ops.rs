@@ -522,15 +522,7 @@ fn stat_prometheus_serves_every_tethered_consumer_by_line() {
 #[test]
 fn stat_on_random_bytes_says_not_a_ring() {
     let ring = new_ring("random");
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let bytes: Vec<u8> = (0..(1 << 20))
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let bytes = shmring_testkit::Rng(7).bytes(1 << 20);
     std::fs::write(ring.path(), bytes).unwrap();
     for args in [&["stat", &ring.0][..], &["stat", "--json", &ring.0][..]] {
         let o = run(args);

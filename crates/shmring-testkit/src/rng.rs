@@ -20,6 +20,11 @@ impl Rng {
         mix(self.0)
     }
 
+    /// `n` random bytes.
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+
     /// Uniform in `0..n` (0 if `n` is 0).
     pub fn below(&mut self, n: u64) -> u64 {
         if n == 0 {

@@ -12,12 +12,13 @@ use shmring_host::ChildGuard;
 const BIN: &str = env!("CARGO_BIN_EXE_shmring-verify");
 
 /// Runs `shmring-verify ARGS --json`; returns the summary and the whole output.
-fn verify(args: &[&str], guard: Duration) -> (Value, String) {
+/// `shmring-verify` with the words of `args` (split at spaces) and `--json`.
+fn verify(args: &str, guard: Duration) -> (Value, String) {
     // Killed if the test fails or the guard runs out (its own children die with it:
     // they are spawned with PR_SET_PDEATHSIG).
     let mut run = ChildGuard::spawn(
         Command::new(BIN)
-            .args(args)
+            .args(args.split_whitespace())
             .arg("--json")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -67,15 +68,7 @@ fn fig(v: &Value, k: &str) -> u64 {
 #[test]
 fn killstorm_short() {
     let (v, _) = verify(
-        &[
-            "killstorm",
-            "--cycles",
-            "30",
-            "--producers",
-            "4",
-            "--resume-budget-ms",
-            "20000",
-        ],
+        "killstorm --cycles 30 --producers 4 --resume-budget-ms 20000",
         Duration::from_secs(300),
     );
     assert_eq!(fig(&v, "kills"), 30);
@@ -97,10 +90,7 @@ fn killstorm_short() {
 
 #[test]
 fn scribble_short() {
-    let (v, _) = verify(
-        &["scribble", "--seconds", "1", "--rounds", "1"],
-        Duration::from_secs(300),
-    );
+    let (v, _) = verify("scribble --seconds 1 --rounds 1", Duration::from_secs(300));
     // Every region: records produced after the scribbler stopped arrived, and
     // from then on every record exactly once (the report's checks).
     for region in ["cursors", "control", "slots", "log", "identity"] {
@@ -116,13 +106,7 @@ fn scribble_short() {
 #[test]
 fn consumer_crash_short() {
     let (v, _) = verify(
-        &[
-            "consumer-crash",
-            "--cycles",
-            "3",
-            "--block-slack-ms",
-            "20000",
-        ],
+        "consumer-crash --cycles 3 --block-slack-ms 20000",
         Duration::from_secs(300),
     );
     assert_eq!(fig(&v, "consumer_kills"), 3);
@@ -138,17 +122,7 @@ fn consumer_crash_short() {
 #[test]
 fn soak_short() {
     let (v, _) = verify(
-        &[
-            "soak",
-            "--seconds",
-            "8",
-            "--rate",
-            "40",
-            "--warmup",
-            "4",
-            "--capacity",
-            "8388608",
-        ],
+        "soak --seconds 8 --rate 40 --warmup 4 --capacity 8388608",
         Duration::from_secs(300),
     );
     assert_eq!(
@@ -161,7 +135,7 @@ fn soak_short() {
 
 #[test]
 fn sigbus_seals_and_truncation() {
-    let (v, _) = verify(&["sigbus"], Duration::from_secs(120));
+    let (v, _) = verify("sigbus", Duration::from_secs(120));
     assert!(v["figures"]["named_truncated"]
         .as_str()
         .unwrap()
@@ -171,7 +145,7 @@ fn sigbus_seals_and_truncation() {
 
 #[test]
 fn permissions() {
-    let (v, text) = verify(&["perms"], Duration::from_secs(120));
+    let (v, text) = verify("perms", Duration::from_secs(120));
     assert_eq!(v["figures"]["mode"], "0600");
     let other = v["figures"]["other_user_check"].as_str().unwrap();
     if other.starts_with("skipped") {
