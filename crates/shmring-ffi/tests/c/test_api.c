@@ -24,12 +24,26 @@ static shmring_segment *make_ring(uint64_t capacity) {
     return check_memfd_ring("test-api", capacity);
 }
 
+/* A new ring of `capacity` bytes with its consumer in *c and a producer in *p. */
+static shmring_segment *ring_with_ends(uint64_t capacity, shmring_consumer **c,
+                                       shmring_producer **p) {
+    shmring_segment *s = make_ring(capacity);
+    CHECK_ST(shmring_consumer_attach(s, NULL, c), SHMRING_OK);
+    CHECK_ST(shmring_producer_attach(s, p), SHMRING_OK);
+    return s;
+}
+
+/* Closes what ring_with_ends opened. */
+static void close_all(shmring_producer *p, shmring_consumer *c, shmring_segment *s) {
+    shmring_producer_close(p);
+    shmring_consumer_close(c);
+    shmring_segment_close(s);
+}
+
 static void test_round_trip_video(void) {
-    shmring_segment *s = make_ring(16u << 20);
     shmring_consumer *c = NULL;
     shmring_producer *p = NULL;
-    CHECK_ST(shmring_consumer_attach(s, NULL, &c), SHMRING_OK);
-    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    shmring_segment *s = ring_with_ends(16u << 20, &c, &p);
     for (int i = 0; i < 5; i++) {
         shmring_media_header h;
         CHECK_ST(shmring_media_video(SHMRING_FORMAT_I420, 1920, 1080, 1000 + i, i, &h), SHMRING_OK);
@@ -69,11 +83,9 @@ static void test_round_trip_video(void) {
 }
 
 static void test_send_abort_out_of_order_release(void) {
-    shmring_segment *s = make_ring(1u << 20);
     shmring_consumer *c = NULL;
     shmring_producer *p = NULL;
-    CHECK_ST(shmring_consumer_attach(s, NULL, &c), SHMRING_OK);
-    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    shmring_segment *s = ring_with_ends(1u << 20, &c, &p);
     shmring_meta m = {.stream = 1, .kind = SHMRING_KIND_RAW};
     CHECK_ST(shmring_producer_send(p, (const uint8_t *)"hello", 5, &m), SHMRING_OK);
     shmring_reservation r;
@@ -97,19 +109,15 @@ static void test_send_abort_out_of_order_release(void) {
     shmring_stats st;
     CHECK_ST(shmring_segment_stats(s, &st), SHMRING_OK);
     CHECK(st.records_aborted == 1 && st.skipped_aborted == 1);
-    shmring_producer_close(p);
-    shmring_consumer_close(c);
-    shmring_segment_close(s);
+    close_all(p, c, s);
 }
 
 /* A peer overwrites the shared write cursor: the consumer finds it by itself,
  * resets the ring and carries on; a frame held across the reset stays valid. */
 static void test_consumer_recovers_by_itself(void) {
-    shmring_segment *s = make_ring(1u << 20);
     shmring_consumer *c = NULL;
     shmring_producer *p = NULL;
-    CHECK_ST(shmring_consumer_attach(s, NULL, &c), SHMRING_OK);
-    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    shmring_segment *s = ring_with_ends(1u << 20, &c, &p);
     shmring_meta m = {.stream = 1, .kind = SHMRING_KIND_RAW};
     CHECK_ST(shmring_producer_send(p, (const uint8_t *)"held", 4, &m), SHMRING_OK);
     shmring_frame held, f;
@@ -134,9 +142,7 @@ static void test_consumer_recovers_by_itself(void) {
     shmring_stats st;
     CHECK_ST(shmring_segment_stats(s, &st), SHMRING_OK);
     CHECK(st.resets == 1 && st.corruption >= 1);
-    shmring_producer_close(p);
-    shmring_consumer_close(c);
-    shmring_segment_close(s);
+    close_all(p, c, s);
 }
 
 static void test_null_and_bad_handles(void) {
@@ -361,11 +367,9 @@ static void test_media_parse_for(void) {
 
 /* Frame rate, automatic numbering and the end of a stream, across the ring. */
 static void test_rate_numbering_and_end_of_stream(void) {
-    shmring_segment *s = make_ring(1u << 20);
     shmring_consumer *c = NULL;
     shmring_producer *p = NULL;
-    CHECK_ST(shmring_consumer_attach(s, NULL, &c), SHMRING_OK);
-    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    shmring_segment *s = ring_with_ends(1u << 20, &c, &p);
     for (int i = 0; i < 3; i++) {
         shmring_media_header h;
         CHECK_ST(shmring_media_video(SHMRING_FORMAT_I420, 64, 32, 1000 + i, SHMRING_SEQUENCE_AUTO,
@@ -570,11 +574,9 @@ static void test_descriptors(void) {
 /* shmring_stats_fields lists every field of the struct, in order, with the
  * snapshot's values; a short array gets the count and the first entries. */
 static void test_stats_fields(void) {
-    shmring_segment *s = make_ring(1u << 20);
     shmring_consumer *c = NULL;
     shmring_producer *p = NULL;
-    CHECK_ST(shmring_consumer_attach(s, NULL, &c), SHMRING_OK);
-    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    shmring_segment *s = ring_with_ends(1u << 20, &c, &p);
     shmring_meta m = {0};
     CHECK_ST(shmring_producer_send(p, (const uint8_t *)"abc", 3, &m), SHMRING_OK);
     CHECK_ST(shmring_producer_send(p, (const uint8_t *)"de", 2, &m), SHMRING_OK);
@@ -613,9 +615,7 @@ static void test_stats_fields(void) {
     CHECK_ST(shmring_stats_fields(&st, NULL, 1, &n2), SHMRING_ERR_NULL);
     CHECK_ST(shmring_stats_fields(NULL, f, 64, &n2), SHMRING_ERR_NULL);
     CHECK_ST(shmring_stats_fields(&st, f, 64, NULL), SHMRING_ERR_NULL);
-    shmring_producer_close(p);
-    shmring_consumer_close(c);
-    shmring_segment_close(s);
+    close_all(p, c, s);
 }
 
 int main(void) {
