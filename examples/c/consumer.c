@@ -21,14 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fds.h"
+#include "args.h"
 #include "frame_pattern.h"
 #include "shmring.h"
-
-static void die_status(const char *what, shmring_status st) {
-    fprintf(stderr, "consumer: %s: %s: %s\n", what, shmring_status_name(st), shmring_last_error());
-    exit(2);
-}
 
 static void usage(void) {
     fprintf(stderr,
@@ -37,17 +32,8 @@ static void usage(void) {
     exit(1);
 }
 
-static long long parse_num(const char *opt, const char *v) {
-    char *end = NULL;
-    long long n = v ? strtoll(v, &end, 10) : -1;
-    if (!v || *v == '\0' || *end != '\0' || n < 0) {
-        fprintf(stderr, "consumer: %s needs a non-negative number, got '%s'\n", opt, v ? v : "");
-        exit(1);
-    }
-    return n;
-}
-
 int main(int argc, char **argv) {
+    example_name = "consumer";
     int fds[3], nfds = 0, efd = -1, create = 0, quiet = 0;
     const char *name = NULL;
     long long frames = -1, timeout_ms = 5000, capacity = 64ll << 20;

@@ -27,15 +27,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fds.h"
+#include "args.h"
 #include "frame_pattern.h"
 #include "sandbox.h"
 #include "shmring.h"
-
-static void die_status(const char *what, shmring_status st) {
-    fprintf(stderr, "producer: %s: %s: %s\n", what, shmring_status_name(st), shmring_last_error());
-    exit(2);
-}
 
 static void usage(void) {
     fprintf(stderr,
@@ -46,17 +41,8 @@ static void usage(void) {
     exit(1);
 }
 
-static long parse_num(const char *opt, const char *v) {
-    char *end = NULL;
-    long n = v ? strtol(v, &end, 10) : -1;
-    if (!v || *v == '\0' || *end != '\0' || n < 0) {
-        fprintf(stderr, "producer: %s needs a non-negative number, got '%s'\n", opt, v ? v : "");
-        exit(1);
-    }
-    return n;
-}
-
 int main(int argc, char **argv) {
+    example_name = "producer";
     int fds[3], nfds = 0, efd = -1, sandbox = 0, violate = 0, quiet = 0, fail_policy = 0;
     const char *name = NULL, *connect_path = NULL;
     long frames = 100, width = 1920, height = 1080, stream = 1, timeout_ms = 1000;
