@@ -23,6 +23,21 @@ func ringName(t *testing.T) string {
 	return name
 }
 
+// ringWithEnds is memfdRing with its consumer and a producer attached, all closed
+// when the test ends.
+func ringWithEnds(t *testing.T, capacity uint64, eventfd bool) (*Segment, *Consumer, *Producer) {
+	t.Helper()
+	s := memfdRing(t, capacity, eventfd)
+	c, err := s.Consumer(nil)
+	must(t, err)
+	p, err := s.Producer()
+	must(t, err)
+	// Cleanups run last-registered first: the producer, the consumer, the ring.
+	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { p.Close() })
+	return s, c, p
+}
+
 func memfdRing(t *testing.T, capacity uint64, eventfd bool) *Segment {
 	t.Helper()
 	cfg := DefaultConfig()
@@ -68,13 +83,7 @@ func inside(t *testing.T, s *Segment, b []byte) bool {
 func TestRoundTripInPlace(t *testing.T) {
 	for _, efd := range []bool{false, true} {
 		t.Run(fmt.Sprintf("eventfd=%v", efd), func(t *testing.T) {
-			s := memfdRing(t, 1<<20, efd)
-			c, err := s.Consumer(nil)
-			must(t, err)
-			defer c.Close()
-			p, err := s.Producer()
-			must(t, err)
-			defer p.Close()
+			s, c, p := ringWithEnds(t, 1<<20, efd)
 
 			r, err := p.Reserve(1000)
 			must(t, err)

@@ -58,14 +58,20 @@ func benchRing(b *testing.B, capacity uint64) (*Segment, *Consumer, *Producer) {
 	return s, c, p
 }
 
+// measure starts the measured part of a frame-path benchmark (allocations
+// reported) and gives its context.
+func measure(b *testing.B) context.Context {
+	b.ReportAllocs()
+	b.ResetTimer()
+	return context.Background()
+}
+
 // Reserve, Commit (2 C calls); Next, Release (2 C calls): 4 KiB records, the
 // payload untouched (the cost of the path, not of writing bytes).
 func BenchmarkFramePath4KiB(b *testing.B) {
 	_, c, p := benchRing(b, 16<<20)
 	var f Frame
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
+	ctx := measure(b)
 	defer cpuPerOp(b)()
 	for i := 0; i < b.N; i++ {
 		r, err := p.Reserve(4096)
@@ -91,9 +97,7 @@ func BenchmarkFramePath4KiB(b *testing.B) {
 func BenchmarkFramePath1080p(b *testing.B) {
 	_, c, p := benchRing(b, 64<<20)
 	var f Frame
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
+	ctx := measure(b)
 	defer cpuPerOp(b)()
 	for i := 0; i < b.N; i++ {
 		r, err := p.ReserveVideo(FormatI420, 1920, 1080, 0, uint64(i))

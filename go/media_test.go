@@ -82,13 +82,7 @@ func TestStatsAreTheLibrarysFieldList(t *testing.T) {
 // A producer's nominal frame rate and its numbering reach the reader; EndStream
 // gives the reader an end-of-stream record numbered after the stream's last frame.
 func TestFrameRateSequenceAndEndOfStream(t *testing.T) {
-	s := memfdRing(t, 1<<20, false)
-	c, err := s.Consumer(nil)
-	must(t, err)
-	defer c.Close()
-	p, err := s.Producer()
-	must(t, err)
-	defer p.Close()
+	_, c, p := ringWithEnds(t, 1<<20, false)
 	for i := 0; i < 2; i++ {
 		r, err := p.ReserveVideoAt(FormatI420, 64, 32, Rate{30000, 1001}, uint64(i), SequenceAuto)
 		must(t, err)

@@ -65,6 +65,16 @@ class Children:
     def producer(self, *args: str, **kw: object) -> subprocess.Popen[bytes]:
         return self.spawn([sys.executable, str(PRODUCER), *args], **kw)
 
+    def producer_of(
+        self, fds: list[int], count: int, max_size: int, *args: str
+    ) -> subprocess.Popen[bytes]:
+        """A producer process of `count` records of up to `max_size` bytes on the ring
+        whose descriptors (Consumer.descriptors() order) it inherits."""
+        fd_list = ",".join(map(str, fds))
+        return self.producer(
+            "--fds", fd_list, "--count", str(count), "--max", str(max_size), *args, pass_fds=fds
+        )
+
     def close(self) -> None:
         for p in self.procs:
             if p.poll() is None:

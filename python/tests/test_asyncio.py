@@ -43,17 +43,7 @@ def test_async_consumer_gets_every_frame_in_order(children: Children) -> None:
     fds = ring.descriptors()
     assert len(fds) == 3 and fds[-1] == ring.eventfd_fileno()
     n = 200
-    proc = children.producer(
-        "--fds",
-        ",".join(map(str, fds)),
-        "--count",
-        str(n),
-        "--max",
-        "100000",
-        "--interval",
-        "0.002",
-        pass_fds=fds,
-    )
+    proc = children.producer_of(fds, n, 100000, "--interval", "0.002")
     got, ticks = asyncio.run(asyncio.wait_for(consume(ring, n), 60))
     assert got == list(range(n))
     # The loop kept running other tasks while frames() waited for data.

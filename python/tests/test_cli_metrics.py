@@ -14,6 +14,7 @@ import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import IO
 
 import pytest
 from conftest import REPO, Children, find_cli
@@ -70,10 +71,30 @@ def samples(text: str) -> dict[tuple[str, str], float]:
     return out
 
 
+def scrape(url: str) -> dict[tuple[str, str], float]:
+    """One scrape of the exporter at `url`, as samples()."""
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        return samples(resp.read().decode())
+
+
+def served_url(out: IO[bytes] | None) -> str:
+    """The address an exporter says it serves on (its first line)."""
+    assert out is not None
+    line = out.readline().decode()
+    assert line.startswith("shmring exporter: serving http://127.0.0.1:"), line
+    return line.split()[-1]
+
+
 def fill(ring_name: str) -> tuple[shmring.Consumer, shmring.Producer]:
     """5 records of 1000 bytes and 3 of 64 sent, 2 received and released."""
     ring = shmring.Consumer(ring_name, create=True, capacity=1 << 20)
     p = shmring.Producer(ring_name)
+    traffic(ring, p)
+    return ring, p
+
+
+def traffic(ring: shmring.Consumer, p: shmring.Producer) -> None:
+    """5 records of 1000 bytes and 3 of 64 sent, 2 received and released."""
     for _ in range(5):
         p.send(bytes(1000), stream=1)
     for _ in range(3):
@@ -82,7 +103,6 @@ def fill(ring_name: str) -> tuple[shmring.Consumer, shmring.Producer]:
         f = ring.next(timeout=1.0)
         assert f is not None
         f.release()
-    return ring, p
 
 
 def check(values: dict[tuple[str, str], float], ring: str, consumer: shmring.Consumer) -> None:
@@ -126,10 +146,7 @@ def test_exporter_serves_metrics(cli: str, ring_name: str, children: Children) -
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        assert ex.stdout is not None
-        line = ex.stdout.readline().decode()
-        assert line.startswith("shmring exporter: serving http://127.0.0.1:"), line
-        url = line.split()[-1]
+        url = served_url(ex.stdout)
         with urllib.request.urlopen(url, timeout=30) as resp:
             assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
             values = samples(resp.read().decode())
@@ -138,8 +155,7 @@ def test_exporter_serves_metrics(cli: str, ring_name: str, children: Children) -
         assert ("shmring_records_committed_total", bad) not in values
         # Each scrape reads the ring afresh.
         p.send(bytes(10))
-        with urllib.request.urlopen(url, timeout=30) as resp:
-            again = samples(resp.read().decode())
+        again = scrape(url)
         assert again[("shmring_records_committed_total", ring_name)] == 9
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(url.replace("/metrics", "/nothing"), timeout=30)
@@ -165,8 +181,7 @@ def test_exporter_exports_only_rings(cli: str, ring_name: str, children: Childre
         )
         assert ex.stdout is not None
         url = ex.stdout.readline().decode().split()[-1]
-        with urllib.request.urlopen(url, timeout=30) as resp:
-            values = samples(resp.read().decode())
+        values = scrape(url)
         check(values, ring_name, ring)
         assert {r for _, r in values} == {ring_name}, values
     finally:
@@ -189,32 +204,20 @@ def test_exporter_observes_rings_on_sockets(cli: str, children: Children) -> Non
         s.close()
         with shmring.Listener(ring, sock):
             p = shmring.Producer.connect(sock)
-            for _ in range(5):
-                p.send(bytes(1000), stream=1)
-            for _ in range(3):
-                p.send(bytes(64), stream=2)
-            for _ in range(2):
-                f = ring.next(timeout=1.0)
-                assert f is not None
-                f.release()
+            traffic(ring, p)
             ex = children.spawn(
                 [cli, "exporter", "--listen", "127.0.0.1:0", "--sockets", d],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
             )
-            assert ex.stdout is not None
-            line = ex.stdout.readline().decode()
-            assert line.startswith("shmring exporter: serving http://127.0.0.1:"), line
-            url = line.split()[-1]
-            with urllib.request.urlopen(url, timeout=30) as resp:
-                values = samples(resp.read().decode())
+            url = served_url(ex.stdout)
+            values = scrape(url)
             check(values, sock, ring)
             assert values[("shmring_ring_readable", stale)] == 0
             assert ("shmring_records_committed_total", stale) not in values
             # The connection is kept: the next scrape sees the new record.
             p.send(bytes(10))
-            with urllib.request.urlopen(url, timeout=30) as resp:
-                again = samples(resp.read().decode())
+            again = scrape(url)
             assert again[("shmring_records_committed_total", sock)] == 9
             assert again[("shmring_oldest_pending_age_seconds", sock)] == 0
             # A reservation held open: the consumer, having read everything before
@@ -225,8 +228,7 @@ def test_exporter_observes_rings_on_sockets(cli: str, children: Children) -> Non
                 f.release()
             held = p.reserve(100)
             assert ring.next(timeout=0.2) is None
-            with urllib.request.urlopen(url, timeout=30) as resp:
-                claim = samples(resp.read().decode())
+            claim = scrape(url)
             assert claim[("shmring_oldest_pending_age_seconds", sock)] > 0
             assert claim[("shmring_oldest_pending_slot", sock)] == p.slot
             assert claim[("shmring_oldest_pending_pid", sock)] == os.getpid()

@@ -28,15 +28,7 @@ def test_producer_process_by_fd_memfd_eventfd(children: Children) -> None:
     fds = ring.descriptors()
     assert len(fds) == 3 and fds[-1] == ring.eventfd_fileno()
     n = 200
-    proc = children.producer(
-        "--fds",
-        ",".join(map(str, fds)),
-        "--count",
-        str(n),
-        "--max",
-        "50000",
-        pass_fds=fds,
-    )
+    proc = children.producer_of(fds, n, 50000)
     assert receive(ring, n, proc) == list(range(n))
     assert proc.wait(timeout=30) == 0
     ring.close()

@@ -224,9 +224,7 @@ def test_tap_copies_are_never_torn(children: Children) -> None:
     t.start()
     try:
         fds = owner.descriptors()
-        proc = children.producer(
-            "--fds", ",".join(map(str, fds)), "--count", str(count), "--max", "8192", pass_fds=fds
-        )
+        proc = children.producer_of(fds, count, 8192)
         assert receive(owner, count, proc) == list(range(count))
         assert proc.wait(timeout=30) == 0
         # The last record, in the producer process's format.

@@ -144,25 +144,15 @@ fn control_fields() -> Vec<(String, At)> {
     );
     let cc = offset_of!(Control, counters);
     counters!(push, "counters.", cc, ConsumerCounters,
-        records_consumed: 8,
-        bytes_consumed: 8,
-        abandoned: 8,
-        skipped_aborted: 8,
-        corruption: 8,
-        waits: 8,
-        wakes_sent: 8,
-        peak_occupancy: 8,
-        resets: 8,
+        records_consumed: 8, bytes_consumed: 8, abandoned: 8,
+        skipped_aborted: 8, corruption: 8, waits: 8,
+        wakes_sent: 8, peak_occupancy: 8, resets: 8,
         reaped_slots: 8,
     );
     let h = offset_of!(Control, health);
     counters!(push, "health.", h, ClaimHealth,
-        stalled_claims: 8,
-        forged_claims: 8,
-        repairs: 8,
-        oldest_pending_since_ns: 8,
-        oldest_pending_slot: 4,
-        oldest_pending_pid: 4,
+        stalled_claims: 8, forged_claims: 8, repairs: 8,
+        oldest_pending_since_ns: 8, oldest_pending_slot: 4, oldest_pending_pid: 4,
     );
     let t = offset_of!(Control, tethers);
     push("tethers.", at!(t, Tethers, mask, 4, Role::Mask));
@@ -189,12 +179,8 @@ fn slot_fields() -> Vec<(String, At)> {
     push("", at!(0, Slot, space_waiting, 4, Role::State(&[0, 1])));
     let pc = offset_of!(Slot, counters);
     counters!(push, "counters.", pc, ProducerCounters,
-        records_committed: 8,
-        bytes_committed: 8,
-        aborted: 8,
-        drops_full: 8,
-        waits: 8,
-        wakes_sent: 8,
+        records_committed: 8, bytes_committed: 8, aborted: 8,
+        drops_full: 8, waits: 8, wakes_sent: 8,
     );
     v
 }
