@@ -32,6 +32,11 @@ use crate::layout::FLAG_LOCK_FILE;
 /// `./ring.sock` or `unix:ring.sock`, while `ring.sock` is a named ring. A path is
 /// taken as written: nothing is looked up while parsing.
 ///
+/// A named ring created with [`Config::eventfd`] wants its eventfd in every
+/// producer: reach it by descriptors (`fd:SEG,EVENTFD`), or with
+/// [`Segment::open_named_with_eventfd`]; by name alone, a producer is refused
+/// ([`Error::EventfdRequired`]).
+///
 /// Parsed with `FromStr`, `fd:` takes *copies* of the descriptors it names
 /// (`F_DUPFD_CLOEXEC`): the numbered ones stay the caller's, and must stay open
 /// while this process uses the ring (closing any descriptor of a ring's file drops
