@@ -166,6 +166,37 @@ func Connect(path string, timeout time.Duration) (*Segment, error) {
 	return newSegment(h), nil
 }
 
+// Open opens the ring address names, writable (then Producer or Consumer as
+// usual). The address is the text every binding and the shmring command take
+// (shmring_open): NAME, shm:NAME, unix:PATH (a consumer's socket),
+// fd:SEG[,LOCK][,EVENTFD] (inherited descriptors, which the library takes over),
+// create:NAME[,OPTION...] (a ring of that name whose consumer is gone is
+// replaced; one whose consumer is alive is ErrExists) or memfd:[LABEL][,OPTION...].
+// Text that is no address is ErrConfig, its message naming what is wrong. timeout
+// bounds each step of a socket's hand-off (0: the library's default).
+func Open(address string, timeout time.Duration) (*Segment, error) {
+	a := cstring(address)
+	defer free(a)
+	var h *C.shmring_segment
+	if err := check(func() int32 { return C.shmring_open(a, timeoutMs(timeout), &h) }); err != nil {
+		return nil, err
+	}
+	return newSegment(h), nil
+}
+
+// OpenReadOnly maps the ring address names read-only (shmring_open_read_only): a
+// named ring opened read-only, a socket's ring observed, or the first of fd:
+// descriptors. Creating addresses are ErrConfig.
+func OpenReadOnly(address string, timeout time.Duration) (*Observer, error) {
+	a := cstring(address)
+	defer free(a)
+	var h *C.shmring_observer
+	if err := check(func() int32 { return C.shmring_open_read_only(a, timeoutMs(timeout), &h) }); err != nil {
+		return nil, err
+	}
+	return &Observer{h: h}, nil
+}
+
 // Observer is a ring mapped read-only, received from a consumer's socket: its
 // counters and layout, and taps.
 type Observer struct {

@@ -3,7 +3,10 @@ package shmring
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -91,5 +94,61 @@ func TestListenOptionsAndErrors(t *testing.T) {
 	defer named.Close()
 	if _, err := Listen(named, filepath.Join(t.TempDir(), "n.sock"), nil); err == nil {
 		t.Fatal("a named ring served on a socket")
+	}
+}
+
+func TestOpenByAddress(t *testing.T) {
+	name := fmt.Sprintf("shmring-go-address-%d", os.Getpid())
+	s, err := Open("create:"+name+",capacity=1M", 0)
+	must(t, err)
+	defer s.Close()
+	c, err := s.Consumer(nil)
+	must(t, err)
+	defer c.Close()
+	g, err := s.Geometry()
+	must(t, err)
+	if g.Capacity != 1<<20 {
+		t.Fatalf("geometry %+v", g)
+	}
+	for i, addr := range []string{name, "shm:" + name, "/dev/shm/" + name} {
+		ps, err := Open(addr, 0)
+		must(t, err)
+		p, err := ps.Producer()
+		must(t, err)
+		must(t, p.Send([]byte("by address"), Meta{Stream: uint32(i)}))
+		must(t, p.Close())
+		must(t, ps.Close())
+	}
+	o, err := OpenReadOnly(name, 0)
+	must(t, err)
+	st, err := o.Stats()
+	must(t, err)
+	if v, _ := st.Get("records_committed"); v != 3 {
+		t.Fatalf("observer sees %d committed", v)
+	}
+	must(t, o.Close())
+
+	path := filepath.Join(t.TempDir(), "ring.sock")
+	m, err := Open("memfd:go-address,capacity=64K", 0)
+	must(t, err)
+	defer m.Close()
+	mc, err := m.Consumer(nil)
+	must(t, err)
+	defer mc.Close()
+	l, err := Listen(m, path, nil)
+	must(t, err)
+	defer l.Close()
+	ps, err := Open("unix:"+path, time.Second)
+	must(t, err)
+	must(t, ps.Close())
+
+	if _, err := Open("create:"+name, 0); !errors.Is(err, ErrExists) {
+		t.Fatalf("a live ring: %v", err)
+	}
+	if _, err := Open("fd:3,x", 0); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), `"x" is not a descriptor number`) {
+		t.Fatalf("bad text: %v", err)
+	}
+	if _, err := OpenReadOnly("memfd:", 0); !errors.Is(err, ErrConfig) {
+		t.Fatalf("read-only create: %v", err)
 	}
 }

@@ -733,7 +733,10 @@ enum shmring_status shmring_config_segment_size(const struct shmring_config *cfg
 enum shmring_status shmring_segment_create_memfd(const char *name, const struct shmring_config *cfg, struct shmring_segment **out);
 
 // Creates a named ring (/dev/shm/NAME, mode 0600). It is removed when the handle
-// is closed unless shmring_segment_persist() was called.
+// is closed unless shmring_segment_persist() was called. A ring of that name
+// already there is SHMRING_ERR_EXISTS, whose message says whether its consumer is
+// alive or gone (left by a crash), or it is no ring; to replace one whose
+// consumer is gone, open the address "create:NAME" with shmring_open.
 enum shmring_status shmring_segment_create_named(const char *name, const struct shmring_config *cfg, struct shmring_segment **out);
 
 // Opens an existing named ring. `eventfd`: the ring's eventfd for an eventfd ring
@@ -836,6 +839,13 @@ enum shmring_status shmring_tap_open_named(const char *name, const struct shmrin
 // be open, whether the call succeeds or not. `opts` may be NULL for the defaults.
 enum shmring_status shmring_tap_open_fd(int fd, const struct shmring_tap_options *opts, struct shmring_tap **out);
 
+// Opens a tap on the ring `address` names (the text of shmring_open), mapped
+// read-only: a named ring, the ring served on a socket ("unix:PATH", observed),
+// or the first of "fd:" descriptors (a sealed memfd; the library takes over
+// every descriptor the text names, as shmring_open does). It starts at the newest
+// record. `opts` may be NULL for the defaults.
+enum shmring_status shmring_tap_open(const char *address, const struct shmring_tap_options *opts, struct shmring_tap **out);
+
 // Copies the next record the tap takes into `buf` (`cap` bytes), waiting up to
 // `timeout_ns` (0: do not wait; negative: no limit). SHMRING_OK: `*out` describes
 // the record and its payload is in `buf[0..out->len]`. A record overwritten while
@@ -871,6 +881,30 @@ enum shmring_status shmring_listener_stats(const struct shmring_listener *l, str
 // Producers already connected keep producing.
 enum shmring_status shmring_listener_close(struct shmring_listener *l);
 
+// Opens the ring `address` names, writable: then shmring_producer_attach or
+// shmring_consumer_attach as usual. The address is the text every binding and the
+// `shmring` command take:
+//   NAME, /NAME, shm:NAME     the named ring /dev/shm/NAME
+//   unix:PATH (or a path with a '/' after its first character)
+//                             the ring a consumer serves on that Unix socket
+//                             (shmring_listen), received as shmring_connect does
+//   fd:SEG[,LOCK][,EVENTFD]   descriptors this process holds, in the order of
+//                             shmring_segment_descriptors
+//   create:NAME[,OPTION...]   create the named ring; one of that name whose
+//                             consumer is gone (left by a crash) is replaced, one
+//                             whose consumer is alive is SHMRING_ERR_EXISTS
+//                             (option stale=refuse: a stale one is too)
+//   memfd:[LABEL][,OPTION...] create an anonymous sealed memfd ring
+// OPTIONs (the fields of shmring_config): capacity=SIZE, max_record=SIZE,
+// log_entries=N, max_producers=N, eventfd, huge_pages (SIZE: bytes, or with K, M
+// or G). Bad text is SHMRING_ERR_CONFIG, its message naming what is wrong.
+// `timeout_ms` bounds each step of a socket's hand-off (0: the library's default).
+//
+// OWNERSHIP: the library takes over every descriptor an "fd:" address names, as
+// shmring_segment_attach_fds does, once the text is valid and each is open
+// (then whether the call succeeds or not; otherwise none is taken).
+enum shmring_status shmring_open(const char *address, uint32_t timeout_ms, struct shmring_segment **out);
+
 // Connects to a consumer serving its ring on `path` (see shmring_listen) as a
 // producer, receives the sealed memfd (and the eventfd of an eventfd ring), and
 // attaches: then shmring_producer_attach as usual. `timeout_ms` bounds each step
@@ -883,6 +917,15 @@ enum shmring_status shmring_connect(const char *path, uint32_t timeout_ms, struc
 // read-only descriptor and maps it read-only (the kernel refuses to map it
 // writable). Counters and geometry only.
 enum shmring_status shmring_observe(const char *path, uint32_t timeout_ms, struct shmring_observer **out);
+
+// Maps the ring `address` names read-only, as an observer (counters and geometry;
+// for records, shmring_tap_open): a named ring opened O_RDONLY, the ring served
+// on a socket ("unix:PATH", observed as shmring_observe does), or the first of
+// "fd:" descriptors (a sealed memfd; the library takes over every descriptor the
+// text names, as shmring_open does). Creating addresses are SHMRING_ERR_CONFIG.
+// `timeout_ms` bounds each step of a socket's hand-off (0: the library's
+// default).
+enum shmring_status shmring_open_read_only(const char *address, uint32_t timeout_ms, struct shmring_observer **out);
 
 // A snapshot of the observed ring's counters.
 enum shmring_status shmring_observer_stats(const struct shmring_observer *o, struct shmring_stats *out);

@@ -96,6 +96,15 @@ export interface Health {
 /** Options of `new Consumer()`. Anything absent is the core's default. */
 export interface ConsumerInit {
   name?: string;
+  /**
+   * The ring's address, the text every binding and the `shmring` command take:
+   * `NAME`, `unix:PATH` (a consumer's socket), `fd:SEG[,LOCK][,EVENTFD]` (taken
+   * over, as `fds`), `create:NAME[,OPTION...]` (a stale ring of that name is
+   * replaced; `stale=refuse` throws SHMRING_EXISTS), `memfd:[LABEL][,OPTION...]`;
+   * OPTIONs: capacity=SIZE, max_record=SIZE, log_entries=N, max_producers=N,
+   * eventfd, huge_pages. Excludes name, create, memfd, the sizes and descriptors.
+   */
+  address?: string;
   create?: boolean;
   memfd?: boolean;
   capacity?: number;
@@ -230,6 +239,8 @@ export class Producer {
   static fromFds(fds: number[], init?: ProducerInit): Producer;
   /** Connects to a consumer serving its ring on a Unix socket (`shmring record --listen PATH`). */
   static connect(path: string, init?: ProducerInit): Producer;
+  /** The ring an address names (see `ConsumerInit.address`): `NAME`, `unix:PATH`, `fd:...`, ... */
+  static fromAddress(address: string, init?: ProducerInit): Producer;
   static forConsumer(consumer: Consumer, init?: ProducerInit): Producer;
   reserve(length: number, opts?: WaitInit): Reservation;
   reserveVideo(init: VideoInit): Reservation;

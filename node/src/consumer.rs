@@ -10,7 +10,7 @@ use napi::bindgen_prelude::BigInt;
 use napi::{Env, JsFunction, JsObject, JsUnknown};
 use napi_derive::napi;
 use shmring::media::{kind, EndOfStream, MediaHeader, MediaRecord};
-use shmring::{Config, Consumer, ConsumerSettings, RawFrame, Segment, Setting, Snapshot};
+use shmring::{Address, Config, Consumer, ConsumerSettings, RawFrame, Segment, Setting, Snapshot};
 
 use crate::errors::{core, error, millis, u32_arg, uint, OrThrow, CLOSED, INVALID_ARG, RELEASED};
 use crate::uvpoll::Watcher;
@@ -22,6 +22,12 @@ use crate::views::{self, WeakView};
 pub struct ConsumerInit {
     /// A named ring (`/dev/shm/NAME`): attach, or create with `create: true`.
     pub name: Option<String>,
+    /// The ring's address, the text every binding and the `shmring` command take
+    /// (the core's parser): `NAME`, `unix:PATH` (a consumer's socket),
+    /// `fd:SEG[,LOCK][,EVENTFD]` (taken over, as `fds`), `create:NAME[,OPTION...]`
+    /// (a stale ring of that name replaced), `memfd:[LABEL][,OPTION...]`. Excludes
+    /// `name`, `create`, `memfd`, the sizes and the descriptors.
+    pub address: Option<String>,
     pub create: Option<bool>,
     /// Create an anonymous sealed memfd ring instead of a named one.
     pub memfd: Option<bool>,
@@ -70,6 +76,14 @@ pub fn own_fd(env: Env, fd: i32, what: &str) -> napi::Result<OwnedFd> {
     }
     // SAFETY: the caller hands this descriptor over (documented on the options).
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The ring address `text`, parsed by the core; the descriptors an `fd:` address
+/// names are taken over (as `fd` and `fds` are).
+pub fn address_of(env: Env, text: &str) -> napi::Result<Address> {
+    // SAFETY: the package documents that the descriptors an `fd:` address names are
+    // handed over.
+    unsafe { Address::parse_taking(text) }.map_err(|e| core(env, e))
 }
 
 /// The descriptors given for a ring, taken over: `fds` (the ring's, in the order
@@ -233,8 +247,29 @@ impl JsConsumer {
         .options()
         .map_err(|e| core(env, e))?;
         let create = init.create.unwrap_or(false);
-        let given = descriptors(env, init.fd, init.eventfd_fd, init.fds.as_deref())?;
-        let seg = if let Some(fds) = given {
+        let seg = if let Some(text) = init.address.as_deref() {
+            let sized = init.capacity.is_some()
+                || init.max_record.is_some()
+                || init.log_entries.is_some()
+                || init.max_producers.is_some()
+                || init.eventfd.is_some();
+            if init.name.is_some()
+                || create
+                || init.memfd.is_some()
+                || init.fd.is_some()
+                || init.fds.is_some()
+                || init.eventfd_fd.is_some()
+                || sized
+            {
+                return Err(error(
+                    env,
+                    INVALID_ARG,
+                    "address says how to reach the ring (and create:NAME,capacity=... how to \
+                     size a new one): give no name, create, memfd, sizes or descriptors with it",
+                ));
+            }
+            address_of(env, text)?.open().or_throw(env)?
+        } else if let Some(fds) = descriptors(env, init.fd, init.eventfd_fd, init.fds.as_deref())? {
             if create {
                 return Err(error(
                     env,
@@ -242,7 +277,7 @@ impl JsConsumer {
                     "give either descriptors or create: true, not both",
                 ));
             }
-            Segment::from_descriptors(fds).or_throw(env)?
+            Address::Descriptors(fds).open().or_throw(env)?
         } else if create {
             let dc = Config::default();
             let cfg = Config {
@@ -268,8 +303,8 @@ impl JsConsumer {
                 ..dc
             };
             if init.memfd.unwrap_or(false) {
-                Segment::create_memfd(init.name.as_deref().unwrap_or("shmring"), &cfg)
-                    .or_throw(env)?
+                let label = init.name.as_deref().unwrap_or("shmring").into();
+                Address::Memfd { label, config: cfg }.open().or_throw(env)?
             } else {
                 let name = init.name.as_deref().ok_or_else(|| {
                     error(
@@ -278,15 +313,24 @@ impl JsConsumer {
                         "create: true needs a name (or memfd: true)",
                     )
                 })?;
-                Segment::create_named(name, &cfg).or_throw(env)?
+                let create = Address::Create {
+                    name: name.into(),
+                    config: cfg,
+                    replace_stale: false,
+                };
+                create.open().or_throw(env)?
             }
         } else {
             let name = init.name.as_deref().ok_or_else(|| {
-                error(env, INVALID_ARG, "give a ring name, an fd, or create: true")
+                error(
+                    env,
+                    INVALID_ARG,
+                    "give a ring name, an address, an fd, or create: true",
+                )
             })?;
             match init.eventfd_fd {
                 Some(e) => Segment::open_named_with_eventfd(name, own_fd(env, e, "eventfdFd")?),
-                None => Segment::open_named(name),
+                None => Address::Named(name.into()).open(),
             }
             .or_throw(env)?
         };

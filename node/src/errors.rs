@@ -10,7 +10,7 @@ pub fn code_of(e: &shmring::Error) -> &'static str {
     match e {
         E::Os { .. } => "SHMRING_OS",
         E::Config(_) => "SHMRING_CONFIG",
-        E::Exists(_) => "SHMRING_EXISTS",
+        E::Exists { .. } => "SHMRING_EXISTS",
         E::NotFound(_) => "SHMRING_NOT_FOUND",
         E::LayoutMismatch { .. } => "SHMRING_LAYOUT_MISMATCH",
         E::Unsealed(_) => "SHMRING_UNSEALED",

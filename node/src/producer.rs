@@ -8,9 +8,9 @@ use napi::bindgen_prelude::{BigInt, Uint8Array};
 use napi::{sys, Env, JsObject, JsUnknown, NapiValue};
 use napi_derive::napi;
 use shmring::media::{kind, MediaHeader, SEQUENCE_AUTO};
-use shmring::{FullPolicy, Meta, Producer, Segment};
+use shmring::{Address, FullPolicy, Meta, Producer, Segment};
 
-use crate::consumer::{descriptors, own_fd, stats_object, JsConsumer};
+use crate::consumer::{address_of, descriptors, own_fd, stats_object, JsConsumer};
 use crate::errors::{error, millis, u32_arg, uint, OrThrow, CLOSED, INVALID_ARG, RELEASED};
 use crate::views::{self, WeakView};
 
@@ -275,9 +275,29 @@ impl JsProducer {
     pub fn open(env: Env, name: String, init: Option<ProducerInit>) -> napi::Result<Self> {
         let seg = match init.as_ref().and_then(|i| i.eventfd_fd) {
             Some(e) => Segment::open_named_with_eventfd(&name, own_fd(env, e, "eventfdFd")?),
-            None => Segment::open_named(&name),
+            None => Address::Named(name).open(),
         }
         .or_throw(env)?;
+        Self::attach(env, seg, init)
+    }
+
+    /// Attaches to the ring `address` names: the text every binding and the
+    /// `shmring` command take (`NAME`, `unix:PATH`, `fd:SEG[,LOCK][,EVENTFD]` (taken
+    /// over), `create:...`, `memfd:...`), parsed by the core.
+    #[napi(factory)]
+    pub fn from_address(
+        env: Env,
+        address: String,
+        init: Option<ProducerInit>,
+    ) -> napi::Result<Self> {
+        if init.as_ref().is_some_and(|i| i.eventfd_fd.is_some()) {
+            return Err(error(
+                env,
+                INVALID_ARG,
+                "an address lists the ring's eventfd itself (fd:SEG,EVENTFD); leave eventfdFd out",
+            ));
+        }
+        let seg = address_of(env, &address)?.open().or_throw(env)?;
         Self::attach(env, seg, init)
     }
 
@@ -288,7 +308,7 @@ impl JsProducer {
     pub fn from_fd(env: Env, fd: i32, init: Option<ProducerInit>) -> napi::Result<Self> {
         let efd = init.as_ref().and_then(|i| i.eventfd_fd);
         let fds = descriptors(env, Some(fd), efd, None)?.expect("fd given");
-        let seg = Segment::from_descriptors(fds).or_throw(env)?;
+        let seg = Address::Descriptors(fds).open().or_throw(env)?;
         Self::attach(env, seg, init)
     }
 
@@ -298,7 +318,7 @@ impl JsProducer {
     #[napi(factory)]
     pub fn from_fds(env: Env, fds: Vec<i32>, init: Option<ProducerInit>) -> napi::Result<Self> {
         let fds = descriptors(env, None, None, Some(&fds))?.expect("fds given");
-        let seg = Segment::from_descriptors(fds).or_throw(env)?;
+        let seg = Address::Descriptors(fds).open().or_throw(env)?;
         Self::attach(env, seg, init)
     }
 
@@ -308,7 +328,7 @@ impl JsProducer {
     /// consumer's policy refused us by.
     #[napi(factory)]
     pub fn connect(env: Env, path: String, init: Option<ProducerInit>) -> napi::Result<Self> {
-        let seg = Segment::connect(&path).or_throw(env)?;
+        let seg = Address::Socket(path.into()).open().or_throw(env)?;
         Self::attach(env, seg, init)
     }
 

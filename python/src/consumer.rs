@@ -11,7 +11,9 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use shmring::media::{kind, EndOfStream, MediaHeader, MediaRecord};
-use shmring::{Config, Consumer, ConsumerSettings, RawFrame, Segment, Setting, Snapshot};
+use shmring::{
+    Address, Config, Consumer, ConsumerSettings, Occupant, RawFrame, Segment, Setting, Snapshot,
+};
 
 use crate::errors::{BadMediaHeader, Closed, ConfigError, IntoPy, Released, WrongThread};
 use crate::media::{format_name, header_dict, plane_layouts, read, Elem, PlaneLayout};
@@ -96,7 +98,7 @@ pub fn descriptors(
 ///          persist=False, fd=None, eventfd_fd=None, liveness_interval=None, spin=None,
 ///          overtake_after=None, manual_reset=False, role="owner",
 ///          tether_stall_limit=None, latency_budget=None, claim_timeout=None,
-///          replace_stale=False)
+///          replace_stale=False, address=None)
 ///
 /// Sizes and options left at None are the library's defaults (a 16 MiB ring, 64
 /// producer slots, a 50 ms liveness interval, ...). The options are the core's
@@ -120,6 +122,14 @@ pub fn descriptors(
 ///   space until it releases it. The ring's consumer expels one that stops
 ///   releasing for its ``tether_stall_limit`` seconds (None: the library's
 ///   default); the tethered consumer's calls then raise ``Detached``.
+/// * ``Consumer(address="create:cam0,capacity=64M")`` reaches the ring by its
+///   address, the text every binding and the ``shmring`` command take: ``NAME``,
+///   ``unix:PATH`` (a consumer's socket), ``fd:SEG[,LOCK][,EVENTFD]`` (descriptors,
+///   taken over as with ``fds=``), ``create:NAME[,OPTION...]`` (a stale ring of
+///   that name is replaced; ``stale=refuse`` raises ``Exists`` instead) or
+///   ``memfd:[LABEL][,OPTION...]``; the options are ``capacity=``, ``max_record=``
+///   (bytes, or with K, M, G), ``log_entries=``, ``max_producers=``, ``eventfd``,
+///   ``huge_pages``. Bad text raises ``ConfigError`` saying what is wrong.
 /// * ``replace_stale=True`` (with ``create=True``): a ring of that name whose
 ///   consumer is gone (its process was killed, e.g. by SIGTERM) is replaced;
 ///   without it, such a ring raises ``Exists`` saying so.
@@ -355,7 +365,7 @@ impl PyConsumer {
         log_entries=None, max_producers=None, eventfd=false, memfd=false, persist=false,
         fd=None, eventfd_fd=None, fds=None, liveness_interval=None, spin=None,
         overtake_after=None, manual_reset=false, role="owner", tether_stall_limit=None,
-        latency_budget=None, claim_timeout=None, replace_stale=false))]
+        latency_budget=None, claim_timeout=None, replace_stale=false, address=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: Option<&str>,
@@ -379,6 +389,7 @@ impl PyConsumer {
         latency_budget: Option<f64>,
         claim_timeout: Option<f64>,
         replace_stale: bool,
+        address: Option<&str>,
         py: Python<'_>,
     ) -> PyResult<Self> {
         // The core's rules: None or 0 the default, math.inf never.
@@ -410,13 +421,35 @@ impl PyConsumer {
                 "a tethered consumer attaches to an existing ring: give a name or fd=, not create=True",
             ));
         }
-        let seg: Arc<Segment> = if let Some(fds) = descriptors(fd, eventfd_fd, fds)? {
+        let sized = capacity.is_some()
+            || max_record.is_some()
+            || log_entries.is_some()
+            || max_producers.is_some()
+            || eventfd;
+        let seg: Arc<Segment> = if let Some(text) = address {
+            if name.is_some()
+                || create
+                || memfd
+                || fd.is_some()
+                || fds.is_some()
+                || eventfd_fd.is_some()
+                || sized
+            {
+                return Err(ConfigError::new_err(
+                    "address= says how to reach the ring (and create:NAME,capacity=... how \
+                     to size a new one): give no name, create=, memfd=, fd=, fds=, \
+                     eventfd_fd= or sizes with it",
+                ));
+            }
+            let a = address_of(text)?;
+            py.detach(|| a.open()).py_err()?
+        } else if let Some(fds) = descriptors(fd, eventfd_fd, fds)? {
             if create {
                 return Err(ConfigError::new_err(
                     "give either descriptors (fd=, fds=) or create=True, not both",
                 ));
             }
-            Segment::from_descriptors(fds).py_err()?
+            Address::Descriptors(fds).open().py_err()?
         } else if create {
             // Unset sizes are the library's defaults (`Config::default`).
             let d = Config::default();
@@ -429,19 +462,24 @@ impl PyConsumer {
                 ..d
             };
             if memfd {
-                Segment::create_memfd(name.unwrap_or("shmring"), &cfg).py_err()?
+                let memfd = Address::Memfd {
+                    label: name.unwrap_or("shmring").into(),
+                    config: cfg,
+                };
+                memfd.open().py_err()?
             } else {
                 let name = name.ok_or_else(|| {
                     ConfigError::new_err("create=True needs a name (or memfd=True)")
                 })?;
-                create_named(name, &cfg, replace_stale)?
+                create_named(py, name, &cfg, replace_stale)?
             }
         } else {
-            let name =
-                name.ok_or_else(|| ConfigError::new_err("give a ring name, fd=, or create=True"))?;
+            let name = name.ok_or_else(|| {
+                ConfigError::new_err("give a ring name, address=, fd=, or create=True")
+            })?;
             match eventfd_fd {
                 Some(e) => Segment::open_named_with_eventfd(name, own_fd(e, "eventfd_fd")?),
-                None => Segment::open_named(name),
+                None => Address::Named(name.into()).open(),
             }
             .py_err()?
         };
@@ -703,43 +741,54 @@ impl PyConsumer {
     }
 }
 
-/// Creates the named ring `name`. One that exists already raises `Exists`, saying
-/// whether its consumer is alive, or gone: the process that made it ended without
-/// closing it (killed by SIGKILL, or by SIGTERM, whose default action in Python runs
-/// no clean-up). With `replace_stale`, a ring whose consumer is gone is removed and
-/// made again; a live ring, or a file that is no ring, is never touched.
-fn create_named(name: &str, cfg: &Config, replace_stale: bool) -> PyResult<Arc<Segment>> {
-    let err = match Segment::create_named(name, cfg) {
-        Err(shmring::Error::Exists(_)) => match Segment::open_named(name) {
-            Ok(seg) if seg.consumer_alive() => format!(
-                "ring {name:?} already exists and its consumer is alive (another process \
-                 consumes it)"
-            ),
-            Ok(seg) => {
-                drop(seg);
-                if replace_stale {
-                    // Another process may replace it at the same moment: one of
-                    // the two then gets Exists (with a live consumer) here.
-                    let _ = Segment::unlink_named(name);
-                    return Segment::create_named(name, cfg).py_err();
-                }
-                format!(
-                    "ring {name:?} already exists but its consumer is gone: the process that \
-                     made it ended without closing it (killed by SIGKILL, or by SIGTERM, \
-                     which runs no clean-up unless the program handles it). Pass \
-                     replace_stale=True to replace it, or remove it with `shmring rm {name}`"
-                )
-            }
-            // Gone again since: try once more.
-            Err(shmring::Error::NotFound(_)) => return Segment::create_named(name, cfg).py_err(),
-            Err(e) => format!(
-                "ring {name:?} already exists and is not a ring this library can use ({e}); \
-                 it is left alone"
-            ),
-        },
+/// Creates the named ring `name` (the core decides what a ring of that name left
+/// behind is). One that exists already raises `Exists`, saying whether its consumer
+/// is alive, or gone: the process that made it ended without closing it (killed by
+/// SIGKILL, or by SIGTERM, whose default action in Python runs no clean-up). With
+/// `replace_stale`, a ring whose consumer is gone is removed and made again; a live
+/// ring, or a file that is no ring, is never touched.
+fn create_named(
+    py: Python<'_>,
+    name: &str,
+    cfg: &Config,
+    replace_stale: bool,
+) -> PyResult<Arc<Segment>> {
+    let create = Address::Create {
+        name: name.into(),
+        config: cfg.clone(),
+        replace_stale,
+    };
+    let occupant = match py.detach(|| create.open()) {
+        Err(shmring::Error::Exists { occupant, .. }) => occupant,
         r => return r.py_err(),
     };
-    Err(crate::errors::Exists::new_err(err))
+    Err(crate::errors::Exists::new_err(match occupant {
+        Occupant::Live => format!(
+            "ring {name:?} already exists and its consumer is alive (another process \
+             consumes it)"
+        ),
+        Occupant::Stale => format!(
+            "ring {name:?} already exists but its consumer is gone: the process that made \
+             it ended without closing it (killed by SIGKILL, or by SIGTERM, which runs no \
+             clean-up unless the program handles it). Pass replace_stale=True to replace \
+             it, or remove it with `shmring rm {name}`"
+        ),
+        Occupant::Foreign(e) => format!(
+            "ring {name:?} already exists and is not a ring this library can use ({e}); it \
+             is left alone"
+        ),
+        Occupant::Unknown => format!("ring {name:?} already exists"),
+    }))
+}
+
+/// The ring address `text` (the core's text form: NAME, unix:PATH,
+/// fd:SEG[,LOCK][,EVENTFD], create:NAME[,OPTION...], memfd:[LABEL][,OPTION...]),
+/// parsed by the core. Descriptors an `fd:` address names are taken over, as
+/// ``fd=`` and ``fds=`` do.
+pub fn address_of(text: &str) -> PyResult<Address> {
+    // SAFETY: the package documents that the descriptors an `fd:` address names are
+    // handed over (as with fd= and fds=).
+    unsafe { Address::parse_taking(text) }.py_err()
 }
 
 /// The eventfd wakes the ring's consumer only.

@@ -150,7 +150,7 @@ pub fn to_py(e: shmring::Error) -> PyErr {
     match e {
         E::Os { .. } => OSFailure::new_err(msg),
         E::Config(_) => ConfigError::new_err(msg),
-        E::Exists(_) => Exists::new_err(msg),
+        E::Exists { .. } => Exists::new_err(msg),
         E::NotFound(_) => NotFound::new_err(msg),
         E::LayoutMismatch { .. } => LayoutMismatch::new_err(msg),
         E::Unsealed(_) => Unsealed::new_err(msg),

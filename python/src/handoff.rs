@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use shmring::handoff::{ListenerOptions, ListenerThread, DEFAULT_CONNECT_TIMEOUT};
-use shmring::{Listener, ReadOnlySegment, Segment};
+use shmring::{Address, Listener, ReadOnlySegment};
 
 use crate::consumer::{fields_dict, secs, PyConsumer};
 use crate::errors::{Closed, IntoPy};
@@ -120,8 +120,9 @@ impl PyListener {
 
 /// A read-only view of a ring served on a socket: counters and geometry.
 ///
-/// ``Observer.connect(path, timeout=None)``. The ring is mapped read-only from a
-/// read-only descriptor: nothing here can write into it.
+/// ``Observer.connect(path, timeout=None)``, or ``Observer.open(address,
+/// timeout=None)`` for any ring address. The ring is mapped read-only: nothing
+/// here can write into it.
 #[pyclass(module = "shmring._shmring", name = "Observer")]
 pub struct PyObserver {
     inner: Option<ReadOnlySegment>,
@@ -147,10 +148,33 @@ impl PyObserver {
             Some(s) => secs(s, "timeout")?,
             None => DEFAULT_CONNECT_TIMEOUT,
         };
-        let obs = py.detach(|| Segment::observe_timeout(&path, t)).py_err()?;
+        let socket = path.display().to_string();
+        let obs = py
+            .detach(|| Address::Socket(path).open_read_only_timeout(t))
+            .py_err()?;
         Ok(PyObserver {
             inner: Some(obs),
-            socket: path.display().to_string(),
+            socket,
+        })
+    }
+
+    /// Observer.open(address, timeout=None): maps the ring ``address`` names
+    /// read-only (the text of ``Consumer(address=)``): a named ring opened
+    /// read-only, the ring a consumer serves on a socket (``unix:PATH``, as
+    /// ``connect``), or the first of ``fd:`` descriptors (taken over).
+    #[staticmethod]
+    #[pyo3(signature = (address, timeout=None))]
+    fn open(py: Python<'_>, address: &str, timeout: Option<f64>) -> PyResult<Self> {
+        let t = match timeout {
+            Some(s) => secs(s, "timeout")?,
+            None => DEFAULT_CONNECT_TIMEOUT,
+        };
+        let a = crate::consumer::address_of(address)?;
+        let socket = a.describe();
+        let obs = py.detach(|| a.open_read_only_timeout(t)).py_err()?;
+        Ok(PyObserver {
+            inner: Some(obs),
+            socket,
         })
     }
 

@@ -9,9 +9,9 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyMemoryView, PyTuple, PyWeakrefMethods, PyWeakrefReference};
 use shmring::media::{kind, MediaHeader, SEQUENCE_AUTO};
-use shmring::{FullPolicy, Meta, Producer, Segment};
+use shmring::{Address, FullPolicy, Meta, Producer, Segment};
 
-use crate::consumer::{descriptors, fields_dict, own_fd, secs, PyConsumer};
+use crate::consumer::{address_of, descriptors, fields_dict, own_fd, secs, PyConsumer};
 use crate::errors::{Closed, ConfigError, Error, IntoPy, Released};
 use crate::media::{parse_format, plane_layouts, Elem};
 use crate::views::{array_of, make_readonly, Plane};
@@ -19,7 +19,7 @@ use crate::views::{array_of, make_readonly, Plane};
 /// A producer attached to a ring: writes records in place (zero copy).
 ///
 /// Producer(name=None, *, fd=None, eventfd_fd=None, fds=None, ring=None,
-///          on_full="block", timeout=1.0)
+///          on_full="block", timeout=1.0, address=None, connect_timeout=None)
 ///
 /// * ``Producer("cam0")`` attaches to ``/dev/shm/cam0`` (an eventfd ring also
 ///   needs ``eventfd_fd=``).
@@ -30,6 +30,11 @@ use crate::views::{array_of, make_readonly, Plane};
 ///   them. Do not close other descriptors of the ring's lock file in this process
 ///   while it is attached: that drops the liveness lock the consumer checks.
 /// * ``Producer(ring=consumer)`` attaches to a consumer's ring in this process.
+/// * ``Producer(address="unix:/run/cam0.sock")`` reaches the ring by its address,
+///   the text every binding and the ``shmring`` command take (see ``Consumer``):
+///   ``NAME``, ``unix:PATH``, ``fd:SEG[,LOCK][,EVENTFD]`` (taken over, as with
+///   ``fds=``), ``create:...``, ``memfd:...``. ``connect_timeout`` (seconds; None:
+///   the library's default) bounds each step of a socket's hand-off.
 ///
 /// Full ring: ``on_full="block"`` waits up to ``timeout`` seconds for space and
 /// then raises Timeout (NoConsumer if no consumer is alive); ``on_full="fail"``
@@ -185,13 +190,22 @@ impl Drop for BufferGuard {
     }
 }
 
+/// A hand-off's timeout for each step, in seconds (None: the library's default).
+fn connect_timeout_of(s: Option<f64>) -> PyResult<std::time::Duration> {
+    match s {
+        Some(s) => secs(s, "connect_timeout"),
+        None => Ok(shmring::handoff::DEFAULT_CONNECT_TIMEOUT),
+    }
+}
+
 #[pymethods]
 impl PyProducer {
     #[new]
     #[pyo3(signature = (name=None, *, fd=None, eventfd_fd=None, fds=None, ring=None,
-        on_full="block", timeout=1.0))]
+        on_full="block", timeout=1.0, address=None, connect_timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         name: Option<&str>,
         fd: Option<i32>,
         eventfd_fd: Option<i32>,
@@ -199,8 +213,27 @@ impl PyProducer {
         ring: Option<PyRef<'_, PyConsumer>>,
         on_full: &str,
         timeout: f64,
+        address: Option<&str>,
+        connect_timeout: Option<f64>,
     ) -> PyResult<Self> {
         let policy = policy_from(on_full, timeout)?;
+        if let Some(text) = address {
+            if name.is_some()
+                || fd.is_some()
+                || eventfd_fd.is_some()
+                || fds.is_some()
+                || ring.is_some()
+            {
+                return Err(ConfigError::new_err(
+                    "address= says how to reach the ring: give no name, fd=, eventfd_fd=, \
+                     fds= or ring= with it",
+                ));
+            }
+            let t = connect_timeout_of(connect_timeout)?;
+            let a = address_of(text)?;
+            let seg = py.detach(|| a.open_timeout(t)).py_err()?;
+            return Self::attach(seg, policy);
+        }
         let given = if fd.is_some() || fds.is_some() {
             descriptors(fd, eventfd_fd, fds)?
         } else {
@@ -208,15 +241,15 @@ impl PyProducer {
         };
         let seg: Arc<Segment> = match (name, given, ring) {
             (_, _, Some(r)) => r.segment()?,
-            (_, Some(fds), None) => Segment::from_descriptors(fds).py_err()?,
+            (_, Some(fds), None) => Address::Descriptors(fds).open().py_err()?,
             (Some(name), None, None) => match eventfd_fd {
                 Some(e) => Segment::open_named_with_eventfd(name, own_fd(e, "eventfd_fd")?),
-                None => Segment::open_named(name),
+                None => Address::Named(name.into()).open(),
             }
             .py_err()?,
             (None, None, None) => {
                 return Err(ConfigError::new_err(
-                    "give a ring name, fd=, fds=, or ring=",
+                    "give a ring name, address=, fd=, fds=, or ring=",
                 ))
             }
         };
@@ -241,11 +274,10 @@ impl PyProducer {
         connect_timeout: Option<f64>,
     ) -> PyResult<Self> {
         let policy = policy_from(on_full, timeout)?;
-        let t = match connect_timeout {
-            Some(s) => secs(s, "connect_timeout")?,
-            None => shmring::handoff::DEFAULT_CONNECT_TIMEOUT,
-        };
-        let seg = py.detach(|| Segment::connect_timeout(&path, t)).py_err()?;
+        let t = connect_timeout_of(connect_timeout)?;
+        let seg = py
+            .detach(|| Address::Socket(path).open_timeout(t))
+            .py_err()?;
         Self::attach(seg, policy)
     }
 

@@ -5,9 +5,9 @@ use std::time::Instant;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
-use shmring::{ReadOnlySegment, Tap, TapOptions};
+use shmring::{Address, Tap, TapOptions};
 
-use crate::consumer::{fields_dict, own_fd, secs, SIGNAL_CHECK};
+use crate::consumer::{address_of, fields_dict, own_fd, secs, SIGNAL_CHECK};
 use crate::errors::{Closed, ConfigError, IntoPy};
 
 /// A record a tap copied: ``data`` (bytes) and the record's metadata.
@@ -51,12 +51,16 @@ impl PyTapFrame {
 /// it misses.
 ///
 /// Tap(name=None, *, fd=None, every=None, kind=None, stream=None,
-///     poll_interval=None, skip_pending_after=None)
+///     poll_interval=None, skip_pending_after=None, address=None)
 ///
 /// * ``Tap("cam0")`` opens ``/dev/shm/cam0`` read-only.
 /// * ``Tap(fd=n)`` maps a memfd ring from a descriptor (e.g.
 ///   ``os.dup(ring.read_only_fileno())`` or an observer's); the tap takes
 ///   ownership of it.
+/// * ``Tap(address="unix:/run/cam0.sock")`` maps the ring its address names
+///   read-only (the text of ``Consumer(address=)``): a named ring, the ring a
+///   consumer serves on a socket (observed), or the first of ``fd:`` descriptors
+///   (taken over).
 ///
 /// It starts at the newest record. ``every=n`` takes every n-th record that
 /// matches ``kind`` and ``stream`` (None: any); ``poll_interval`` is how long an
@@ -95,7 +99,7 @@ fn filter(v: Option<i64>, what: &str) -> PyResult<Option<u32>> {
 impl PyTap {
     #[new]
     #[pyo3(signature = (name=None, *, fd=None, every=None, kind=None, stream=None,
-        poll_interval=None, skip_pending_after=None))]
+        poll_interval=None, skip_pending_after=None, address=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -106,6 +110,7 @@ impl PyTap {
         stream: Option<i64>,
         poll_interval: Option<f64>,
         skip_pending_after: Option<f64>,
+        address: Option<&str>,
     ) -> PyResult<Self> {
         let d = TapOptions::default();
         let opts = TapOptions {
@@ -121,16 +126,25 @@ impl PyTap {
                 None => d.skip_pending_after,
             },
         };
-        let ro = match (name, fd) {
-            (Some(_), Some(_)) => {
+        let address = match (name, fd, address) {
+            (Some(_), Some(_), _) => {
                 return Err(ConfigError::new_err(
                     "give either a ring name or fd=, not both",
                 ))
             }
-            (None, None) => return Err(ConfigError::new_err("give a ring name or fd=")),
-            (Some(n), None) => py.detach(|| ReadOnlySegment::open_named(n)).py_err()?,
-            (None, Some(f)) => ReadOnlySegment::from_fd(own_fd(f, "fd")?).py_err()?,
+            (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
+                return Err(ConfigError::new_err(
+                    "address= says how to reach the ring: give no name or fd= with it",
+                ))
+            }
+            (None, None, None) => {
+                return Err(ConfigError::new_err("give a ring name, address= or fd="))
+            }
+            (Some(n), None, None) => Address::Named(n.into()),
+            (None, Some(f), None) => Address::Descriptors(vec![own_fd(f, "fd")?]),
+            (None, None, Some(text)) => address_of(text)?,
         };
+        let ro = py.detach(|| address.open_read_only()).py_err()?;
         Ok(PyTap {
             name: ro.name().to_string(),
             inner: Some(Tap::new(ro, opts)),

@@ -1,13 +1,14 @@
 //! The ring both elements name in their properties: the properties themselves
 //! (`ring`, `fd`, `lock-fd`, and the source's `create` and `capacity`), their values, and
-//! opening the ring they name.
+//! opening the ring they name: an [`Address`] of the core, opened by its one `open`.
 
 use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 use gst::glib;
 use gst::prelude::*;
-use shmring::{Config, ReadOnlySegment, Segment};
+use shmring::handoff::DEFAULT_CONNECT_TIMEOUT;
+use shmring::{Address, Config, Occupant, ReadOnlySegment, Segment};
 
 /// Where an element finds its ring.
 #[derive(Debug, Clone)]
@@ -43,7 +44,11 @@ pub fn properties(purpose: &str, note: &str, create: bool) -> Vec<glib::ParamSpe
     let mut props = vec![
         glib::ParamSpecString::builder("ring")
             .nick("Ring")
-            .blurb(&format!("Name of the ring (/dev/shm/NAME) to {purpose}{note}"))
+            .blurb(&format!(
+                "The ring to {purpose}: its name (/dev/shm/NAME), or its address as every \
+                 shmring binding takes it (unix:PATH: the ring a consumer serves on that \
+                 socket; fd:SEG[,LOCK][,EVENTFD]: inherited descriptors, copied){note}"
+            ))
             .mutable_ready()
             .build(),
         glib::ParamSpecInt::builder("fd")
@@ -83,13 +88,6 @@ pub fn properties(purpose: &str, note: &str, create: bool) -> Vec<glib::ParamSpe
         ]);
     }
     props
-}
-
-/// Where [`Location::source`] found the ring.
-enum Source<'a> {
-    /// Copies of the inherited descriptors, in the order of `Segment::descriptors`.
-    Fd(Vec<OwnedFd>),
-    Name(&'a str),
 }
 
 impl Location {
@@ -140,8 +138,10 @@ impl Location {
         })
     }
 
-    /// Copies of the inherited descriptors, if set; else the ring's name.
-    fn source(&self, with_lock_file: bool) -> Result<Source<'_>, String> {
+    /// The core's address of the ring these properties name: copies of the
+    /// inherited descriptors (`fd`, and `lock-fd` when `with_lock_file`), or the
+    /// ring `ring` names (created when `create`), or why there is none.
+    pub fn address(&self, with_lock_file: bool) -> Result<Address, String> {
         if self.fd >= 0 {
             let mut fds = vec![self.fd];
             if with_lock_file && self.lock_fd >= 0 {
@@ -157,66 +157,71 @@ impl Location {
                     fd.try_clone_to_owned()
                         .map_err(|e| format!("descriptor {n}: {e}"))
                 })
-                .collect::<Result<_, _>>()
-                .map(Source::Fd);
+                .collect::<Result<Vec<OwnedFd>, _>>()
+                .map(Address::Descriptors);
         }
-        match self.name.as_deref().filter(|n| !n.is_empty()) {
-            Some(name) => Ok(Source::Name(name)),
-            None => Err("no ring: set the ring property (a name) or fd".into()),
+        let Some(text) = self.name.as_deref().filter(|n| !n.is_empty()) else {
+            return Err("no ring: set the ring property (a name or address) or fd".into());
+        };
+        // The one parser of ring addresses (`fd:` copies the descriptors it names,
+        // so the element can open the ring again after a restart).
+        let address: Address = text.parse().map_err(|e: shmring::Error| e.to_string())?;
+        if !self.create {
+            return Ok(address);
+        }
+        match address {
+            Address::Named(name) => {
+                let config = if self.capacity == 0 {
+                    Config::default()
+                } else {
+                    Config::with_capacity(self.capacity)
+                };
+                Ok(Address::create(name, config))
+            }
+            a @ (Address::Create { .. } | Address::Memfd { .. }) => Ok(a),
+            a => Err(format!(
+                "create=true makes a named ring: ring must be a name, not {a}"
+            )),
         }
     }
 
-    /// The ring, or an error naming it and the cause.
+    /// The ring, or an error naming it and the cause. Creating replaces a ring of
+    /// that name whose consumer is gone (left by a crash); one whose consumer is
+    /// alive is an error.
     pub fn open(&self) -> Result<Arc<Segment>, String> {
-        let name = match self.source(true)? {
-            Source::Fd(owned) => {
-                return Segment::from_descriptors(owned)
-                    .map_err(|e| format!("descriptor {}: {e}", self.fd))
-            }
-            Source::Name(name) => name,
-        };
-        if self.create {
-            let cfg = if self.capacity == 0 {
-                Config::default()
-            } else {
-                Config::with_capacity(self.capacity)
-            };
-            match Segment::create_named(name, &cfg) {
-                Err(shmring::Error::Exists(_)) if Self::stale(name) => {
+        let address = self.address(true)?;
+        match address.open_detailed(DEFAULT_CONNECT_TIMEOUT) {
+            Ok(o) => {
+                if o.replaced_stale {
                     gst::warning!(
                         gst::CAT_DEFAULT,
-                        "ring {name} was left by a consumer that is gone: replacing it"
+                        "ring {} was left by a consumer that is gone: replaced it",
+                        self.describe()
                     );
-                    // Another consumer may replace it at the same moment: one of
-                    // us gets "already exists" below.
-                    let _ = Segment::unlink_named(name);
-                    Segment::create_named(name, &cfg)
                 }
-                r => r,
+                Ok(o.segment)
             }
-            .map_err(|e| match e {
-                shmring::Error::Exists(_) => format!(
-                    "{e}, and its consumer is alive: another source or recorder reads it (mode=tethered or tap reads beside it)"
-                ),
-                e => e.to_string(),
-            })
-        } else {
-            Segment::open_named(name).map_err(|e| e.to_string())
+            Err(
+                e @ shmring::Error::Exists {
+                    occupant: Occupant::Live,
+                    ..
+                },
+            ) => Err(format!(
+                "{e}: another source or recorder reads it (mode=tethered or tap reads beside it)"
+            )),
+            Err(e) => Err(e.to_string()),
         }
-    }
-
-    /// Is the named ring one whose consumer is gone (or that cannot be opened at
-    /// all): left by a crash, safe to replace?
-    fn stale(name: &str) -> bool {
-        Segment::open_named(name).map_or(true, |s| !s.consumer_alive())
     }
 
     /// The ring mapped read-only (`create` does not apply), or an error naming it.
     pub fn open_read_only(&self) -> Result<ReadOnlySegment, String> {
-        match self.source(false)? {
-            Source::Fd(mut owned) => ReadOnlySegment::from_fd(owned.remove(0))
-                .map_err(|e| format!("descriptor {}: {e}", self.fd)),
-            Source::Name(name) => ReadOnlySegment::open_named(name).map_err(|e| e.to_string()),
-        }
+        let reading = Location {
+            create: false,
+            ..self.clone()
+        };
+        reading
+            .address(false)?
+            .open_read_only()
+            .map_err(|e| e.to_string())
     }
 }

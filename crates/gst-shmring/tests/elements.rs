@@ -591,3 +591,28 @@ fn a_look_ahead_encoder_gets_every_frame_and_the_copy_is_said() {
         .expect("ffprobe runs (install ffmpeg)");
     assert_eq!(String::from_utf8_lossy(&probe.stdout).trim(), "30/1,90");
 }
+
+#[test]
+fn the_ring_property_takes_a_ring_address() {
+    // A ring created by its name, written into by its file's path and read by a
+    // tap through shm:NAME: every binding's text, parsed by the core.
+    let ring = RingName::new("address");
+    let p = Pipeline::launch(&format!(
+        "shmringsrc ring=shm:{} create=true ! appsink name=out sync=false",
+        ring.0
+    ));
+    p.play();
+    until("the source created its ring", || ring.exists());
+    let s = Pipeline::launch(&format!(
+        "videotestsrc num-buffers=5 ! {I420} ! shmringsink wait-for-consumer=true ring=/dev/shm/{}",
+        ring.0
+    ));
+    s.play();
+    assert_eq!(pull(&p.appsink("out"), 5, LIMIT).len(), 5);
+    s.wait_eos(LIMIT).unwrap();
+    // Bad text: the element's error names what is wrong.
+    let bad = Pipeline::launch("shmringsrc ring=fd:3,x ! fakesink");
+    let _ = bad.0.set_state(gst::State::Playing);
+    let e = bad.wait_eos(LIMIT).expect_err("a bad address is an error");
+    assert!(e.contains("\"x\" is not a descriptor number"), "{e}");
+}

@@ -165,7 +165,8 @@ impl TapKind {
 #[derive(Debug, Clone, Args)]
 #[command(group(ArgGroup::new("ring_source").required(true).args(["name", "connect"])))]
 pub struct TapArgs {
-    /// Ring name (/dev/shm/NAME), opened read-only.
+    /// Ring name (/dev/shm/NAME), or any ring address (unix:PATH, fd:SEG,...),
+    /// opened read-only.
     pub name: Option<String>,
     /// Observe the ring a consumer serves on this socket instead (read-only).
     #[arg(long, value_name = "PATH")]
@@ -236,7 +237,8 @@ pub enum Policy {
 #[derive(Debug, Clone, Args)]
 #[command(group(ArgGroup::new("ring_source").required(true).args(["ring", "connect"])))]
 pub struct ProduceArgs {
-    /// Ring to write into (created by `shmring record --create NAME`).
+    /// Ring to write into (created by `shmring record --create NAME`): its name,
+    /// or any ring address (unix:PATH, fd:SEG[,LOCK][,EVENTFD]).
     #[arg(long, value_name = "NAME")]
     pub ring: Option<String>,
     /// Get the ring from a consumer serving it on this socket (`shmring record
@@ -306,7 +308,8 @@ pub struct DemoArgs {
 #[derive(Debug, Clone, Args)]
 #[command(group(ArgGroup::new("ring_source").required(true).args(["name", "connect"])))]
 pub struct StatArgs {
-    /// Ring name (/dev/shm/NAME).
+    /// Ring name (/dev/shm/NAME), or any ring address (unix:PATH: observed
+    /// read-only; fd:SEG[,LOCK][,EVENTFD]: inherited descriptors).
     pub name: Option<String>,
     /// Observe the ring a consumer serves on this socket (read-only).
     #[arg(long, value_name = "PATH")]

@@ -347,17 +347,14 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
         }
         None => ((0..a.streams).collect(), vec![0]),
     };
-    let (seg, label) = match (&a.ring, &a.connect) {
-        (_, Some(p)) => (
-            Segment::connect(p).map_err(|e| fail(1, crate::ringref::socket_error(p, e)))?,
-            p.display().to_string(),
-        ),
-        (Some(r), None) => (
-            Segment::open_named(r).map_err(|e| fail(1, crate::ringref::named_error(r, e)))?,
-            r.clone(),
-        ),
-        (None, None) => return Err(fail(2, "give --ring NAME or --connect PATH")),
-    };
+    if a.ring.is_none() && a.connect.is_none() {
+        return Err(fail(2, "give --ring NAME or --connect PATH"));
+    }
+    let address =
+        crate::ringref::address(a.ring.as_deref(), a.connect.as_deref()).map_err(|m| fail(2, m))?;
+    let reached = crate::ringref::Reached::of(&address);
+    let label = reached.label();
+    let seg = crate::ringref::open(address).map_err(|m| fail(1, m))?;
     if let Some((w, h, _)) = video {
         let len = MediaHeader::video(Format::I420, w, h, 0, 0)
             .map_err(|e| fail(2, format!("--video: {e}")))?
@@ -377,12 +374,15 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
         }
     }
     if !seg.consumer_alive() {
-        let hint = match &a.ring {
-            Some(r) => format!(
+        let hint = match &reached {
+            crate::ringref::Reached::Named(r) => format!(
                 "start `shmring record --create {r}` first; a ring left by a killed recorder \
                  is removed with `shmring rm {r}`"
             ),
-            None => "the consumer that served this socket is gone; connect to a new one".into(),
+            crate::ringref::Reached::Socket(_) => {
+                "the consumer that served this socket is gone; connect to a new one".into()
+            }
+            crate::ringref::Reached::Other(_) => "start the ring's consumer first".into(),
         };
         return Err(fail(
             1,

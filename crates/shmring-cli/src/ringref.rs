@@ -1,32 +1,95 @@
-//! How a command reaches a ring: by name (`/dev/shm`), or over a consumer's socket
-//! (`--connect PATH`, the hand-off of `shmring::handoff`).
+//! How a command reaches a ring: a ring address (the core's [`Address`]: a name in
+//! /dev/shm, `unix:PATH`, `fd:SEG[,LOCK][,EVENTFD]`, ...), or `--connect PATH` (a
+//! consumer's socket, the hand-off of `shmring::handoff`). The core opens it; the
+//! errors are said here in the words of the command line.
 
 use std::os::unix::fs::FileTypeExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use shmring::handoff::ListenerOptions;
-use shmring::{ReadOnlySegment, Segment, Stats, TetherInfo};
+use shmring::{Address, ReadOnlySegment, Segment, Stats, TetherInfo};
 
-/// A ring whose counters a command reads: opened by name, or observed read-only
-/// through a consumer's socket.
+/// The ring a command names: the address `ring` (its text form), or the consumer's
+/// socket `--connect PATH`. Errors say what is wrong with the text.
+pub fn address(ring: Option<&str>, socket: Option<&Path>) -> Result<Address, String> {
+    match (ring, socket) {
+        (_, Some(p)) => Ok(Address::Socket(p.to_path_buf())),
+        (Some(r), None) => r.parse().map_err(|e: shmring::Error| {
+            format!(
+                "{}; a ring is given by its name, unix:PATH (a consumer's socket) or \
+                 fd:SEG[,LOCK][,EVENTFD] (inherited descriptors)",
+                e.to_string().trim_start_matches("invalid configuration: ")
+            )
+        }),
+        (None, None) => Err("give a ring name (or address) or --connect PATH".into()),
+    }
+}
+
+/// What an open's error is said about: the address as the user gave it.
+pub enum Reached {
+    Socket(PathBuf),
+    Named(String),
+    Other(String),
+}
+
+impl Reached {
+    pub fn of(a: &Address) -> Reached {
+        match a {
+            Address::Socket(p) => Reached::Socket(p.clone()),
+            Address::Named(n) | Address::Create { name: n, .. } => Reached::Named(n.clone()),
+            a => Reached::Other(a.to_string()),
+        }
+    }
+
+    /// The error of opening the ring, in the words of the command line.
+    pub fn error(&self, e: shmring::Error) -> String {
+        match self {
+            Reached::Socket(p) => socket_error(p, e),
+            Reached::Named(n) => named_error(n, e),
+            Reached::Other(a) => format!("ring {a}: {e}"),
+        }
+    }
+
+    /// The ring as output names it: the socket's path, the name, or the address.
+    pub fn label(&self) -> String {
+        match self {
+            Reached::Socket(p) => p.display().to_string(),
+            Reached::Named(n) | Reached::Other(n) => n.clone(),
+        }
+    }
+}
+
+/// Opens the ring `a` writable (producers, consumers); errors in the command
+/// line's words.
+pub fn open(a: Address) -> Result<Arc<Segment>, String> {
+    let reached = Reached::of(&a);
+    a.open().map_err(|e| reached.error(e))
+}
+
+/// A ring whose counters a command reads: opened by name or descriptors, or
+/// observed read-only through a consumer's socket.
 pub enum Watched {
     Named(Arc<Segment>),
     Observed(ReadOnlySegment),
 }
 
 impl Watched {
-    /// Opens `name`, or observes the ring served on `socket`.
-    pub fn open(name: Option<&str>, socket: Option<&Path>) -> Result<Watched, String> {
-        match (name, socket) {
-            (_, Some(p)) => Segment::observe(p)
-                .map(Watched::Observed)
-                .map_err(|e| socket_error(p, e)),
-            (Some(n), None) => Segment::open_named(n)
-                .map(Watched::Named)
-                .map_err(|e| named_error(n, e)),
-            (None, None) => Err("give a ring name or --connect PATH".into()),
+    /// Opens the ring `ring` names (its address), or observes the ring served on
+    /// `socket`.
+    pub fn open(ring: Option<&str>, socket: Option<&Path>) -> Result<Watched, String> {
+        let a = address(ring, socket)?;
+        let reached = Reached::of(&a);
+        match a {
+            a @ Address::Socket(_) => a.open_read_only().map(Watched::Observed),
+            a @ (Address::Create { .. } | Address::Memfd { .. }) => {
+                return Err(format!(
+                    "ring {a}: this command reads an existing ring; `shmring record` creates one"
+                ))
+            }
+            a => a.open().map(Watched::Named),
         }
+        .map_err(|e| reached.error(e))
     }
 
     pub fn stats(&self) -> Stats {
@@ -59,17 +122,16 @@ impl Watched {
     }
 }
 
-/// Opens `name` read-only (`/dev/shm/NAME`), or observes the ring served on
-/// `socket`: either way a mapping nothing can write through.
+/// Opens the ring `ring` names read-only (`/dev/shm/NAME` with `O_RDONLY`, or the
+/// first of its descriptors), or observes the ring served on `socket`: either way a
+/// mapping nothing can write through.
 pub fn open_read_only(
-    name: Option<&str>,
+    ring: Option<&str>,
     socket: Option<&Path>,
 ) -> Result<ReadOnlySegment, String> {
-    match (name, socket) {
-        (_, Some(p)) => Segment::observe(p).map_err(|e| socket_error(p, e)),
-        (Some(n), None) => ReadOnlySegment::open_named(n).map_err(|e| named_error(n, e)),
-        (None, None) => Err("give a ring name or --connect PATH".into()),
-    }
+    let a = address(ring, socket)?;
+    let reached = Reached::of(&a);
+    a.open_read_only().map_err(|e| reached.error(e))
 }
 
 /// Why the ring served on the socket `path` (`--connect PATH`) could not be reached,
@@ -102,7 +164,8 @@ pub fn named_error(name: &str, e: shmring::Error) -> String {
     match e {
         shmring::Error::NotFound(_) => format!(
             "ring {name:?} does not exist (no /dev/shm/{}): create it with `shmring record \
-             --create {name}`, or reach a ring served on a socket with --connect PATH",
+             --create {name}`, or reach a ring served on a socket with unix:PATH (or \
+             --connect PATH)",
             name.trim_start_matches('/')
         ),
         e => format!("ring {name:?}: {e}"),

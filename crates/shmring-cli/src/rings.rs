@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use shmring::{ReadOnlySegment, Segment, Stats, TetherInfo};
+use shmring::{Address, ReadOnlySegment, Segment, Stats, TetherInfo};
 
 /// Where named rings live (`shm_open(3)` names map to files in this directory).
 pub const SHM_DIR: &str = "/dev/shm";
@@ -130,7 +130,7 @@ impl RingSource for NamedRings {
         self.names()
             .into_iter()
             .filter_map(|ring| {
-                let result = match Segment::open_named(&ring) {
+                let result = match Address::Named(ring.clone()).open() {
                     Err(e) if listed && not_a_ring(&e) => return None,
                     r => r.map_err(named_error).and_then(|seg| read(&seg)),
                 };
@@ -164,15 +164,8 @@ fn named_error(e: shmring::Error) -> String {
     }
 }
 
-/// Opens the named ring `name` (validated like every open), reads its counters once
-/// and closes it. A ring removed between listing and opening says it vanished.
-pub fn read_named(name: &str) -> Result<RingInfo, String> {
-    let seg = Segment::open_named(name).map_err(named_error)?;
-    read(&seg)
-}
-
-/// The counters and geometry of an open named ring, read once.
-fn read(seg: &Segment) -> Result<RingInfo, String> {
+/// The counters and geometry of an open ring, read once.
+pub fn read(seg: &Segment) -> Result<RingInfo, String> {
     let info = RingInfo {
         stats: seg.stats(),
         max_record: seg.geometry().max_record,
@@ -224,7 +217,7 @@ impl Observed {
             let p = path.to_path_buf();
             match std::thread::Builder::new()
                 .name("shmring-observe".into())
-                .spawn(move || Segment::observe(p))
+                .spawn(move || Address::Socket(p).open_read_only())
             {
                 Ok(h) => self.pending = Some((h, Instant::now())),
                 // Tried again on the next scan.
@@ -383,41 +376,6 @@ impl RingSource for SocketRings {
                 }
             }
         }
-    }
-}
-
-/// Why the named ring `name` cannot be created because something of that name
-/// exists: a ring in use, a stale ring whose owner is gone, or a file that is no
-/// ring. Returns the message and whether the existing ring is stale.
-pub fn why_exists(name: &str) -> (String, bool) {
-    let path = Path::new(SHM_DIR).join(name.trim_start_matches('/'));
-    match Segment::open_named(name) {
-        Ok(seg) if seg.consumer_alive() => (
-            format!(
-                "ring {name:?} already exists and its consumer is alive (another recorder uses it)"
-            ),
-            false,
-        ),
-        Ok(_) => (
-            format!(
-                "ring {name:?} already exists but its owner is gone (no live consumer: the \
-                 process that created it was killed, or has not attached yet): remove it with \
-                 `shmring rm {name}`, or pass --replace-stale"
-            ),
-            true,
-        ),
-        Err(shmring::Error::NotFound(_)) => (
-            format!("ring {name:?} already exists (and vanished again: try once more)"),
-            false,
-        ),
-        Err(e) => (
-            format!(
-                "ring {name:?} already exists ({}): {e}; it was not made by shmring, so it is \
-                 left alone",
-                path.display()
-            ),
-            false,
-        ),
     }
 }
 

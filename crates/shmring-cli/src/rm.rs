@@ -2,7 +2,7 @@
 //! killed. A ring whose consumer is alive, and a file that is not a ring, are left
 //! alone.
 
-use shmring::Segment;
+use shmring::{Address, Segment};
 
 use crate::cli::RmArgs;
 use crate::{fail, CmdError};
@@ -10,7 +10,7 @@ use crate::{fail, CmdError};
 /// `shmring rm NAME`.
 pub fn run(a: RmArgs) -> Result<(), CmdError> {
     let name = &a.name;
-    let seg = Segment::open_named(name).map_err(|e| match e {
+    let seg = Address::Named(name.clone()).open().map_err(|e| match e {
         shmring::Error::NotFound(_) => fail(
             1,
             format!(

@@ -65,14 +65,17 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
         return Ok(());
     }
     if a.prometheus {
-        // The ring was opened above (by name, or observed on its socket); read it
-        // once more as one scrape.
+        // The ring was opened above (by name or descriptors, or observed on its
+        // socket); read it once more as one scrape.
         let reading = crate::rings::Reading {
             ring: label.clone(),
-            source: if a.connect.is_some() { "socket" } else { "shm" },
-            result: match &a.name {
-                Some(n) if a.connect.is_none() => crate::rings::read_named(n),
-                _ => Ok(crate::rings::RingInfo {
+            source: match &seg {
+                Watched::Observed(_) => "socket",
+                Watched::Named(_) => "shm",
+            },
+            result: match &seg {
+                Watched::Named(s) => crate::rings::read(s),
+                Watched::Observed(_) => Ok(crate::rings::RingInfo {
                     stats: seg.stats(),
                     max_record: seg.geometry().max_record,
                     max_producers: seg.geometry().max_producers,

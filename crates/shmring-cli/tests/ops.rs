@@ -782,3 +782,86 @@ fn exporter_that_cannot_listen_says_where() {
         &["cannot listen on 127.0.0.1:99999"],
     );
 }
+
+#[test]
+fn every_command_takes_a_ring_address() {
+    let ring = new_ring("address");
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = start_recorder(&ring.0, &dir.path().join("named"));
+    let forms = [
+        ring.0.clone(),
+        format!("shm:{}", ring.0),
+        format!("/dev/shm/{}", ring.0),
+    ];
+    for text in &forms {
+        let o = run(&["stat", "--json", text]);
+        assert!(
+            o.status.success(),
+            "{text}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let o = run(&[
+            "produce",
+            "--ring",
+            text,
+            "--video",
+            "64x48@30",
+            "--seconds",
+            "0.1",
+        ]);
+        assert!(
+            o.status.success(),
+            "{text}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    rec.kill();
+
+    // A ring served on a socket, by unix:PATH and by its path.
+    let sock = dir.path().join("ring.sock");
+    let s = sock.to_str().unwrap();
+    let listen = Proc::spawn(&[
+        "record",
+        "--listen",
+        s,
+        "--out",
+        dir.path().join("sock").to_str().unwrap(),
+    ]);
+    listen.expect("ready");
+    for text in [format!("unix:{s}"), s.to_string()] {
+        let o = run(&["stat", "--json", &text]);
+        assert!(
+            o.status.success(),
+            "{text}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let o = run(&[
+            "produce",
+            "--ring",
+            &text,
+            "--video",
+            "64x48@30",
+            "--seconds",
+            "0.1",
+        ]);
+        assert!(
+            o.status.success(),
+            "{text}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    drop(listen);
+
+    // Bad text: what is wrong, and which forms there are.
+    assert_fails(
+        &run(&["stat", "fd:3,x"]),
+        1,
+        &["\"x\" is not a descriptor number", "unix:PATH"],
+    );
+    assert_fails(
+        &run(&["produce", "--ring", "cam:0", "--seconds", "0.1"]),
+        2,
+        &["unknown form \"cam\"", "shm:cam:0"],
+    );
+    assert_fails(&run(&["stat", "create:x"]), 1, &["reads an existing ring"]);
+}

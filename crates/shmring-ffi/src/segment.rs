@@ -6,7 +6,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
-use shmring::{Config, Segment};
+use shmring::{Address, Config, Segment};
 
 use crate::handles::*;
 use crate::stats::*;
@@ -135,13 +135,20 @@ pub unsafe extern "C" fn shmring_segment_create_memfd(
         *out = std::ptr::null_mut();
         let name = c_str(name, "name")?;
         let cfg = in_ptr(cfg, "cfg")?.to_core();
-        let seg = Segment::create_memfd(name, &cfg).map_err(core_err)?;
+        let memfd = Address::Memfd {
+            label: name.into(),
+            config: cfg,
+        };
+        let seg = memfd.open().map_err(core_err)?;
         new_segment(seg, out)
     })
 }
 
 /// Creates a named ring (/dev/shm/NAME, mode 0600). It is removed when the handle
-/// is closed unless shmring_segment_persist() was called.
+/// is closed unless shmring_segment_persist() was called. A ring of that name
+/// already there is SHMRING_ERR_EXISTS, whose message says whether its consumer is
+/// alive or gone (left by a crash), or it is no ring; to replace one whose
+/// consumer is gone, open the address "create:NAME" with shmring_open.
 #[no_mangle]
 pub unsafe extern "C" fn shmring_segment_create_named(
     name: *const c_char,
@@ -153,7 +160,12 @@ pub unsafe extern "C" fn shmring_segment_create_named(
         *out = std::ptr::null_mut();
         let name = c_str(name, "name")?;
         let cfg = in_ptr(cfg, "cfg")?.to_core();
-        let seg = Segment::create_named(name, &cfg).map_err(core_err)?;
+        let create = Address::Create {
+            name: name.into(),
+            config: cfg,
+            replace_stale: false,
+        };
+        let seg = create.open().map_err(core_err)?;
         new_segment(seg, out)
     })
 }
@@ -174,7 +186,7 @@ pub unsafe extern "C" fn shmring_segment_open_named(
             let efd = own_fd(eventfd, "eventfd")?;
             Segment::open_named_with_eventfd(name, efd)
         } else {
-            Segment::open_named(name)
+            Address::Named(name.into()).open()
         }
         .map_err(core_err)?;
         new_segment(seg, out)
@@ -203,7 +215,7 @@ pub unsafe extern "C" fn shmring_segment_attach_fd(
         if eventfd >= 0 {
             fds.push(own_fd(eventfd, "eventfd")?);
         }
-        let seg = Segment::from_descriptors(fds).map_err(core_err)?;
+        let seg = Address::Descriptors(fds).open().map_err(core_err)?;
         new_segment(seg, out)
     })
 }
@@ -239,7 +251,7 @@ pub unsafe extern "C" fn shmring_segment_attach_fds(
             .iter()
             .map(|&f| own_fd(f, "fds[]"))
             .collect::<Result<Vec<_>, _>>()?;
-        let seg = Segment::from_descriptors(owned).map_err(core_err)?;
+        let seg = Address::Descriptors(owned).open().map_err(core_err)?;
         new_segment(seg, out)
     })
 }
@@ -299,7 +311,7 @@ pub unsafe extern "C" fn shmring_segment_recv(
                 "receiving descriptors on socket {sock}: {e}"
             )
         })?;
-        let seg = Segment::from_descriptors(fds).map_err(core_err)?;
+        let seg = Address::Descriptors(fds).open().map_err(core_err)?;
         new_segment(seg, out)
     })
 }

@@ -95,7 +95,7 @@ pub(crate) fn status_of(e: &Error) -> shmring_status {
     match e {
         Error::Os { .. } => SHMRING_ERR_OS,
         Error::Config(_) => SHMRING_ERR_CONFIG,
-        Error::Exists(_) => SHMRING_ERR_EXISTS,
+        Error::Exists { .. } => SHMRING_ERR_EXISTS,
         Error::NotFound(_) => SHMRING_ERR_NOT_FOUND,
         Error::LayoutMismatch { .. } => SHMRING_ERR_LAYOUT_MISMATCH,
         Error::Unsealed(_) => SHMRING_ERR_UNSEALED,

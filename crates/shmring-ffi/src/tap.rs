@@ -7,7 +7,7 @@ use std::ffi::{c_char, c_int};
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
-use shmring::{ReadOnlySegment, Tap, TapFrame, TapOptions};
+use shmring::{Address, ReadOnlySegment, Tap, TapFrame, TapOptions};
 
 use crate::handles::*;
 use crate::producer::shmring_meta;
@@ -192,7 +192,9 @@ pub unsafe extern "C" fn shmring_tap_open_named(
         *out = std::ptr::null_mut();
         let name = c_str(name, "name")?;
         let o = core_tap_options(opts)?;
-        let ro = ReadOnlySegment::open_named(name).map_err(core_err)?;
+        let ro = Address::Named(name.into())
+            .open_read_only()
+            .map_err(core_err)?;
         new_tap(ro, o, out)
     })
 }
@@ -213,7 +215,30 @@ pub unsafe extern "C" fn shmring_tap_open_fd(
         *out = std::ptr::null_mut();
         let fd = own_fd(fd, "fd")?;
         let o = core_tap_options(opts)?;
-        let ro = ReadOnlySegment::from_fd(fd).map_err(core_err)?;
+        let ro = Address::Descriptors(vec![fd])
+            .open_read_only()
+            .map_err(core_err)?;
+        new_tap(ro, o, out)
+    })
+}
+
+/// Opens a tap on the ring `address` names (the text of shmring_open), mapped
+/// read-only: a named ring, the ring served on a socket ("unix:PATH", observed),
+/// or the first of "fd:" descriptors (a sealed memfd; the library takes over
+/// every descriptor the text names, as shmring_open does). It starts at the newest
+/// record. `opts` may be NULL for the defaults.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_tap_open(
+    address: *const c_char,
+    opts: *const shmring_tap_options,
+    out: *mut *mut shmring_tap,
+) -> shmring_status {
+    entry("shmring_tap_open", || {
+        let out = out_ptr(out, "out")?;
+        *out = std::ptr::null_mut();
+        let o = core_tap_options(opts)?;
+        let address = crate::handoff::c_address(address)?;
+        let ro = address.open_read_only().map_err(core_err)?;
         new_tap(ro, o, out)
     })
 }

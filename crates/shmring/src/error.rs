@@ -21,9 +21,11 @@ pub enum Error {
     /// The configuration is not valid.
     #[error("invalid configuration: {0}")]
     Config(String),
-    /// A named segment already exists.
-    #[error("segment {0} already exists")]
-    Exists(Name),
+    /// A named segment already exists. `occupant` says what it turned out to be
+    /// when creating through [`crate::Address`] looked (a ring whose consumer is
+    /// alive, one whose consumer is gone, a file that is no ring).
+    #[error("segment {segment} already exists{}", occupant.words())]
+    Exists { segment: Name, occupant: Occupant },
     /// A named segment does not exist.
     #[error("segment {0} does not exist")]
     NotFound(Name),
@@ -121,6 +123,36 @@ pub enum Error {
     /// is not the hand-off protocol, or a wait ran out.
     #[error("hand-off over {socket}: {what}")]
     Handoff { socket: Name, what: String },
+}
+
+/// What holds the name of a named ring that could not be created (see
+/// [`Error::Exists`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Occupant {
+    /// Not looked at ([`crate::Segment::create_named`] only says the name is taken).
+    Unknown,
+    /// A ring whose consumer is alive: in use, never replaced.
+    Live,
+    /// A ring whose consumer is gone (its process was killed or crashed), kept
+    /// because replacing it was not asked for.
+    Stale,
+    /// A file that is no ring this library can use (the reason): left alone.
+    Foreign(String),
+}
+
+impl Occupant {
+    fn words(&self) -> String {
+        match self {
+            Occupant::Unknown => String::new(),
+            Occupant::Live => " and its consumer is alive (another process consumes it)".into(),
+            Occupant::Stale => " but its consumer is gone (the process that made it ended \
+                                without removing it: it was killed, or crashed)"
+                .into(),
+            Occupant::Foreign(why) => {
+                format!(" and is not a ring this library can use ({why}); it is left alone")
+            }
+        }
+    }
 }
 
 /// A layout mismatch in words: a file that is no ring at all says so first.

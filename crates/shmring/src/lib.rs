@@ -70,7 +70,7 @@ pub use self::tokio::{AsyncConsumer, AsyncFrame, AsyncProducer, AsyncReservation
 #[cfg(not(loom))]
 pub use consumer::{Consumer, Frame, Health, RawFrame};
 #[cfg(not(loom))]
-pub use error::{Error, Name, Result};
+pub use error::{Error, Name, Occupant, Result};
 #[cfg(not(loom))]
 pub use fields::{Field, FieldKind, Snapshot};
 #[cfg(not(loom))]
@@ -80,7 +80,7 @@ pub use options::{ConsumerOptions, ConsumerSettings, Setting};
 #[cfg(not(loom))]
 pub use producer::{FullPolicy, Meta, Producer, RawReservation, Reservation};
 #[cfg(not(loom))]
-pub use segment::{Config, ReadOnlySegment, Segment};
+pub use segment::{Address, Config, Opened, ReadOnlySegment, Segment};
 #[cfg(not(loom))]
 pub use stats::Stats;
 #[cfg(not(loom))]

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use shmring::handoff::ListenerThread;
-use shmring::{Config, Consumer, ConsumerOptions, Listener, Segment};
+use shmring::handoff::{ListenerThread, DEFAULT_CONNECT_TIMEOUT};
+use shmring::{Address, Config, Consumer, ConsumerOptions, Listener, Occupant, Segment};
 
 use super::emit;
 use crate::cli::RecordArgs;
-use crate::ringref::listener_options;
+use crate::ringref::{self, listener_options};
 use crate::{fail, CmdError};
 
 /// The ring a run records, what it is called in output, and the listener serving it
@@ -33,21 +33,26 @@ impl Source {
 }
 
 /// The ring `a` names. A named ring, or a sealed memfd served on a socket by one
-/// listener thread (never on the frame path), or an existing named ring read beside
-/// its own consumer.
+/// listener thread (never on the frame path), or an existing ring (its address)
+/// read beside its own consumer.
 pub(super) fn open(a: &RecordArgs, cfg: &Config) -> Result<Source, CmdError> {
     match (&a.create, &a.listen, &a.tethered) {
-        (_, _, Some(name)) => {
-            let seg = Segment::open_named(name)
-                .map_err(|e| fail(1, crate::ringref::named_error(name, e)))?;
+        (_, _, Some(ring)) => {
+            let address = ringref::address(Some(ring), None).map_err(|m| fail(2, m))?;
+            let seg = ringref::open(address).map_err(|m| fail(1, m))?;
             Ok(Source {
                 seg,
-                label: name.clone(),
+                label: ring.clone(),
                 listener: None,
             })
         }
         (_, Some(path), None) => {
-            let seg = Segment::create_memfd("shmring-record", cfg)
+            let memfd = Address::Memfd {
+                label: "shmring-record".into(),
+                config: cfg.clone(),
+            };
+            let seg = memfd
+                .open()
                 .map_err(|e| fail(1, format!("cannot create a memfd ring: {e}")))?;
             let l = Listener::bind(&seg, path, listener_options(&a.allow_uid, &a.allow_gid))
                 .and_then(|l| l.spawn())
@@ -70,27 +75,47 @@ pub(super) fn open(a: &RecordArgs, cfg: &Config) -> Result<Source, CmdError> {
     }
 }
 
-/// Creates the named ring `name`; one left by a process that is gone is replaced
-/// when `replace_stale`.
+/// Creates the named ring `name` (the core decides what a ring of that name left
+/// behind is); one left by a process that is gone is replaced when
+/// `replace_stale`.
 fn create_named(name: &str, cfg: &Config, replace_stale: bool) -> Result<Arc<Segment>, CmdError> {
-    let create = || Segment::create_named(name, cfg);
-    match create() {
-        Err(shmring::Error::Exists(_)) => {
-            let (why, stale) = crate::rings::why_exists(name);
-            if !(stale && replace_stale) {
-                return Err(fail(1, format!("cannot create ring: {why}")));
+    let create = Address::Create {
+        name: name.into(),
+        config: cfg.clone(),
+        replace_stale,
+    };
+    match create.open_detailed(DEFAULT_CONNECT_TIMEOUT) {
+        Ok(o) => {
+            if o.replaced_stale {
+                eprintln!(
+                    "shmring record: ring {name:?} was left by a process that is gone; replaced it"
+                );
             }
-            eprintln!(
-                "shmring record: ring {name:?} was left by a process that is gone; replacing it"
-            );
-            // Another recorder may replace it at the same moment: one of us
-            // gets "already exists" (and a live consumer) below.
-            let _ = Segment::unlink_named(name);
-            create()
+            Ok(o.segment)
         }
-        r => r,
+        Err(shmring::Error::Exists { occupant, .. }) => {
+            let why = match occupant {
+                Occupant::Live => format!(
+                    "ring {name:?} already exists and its consumer is alive (another recorder \
+                     uses it)"
+                ),
+                Occupant::Stale => format!(
+                    "ring {name:?} already exists but its owner is gone (no live consumer: the \
+                     process that created it was killed, or has not attached yet): remove it \
+                     with `shmring rm {name}`, or pass --replace-stale"
+                ),
+                Occupant::Foreign(e) => format!(
+                    "ring {name:?} already exists ({}/{}): {e}; it was not made by shmring, so \
+                     it is left alone",
+                    crate::rings::SHM_DIR,
+                    name.trim_start_matches('/')
+                ),
+                Occupant::Unknown => format!("ring {name:?} already exists"),
+            };
+            Err(fail(1, format!("cannot create ring: {why}")))
+        }
+        Err(e) => Err(fail(1, format!("cannot create ring {name:?}: {e}"))),
     }
-    .map_err(|e| fail(1, format!("cannot create ring {name:?}: {e}")))
 }
 
 /// The ring's consumer, or with `--tethered` a consumer beside it.

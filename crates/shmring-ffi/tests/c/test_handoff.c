@@ -3,7 +3,8 @@
  * (shmring_listen); a producer process connects (shmring_connect) and writes; an
  * observer (shmring_observe) reads counters through a read-only mapping the kernel
  * will not make writable; a peer of a uid not on the allow-list is refused with
- * the rule named (needs root to run a child under another uid; skipped otherwise).
+ * the rule named (needs root to run a child under another uid; skipped otherwise);
+ * one ring reached by every form of its address (shmring_open).
  * Last line: "N passed, M failed".
  */
 #include <errno.h>
@@ -208,6 +209,120 @@ static int observe_child(const char *path) {
     return 0;
 }
 
+/* One ring reached by every form of its address (shmring_open): created by name,
+   by name, by descriptors, through a consumer's socket; read-only and as a tap;
+   bad text named; a stale ring replaced, a live one refused. */
+static void test_open_by_address(void) {
+    char name[64], addr[160];
+    snprintf(name, sizeof name, "shmring-c-address-%d", (int)getpid());
+    snprintf(addr, sizeof addr, "create:%s,capacity=1M", name);
+    shmring_segment *s = NULL;
+    CHECK_ST(shmring_open(addr, 0, &s), SHMRING_OK);
+    shmring_consumer *c = NULL;
+    CHECK_ST(shmring_consumer_attach(s, NULL, &c), SHMRING_OK);
+    shmring_geometry g;
+    CHECK_ST(shmring_segment_geometry(s, &g), SHMRING_OK);
+    CHECK(g.capacity == 1u << 20);
+
+    /* By name, and by descriptors (copies this test hands over). */
+    shmring_segment *byname = NULL, *byfd = NULL;
+    CHECK_ST(shmring_open(name, 0, &byname), SHMRING_OK);
+    int fds[3], n = 0;
+    size_t nfds = 0;
+    CHECK_ST(shmring_segment_descriptors(s, fds, 3, &nfds), SHMRING_OK);
+    int pos = snprintf(addr, sizeof addr, "fd:");
+    for (size_t i = 0; i < nfds; i++)
+        pos += snprintf(addr + pos, sizeof addr - (size_t)pos, "%s%d", i ? "," : "", dup(fds[i]));
+    CHECK_ST(shmring_open(addr, 0, &byfd), SHMRING_OK);
+    shmring_segment *reached[] = {byname, byfd};
+    for (int i = 0; i < 2; i++) {
+        shmring_producer *p = NULL;
+        CHECK_ST(shmring_producer_attach(reached[i], &p), SHMRING_OK);
+        shmring_meta m = {.stream = (uint32_t)i, .kind = SHMRING_KIND_RAW, .timestamp_ns = 0, .flags = 0};
+        CHECK_ST(shmring_producer_send(p, (const uint8_t *)"abc", 3, &m), SHMRING_OK);
+        shmring_producer_close(p);
+        shmring_segment_close(reached[i]);
+        n++;
+    }
+    for (int i = 0; i < n; i++) {
+        shmring_frame f;
+        CHECK_ST(shmring_consumer_next(c, 1000000000ll, &f), SHMRING_OK);
+        CHECK(f.len == 3 && f.meta.stream == (uint32_t)i);
+        shmring_consumer_release(c, &f);
+    }
+
+    /* Read-only: an observer and a tap, by name. */
+    shmring_observer *o = NULL;
+    CHECK_ST(shmring_open_read_only(name, 0, &o), SHMRING_OK);
+    shmring_stats st;
+    CHECK_ST(shmring_observer_stats(o, &st), SHMRING_OK);
+    CHECK(st.records_committed == 2);
+    shmring_observer_close(o);
+    shmring_tap *t = NULL;
+    CHECK_ST(shmring_tap_open(name, NULL, &t), SHMRING_OK);
+    CHECK_ST(shmring_tap_close(t), SHMRING_OK);
+
+    /* A live ring is refused; the same text with a memfd served on a socket. */
+    snprintf(addr, sizeof addr, "create:%s", name);
+    shmring_segment *again = NULL;
+    CHECK_ST(shmring_open(addr, 0, &again), SHMRING_ERR_EXISTS);
+    CHECK_MSG("its consumer is alive");
+    CHECK(again == NULL);
+    shmring_segment *m = NULL;
+    CHECK_ST(shmring_open("memfd:c-test,capacity=64K", 0, &m), SHMRING_OK);
+    shmring_consumer *mc = NULL;
+    CHECK_ST(shmring_consumer_attach(m, NULL, &mc), SHMRING_OK);
+    shmring_listener *l = NULL;
+    CHECK_ST(shmring_listen(m, sock, NULL, &l), SHMRING_OK);
+    snprintf(addr, sizeof addr, "unix:%s", sock);
+    shmring_segment *bysock = NULL;
+    CHECK_ST(shmring_open(addr, 0, &bysock), SHMRING_OK);
+    CHECK_ST(shmring_segment_geometry(bysock, &g), SHMRING_OK);
+    CHECK(g.capacity == 64u << 10);
+    shmring_segment_close(bysock);
+    CHECK_ST(shmring_open_read_only(sock, 0, &o), SHMRING_OK); /* a path is a socket */
+    shmring_observer_close(o);
+    shmring_listener_close(l);
+    shmring_consumer_close(mc);
+    shmring_segment_close(m);
+
+    /* Bad text: SHMRING_ERR_CONFIG naming what is wrong; no descriptor is taken. */
+    CHECK_ST(shmring_open("fd:3,x", 0, &again), SHMRING_ERR_CONFIG);
+    CHECK_MSG("\"x\" is not a descriptor number");
+    CHECK_ST(shmring_open("tcp:1.2.3.4", 0, &again), SHMRING_ERR_CONFIG);
+    CHECK_MSG("unknown form");
+    CHECK_ST(shmring_open_read_only("memfd:", 0, &o), SHMRING_ERR_CONFIG);
+    CHECK_ST(shmring_open(NULL, 0, &again), SHMRING_ERR_NULL);
+
+    /* A ring left by a consumer that is gone: refused with stale=refuse, replaced
+       by create:. */
+    shmring_consumer_close(c);
+    CHECK_ST(shmring_segment_persist(s), SHMRING_OK);
+    shmring_segment_close(s);
+    pid_t pid = fork();
+    if (pid == 0) {
+        shmring_segment *cs = NULL;
+        shmring_consumer *cc = NULL;
+        if (shmring_open(name, 0, &cs) != SHMRING_OK) _exit(3);
+        if (shmring_consumer_attach(cs, NULL, &cc) != SHMRING_OK) _exit(4);
+        _exit(0); /* gone without closing: its ring stays, stale */
+    }
+    int cs = reap(pid);
+    CHECK(WIFEXITED(cs) && WEXITSTATUS(cs) == 0);
+    snprintf(addr, sizeof addr, "create:%s,stale=refuse", name);
+    CHECK_ST(shmring_open(addr, 0, &again), SHMRING_ERR_EXISTS);
+    CHECK_MSG("its consumer is gone");
+    snprintf(addr, sizeof addr, "create:%s", name);
+    CHECK_ST(shmring_open(addr, 0, &again), SHMRING_OK);
+    shmring_stats fresh;
+    CHECK_ST(shmring_segment_stats(again, &fresh), SHMRING_OK);
+    CHECK(fresh.records_committed == 0);
+    CHECK_ST(shmring_segment_close(again), SHMRING_OK);
+    char path[96];
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    CHECK(access(path, F_OK) != 0);
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "observe-child")) return observe_child(argv[2]);
     snprintf(dir, sizeof dir, "/tmp/shmring-c-handoff-%d", (int)getpid());
@@ -219,6 +334,7 @@ int main(int argc, char **argv) {
     RUN(test_producer_connects_and_writes);
     RUN(test_observer_is_read_only);
     RUN(test_refused_peer);
+    RUN(test_open_by_address);
     unlink(sock);
     rmdir(dir);
     return check_summary();

@@ -83,7 +83,10 @@ impl Segment {
             Mode::from_raw_mode(0o600),
         )
         .map_err(|e| match e {
-            rustix::io::Errno::EXIST => Error::Exists(path.as_str().into()),
+            rustix::io::Errno::EXIST => Error::Exists {
+                segment: path.as_str().into(),
+                occupant: crate::error::Occupant::Unknown,
+            },
             e => os("shm_open", &path, e),
         })?;
         let cleanup = |e: Error| {

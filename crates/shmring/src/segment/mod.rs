@@ -1,11 +1,13 @@
 //! The shared-memory segment: creation (memfd or named), attaching, validation,
 //! mapping, and typed access to the structures of [`crate::layout`].
 //!
-//! By concept: `attach` (make a ring, or attach to one by name or descriptors),
+//! By concept: `address` ([`Address`]: how to reach a ring, its text form, and the
+//! one `open`), `attach` (make a ring, or attach to one by name or descriptors),
 //! `identity` (the geometry's three lines: validated, written, restored), `mapping`
 //! (the probe and the whole ring mapped), `files` (the lock file and who holds
 //! it), `read_only` ([`ReadOnlySegment`]), `config` ([`Config`]).
 
+mod address;
 mod attach;
 mod config;
 pub(crate) mod files;
@@ -13,6 +15,7 @@ mod identity;
 mod mapping;
 mod read_only;
 
+pub use address::{Address, Opened};
 pub use config::Config;
 pub use read_only::ReadOnlySegment;
 
