@@ -32,6 +32,11 @@ pub(crate) trait Handle {
     /// Producers and consumers are used by one thread at a time; segments by many.
     const EXCLUSIVE: bool;
     fn users(&self) -> &AtomicU32;
+    /// Is a call under way on the handle (it cannot be closed then)?
+    fn busy(&self) -> bool {
+        // Acquire: pairs with the Release decrement when a lease ends.
+        self.users().load(Ordering::Acquire) != 0
+    }
 }
 
 /// A handle in use: it cannot be closed until the lease ends.
@@ -98,6 +103,39 @@ pub(crate) fn lease<'a, T: Handle>(ptr: *const T) -> Res<(&'a T, Lease<'a>)> {
     ))
 }
 
+/// Like [`lease`] for the one call of an exclusive handle that any thread may make
+/// beside the others (a consumer's release): counted in `count(handle)`, which
+/// the handle's [`Handle::busy`] reports so that it is not closed meanwhile.
+pub(crate) fn lease_shared<'a, T: Handle>(
+    ptr: *const T,
+    count: impl FnOnce(&'a T) -> &'a AtomicU32,
+) -> Res<(&'a T, Lease<'a>)> {
+    if ptr.is_null() {
+        return Err(fail!(SHMRING_ERR_NULL, "{} handle is NULL", T::TYPE_NAME));
+    }
+    let reg = registry_read();
+    if reg.get(&(ptr as usize)) != Some(&T::KIND) {
+        return Err(fail!(
+            SHMRING_ERR_BAD_HANDLE,
+            "{ptr:p} is not a live {} handle (closed, never created, or another type)",
+            T::TYPE_NAME
+        ));
+    }
+    // SAFETY: as in `lease`: registered and the read lock held, so live.
+    let h: &'a T = unsafe { &*ptr };
+    let users = count(h);
+    // Acquire: pairs with the Release decrement of an earlier lease.
+    users.fetch_add(1, Ordering::Acquire);
+    drop(reg);
+    Ok((
+        h,
+        Lease {
+            users,
+            exclusive: false,
+        },
+    ))
+}
+
 pub(crate) fn register<T: Handle>(b: Box<T>) -> *mut T {
     let p = Box::into_raw(b);
     registry_write().insert(p as usize, T::KIND);
@@ -118,8 +156,7 @@ pub(crate) fn close<T: Handle>(ptr: *mut T) -> Res<shmring_status> {
         ));
     }
     // SAFETY: registered, so live; we hold the write lock so no lease can start.
-    let busy = unsafe { &*ptr }.users().load(Ordering::Acquire);
-    if busy != 0 {
+    if unsafe { &*ptr }.busy() {
         return Err(fail!(
             SHMRING_ERR_BUSY,
             "{} {ptr:p} is in use by another thread; close it after that call returns",
