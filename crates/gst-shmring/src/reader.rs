@@ -981,7 +981,8 @@ impl Reader {
                     self.last_reap = Some(now);
                     let _ = r.with(|c| c.reap());
                 }
-                r.segment().stats()
+                r.with(|c| c.segment().stats())
+                    .expect("the reader's consumer is never closed")
             }
             (None, Some(t)) => t.tap.segment().stats(),
             (None, None) => return None,

@@ -88,9 +88,10 @@ impl AsyncConsumer {
                 std::io::Error::other("AsyncConsumer::new must be called within a tokio runtime"),
             ));
         }
-        // SAFETY: the eventfd is owned by the segment, which `shared` keeps open and
-        // unchanged for as long as it lives; `shared` outlives `fd` (fields drop in
-        // order, `fd` first; frames only add owners).
+        // SAFETY: the eventfd is owned by the segment, which the consumer in `shared`
+        // keeps open and unchanged for as long as it lives (never closed, it never
+        // detaches); `shared` outlives `fd` (fields drop in order, `fd` first;
+        // frames only add owners).
         let fd = unsafe {
             AsyncFd::register_with_interest(
                 EventFd(efd.as_raw_fd()),
@@ -161,7 +162,7 @@ impl AsyncConsumer {
                 }
                 Poll::Ready(Err(e)) => {
                     self.disarm();
-                    let seg = self.shared.segment().name();
+                    let seg = self.shared.label();
                     return Poll::Ready(Err(crate::error::os("wait on the eventfd", seg, e)));
                 }
                 Poll::Pending => {}

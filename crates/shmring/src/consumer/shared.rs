@@ -24,14 +24,16 @@
 //!   again to apply it, or the releaser's try finds the lock free.
 //!
 //! **Closing.** [`SharedConsumer::close`] stops receiving; the consumer detaches
-//! (gives up its role) once the last frame handed out is released. Frames keep
-//! the mapping (`Arc<Segment>`), so their payload stays valid until released.
+//! (gives up its role, and its `Arc<Segment>`: a named ring it created is
+//! unlinked if nothing else keeps it) once the last frame handed out is released.
+//! Frames keep the consumer, hence the mapping, so their payload stays valid until
+//! they are released.
 
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Name, Result};
 use crate::release_queue::ReleaseQueue;
 use crate::segment::Segment;
 use crate::sync::{fence, AtomicU64, Ordering};
@@ -72,7 +74,11 @@ struct Inner {
     /// `None` once detached (closed and every frame released).
     consumer: Mutex<Option<Consumer>>,
     remote: Arc<Remote>,
-    seg: Arc<Segment>,
+    /// The ring, for the nudge: the consumer keeps it while a frame is held (and
+    /// a release is queued only then); not kept past the detach.
+    seg: Weak<Segment>,
+    /// The ring's name, for errors.
+    label: Name,
     /// The ring's consumer (sleeps on the data futex, or its eventfd), or a
     /// tethered one (the tether futex).
     owner: bool,
@@ -115,7 +121,8 @@ impl SharedConsumer {
         SharedConsumer {
             inner: Arc::new(Inner {
                 remote,
-                seg: consumer.seg.clone(),
+                seg: Arc::downgrade(&consumer.seg),
+                label: consumer.seg.label(),
                 owner: !consumer.is_tethered(),
                 consumer: Mutex::new(Some(consumer)),
                 closed: AtomicBool::new(false),
@@ -124,9 +131,14 @@ impl SharedConsumer {
         }
     }
 
-    /// The ring (also after the consumer detached).
-    pub fn segment(&self) -> &Arc<Segment> {
-        &self.inner.seg
+    /// The ring, while the consumer is attached or anything else keeps it.
+    pub fn segment(&self) -> Option<Arc<Segment>> {
+        self.inner.seg.upgrade()
+    }
+
+    /// The ring's name (`Segment::label`).
+    pub fn label(&self) -> &Name {
+        &self.inner.label
     }
 
     fn lock(&self) -> MutexGuard<'_, Option<Consumer>> {
@@ -139,7 +151,7 @@ impl SharedConsumer {
     }
 
     fn closed_error(&self) -> Error {
-        Error::Closed(self.inner.seg.label())
+        Error::Closed(self.inner.label.clone())
     }
 
     /// Runs `f` on the consumer, locked, then applies what was queued meanwhile;
@@ -263,7 +275,7 @@ impl SharedConsumer {
                     inner.remote.outstanding.fetch_sub(1, Ordering::Relaxed);
                 }),
                 None => Err(Error::NotHeld {
-                    segment: inner.seg.label(),
+                    segment: inner.label.clone(),
                     seq,
                 }),
             };
@@ -296,7 +308,10 @@ impl SharedConsumer {
 
     /// The wake a producer sends, to the consumer's wait.
     fn nudge(&self) {
-        let seg = &self.inner.seg;
+        // Gone: the consumer detached, nobody waits.
+        let Some(seg) = self.inner.seg.upgrade() else {
+            return;
+        };
         let c = seg.control();
         if self.inner.owner {
             wake::notify_one(&c.data.0, seg.eventfd());
@@ -360,7 +375,7 @@ impl SharedConsumer {
 impl std::fmt::Debug for SharedConsumer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SharedConsumer")
-            .field("segment", &self.inner.seg.name())
+            .field("segment", &self.inner.label)
             .field("outstanding", &self.outstanding())
             .field("closed", &self.is_closed())
             .finish()
