@@ -63,8 +63,14 @@ pub(crate) fn registry_write() -> std::sync::RwLockWriteGuard<'static, BTreeMap<
     REGISTRY.write().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Validates `ptr` as a live `T` and leases it for the duration of a call.
-pub(crate) fn lease<'a, T: Handle>(ptr: *const T) -> Res<(&'a T, Lease<'a>)> {
+/// `ptr` as a live `T`, with the registry's read lock that keeps it live until
+/// the caller has counted its lease.
+fn live<'a, T: Handle>(
+    ptr: *const T,
+) -> Res<(
+    &'a T,
+    std::sync::RwLockReadGuard<'static, BTreeMap<usize, Kind>>,
+)> {
     if ptr.is_null() {
         return Err(fail!(SHMRING_ERR_NULL, "{} handle is NULL", T::TYPE_NAME));
     }
@@ -78,7 +84,12 @@ pub(crate) fn lease<'a, T: Handle>(ptr: *const T) -> Res<(&'a T, Lease<'a>)> {
     }
     // SAFETY: registered addresses point to live, boxed handles; removal happens
     // under the write lock and only when no lease is held, and we hold the read lock.
-    let h: &'a T = unsafe { &*ptr };
+    Ok((unsafe { &*ptr }, reg))
+}
+
+/// Validates `ptr` as a live `T` and leases it for the duration of a call.
+pub(crate) fn lease<'a, T: Handle>(ptr: *const T) -> Res<(&'a T, Lease<'a>)> {
+    let (h, reg) = live(ptr)?;
     if T::EXCLUSIVE {
         if h.users()
             .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
@@ -110,19 +121,7 @@ pub(crate) fn lease_shared<'a, T: Handle>(
     ptr: *const T,
     count: impl FnOnce(&'a T) -> &'a AtomicU32,
 ) -> Res<(&'a T, Lease<'a>)> {
-    if ptr.is_null() {
-        return Err(fail!(SHMRING_ERR_NULL, "{} handle is NULL", T::TYPE_NAME));
-    }
-    let reg = registry_read();
-    if reg.get(&(ptr as usize)) != Some(&T::KIND) {
-        return Err(fail!(
-            SHMRING_ERR_BAD_HANDLE,
-            "{ptr:p} is not a live {} handle (closed, never created, or another type)",
-            T::TYPE_NAME
-        ));
-    }
-    // SAFETY: as in `lease`: registered and the read lock held, so live.
-    let h: &'a T = unsafe { &*ptr };
+    let (h, reg) = live(ptr)?;
     let users = count(h);
     // Acquire: pairs with the Release decrement of an earlier lease.
     users.fetch_add(1, Ordering::Acquire);

@@ -469,6 +469,16 @@ static void *blocked_next(void *arg) {
     return NULL;
 }
 
+/* Waits until another thread is inside a call on `c` (a call here is refused). */
+static int wait_until_busy(shmring_consumer *c) {
+    uint64_t out;
+    for (int i = 0; i < 5000; i++) {
+        if (shmring_consumer_outstanding(c, &out) == SHMRING_ERR_BUSY) return 1;
+        usleep(1000);
+    }
+    return 0;
+}
+
 static void test_concurrent_use_is_refused(void) {
     shmring_segment *s = make_ring(1u << 20);
     struct busy_arg a = {0};
@@ -476,14 +486,7 @@ static void test_concurrent_use_is_refused(void) {
     pthread_t t;
     CHECK(pthread_create(&t, NULL, blocked_next, &a) == 0);
     /* wait until the other thread is inside shmring_consumer_next */
-    shmring_status st = SHMRING_OK;
-    uint64_t out;
-    for (int i = 0; i < 5000; i++) {
-        st = shmring_consumer_outstanding(a.c, &out);
-        if (st == SHMRING_ERR_BUSY) break;
-        usleep(1000);
-    }
-    CHECK(st == SHMRING_ERR_BUSY);
+    CHECK(wait_until_busy(a.c));
     CHECK_ST(shmring_consumer_close(a.c), SHMRING_ERR_BUSY);
     CHECK_MSG("in use by another thread");
     shmring_producer *p = NULL;
@@ -511,14 +514,8 @@ static void test_release_while_another_thread_waits(void) {
     CHECK_ST(shmring_consumer_next(a.c, 0, &held), SHMRING_OK);
     pthread_t t;
     CHECK(pthread_create(&t, NULL, blocked_next, &a) == 0);
-    shmring_status st = SHMRING_OK;
+    CHECK(wait_until_busy(a.c));
     uint64_t out;
-    for (int i = 0; i < 5000; i++) {
-        st = shmring_consumer_outstanding(a.c, &out);
-        if (st == SHMRING_ERR_BUSY) break;
-        usleep(1000);
-    }
-    CHECK(st == SHMRING_ERR_BUSY);
     /* The other thread is inside next: the release does not wait for it. */
     CHECK_ST(shmring_consumer_release(a.c, &held), SHMRING_OK);
     CHECK_ST(shmring_producer_send(p, (const uint8_t *)"wake", 4, &m), SHMRING_OK);
