@@ -123,11 +123,6 @@ impl AsyncConsumer {
             .expect("an async consumer's shared consumer is never closed")
     }
 
-    /// The shared consumer behind the stream (its frames' consumer).
-    pub fn shared(&self) -> &SharedConsumer {
-        &self.shared
-    }
-
     fn disarm(&mut self) {
         if self.armed {
             self.with_consumer(|c| c.disarm());

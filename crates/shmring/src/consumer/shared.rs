@@ -414,10 +414,6 @@ impl SharedFrame {
     pub fn raw(&self) -> RawFrame {
         self.raw
     }
-    /// The consumer that handed it out.
-    pub fn consumer(&self) -> &SharedConsumer {
-        &self.consumer
-    }
     /// Releases the frame now (same as dropping it).
     pub fn release(self) {}
 }
