@@ -36,7 +36,10 @@
  *   A segment handle may be used from any number of threads. A producer, a
  *   consumer or a tap is used by one thread at a time (it may move between
  *   threads); a concurrent call returns SHMRING_ERR_BUSY. Use one producer per
- *   thread.
+ *   thread. One exception: shmring_consumer_release may be called from any
+ *   thread at any time, also while another thread waits in shmring_consumer_next
+ *   (the release is queued and that wait applies it at once, so producers get
+ *   the space back; it never waits for the other thread).
  *
  * SANDBOXES
  *   After shmring_segment_attach_fds + shmring_producer_attach, the producer path
@@ -215,7 +218,8 @@ typedef enum shmring_status {
   SHMRING_ERR_DESCRIPTORS = -29,
 } shmring_status;
 
-// The consumer of a ring (opaque). One thread at a time.
+// The consumer of a ring (opaque). One thread at a time, except
+// shmring_consumer_release, which any thread may call at any time.
 typedef struct shmring_consumer shmring_consumer;
 
 // A consumer's listener, serving its ring on a socket from one background thread
@@ -602,8 +606,12 @@ enum shmring_status shmring_consumer_close(struct shmring_consumer *c);
 enum shmring_status shmring_consumer_next(struct shmring_consumer *c, int64_t timeout_ns, struct shmring_frame *out);
 
 // Releases a frame handed out by this consumer; frames may be released in any
-// order. SHMRING_ERR_NOT_HELD: released already, or handed out by another
-// consumer. The frame's data pointer is invalid afterwards.
+// order, from any thread, also while another thread waits in
+// shmring_consumer_next (the release is then queued, and that wait gives the
+// space back to producers at once). SHMRING_ERR_NOT_HELD: handed out by another
+// consumer, or released already (detected when the consumer is not in another
+// thread's call; a repeated release queued meanwhile is ignored). The frame's data
+// pointer is invalid afterwards.
 enum shmring_status shmring_consumer_release(struct shmring_consumer *c, const struct shmring_frame *frame);
 
 // Frames handed out and not yet released.

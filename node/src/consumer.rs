@@ -1,6 +1,6 @@
 //! `Consumer` and `Frame`.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -10,7 +10,10 @@ use napi::bindgen_prelude::BigInt;
 use napi::{Env, JsFunction, JsObject, JsUnknown};
 use napi_derive::napi;
 use shmring::media::{kind, EndOfStream, MediaHeader, MediaRecord};
-use shmring::{Address, Config, Consumer, ConsumerSettings, RawFrame, Segment, Setting, Snapshot};
+use shmring::{
+    Address, Config, Consumer, ConsumerSettings, RawFrame, Segment, Setting, SharedConsumer,
+    SharedFrame, Snapshot,
+};
 
 use crate::errors::{core, error, millis, u32_arg, uint, OrThrow, CLOSED, INVALID_ARG, RELEASED};
 use crate::uvpoll::Watcher;
@@ -121,87 +124,44 @@ pub fn descriptors(
     }
 }
 
-/// The consumer and the frames handed out of it: frames keep it alive, so a closed
-/// consumer detaches once the last frame is released.
-pub(crate) struct Ring {
-    consumer: RefCell<Option<Consumer>>,
-    closed: Cell<bool>,
-    live: Cell<u64>,
-}
-
-impl Ring {
-    fn release(&self, seq: u64) {
-        if let Ok(c) = self.consumer.try_borrow() {
-            if let Some(c) = c.as_ref() {
-                // NotHeld cannot happen for frames we track.
-                let _ = c.release_raw(seq);
-            }
-        }
-        self.live.set(self.live.get().saturating_sub(1));
-        self.maybe_detach();
-    }
-
-    fn maybe_detach(&self) {
-        if self.closed.get() && self.live.get() == 0 {
-            if let Ok(mut g) = self.consumer.try_borrow_mut() {
-                g.take();
-            }
-        }
-    }
-}
-
 /// Held by a frame and by every view of it. The record goes back to the ring at
 /// `release()`, or, for a frame never released, when the frame and every view of
-/// it are collected. The mapping stays mapped while any of them lives.
+/// it are collected. The frame (the core's `SharedFrame`) keeps the consumer and
+/// the mapping: a closed consumer detaches once the last frame is given back.
 struct Hold {
-    ring: Rc<Ring>,
-    seq: u64,
-    given_back: Cell<bool>,
-    _mapping: Arc<Segment>,
+    frame: RefCell<Option<SharedFrame>>,
 }
 
 impl Hold {
     fn give_back(&self) {
-        if !self.given_back.replace(true) {
-            self.ring.release(self.seq);
-        }
-    }
-}
-
-impl Drop for Hold {
-    fn drop(&mut self) {
-        self.give_back();
+        drop(self.frame.borrow_mut().take());
     }
 }
 
 /// The consumer of a ring.
 #[napi(js_name = "Consumer")]
 pub struct JsConsumer {
-    ring: Rc<Ring>,
+    shared: SharedConsumer,
     watcher: Option<Watcher>,
 }
 
 impl JsConsumer {
     fn with<R>(&self, env: Env, f: impl FnOnce(&Consumer) -> napi::Result<R>) -> napi::Result<R> {
-        let g = self.ring.consumer.borrow();
-        match g.as_ref() {
-            Some(c) if !self.ring.closed.get() => f(c),
-            _ => Err(error(env, CLOSED, "the consumer is closed")),
+        if self.shared.is_closed() {
+            return Err(error(env, CLOSED, "the consumer is closed"));
         }
+        self.shared.with(f).or_throw(env)?
     }
 
     pub(crate) fn segment(&self, env: Env) -> napi::Result<Arc<Segment>> {
         self.with(env, |c| Ok(c.segment().clone()))
     }
 
-    fn frame(&self, env: Env, raw: Option<RawFrame>) -> napi::Result<Option<Frame>> {
-        let Some(raw) = raw else { return Ok(None) };
-        self.ring.live.set(self.ring.live.get() + 1);
+    fn frame(&self, env: Env, frame: Option<SharedFrame>) -> napi::Result<Option<Frame>> {
+        let Some(frame) = frame else { return Ok(None) };
+        let raw = frame.raw();
         let hold = Rc::new(Hold {
-            ring: self.ring.clone(),
-            seq: raw.seq,
-            given_back: Cell::new(false),
-            _mapping: self.segment(env)?,
+            frame: RefCell::new(Some(frame)),
         });
         let (media, end, media_error) =
             if raw.meta.kind == kind::VIDEO || raw.meta.kind == kind::AUDIO {
@@ -339,11 +299,7 @@ impl JsConsumer {
         }
         let c = Consumer::with_options(seg, opts).or_throw(env)?;
         Ok(JsConsumer {
-            ring: Rc::new(Ring {
-                consumer: RefCell::new(Some(c)),
-                closed: Cell::new(false),
-                live: Cell::new(0),
-            }),
+            shared: SharedConsumer::new(c),
             watcher: None,
         })
     }
@@ -355,17 +311,15 @@ impl JsConsumer {
         let t = timeout_ms
             .map(|t| millis(env, t, "timeoutMs"))
             .transpose()?;
-        let raw = self.with(env, |c| c.next_raw(t).or_throw(env))?;
-        self.frame(env, raw)
+        let f = self.shared.next_timeout(t).or_throw(env)?;
+        self.frame(env, f)
     }
 
     /// The next frame if one is ready, without waiting.
     #[napi]
     pub fn try_next(&self, env: Env) -> napi::Result<Option<Frame>> {
-        let raw = self.with(env, |c| {
-            c.next_raw(Some(std::time::Duration::ZERO)).or_throw(env)
-        })?;
-        self.frame(env, raw)
+        let f = self.shared.try_next().or_throw(env)?;
+        self.frame(env, f)
     }
 
     /// Eventfd rings: asks producers to signal the eventfd; `true` if something is
@@ -530,13 +484,12 @@ impl JsConsumer {
     #[napi]
     pub fn close(&mut self) {
         self.watcher = None;
-        self.ring.closed.set(true);
-        self.ring.maybe_detach();
+        self.shared.close();
     }
 
     #[napi(getter)]
     pub fn closed(&self) -> bool {
-        self.ring.closed.get()
+        self.shared.is_closed()
     }
 }
 

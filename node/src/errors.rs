@@ -25,6 +25,7 @@ pub fn code_of(e: &shmring::Error) -> &'static str {
         E::Abandoned { .. } => "SHMRING_ABANDONED",
         E::TooManyHeld { .. } => "SHMRING_TOO_MANY_HELD",
         E::NotHeld { .. } => "SHMRING_NOT_HELD",
+        E::Closed(_) => CLOSED,
         E::ReservationOpen(_) => "SHMRING_RESERVATION_OPEN",
         E::NoReservation(_) => "SHMRING_NO_RESERVATION",
         E::EventfdRequired(_) => "SHMRING_EVENTFD_REQUIRED",

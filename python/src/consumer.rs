@@ -1,6 +1,6 @@
 //! `Consumer` and `Frame`.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
@@ -12,7 +12,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use shmring::media::{kind, EndOfStream, MediaHeader, MediaRecord};
 use shmring::{
-    Address, Config, Consumer, ConsumerSettings, Occupant, RawFrame, Segment, Setting, Snapshot,
+    Address, Config, Consumer, ConsumerSettings, Occupant, RawFrame, Segment, Setting,
+    SharedConsumer, SharedFrame, Snapshot,
 };
 
 use crate::errors::{BadMediaHeader, Closed, ConfigError, IntoPy, Released, WrongThread};
@@ -22,25 +23,6 @@ use crate::views::{array_of, Plane, ViewGuard};
 /// Longest stretch a blocking wait spends without the GIL before checking for
 /// signals (Ctrl-C).
 pub const SIGNAL_CHECK: Duration = Duration::from_millis(100);
-
-/// Makes a pointer `Send` for `Python::detach`, which runs its closure on the
-/// current thread: nothing is actually shared with another thread.
-struct SameThread<T>(*const T);
-// SAFETY: only used for closures that `detach` runs synchronously on this thread.
-unsafe impl<T> Send for SameThread<T> {}
-impl<T> SameThread<T> {
-    /// # Safety
-    /// The pointee must outlive the returned reference.
-    unsafe fn get<'a>(&self) -> &'a T {
-        // SAFETY: per the caller.
-        unsafe { &*self.0 }
-    }
-}
-
-/// A value returned from a `detach` closure to the same thread.
-struct SameThreadValue<T>(T);
-// SAFETY: `detach` runs the closure on the calling thread and returns to it.
-unsafe impl<T> Send for SameThreadValue<T> {}
 
 pub fn secs(s: f64, what: &str) -> PyResult<Duration> {
     Duration::try_from_secs_f64(s)
@@ -153,13 +135,10 @@ pub struct PyConsumer {
     state: Owned<ConsumerState>,
 }
 
-/// What a [`PyConsumer`] holds. The core's consumer keeps its cursors in plain
-/// cells (it is `Send`, not `Sync`), and its frames are counted here without locks.
+/// What a [`PyConsumer`] holds: the core's shared consumer (it counts the frames
+/// handed out, and detaches once closed and the last is released).
 struct ConsumerState {
-    inner: RefCell<Option<Consumer>>,
-    closed: Cell<bool>,
-    /// Python frames handed out and not yet released to the ring.
-    live_frames: Cell<u64>,
+    shared: SharedConsumer,
     /// Resets already reported through the logger.
     resets_logged: Cell<u64>,
 }
@@ -222,11 +201,10 @@ impl PyConsumer {
 
     fn with<R>(&self, f: impl FnOnce(&Consumer) -> PyResult<R>) -> PyResult<R> {
         let st = self.st()?;
-        let g = st.inner.borrow();
-        match g.as_ref() {
-            Some(c) if !st.closed.get() => f(c),
-            _ => Err(Closed::new_err("the consumer is closed")),
+        if st.shared.is_closed() {
+            return Err(Closed::new_err("the consumer is closed"));
         }
+        st.shared.with(f).py_err()?
     }
 
     /// The segment, for a producer in this process.
@@ -234,36 +212,15 @@ impl PyConsumer {
         self.with(|c| Ok(c.segment().clone()))
     }
 
-    /// Hands a frame's record back to the ring (called once per frame).
-    fn release_seq(&self, seq: u64) {
-        // Frames live on the consumer's thread (they are unsendable), so this is it.
-        let Ok(st) = self.st() else { return };
-        if let Some(c) = st.inner.borrow().as_ref() {
-            // NotHeld cannot happen for frames we track; nothing to report in a drop.
-            let _ = c.release_raw(seq);
-        }
-        st.live_frames.set(st.live_frames.get().saturating_sub(1));
-        Self::maybe_drop_inner(st);
-    }
-
-    fn maybe_drop_inner(st: &ConsumerState) {
-        if st.closed.get() && st.live_frames.get() == 0 {
-            if let Ok(mut g) = st.inner.try_borrow_mut() {
-                g.take();
-            }
-        }
-    }
-
     fn make_frame<'py>(
         slf: &Bound<'py, Self>,
-        raw: RawFrame,
+        frame: SharedFrame,
     ) -> PyResult<Option<Bound<'py, PyFrame>>> {
         let py = slf.py();
+        let raw = frame.raw();
         let (media, end, media_error) =
             if raw.meta.kind == kind::VIDEO || raw.meta.kind == kind::AUDIO {
-                // SAFETY: the record is held: ptr/len lie inside the ring until released.
-                let payload = unsafe { std::slice::from_raw_parts(raw.ptr, raw.len) };
-                match read(raw.meta.kind, payload) {
+                match read(raw.meta.kind, frame.payload()) {
                     Ok(MediaRecord::Frame(h)) => (Some(h), None, None),
                     Ok(MediaRecord::End(e)) => (None, Some(e), None),
                     Err(e) => (None, None, Some(e.value(py).to_string())),
@@ -271,11 +228,9 @@ impl PyConsumer {
             } else {
                 (None, None, None)
             };
-        let this = slf.borrow();
-        let st = this.st()?;
-        st.live_frames.set(st.live_frames.get() + 1);
         let frame = PyFrame {
             ring: slf.clone().unbind(),
+            frame: Cell::new(Some(frame)),
             raw,
             media,
             end,
@@ -324,31 +279,28 @@ impl PyConsumer {
         let py = slf.py();
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
-            let raw = {
+            let got = {
                 let this = slf.borrow();
-                this.with(|c| {
-                    let step = match deadline {
-                        None => SIGNAL_CHECK,
-                        Some(d) => d
-                            .saturating_duration_since(Instant::now())
-                            .min(SIGNAL_CHECK),
-                    };
-                    if step.is_zero() {
-                        return c.next_raw(Some(Duration::ZERO)).py_err();
-                    }
-                    let cp = SameThread(c as *const Consumer);
-                    // SAFETY: `c` outlives the call, which runs on this thread while
-                    // the PyRef (and the RefCell borrow) keep the consumer in place.
-                    let out = py.detach(move || {
-                        // SAFETY: see above; the result goes back to this thread.
-                        SameThreadValue(unsafe { cp.get() }.next_raw(Some(step)))
-                    });
-                    out.0.py_err()
-                })?
+                let shared = this.st()?.shared.clone();
+                if shared.is_closed() {
+                    return Err(Closed::new_err("the consumer is closed"));
+                }
+                let step = match deadline {
+                    None => SIGNAL_CHECK,
+                    Some(d) => d
+                        .saturating_duration_since(Instant::now())
+                        .min(SIGNAL_CHECK),
+                };
+                if step.is_zero() {
+                    shared.try_next().py_err()?
+                } else {
+                    py.detach(move || shared.next_timeout(Some(step)))
+                        .py_err()?
+                }
             };
             Self::log_new_resets(slf)?;
-            if let Some(raw) = raw {
-                return Self::make_frame(slf, raw);
+            if let Some(frame) = got {
+                return Self::make_frame(slf, frame);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
@@ -496,9 +448,7 @@ impl PyConsumer {
             state: Owned::new(
                 py,
                 ConsumerState {
-                    inner: RefCell::new(Some(c)),
-                    closed: Cell::new(false),
-                    live_frames: Cell::new(0),
+                    shared: SharedConsumer::new(c),
                     resets_logged: Cell::new(0),
                 },
             ),
@@ -531,7 +481,7 @@ impl PyConsumer {
     }
 
     fn __next__<'py>(slf: &Bound<'py, Self>) -> PyResult<Option<Bound<'py, PyFrame>>> {
-        if slf.borrow().st()?.closed.get() {
+        if slf.borrow().st()?.shared.is_closed() {
             return Ok(None); // StopIteration
         }
         Self::next_impl(slf, None)
@@ -650,7 +600,7 @@ impl PyConsumer {
     /// Frames handed out and not yet handed back to the ring.
     #[getter]
     fn frames_alive(&self) -> PyResult<u64> {
-        Ok(self.st()?.live_frames.get())
+        Ok(self.st()?.shared.outstanding())
     }
 
     /// Records the core counts as held (handed out, or released out of order and
@@ -670,14 +620,10 @@ impl PyConsumer {
     /// are still alive.
     fn reset(&self) -> PyResult<()> {
         let st = self.st()?;
-        if st.closed.get() {
+        if st.shared.is_closed() {
             return Err(Closed::new_err("the consumer is closed"));
         }
-        let mut g = st.inner.borrow_mut();
-        match g.as_mut() {
-            Some(c) => c.reset().py_err(),
-            None => Err(Closed::new_err("the consumer is closed")),
-        }
+        st.shared.with_mut(|c| c.reset()).py_err()?.py_err()
     }
 
     /// How many times this consumer reset the ring (by itself or through reset()).
@@ -704,15 +650,13 @@ impl PyConsumer {
     /// close(): stops consuming. Frames still alive stay valid; the ring is
     /// detached (and a named ring created here unlinked) once they are released.
     fn close(&self) -> PyResult<()> {
-        let st = self.st()?;
-        st.closed.set(true);
-        Self::maybe_drop_inner(st);
+        self.st()?.shared.close();
         Ok(())
     }
 
     #[getter]
     fn closed(&self) -> PyResult<bool> {
-        Ok(self.st()?.closed.get())
+        Ok(self.st()?.shared.is_closed())
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -728,15 +672,16 @@ impl PyConsumer {
         let Ok(st) = self.st() else {
             return format!("<shmring.Consumer of thread {:?}>", self.state.thread_name);
         };
-        match st.inner.borrow().as_ref() {
-            Some(c) if !st.closed.get() => format!(
+        match self.with(|c| Ok(c.is_tethered())) {
+            Ok(tethered) => format!(
                 "<shmring.Consumer {}{} capacity={} frames_alive={}>",
-                c.segment().name(),
-                if c.is_tethered() { " tethered" } else { "" },
-                c.segment().geometry().capacity,
-                st.live_frames.get()
+                st.shared.label(),
+                if tethered { " tethered" } else { "" },
+                self.with(|c| Ok(c.segment().geometry().capacity))
+                    .unwrap_or(0),
+                st.shared.outstanding()
             ),
-            _ => "<shmring.Consumer closed>".to_string(),
+            Err(_) => "<shmring.Consumer closed>".to_string(),
         }
     }
 }
@@ -854,7 +799,11 @@ enum State {
 /// therefore keeps ring space; producers see a full ring if you keep too many.
 #[pyclass(unsendable, module = "shmring._shmring", name = "Frame")]
 pub struct PyFrame {
+    /// Keeps the Python consumer (its thread check, its name) while the frame lives.
+    #[allow(dead_code)]
     ring: Py<PyConsumer>,
+    /// The core's frame, until handed back (it keeps the mapping).
+    frame: Cell<Option<SharedFrame>>,
     raw: RawFrame,
     media: Option<MediaHeader>,
     /// An end-of-stream record's contents.
@@ -893,12 +842,10 @@ impl PyFrame {
         }
     }
 
-    fn hand_back(&self, py: Python<'_>) {
+    fn hand_back(&self, _py: Python<'_>) {
         if self.state.get() != State::Released {
             self.state.set(State::Released);
-            if let Ok(r) = self.ring.bind(py).try_borrow() {
-                r.release_seq(self.raw.seq);
-            }
+            drop(self.frame.take());
         }
     }
 

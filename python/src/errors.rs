@@ -164,6 +164,7 @@ pub fn to_py(e: shmring::Error) -> PyErr {
         E::Abandoned { .. } => Abandoned::new_err(msg),
         E::TooManyHeld { .. } => TooManyHeld::new_err(msg),
         E::NotHeld { .. } => NotHeld::new_err(msg),
+        E::Closed(_) => Closed::new_err(msg),
         E::EventfdRequired(_) => EventfdRequired::new_err(msg),
         // Descriptors that are not the ring's: how the caller attached is wrong.
         E::Descriptors { .. } => ConfigError::new_err(msg),

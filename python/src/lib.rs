@@ -4,8 +4,8 @@
 //! The bindings are thin: every ring operation is the core crate's. What lives
 //! here is lifetime bookkeeping between Python objects and ring memory:
 //!
-//! * A [`consumer::PyFrame`] holds a strong reference to its consumer and a
-//!   [`shmring::RawFrame`]. Python views of its payload (buffer exports and numpy
+//! * A [`consumer::PyFrame`] holds a strong reference to its consumer and the
+//!   core's [`shmring::SharedFrame`]. Python views of its payload (buffer exports and numpy
 //!   arrays) are counted; the record is handed back to the ring only when the frame
 //!   is released *and* no view is left (deferred release), so a view never points at
 //!   memory a producer may reuse.

@@ -5,13 +5,11 @@
 //! pipeline's clock; and the choice, per frame, between handing downstream the
 //! ring's memory and a copy.
 //!
-//! **Frames in place.** A buffer's memory holds a [`Held`] frame that releases
-//! itself when the last reference drops, on whatever thread that happens. The
-//! consumer is not `Sync`, so a release takes the consumer's lock if it is free,
-//! and otherwise leaves the frame's number in a bounded lock-free queue that the
-//! reading thread empties before every read (the queue holds as many entries as
-//! the ring has claim log entries, more than can ever be outstanding, so a release
-//! never allocates and never fails).
+//! **Frames in place.** A buffer's memory holds a [`Held`] frame (the core's
+//! [`SharedFrame`]) that releases itself when the last reference drops, on
+//! whatever thread that happens, without waiting for the reading thread: the
+//! core queues the release if the reading thread is in a receive and nudges that
+//! receive, which gives the space back at once (see `shmring::SharedConsumer`).
 //!
 //! **Copy or not.** The ring gives space back in order: a frame held downstream
 //! keeps every later record's space from being reused, so an element that keeps
@@ -32,15 +30,16 @@
 //! frame they kept would be enough to stall the ring.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 use gst::prelude::*;
 use shmring::media::{self, kind, MediaRecord};
-use shmring::{Consumer, ConsumerOptions, Error, Meta, RawFrame, Segment, Tap, TapOptions};
+use shmring::{
+    Consumer, ConsumerOptions, Error, Meta, SharedConsumer, SharedFrame, Tap, TapOptions,
+};
 
-use crate::lock;
 use crate::ring::Location;
 
 pub static CAT: std::sync::LazyLock<gst::DebugCategory> = std::sync::LazyLock::new(|| {
@@ -51,11 +50,13 @@ pub static CAT: std::sync::LazyLock<gst::DebugCategory> = std::sync::LazyLock::n
     )
 });
 
-/// Longest the reading thread waits for a record when downstream threads have
-/// just been queueing releases, before it looks at the queue again.
+/// How long the reading thread pauses before it reads again after the consumer
+/// refused (frames from before a reset still held, or as many held as the claim
+/// log tracks): releases downstream end that.
 pub const POLL: Duration = Duration::from_millis(1);
-/// Longest it waits otherwise, before it looks at the queue, flushing and
-/// idleness again.
+/// Longest the reading thread waits for a record, before it looks at flushing
+/// and idleness again. (Releases downstream reach the ring during the wait: the
+/// core nudges it.)
 pub const POLL_IDLE: Duration = Duration::from_millis(20);
 /// At most one malformed-header warning on the bus per this interval (a hostile
 /// producer must not flood the bus); every one is counted and logged.
@@ -234,72 +235,19 @@ impl Tracker {
     }
 }
 
-/// The consumer and what downstream threads need to release frames.
-struct Ring {
-    consumer: Mutex<Consumer>,
-    /// Frames released on other threads while the reading thread held the consumer.
-    /// (Frames stay valid across a reset of the ring, so every release counts.)
-    released: ArrayQueue<u64>,
-    seg: Arc<Segment>,
-}
-
-impl Ring {
-    /// Releases frames queued by other threads (the caller holds the consumer);
-    /// how many there were.
-    fn drain(&self, c: &Consumer) -> usize {
-        let mut n = 0;
-        while let Some(seq) = self.released.pop() {
-            n += 1;
-            if let Err(e) = c.release_raw(seq) {
-                gst::warning!(CAT, "release of frame {seq}: {e}");
-            }
-        }
-        n
-    }
-
-    fn release(&self, seq: u64) {
-        match self.consumer.try_lock() {
-            Ok(c) => {
-                if let Err(e) = c.release_raw(seq) {
-                    gst::warning!(CAT, "release of frame {seq}: {e}");
-                }
-                self.drain(&c);
-            }
-            Err(_) => {
-                if self.released.push(seq).is_err() {
-                    // Cannot happen: the queue holds more entries than frames can be
-                    // outstanding. Should it, the frame stays held until a reset.
-                    gst::error!(CAT, "release queue full; frame {seq} stays held");
-                }
-            }
-        }
-    }
-}
-
 /// A frame in the ring, owned by a `GstMemory`: released when that is freed.
 struct Held {
-    ring: Arc<Ring>,
+    frame: SharedFrame,
     tracker: Arc<Tracker>,
     lane: Arc<Lane>,
-    ptr: *const u8,
-    len: usize,
-    seq: u64,
     at: u64,
     /// Its place in the reader's list of frames held in place.
     place: usize,
 }
 
-// SAFETY: `ptr` points into the shared mapping that `ring.seg` keeps alive; the
-// bytes are only read, and the release goes through the ring's lock or queue, so the
-// frame may be dropped on any thread.
-unsafe impl Send for Held {}
-
 impl AsRef<[u8]> for Held {
     fn as_ref(&self) -> &[u8] {
-        // SAFETY: the frame is held (not released) while this value lives, so no
-        // honest producer reuses its bytes; ptr/len come from the consumer, which
-        // validated them to lie inside the mapping that `ring.seg` keeps mapped.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+        self.frame.payload()
     }
 }
 
@@ -308,11 +256,11 @@ impl Drop for Held {
         self.tracker.held_frames.fetch_sub(1, Ordering::Relaxed);
         self.tracker
             .held_bytes
-            .fetch_sub(self.len as u64, Ordering::Relaxed);
+            .fetch_sub(self.frame.len() as u64, Ordering::Relaxed);
         self.tracker.returned(&self.lane, self.at);
         // Release: the reader that sees the flag may reuse the place.
         self.tracker.back[self.place].store(true, Ordering::Release);
-        self.ring.release(self.seq);
+        // The frame goes back to the ring as the field drops, after this.
     }
 }
 
@@ -356,7 +304,7 @@ fn buffer_over<T: AsRef<[u8]> + Send + 'static>(data: T, first: usize, end: usiz
 /// Where a record's bytes are.
 enum Data {
     /// A frame of the ring, held until released.
-    Frame { ring: Arc<Ring>, f: RawFrame },
+    Frame(SharedFrame),
     /// A tap's copy.
     Copy(Vec<u8>),
 }
@@ -386,9 +334,7 @@ impl Record {
 
     fn payload(&self) -> &[u8] {
         match &self.data {
-            // SAFETY: ptr/len come from the consumer, validated to lie inside the
-            // mapping the ring keeps alive; the frame is held until released.
-            Data::Frame { f, .. } => unsafe { std::slice::from_raw_parts(f.ptr, f.len) },
+            Data::Frame(f) => f.payload(),
             Data::Copy(buf) => buf,
         }
     }
@@ -548,7 +494,7 @@ struct SeqTrack {
 
 /// Reads one ring for one element.
 pub struct Reader {
-    ring: Option<Arc<Ring>>,
+    ring: Option<SharedConsumer>,
     tap: Option<TapReader>,
     opts: Options,
     pub tracker: Arc<Tracker>,
@@ -639,12 +585,7 @@ impl Reader {
                 )
             })?;
             let geo = *seg.geometry();
-            let ring = Arc::new(Ring {
-                consumer: Mutex::new(consumer),
-                released: ArrayQueue::new(geo.log_entries as usize),
-                seg,
-            });
-            (Some(ring), None, geo)
+            (Some(SharedConsumer::new(consumer)), None, geo)
         };
         Ok(Reader {
             ring,
@@ -748,7 +689,7 @@ impl Reader {
     /// (or a record was dropped: malformed, filtered). Err: the ring failed.
     pub fn next(&mut self, el: &gst::Element) -> Result<Option<Record>, ReadError> {
         let mut fresh = false;
-        let (meta, data, seq) = match self.tap.as_mut() {
+        let (meta, seq, data) = match self.tap.as_mut() {
             Some(t) => {
                 let mut buf = self.spare.pop().unwrap_or_default();
                 let got = t.tap.next_into(&mut buf, Some(POLL_IDLE));
@@ -765,7 +706,7 @@ impl Reader {
                     .fetch_add(ts.filtered - t.filtered_seen, Ordering::Relaxed);
                 t.filtered_seen = ts.filtered;
                 match got {
-                    Ok(Some(f)) => (f.meta, Data::Copy(buf), f.seq),
+                    Ok(Some(f)) => (f.meta, f.seq, Data::Copy(buf)),
                     Ok(None) => {
                         let _ = self.spare.push(buf);
                         return Ok(None);
@@ -774,17 +715,14 @@ impl Reader {
                 }
             }
             None => {
-                let ring = self.ring.clone().expect("a consumer or a tap");
-                let c = lock(&ring.consumer);
-                // Releases arrived while we waited: more may come during the next
-                // wait, and producers may be waiting for that space, so look again
-                // soon. Otherwise nothing suggests they will.
-                let wait = if ring.drain(&c) > 0 { POLL } else { POLL_IDLE };
+                let ring = self.ring.as_ref().expect("a consumer or a tap");
                 let asked = Instant::now();
-                let next = c.next_raw(Some(wait));
+                let next = ring.next_timeout(Some(POLL_IDLE));
                 // Waited for: the ring was empty when asked.
                 fresh = asked.elapsed() >= FRESH;
-                let resets = c.resets();
+                let (resets, cause) = ring
+                    .with(|c| (c.resets(), c.health().last_corruption))
+                    .map_err(|e| ReadError(e.to_string()))?;
                 if resets != self.resets_seen {
                     self.counters
                         .resets
@@ -797,13 +735,12 @@ impl Reader {
                         (
                             "{}: ring corrupted ({}); reset, continuing",
                             el.name(),
-                            c.health().last_corruption.unwrap_or("unknown")
+                            cause.unwrap_or("unknown")
                         )
                     );
                 }
-                drop(c);
                 match next {
-                    Ok(Some(f)) => (f.meta, Data::Frame { ring, f }, f.seq),
+                    Ok(Some(f)) => (f.meta(), f.seq(), Data::Frame(f)),
                     Ok(None) => return Ok(None),
                     // The consumer resets a scribbled ring by itself, keeping the
                     // frames held downstream valid; it reports corruption only while
@@ -819,7 +756,7 @@ impl Reader {
         };
         // The traffic after this record (what passes while it is held).
         let len = match &data {
-            Data::Frame { f, .. } => f.len as u64,
+            Data::Frame(f) => f.len() as u64,
             Data::Copy(b) => b.len() as u64,
         };
         let at = self.tracker.consumed.fetch_add(len, Ordering::Relaxed) + len;
@@ -865,7 +802,7 @@ impl Reader {
     /// A record not output goes back to the ring at once.
     pub fn discard(&self, rec: Record) {
         match rec.data {
-            Data::Frame { ring, f } => ring.release(f.seq),
+            Data::Frame(f) => f.release(),
             Data::Copy(buf) => {
                 let _ = self.spare.push(buf);
             }
@@ -915,10 +852,9 @@ impl Reader {
                 };
                 return buffer_over(copy, first, end);
             }
-            Data::Frame { ring, f } => (ring, f),
+            Data::Frame(f) => f,
         };
-        let (ring, f) = f;
-        let len = f.len as u64;
+        let len = f.len() as u64;
         let pinned = self.pinned();
         let t = &self.tracker;
         let depth = lane.depth();
@@ -941,12 +877,9 @@ impl Reader {
             t.back[place].store(false, Ordering::Relaxed);
             self.outstanding.push_back((place, at));
             let held = Held {
-                ring,
+                frame: f,
                 tracker: t.clone(),
                 lane: lane.clone(),
-                ptr: f.ptr,
-                len: f.len,
-                seq: f.seq,
                 at,
                 place,
             };
@@ -973,10 +906,8 @@ impl Reader {
         self.counters.copies.fetch_add(1, Ordering::Relaxed);
         let mut buf = self.spare.pop().unwrap_or_default();
         buf.clear();
-        // SAFETY: as in `Record::payload`: the frame is held until released below.
-        let payload = unsafe { std::slice::from_raw_parts(f.ptr, f.len) };
-        buf.extend_from_slice(payload);
-        ring.release(f.seq);
+        buf.extend_from_slice(f.payload());
+        f.release();
         let copy = Copied {
             buf,
             home: self.spare.clone(),
@@ -1048,9 +979,10 @@ impl Reader {
                         .is_none_or(|t| now.duration_since(t) >= POLL * 10)
                 {
                     self.last_reap = Some(now);
-                    lock(&r.consumer).reap();
+                    let _ = r.with(|c| c.reap());
                 }
-                r.seg.stats()
+                r.with(|c| c.segment().stats())
+                    .expect("the reader's consumer is never closed")
             }
             (None, Some(t)) => t.tap.segment().stats(),
             (None, None) => return None,

@@ -1,11 +1,10 @@
 //! The consumer: frames, release, resets, wake-ups.
 
-use std::cell::UnsafeCell;
 use std::ffi::c_char;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use shmring::{Consumer, ConsumerOptions, ConsumerSettings, Setting};
+use shmring::{Consumer, ConsumerOptions, ConsumerSettings, Setting, SharedConsumer};
 
 use crate::handles::*;
 use crate::status::shmring_status::*;
@@ -73,11 +72,16 @@ pub const SHMRING_WAIT_FOREVER: i64 = -1;
 
 pub(crate) static NEXT_CONSUMER_ID: AtomicU64 = AtomicU64::new(1);
 
-/// The consumer of a ring (opaque). One thread at a time.
+/// The consumer of a ring (opaque). One thread at a time, except
+/// shmring_consumer_release, which any thread may call at any time.
 pub struct shmring_consumer {
     users: AtomicU32,
+    /// Calls of shmring_consumer_release under way (they take no exclusive lease).
+    releasers: AtomicU32,
     id: u64,
-    consumer: UnsafeCell<Consumer>,
+    /// The core's shared consumer: a release from another thread while one waits
+    /// in shmring_consumer_next is queued and applied by that wait.
+    consumer: SharedConsumer,
 }
 
 impl Handle for shmring_consumer {
@@ -87,14 +91,17 @@ impl Handle for shmring_consumer {
     fn users(&self) -> &AtomicU32 {
         &self.users
     }
+    fn busy(&self) -> bool {
+        // Acquire: pairs with the Release decrements when leases end.
+        self.users.load(Ordering::Acquire) != 0 || self.releasers.load(Ordering::Acquire) != 0
+    }
 }
 
 impl shmring_consumer {
-    /// SAFETY: call only while holding the exclusive lease.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn get(&self) -> &mut Consumer {
-        // SAFETY: the exclusive lease makes us the only user.
-        unsafe { &mut *self.consumer.get() }
+    /// Runs `f` on the consumer (the caller holds the exclusive lease, so no
+    /// receive is under way: it does not wait).
+    fn with<R>(&self, f: impl FnOnce(&Consumer) -> R) -> Res<R> {
+        self.consumer.with(f).map_err(core_err)
     }
 }
 
@@ -144,8 +151,9 @@ fn core_options(opts: *const shmring_consumer_options) -> Res<ConsumerOptions> {
 fn new_consumer(c: Consumer, out: &mut *mut shmring_consumer) -> Res<shmring_status> {
     *out = register(Box::new(shmring_consumer {
         users: AtomicU32::new(0),
+        releasers: AtomicU32::new(0),
         id: NEXT_CONSUMER_ID.fetch_add(1, Ordering::Relaxed),
-        consumer: UnsafeCell::new(c),
+        consumer: SharedConsumer::new(c),
     }));
     ok()
 }
@@ -204,8 +212,7 @@ pub unsafe extern "C" fn shmring_consumer_is_tethered(
     entry("shmring_consumer_is_tethered", || {
         let out = out_ptr(out, "out")?;
         let (h, _l) = lease(c)?;
-        // SAFETY: lease held; reads only.
-        *out = u32::from(unsafe { h.get() }.is_tethered());
+        *out = u32::from(h.with(|c| c.is_tethered())?);
         ok()
     })
 }
@@ -229,9 +236,7 @@ pub unsafe extern "C" fn shmring_consumer_next(
         let (h, _l) = lease(c as *const shmring_consumer)?;
         let out = out_ptr(out, "out")?;
         let timeout = (timeout_ns >= 0).then(|| Duration::from_nanos(timeout_ns as u64));
-        // SAFETY: exclusive lease.
-        let cons = unsafe { h.get() };
-        match cons.next_raw(timeout).map_err(core_err)? {
+        match h.consumer.next_raw(timeout).map_err(core_err)? {
             Some(f) => {
                 *out = shmring_frame {
                     data: f.ptr,
@@ -251,15 +256,19 @@ pub unsafe extern "C" fn shmring_consumer_next(
 }
 
 /// Releases a frame handed out by this consumer; frames may be released in any
-/// order. SHMRING_ERR_NOT_HELD: released already, or handed out by another
-/// consumer. The frame's data pointer is invalid afterwards.
+/// order, from any thread, also while another thread waits in
+/// shmring_consumer_next (the release is then queued, and that wait gives the
+/// space back to producers at once). SHMRING_ERR_NOT_HELD: handed out by another
+/// consumer, or released already (detected when the consumer is not in another
+/// thread's call; a repeated release queued meanwhile is ignored). The frame's data
+/// pointer is invalid afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn shmring_consumer_release(
     c: *mut shmring_consumer,
     frame: *const shmring_frame,
 ) -> shmring_status {
     entry("shmring_consumer_release", || {
-        let (h, _l) = lease(c as *const shmring_consumer)?;
+        let (h, _l) = lease_shared(c as *const shmring_consumer, |h| &h.releasers)?;
         let f = in_ptr(frame, "frame")?;
         if f.owner != h.id {
             return Err(fail!(
@@ -270,8 +279,7 @@ pub unsafe extern "C" fn shmring_consumer_release(
                 h.id
             ));
         }
-        // SAFETY: exclusive lease.
-        unsafe { h.get() }.release_raw(f.seq).map_err(core_err)?;
+        h.consumer.release_raw(f.seq).map_err(core_err)?;
         ok()
     })
 }
@@ -285,8 +293,7 @@ pub unsafe extern "C" fn shmring_consumer_outstanding(
     entry("shmring_consumer_outstanding", || {
         let (h, _l) = lease(c as *const shmring_consumer)?;
         let out = out_ptr(out, "out")?;
-        // SAFETY: exclusive lease.
-        *out = unsafe { h.get() }.outstanding();
+        *out = h.with(|c| c.outstanding())?;
         ok()
     })
 }
@@ -300,8 +307,10 @@ pub unsafe extern "C" fn shmring_consumer_outstanding(
 pub unsafe extern "C" fn shmring_consumer_reset(c: *mut shmring_consumer) -> shmring_status {
     entry("shmring_consumer_reset", || {
         let (h, _l) = lease(c as *const shmring_consumer)?;
-        // SAFETY: exclusive lease.
-        unsafe { h.get() }.reset().map_err(core_err)?;
+        h.consumer
+            .with_mut(|c| c.reset())
+            .map_err(core_err)?
+            .map_err(core_err)?;
         ok()
     })
 }
@@ -320,8 +329,7 @@ pub unsafe extern "C" fn shmring_consumer_resets(
     entry("shmring_consumer_resets", || {
         let out = out_ptr(resets, "resets")?;
         let (h, _l) = lease(c)?;
-        // SAFETY: lease held; `health` reads only.
-        let health = unsafe { h.get() }.health();
+        let health = h.with(|c| c.health())?;
         *out = health.resets;
         if !cause.is_null() && cause_len > 0 {
             let text = health.last_corruption.unwrap_or("").as_bytes();
@@ -346,8 +354,7 @@ pub unsafe extern "C" fn shmring_consumer_reap(
 ) -> shmring_status {
     entry("shmring_consumer_reap", || {
         let (h, _l) = lease(c as *const shmring_consumer)?;
-        // SAFETY: exclusive lease.
-        let n = unsafe { h.get() }.reap();
+        let n = h.with(|c| c.reap())?;
         if !freed.is_null() {
             // SAFETY: non-null, the caller promises a writable u32.
             unsafe { *freed = n };
@@ -381,10 +388,7 @@ pub unsafe extern "C" fn shmring_consumer_arm(
     entry("shmring_consumer_arm", || {
         let (h, _l) = lease(c as *const shmring_consumer)?;
         let ready = out_ptr(ready, "ready")?;
-        // SAFETY: exclusive lease.
-        let cons = unsafe { h.get() };
-        ring_consumer_only(cons)?;
-        *ready = cons.arm() as u32;
+        *ready = h.with(|c| ring_consumer_only(c).map(|()| c.arm() as u32))??;
         ok()
     })
 }
@@ -394,10 +398,7 @@ pub unsafe extern "C" fn shmring_consumer_arm(
 pub unsafe extern "C" fn shmring_consumer_disarm(c: *mut shmring_consumer) -> shmring_status {
     entry("shmring_consumer_disarm", || {
         let (h, _l) = lease(c as *const shmring_consumer)?;
-        // SAFETY: exclusive lease.
-        let cons = unsafe { h.get() };
-        ring_consumer_only(cons)?;
-        cons.disarm();
+        h.with(|c| ring_consumer_only(c).map(|()| c.disarm()))??;
         ok()
     })
 }

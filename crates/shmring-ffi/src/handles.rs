@@ -32,6 +32,11 @@ pub(crate) trait Handle {
     /// Producers and consumers are used by one thread at a time; segments by many.
     const EXCLUSIVE: bool;
     fn users(&self) -> &AtomicU32;
+    /// Is a call under way on the handle (it cannot be closed then)?
+    fn busy(&self) -> bool {
+        // Acquire: pairs with the Release decrement when a lease ends.
+        self.users().load(Ordering::Acquire) != 0
+    }
 }
 
 /// A handle in use: it cannot be closed until the lease ends.
@@ -58,8 +63,14 @@ pub(crate) fn registry_write() -> std::sync::RwLockWriteGuard<'static, BTreeMap<
     REGISTRY.write().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Validates `ptr` as a live `T` and leases it for the duration of a call.
-pub(crate) fn lease<'a, T: Handle>(ptr: *const T) -> Res<(&'a T, Lease<'a>)> {
+/// `ptr` as a live `T`, with the registry's read lock that keeps it live until
+/// the caller has counted its lease.
+fn live<'a, T: Handle>(
+    ptr: *const T,
+) -> Res<(
+    &'a T,
+    std::sync::RwLockReadGuard<'static, BTreeMap<usize, Kind>>,
+)> {
     if ptr.is_null() {
         return Err(fail!(SHMRING_ERR_NULL, "{} handle is NULL", T::TYPE_NAME));
     }
@@ -73,7 +84,12 @@ pub(crate) fn lease<'a, T: Handle>(ptr: *const T) -> Res<(&'a T, Lease<'a>)> {
     }
     // SAFETY: registered addresses point to live, boxed handles; removal happens
     // under the write lock and only when no lease is held, and we hold the read lock.
-    let h: &'a T = unsafe { &*ptr };
+    Ok((unsafe { &*ptr }, reg))
+}
+
+/// Validates `ptr` as a live `T` and leases it for the duration of a call.
+pub(crate) fn lease<'a, T: Handle>(ptr: *const T) -> Res<(&'a T, Lease<'a>)> {
+    let (h, reg) = live(ptr)?;
     if T::EXCLUSIVE {
         if h.users()
             .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
@@ -98,6 +114,27 @@ pub(crate) fn lease<'a, T: Handle>(ptr: *const T) -> Res<(&'a T, Lease<'a>)> {
     ))
 }
 
+/// Like [`lease`] for the one call of an exclusive handle that any thread may make
+/// beside the others (a consumer's release): counted in `count(handle)`, which
+/// the handle's [`Handle::busy`] reports so that it is not closed meanwhile.
+pub(crate) fn lease_shared<'a, T: Handle>(
+    ptr: *const T,
+    count: impl FnOnce(&'a T) -> &'a AtomicU32,
+) -> Res<(&'a T, Lease<'a>)> {
+    let (h, reg) = live(ptr)?;
+    let users = count(h);
+    // Acquire: pairs with the Release decrement of an earlier lease.
+    users.fetch_add(1, Ordering::Acquire);
+    drop(reg);
+    Ok((
+        h,
+        Lease {
+            users,
+            exclusive: false,
+        },
+    ))
+}
+
 pub(crate) fn register<T: Handle>(b: Box<T>) -> *mut T {
     let p = Box::into_raw(b);
     registry_write().insert(p as usize, T::KIND);
@@ -118,8 +155,7 @@ pub(crate) fn close<T: Handle>(ptr: *mut T) -> Res<shmring_status> {
         ));
     }
     // SAFETY: registered, so live; we hold the write lock so no lease can start.
-    let busy = unsafe { &*ptr }.users().load(Ordering::Acquire);
-    if busy != 0 {
+    if unsafe { &*ptr }.busy() {
         return Err(fail!(
             SHMRING_ERR_BUSY,
             "{} {ptr:p} is in use by another thread; close it after that call returns",

@@ -111,7 +111,7 @@ pub(crate) fn status_of(e: &Error) -> shmring_status {
         Error::NotHeld { .. } => SHMRING_ERR_NOT_HELD,
         Error::EventfdRequired(_) => SHMRING_ERR_EVENTFD_REQUIRED,
         Error::Descriptors { .. } => SHMRING_ERR_DESCRIPTORS,
-        Error::ReservationOpen(_) | Error::NoReservation(_) => SHMRING_ERR_STATE,
+        Error::ReservationOpen(_) | Error::NoReservation(_) | Error::Closed(_) => SHMRING_ERR_STATE,
         Error::Refused { .. } => SHMRING_ERR_REFUSED,
         Error::Handoff { .. } => SHMRING_ERR_HANDOFF,
         Error::Detached { .. } => SHMRING_ERR_DETACHED,

@@ -92,6 +92,9 @@ pub enum Error {
         "ring {segment}: the consumer holds {held} records, the claim log's limit; release some"
     )]
     TooManyHeld { segment: Name, held: u64 },
+    /// A shared consumer was closed (see `SharedConsumer::close`).
+    #[error("ring {0}: the consumer is closed")]
+    Closed(Name),
     /// A frame handle that is not held by this consumer.
     #[error("ring {segment}: record {seq} is not held (released twice, or not from this ring)")]
     NotHeld { segment: Name, seq: u64 },

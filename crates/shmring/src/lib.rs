@@ -32,6 +32,7 @@
 pub mod layout;
 pub mod media;
 pub mod protocol;
+pub mod release_queue;
 pub mod sync;
 
 #[cfg(not(loom))]
@@ -68,7 +69,7 @@ pub mod tokio;
 #[cfg(all(feature = "tokio", not(loom)))]
 pub use self::tokio::{AsyncConsumer, AsyncFrame, AsyncProducer, AsyncReservation};
 #[cfg(not(loom))]
-pub use consumer::{Consumer, Frame, Health, RawFrame};
+pub use consumer::{Consumer, Frame, Health, RawFrame, SharedConsumer, SharedFrame};
 #[cfg(not(loom))]
 pub use error::{Error, Name, Occupant, Result};
 #[cfg(not(loom))]

@@ -44,28 +44,15 @@ use ::tokio::io::unix::AsyncFd;
 use ::tokio::time::{Instant, Sleep};
 
 use crate::error::{Error, Result};
-use crate::{Consumer, FullPolicy, Meta, Producer, RawFrame};
+use crate::{Consumer, FullPolicy, Meta, Producer, SharedConsumer, SharedFrame};
 
-/// The ring's eventfd, borrowed: the segment (kept alive by the consumer, which
-/// outlives the `AsyncFd`, see field order in [`AsyncConsumer`]) owns it.
+/// The ring's eventfd, borrowed: the segment (kept alive by the shared consumer,
+/// which outlives the `AsyncFd`, see field order in [`AsyncConsumer`]) owns it.
 struct EventFd(RawFd);
 
 impl AsRawFd for EventFd {
     fn as_raw_fd(&self) -> RawFd {
         self.0
-    }
-}
-
-/// The consumer, shared with the frames it handed out (they release themselves).
-struct Shared {
-    consumer: Mutex<Consumer>,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Consumer> {
-        // A panic elsewhere while holding the lock leaves the consumer's own state
-        // consistent (every call is a complete protocol step): carry on.
-        self.consumer.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -75,7 +62,7 @@ impl Shared {
 pub struct AsyncConsumer {
     // Dropped first: deregisters the borrowed eventfd before the segment can go.
     fd: AsyncFd<EventFd>,
-    shared: Arc<Shared>,
+    shared: SharedConsumer,
     /// Armed (waiting flag set) and not yet disarmed.
     armed: bool,
     /// Wakes the stream every liveness interval while it waits (made once).
@@ -101,9 +88,10 @@ impl AsyncConsumer {
                 std::io::Error::other("AsyncConsumer::new must be called within a tokio runtime"),
             ));
         }
-        // SAFETY: the eventfd is owned by the segment, which the consumer keeps open
-        // and unchanged for as long as it lives; the consumer is in `shared`, which
-        // outlives `fd` (fields drop in order, `fd` first; frames only add owners).
+        // SAFETY: the eventfd is owned by the segment, which the consumer in `shared`
+        // keeps open and unchanged for as long as it lives (never closed, it never
+        // detaches); `shared` outlives `fd` (fields drop in order, `fd` first;
+        // frames only add owners).
         let fd = unsafe {
             AsyncFd::register_with_interest(
                 EventFd(efd.as_raw_fd()),
@@ -116,9 +104,7 @@ impl AsyncConsumer {
         let interval = consumer.options().liveness_interval;
         Ok(AsyncConsumer {
             fd,
-            shared: Arc::new(Shared {
-                consumer: Mutex::new(consumer),
-            }),
+            shared: SharedConsumer::new(consumer),
             armed: false,
             tick: Box::pin(::tokio::time::sleep(interval)),
             interval,
@@ -132,34 +118,31 @@ impl AsyncConsumer {
 
     /// Runs `f` on the consumer (statistics, health, `outstanding`, ...).
     pub fn with_consumer<R>(&self, f: impl FnOnce(&Consumer) -> R) -> R {
-        f(&self.shared.lock())
+        self.shared
+            .with(f)
+            .expect("an async consumer's shared consumer is never closed")
     }
 
-    fn disarm(&mut self, c: &Consumer) {
+    fn disarm(&mut self) {
         if self.armed {
-            c.disarm();
+            self.with_consumer(|c| c.disarm());
             self.armed = false;
         }
     }
 
     fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Result<AsyncFrame>> {
-        let shared = self.shared.clone();
-        let c = shared.lock();
         loop {
             if !self.armed {
                 // The only place a frame leaves the ring: returned from this poll.
-                match c.next_raw(Some(Duration::ZERO)) {
-                    Ok(Some(raw)) => {
-                        return Poll::Ready(Ok(AsyncFrame {
-                            shared: self.shared.clone(),
-                            raw,
-                        }))
-                    }
+                match self.shared.try_next() {
+                    Ok(Some(f)) => return Poll::Ready(Ok(f)),
                     Ok(None) => {}
                     Err(e) => return Poll::Ready(Err(e)),
                 }
-                if c.arm() {
-                    continue; // something arrived meanwhile (arm disarmed itself)
+                // Something arrived meanwhile, or a release was queued (arm
+                // disarmed itself): look again.
+                if self.with_consumer(|c| c.arm()) {
+                    continue;
                 }
                 self.armed = true;
                 let deadline = Instant::now() + self.interval;
@@ -169,19 +152,19 @@ impl AsyncConsumer {
                 Poll::Ready(Ok(mut guard)) => {
                     // Cleared before draining (in disarm): a later signal sets it again.
                     guard.clear_ready();
-                    self.disarm(&c);
+                    self.disarm();
                     continue;
                 }
                 Poll::Ready(Err(e)) => {
-                    self.disarm(&c);
-                    let seg = c.segment().name().to_string();
-                    return Poll::Ready(Err(crate::error::os("wait on the eventfd", &seg, e)));
+                    self.disarm();
+                    let seg = self.shared.label();
+                    return Poll::Ready(Err(crate::error::os("wait on the eventfd", seg, e)));
                 }
                 Poll::Pending => {}
             }
             // Look at the ring every liveness interval even without a signal.
             if self.tick.as_mut().poll(cx).is_ready() {
-                self.disarm(&c);
+                self.disarm();
                 continue;
             }
             return Poll::Pending;
@@ -199,63 +182,13 @@ impl futures_core::Stream for AsyncConsumer {
 
 impl Drop for AsyncConsumer {
     fn drop(&mut self) {
-        if self.armed {
-            self.shared.lock().disarm();
-        }
+        self.disarm();
     }
 }
 
-/// A frame from an [`AsyncConsumer`]: the payload in place in shared memory,
-/// released on drop (in any order, from any thread).
-pub struct AsyncFrame {
-    shared: Arc<Shared>,
-    raw: RawFrame,
-}
-
-// SAFETY: the payload lies in the shared mapping, which `shared` (consumer →
-// segment) keeps mapped; reading it from another thread is what shared memory is
-// for. Release goes through the consumer's mutex.
-unsafe impl Send for AsyncFrame {}
-// SAFETY: `&AsyncFrame` only reads the payload and copies of the metadata.
-unsafe impl Sync for AsyncFrame {}
-
-impl AsyncFrame {
-    /// The payload, in the ring (no copy). See [`crate::Frame::payload`].
-    pub fn payload(&self) -> &[u8] {
-        // SAFETY: ptr/len come from a held record inside the mapping (validated by
-        // the consumer); the record is not released before this frame is dropped.
-        unsafe { std::slice::from_raw_parts(self.raw.ptr, self.raw.len) }
-    }
-    pub fn meta(&self) -> Meta {
-        self.raw.meta
-    }
-    pub fn seq(&self) -> u64 {
-        self.raw.seq
-    }
-}
-
-impl std::ops::Deref for AsyncFrame {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        self.payload()
-    }
-}
-
-impl Drop for AsyncFrame {
-    fn drop(&mut self) {
-        let _ = self.shared.lock().release_raw(self.raw.seq);
-    }
-}
-
-impl std::fmt::Debug for AsyncFrame {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AsyncFrame")
-            .field("seq", &self.raw.seq)
-            .field("len", &self.raw.len)
-            .field("meta", &self.raw.meta)
-            .finish()
-    }
-}
+/// A frame from an [`AsyncConsumer`]: a [`SharedFrame`], the payload in place in
+/// shared memory, released on drop (in any order, from any thread).
+pub type AsyncFrame = SharedFrame;
 
 /// An async producer: [`AsyncProducer::reserve`] waits for space without blocking
 /// the runtime.

@@ -158,3 +158,60 @@ fn no_allocation_per_record_on_either_side() {
     assert_eq!(after.records_consumed, WARM + MEASURED);
     assert!(consumer.try_next().unwrap().is_none());
 }
+
+/// Frames received on one thread and released on another: neither allocates per
+/// frame once warmed up (the release queue is sized once; a frame is a handle).
+#[test]
+fn no_allocation_per_frame_released_on_another_thread() {
+    use shmring::{SharedConsumer, SharedFrame};
+    let seg = Segment::create_memfd("alloc-shared", &Config::with_capacity(1 << 20)).unwrap();
+    let consumer = SharedConsumer::new(seg.consumer().unwrap());
+    // A bounded channel's places are made once; with a place for every frame the
+    // sender never blocks (a blocked sender may allocate its wait context).
+    let (tx, rx) = std::sync::mpsc::sync_channel::<SharedFrame>((WARM + MEASURED) as usize);
+    let releaser = std::thread::spawn(move || {
+        let mut n = 0u64;
+        let mut before = 0;
+        while let Ok(f) = rx.recv() {
+            if n == WARM {
+                before = allocs();
+            }
+            assert_eq!(f.len(), SMALL);
+            drop(f);
+            n += 1;
+        }
+        allocs() - before
+    });
+    let producer = {
+        let seg = seg.clone();
+        std::thread::spawn(move || {
+            let mut p = seg.producer().unwrap();
+            p.set_policy(FullPolicy::Block(GUARD));
+            let src = vec![1u8; SMALL];
+            for i in 0..WARM + MEASURED {
+                p.send(&src, Meta::new(0, 2).with_flags(i as u32)).unwrap();
+            }
+        })
+    };
+    let mut before = 0;
+    for i in 0..WARM + MEASURED {
+        if i == WARM {
+            before = allocs();
+        }
+        let f = consumer
+            .next_timeout(Some(GUARD))
+            .unwrap()
+            .expect("a frame");
+        tx.send(f).unwrap();
+    }
+    let receiver = allocs() - before;
+    drop(tx);
+    producer.join().unwrap();
+    let releaser = releaser.join().unwrap();
+    assert_eq!(
+        (receiver, releaser),
+        (0, 0),
+        "allocations (receiving, releasing)"
+    );
+    assert_eq!(consumer.outstanding(), 0);
+}

@@ -473,6 +473,16 @@ static void *blocked_next(void *arg) {
     return NULL;
 }
 
+/* Waits until another thread is inside a call on `c` (a call here is refused). */
+static int wait_until_busy(shmring_consumer *c) {
+    uint64_t out;
+    for (int i = 0; i < 5000; i++) {
+        if (shmring_consumer_outstanding(c, &out) == SHMRING_ERR_BUSY) return 1;
+        usleep(1000);
+    }
+    return 0;
+}
+
 static void test_concurrent_use_is_refused(void) {
     shmring_segment *s = make_ring(1u << 20);
     struct busy_arg a = {0};
@@ -480,14 +490,7 @@ static void test_concurrent_use_is_refused(void) {
     pthread_t t;
     CHECK(pthread_create(&t, NULL, blocked_next, &a) == 0);
     /* wait until the other thread is inside shmring_consumer_next */
-    shmring_status st = SHMRING_OK;
-    uint64_t out;
-    for (int i = 0; i < 5000; i++) {
-        st = shmring_consumer_outstanding(a.c, &out);
-        if (st == SHMRING_ERR_BUSY) break;
-        usleep(1000);
-    }
-    CHECK(st == SHMRING_ERR_BUSY);
+    CHECK(wait_until_busy(a.c));
     CHECK_ST(shmring_consumer_close(a.c), SHMRING_ERR_BUSY);
     CHECK_MSG("in use by another thread");
     shmring_producer *p = NULL;
@@ -496,6 +499,34 @@ static void test_concurrent_use_is_refused(void) {
     CHECK_ST(shmring_producer_send(p, (const uint8_t *)"wake", 4, &m), SHMRING_OK);
     pthread_join(t, NULL);
     CHECK(a.st == SHMRING_OK && a.len == 4 && a.release_st == SHMRING_OK);
+    CHECK_ST(shmring_producer_close(p), SHMRING_OK);
+    CHECK_ST(shmring_consumer_close(a.c), SHMRING_OK);
+    shmring_segment_close(s);
+}
+
+/* A frame may be released from any thread, also while another thread waits in
+ * shmring_consumer_next: the release is queued and that wait applies it. */
+static void test_release_while_another_thread_waits(void) {
+    shmring_segment *s = make_ring(1u << 20);
+    struct busy_arg a = {0};
+    CHECK_ST(shmring_consumer_attach(s, NULL, &a.c), SHMRING_OK);
+    shmring_producer *p = NULL;
+    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    shmring_meta m = {0};
+    CHECK_ST(shmring_producer_send(p, (const uint8_t *)"held", 4, &m), SHMRING_OK);
+    shmring_frame held;
+    CHECK_ST(shmring_consumer_next(a.c, 0, &held), SHMRING_OK);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, blocked_next, &a) == 0);
+    CHECK(wait_until_busy(a.c));
+    uint64_t out;
+    /* The other thread is inside next: the release does not wait for it. */
+    CHECK_ST(shmring_consumer_release(a.c, &held), SHMRING_OK);
+    CHECK_ST(shmring_producer_send(p, (const uint8_t *)"wake", 4, &m), SHMRING_OK);
+    pthread_join(t, NULL);
+    CHECK(a.st == SHMRING_OK && a.len == 4 && a.release_st == SHMRING_OK);
+    CHECK_ST(shmring_consumer_outstanding(a.c, &out), SHMRING_OK);
+    CHECK(out == 0);
     CHECK_ST(shmring_producer_close(p), SHMRING_OK);
     CHECK_ST(shmring_consumer_close(a.c), SHMRING_OK);
     shmring_segment_close(s);
@@ -634,6 +665,7 @@ int main(void) {
     RUN(test_rate_numbering_and_end_of_stream);
     RUN(test_fd_passing);
     RUN(test_concurrent_use_is_refused);
+    RUN(test_release_while_another_thread_waits);
     RUN(test_named_ring_and_info);
     RUN(test_stats_fields);
     return check_summary();

@@ -8,6 +8,7 @@ mod claims;
 mod frame;
 mod health;
 mod role;
+mod shared;
 mod wait;
 
 use std::cell::{Cell, RefCell};
@@ -27,6 +28,7 @@ use claims::{Step, Watched, PARKED_PREALLOC};
 pub use frame::{Frame, RawFrame};
 pub use health::Health;
 use role::Role;
+pub use shared::{SharedConsumer, SharedFrame};
 
 /// A consumer of a ring: the ring's own ([`Consumer::new`]) or a tethered one
 /// ([`Consumer::tethered`]). Not `Sync`: one thread reads. Frames borrow it and
@@ -62,6 +64,8 @@ pub struct Consumer {
     health: Cell<Health>,
     /// When the claim published as the oldest pending was first seen (0: none).
     published_since: Cell<u64>,
+    /// A shared consumer's: releases other threads queued (see `shared.rs`).
+    remote: Option<Arc<shared::Remote>>,
 }
 
 /// The ring consumer's reset count (statistics, a peer can write it: used only to
@@ -162,6 +166,7 @@ impl Consumer {
             corrupt_since: Cell::new(None),
             health: Cell::new(Health::default()),
             published_since: Cell::new(0),
+            remote: None,
         }
     }
 
@@ -257,6 +262,9 @@ impl Consumer {
         let mut skips = 0u32;
         self.role.check(&self.seg)?;
         loop {
+            // Before every look at the ring, so before a wait and after a wake:
+            // releases other threads queued (a shared consumer's).
+            self.apply_queued();
             if !self.join()? {
                 if timeout == Some(Duration::ZERO) {
                     return Ok(None);

@@ -47,11 +47,13 @@ impl Consumer {
         let seen = self.role.arm(f);
         // Re-check after arming so a commit made just before (or, for a tethered
         // consumer not adopted yet, the adoption) cannot be missed.
-        let ready = if self.joined.get() {
-            self.peek_is_final()
-        } else {
-            self.role.adoption_seen(&self.seg)
-        };
+        // A release another thread queued meanwhile is applied at once too.
+        let ready = self.release_queued()
+            || if self.joined.get() {
+                self.peek_is_final()
+            } else {
+                self.role.adoption_seen(&self.seg)
+            };
         if ready {
             self.role.disarm(f);
             return;
@@ -152,7 +154,8 @@ impl Consumer {
 
     /// For an eventfd ring: sets the "consumer waiting" flag so producers signal the
     /// eventfd, and reports whether a record (or a skippable claim) is already there
-    /// (then do not wait; call [`Consumer::try_next`]). Pair with
+    /// (then do not wait; call [`Consumer::try_next`]), or a shared consumer's
+    /// release is queued (the next receive applies it). Pair with
     /// [`Consumer::disarm`] after the wait.
     ///
     /// A tethered consumer never waits on the ring's eventfd (producers signal it
@@ -166,7 +169,8 @@ impl Consumer {
         // Every commit wakes an eventfd waiter (no latency budget here).
         f.need.store(0, Ordering::Relaxed);
         wake::arm_one(f);
-        let ready = self.peek_is_final();
+        // A release another thread queued (a shared consumer's): look again too.
+        let ready = self.peek_is_final() || self.release_queued();
         if ready {
             wake::disarm_one(f);
         }
