@@ -677,6 +677,16 @@ enum shmring_status shmring_media_read(uint32_t kind, const uint8_t *payload, si
 // `*data`, `*size` (checked to lie inside the payload).
 enum shmring_status shmring_media_plane(const struct shmring_media_header *hdr, const uint8_t *payload, size_t len, uint32_t index, const uint8_t **data, size_t *size);
 
+// The name of SHMRING_FORMAT_* `format`: "i420", "nv12", "rgba", "pcm_s16" or
+// "pcm_f32" (the names every binding gives and takes); NULL for a number that is
+// no format. Static: never freed.
+const char *shmring_media_format_name(uint32_t format);
+
+// The SHMRING_FORMAT_* named `name` (a name shmring_media_format_name gives, or
+// the alias "s16" or "f32"; any case) into `*out`. SHMRING_ERR_INVALID_ARGUMENT
+// for another name; shmring_last_error() lists the valid ones.
+enum shmring_status shmring_media_format_parse(const char *name, uint32_t *out);
+
 // Attaches a producer to a ring (takes one producer slot, held until close). May
 // allocate; nothing after it on the producer path does.
 enum shmring_status shmring_producer_attach(const struct shmring_segment *seg, struct shmring_producer **out);

@@ -204,7 +204,10 @@ test('bad arguments and misuse throw errors with stable codes', (t) => {
   assert.throws(() => p.reserve('a lot'));
   assert.throws(() => p.reserve(1e12), { code: 'SHMRING_TOO_LARGE', message: /exceeds max_record/ });
   assert.throws(() => p.reserveVideo({ width: 0, height: 10 }), { code: 'SHMRING_INVALID_ARG' });
-  assert.throws(() => p.reserveVideo({ width: 10, height: 10, format: 'h264' }), { code: 'SHMRING_INVALID_ARG' });
+  assert.throws(() => p.reserveVideo({ width: 10, height: 10, format: 'h264' }), {
+    code: 'SHMRING_INVALID_ARG',
+    message: /unknown media format "h264": expected one of i420, nv12, rgba, pcm_s16/,
+  });
   assert.throws(() => p.reserveVideo({ width: 4e9, height: 4e9 }), { code: /SHMRING_(INVALID_ARG|TOO_LARGE)/ });
   assert.throws(() => p.reserveAudio({ samples: 10, channels: 0, sampleRate: 1 }), { code: 'SHMRING_INVALID_ARG' });
   assert.throws(() => p.setPolicy('sometimes'), { code: 'SHMRING_INVALID_ARG' });
