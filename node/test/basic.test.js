@@ -249,6 +249,27 @@ test("the consumer options are the core's: absent or 0 the default, Infinity off
   assert.throws(() => ring({ latencyBudgetMs: -1 }), { code: 'SHMRING_CONFIG', message: /latencyBudgetMs must be/ });
 });
 
+test("a consumer's filter releases other streams' records unread", (t) => {
+  const c = ring({ capacity: 1 << 16, stream: 2, kind: shmring.KIND_RAW });
+  t.after(() => c.close());
+  const p = Producer.forConsumer(c, { onFull: 'fail' });
+  const body = new Uint8Array(2000);
+  const got = [];
+  for (let i = 0; i < 200; i++) {
+    p.send(body, { stream: i % 3 }); // six rings' worth: only the filter frees them
+    const f = c.tryNext();
+    if (f) {
+      got.push(f.stream);
+      f.release();
+    }
+  }
+  assert.deepEqual(got, new Array(66).fill(2));
+  const s = c.stats();
+  assert.deepEqual([s.records_consumed, s.records_filtered, s.drops_full], [66, 134, 0]);
+  assert.throws(() => ring({ stream: -1 }), { code: 'SHMRING_INVALID_ARG' });
+  p.close();
+});
+
 test('a producer whose consumer is gone gets SHMRING_NO_CONSUMER when the ring stays full', (t) => {
   const c = ring();
   const p = Producer.forConsumer(c, { onFull: 'block', timeoutMs: 20 });

@@ -41,6 +41,8 @@ mod error;
 #[cfg(not(loom))]
 mod fields;
 #[cfg(not(loom))]
+mod filter;
+#[cfg(not(loom))]
 pub mod handoff;
 #[cfg(not(loom))]
 mod options;
@@ -73,6 +75,8 @@ pub use consumer::{Consumer, Frame, Health, RawFrame};
 pub use error::{Error, Name, Result};
 #[cfg(not(loom))]
 pub use fields::{Field, FieldKind, Snapshot};
+#[cfg(not(loom))]
+pub use filter::Filter;
 #[cfg(not(loom))]
 pub use handoff::{Listener, ListenerOptions};
 #[cfg(not(loom))]
