@@ -117,3 +117,36 @@ func TestFrameRateSequenceAndEndOfStream(t *testing.T) {
 		must(t, f.Release())
 	}
 }
+
+// The formats and their names are the library's: every constant is listed, named
+// as every binding names it, and parsed back (any case, with the aliases).
+func TestFormatNamesAreTheLibrarys(t *testing.T) {
+	want := map[Format]string{
+		FormatI420: "i420", FormatNV12: "nv12", FormatRGBA: "rgba",
+		FormatPCMS16: "pcm_s16", FormatPCMF32: "pcm_f32",
+	}
+	got := Formats()
+	if len(got) != len(want) {
+		t.Fatalf("Formats() = %v, want the %d constants", got, len(want))
+	}
+	for _, f := range got {
+		if f.String() != want[f] {
+			t.Errorf("%d.String() = %q, want %q", uint32(f), f.String(), want[f])
+		}
+		for _, name := range []string{f.String(), strings.ToUpper(f.String())} {
+			if p, err := ParseFormat(name); err != nil || p != f {
+				t.Errorf("ParseFormat(%q) = %v, %v", name, p, err)
+			}
+		}
+	}
+	if p, err := ParseFormat("s16"); err != nil || p != FormatPCMS16 {
+		t.Errorf("ParseFormat(s16) = %v, %v", p, err)
+	}
+	if s := Format(99).String(); s != "format(99)" {
+		t.Errorf("Format(99).String() = %q", s)
+	}
+	_, err := ParseFormat("yuv9")
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "i420, nv12, rgba") {
+		t.Errorf("ParseFormat(yuv9): %v", err)
+	}
+}

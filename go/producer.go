@@ -1,12 +1,14 @@
 package shmring
 
 /*
+#include <stdlib.h>
 #include "glue.h"
 */
 import "C"
 
 import (
 	"runtime"
+	"strconv"
 	"sync"
 	"time"
 	"unsafe"
@@ -199,6 +201,38 @@ const (
 	// FormatPCMF32 is interleaved 32-bit float PCM.
 	FormatPCMF32 Format = C.SHMRING_FORMAT_PCM_F32
 )
+
+// Formats lists every format the library knows, in the order of their numbers
+// (the core's list, read through the C ABI's names).
+func Formats() []Format {
+	var out []Format
+	for f := Format(1); f < 256; f++ {
+		if C.shmring_media_format_name(C.uint32_t(f)) != nil {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// String is the format's name, the one every binding gives and takes: "i420",
+// "nv12", "rgba", "pcm_s16", "pcm_f32" (the core's); "format(N)" for a number that
+// is no format.
+func (f Format) String() string {
+	if n := C.shmring_media_format_name(C.uint32_t(f)); n != nil {
+		return C.GoString(n)
+	}
+	return "format(" + strconv.FormatUint(uint64(f), 10) + ")"
+}
+
+// ParseFormat is the format named name (a name String gives, or the alias "s16"
+// or "f32"; any case). The error, ErrInvalidArgument, lists the valid names.
+func ParseFormat(name string) (Format, error) {
+	cs := cstring(name)
+	defer C.free(unsafe.Pointer(cs))
+	var out C.uint32_t
+	err := check(func() int32 { return int32(C.shmring_media_format_parse(cs, &out)) })
+	return Format(out), err
+}
 
 // SequenceAuto as a media record's sequence: the committing producer numbers the
 // stream's records 0, 1, 2, ...

@@ -252,6 +252,8 @@ type TetherInfo struct {
 	// How far its read cursor is behind the write cursor.
 	LagRecords uint64
 	LagBytes   uint64
+	// Records its filter refused (released unread; not in RecordsConsumed).
+	RecordsFiltered uint64
 }
 
 // Tethers lists the tethered consumers attached to the ring.
@@ -282,6 +284,7 @@ func (s *Segment) Tethers() ([]TetherInfo, error) {
 					Line: uint32(t.line), Requested: t.requested != 0, Pid: uint32(t.pid),
 					RecordsConsumed: uint64(t.records_consumed), BytesConsumed: uint64(t.bytes_consumed),
 					Lost: uint64(t.lost), LagRecords: uint64(t.lag_records), LagBytes: uint64(t.lag_bytes),
+					RecordsFiltered: uint64(t.records_filtered),
 				}
 			}
 		}

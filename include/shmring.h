@@ -136,7 +136,8 @@
 // shmring_stats_field.kind: a yes/no state, as 0 or 1.
 #define SHMRING_FIELD_FLAG 2
 
-// Pass as `kind` or `stream` of shmring_tap_options to take every value.
+// Pass as `kind` or `stream` of shmring_tap_options or shmring_consumer_options to
+// take every value.
 #define SHMRING_TAP_ANY -1
 
 // What every function returns. `SHMRING_OK` (0) is success; `SHMRING_TIMEOUT` (1)
@@ -270,6 +271,14 @@ typedef struct shmring_consumer_options {
   // `ConsumerOptions::claim_timeout`). SHMRING_NEVER: wait for live producers for
   // ever (trusted producers only).
   uint64_t claim_timeout_ns;
+  // Only records of this kind (SHMRING_KIND_VIDEO, ...); SHMRING_TAP_ANY (the
+  // default): all. Records refused by `kind` or `stream` are released at once,
+  // unread (their space returns to producers), and counted in
+  // `records_filtered` (shmring_stats, or the tethered consumer's
+  // shmring_tether_info), not in `records_consumed`.
+  int64_t kind;
+  // Only records of this stream; SHMRING_TAP_ANY (the default): all.
+  int64_t stream;
 } shmring_consumer_options;
 
 // A record's metadata, stored in its header.
@@ -397,6 +406,8 @@ typedef struct shmring_tether_info {
   // How far its read cursor is behind the write cursor, in records and bytes.
   uint64_t lag_records;
   uint64_t lag_bytes;
+  // Records its filter refused (released unread; not in `records_consumed`).
+  uint64_t records_filtered;
 } shmring_tether_info;
 
 // Counters of a ring (a snapshot). Statistics only: a peer can falsify them.
@@ -442,6 +453,9 @@ typedef struct shmring_stats {
   uint64_t tethers_detached;
   // Claims taken back because they stayed pending past the claim timeout.
   uint64_t expired_claims;
+  // Records the ring's consumer's filter refused (released unread; not in
+  // `records_consumed`).
+  uint64_t records_filtered;
 } shmring_stats;
 
 // One field of a shmring_stats snapshot, named and explained (the core's
@@ -464,7 +478,8 @@ typedef struct shmring_stats_field {
 // What a tap takes and how it waits. Initialise with shmring_tap_options_init().
 typedef struct shmring_tap_options {
   // Deliver every n-th record that matches `kind` and `stream` (1: all; 0 is
-  // taken as 1).
+  // taken as 1). `kind` and `stream` are a consumer's filter too
+  // (shmring_consumer_options).
   uint32_t every;
   // Zero.
   uint32_t reserved;
@@ -684,6 +699,16 @@ enum shmring_status shmring_media_read(uint32_t kind, const uint8_t *payload, si
 // Plane `index` of a payload whose header `hdr` was parsed from (`len` bytes):
 // `*data`, `*size` (checked to lie inside the payload).
 enum shmring_status shmring_media_plane(const struct shmring_media_header *hdr, const uint8_t *payload, size_t len, uint32_t index, const uint8_t **data, size_t *size);
+
+// The name of SHMRING_FORMAT_* `format`: "i420", "nv12", "rgba", "pcm_s16" or
+// "pcm_f32" (the names every binding gives and takes); NULL for a number that is
+// no format. Static: never freed.
+const char *shmring_media_format_name(uint32_t format);
+
+// The SHMRING_FORMAT_* named `name` (a name shmring_media_format_name gives, or
+// the alias "s16" or "f32"; any case) into `*out`. SHMRING_ERR_INVALID_ARGUMENT
+// for another name; shmring_last_error() lists the valid ones.
+enum shmring_status shmring_media_format_parse(const char *name, uint32_t *out);
 
 // Attaches a producer to a ring (takes one producer slot, held until close). May
 // allocate; nothing after it on the producer path does.

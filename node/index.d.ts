@@ -135,6 +135,13 @@ export interface ConsumerInit {
   latencyBudgetMs?: number;
   /** Take back a reservation still open this long (Infinity: never, trusted producers). */
   claimTimeoutMs?: number;
+  /**
+   * The consumer's filter: only records of this kind / of this stream (absent: any).
+   * The others are released at once, unread (their space returns to producers), and
+   * counted in `stats().records_filtered`, not in `records_consumed`.
+   */
+  kind?: number;
+  stream?: number;
 }
 
 export class Consumer implements AsyncIterable<Frame> {

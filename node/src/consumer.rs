@@ -66,6 +66,11 @@ pub struct ConsumerInit {
     /// Take back a reservation still open this long after the consumer first saw
     /// it (`Infinity`: never, for trusted producers).
     pub claim_timeout_ms: Option<f64>,
+    /// The consumer's filter: only records of this kind, of this stream (absent:
+    /// any). The others are released at once, unread, and counted in
+    /// `stats().records_filtered`.
+    pub kind: Option<f64>,
+    pub stream: Option<f64>,
 }
 
 /// Takes ownership of a descriptor number given by JavaScript.
@@ -203,6 +208,8 @@ impl JsConsumer {
             tether_stall_limit: setting(init.tether_stall_limit_ms, "tetherStallLimitMs")?,
             latency_budget: setting(init.latency_budget_ms, "latencyBudgetMs")?,
             claim_timeout: setting(init.claim_timeout_ms, "claimTimeoutMs")?,
+            kind: init.kind.map(|v| u32_arg(env, v, "kind")).transpose()?,
+            stream: init.stream.map(|v| u32_arg(env, v, "stream")).transpose()?,
         }
         .options()
         .map_err(|e| core(env, e))?;

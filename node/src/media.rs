@@ -6,38 +6,17 @@ use shmring::media::{self, Format, MediaHeader, MediaRecord};
 
 use crate::errors::{error, INVALID_ARG};
 
-/// JavaScript names of the core's formats (the same names as the Python package).
-const NAMES: [(Format, &str); 5] = [
-    (Format::I420, "i420"),
-    (Format::Nv12, "nv12"),
-    (Format::Rgba, "rgba"),
-    (Format::PcmS16, "pcm_s16"),
-    (Format::PcmF32, "pcm_f32"),
-];
-
+/// The name JavaScript gives a format: the core's ([`Format::name`], the same as
+/// the Python package's).
 pub fn format_name(f: Format) -> &'static str {
-    NAMES
-        .iter()
-        .find(|(g, _)| *g == f)
-        .map_or("unknown", |(_, n)| n)
+    f.name()
 }
 
+/// A format by name (the core's names and aliases, any case); an invalid-argument
+/// error naming the valid ones otherwise.
 pub fn parse_format(env: Env, name: &str) -> napi::Result<Format> {
-    NAMES
-        .iter()
-        .find(|(_, n)| n.eq_ignore_ascii_case(name))
-        .map(|(f, _)| *f)
-        .ok_or_else(|| {
-            let all: Vec<_> = NAMES.iter().map(|(_, n)| *n).collect();
-            error(
-                env,
-                INVALID_ARG,
-                &format!(
-                    "unknown media format {name:?}: expected one of {}",
-                    all.join(", ")
-                ),
-            )
-        })
+    name.parse()
+        .map_err(|e: media::UnknownFormat| error(env, INVALID_ARG, &e.to_string()))
 }
 
 /// The header as a plain object: format, width, height, sampleRate, channels,

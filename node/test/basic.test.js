@@ -204,7 +204,10 @@ test('bad arguments and misuse throw errors with stable codes', (t) => {
   assert.throws(() => p.reserve('a lot'));
   assert.throws(() => p.reserve(1e12), { code: 'SHMRING_TOO_LARGE', message: /exceeds max_record/ });
   assert.throws(() => p.reserveVideo({ width: 0, height: 10 }), { code: 'SHMRING_INVALID_ARG' });
-  assert.throws(() => p.reserveVideo({ width: 10, height: 10, format: 'h264' }), { code: 'SHMRING_INVALID_ARG' });
+  assert.throws(() => p.reserveVideo({ width: 10, height: 10, format: 'h264' }), {
+    code: 'SHMRING_INVALID_ARG',
+    message: /unknown media format "h264": expected one of i420, nv12, rgba, pcm_s16/,
+  });
   assert.throws(() => p.reserveVideo({ width: 4e9, height: 4e9 }), { code: /SHMRING_(INVALID_ARG|TOO_LARGE)/ });
   assert.throws(() => p.reserveAudio({ samples: 10, channels: 0, sampleRate: 1 }), { code: 'SHMRING_INVALID_ARG' });
   assert.throws(() => p.setPolicy('sometimes'), { code: 'SHMRING_INVALID_ARG' });
@@ -244,6 +247,27 @@ test("the consumer options are the core's: absent or 0 the default, Infinity off
   assert.equal(budget.livenessIntervalMs, 5);
   assert.throws(() => ring({ livenessIntervalMs: Infinity }), { code: 'SHMRING_CONFIG', message: /cannot be never/ });
   assert.throws(() => ring({ latencyBudgetMs: -1 }), { code: 'SHMRING_CONFIG', message: /latencyBudgetMs must be/ });
+});
+
+test("a consumer's filter releases other streams' records unread", (t) => {
+  const c = ring({ capacity: 1 << 16, stream: 2, kind: shmring.KIND_RAW });
+  t.after(() => c.close());
+  const p = Producer.forConsumer(c, { onFull: 'fail' });
+  const body = new Uint8Array(2000);
+  const got = [];
+  for (let i = 0; i < 200; i++) {
+    p.send(body, { stream: i % 3 }); // six rings' worth: only the filter frees them
+    const f = c.tryNext();
+    if (f) {
+      got.push(f.stream);
+      f.release();
+    }
+  }
+  assert.deepEqual(got, new Array(66).fill(2));
+  const s = c.stats();
+  assert.deepEqual([s.records_consumed, s.records_filtered, s.drops_full], [66, 134, 0]);
+  assert.throws(() => ring({ stream: -1 }), { code: 'SHMRING_INVALID_ARG' });
+  p.close();
 });
 
 test('a producer whose consumer is gone gets SHMRING_NO_CONSUMER when the ring stays full', (t) => {

@@ -157,6 +157,8 @@ class Consumer:
         tether_stall_limit: float | None = None,
         latency_budget: float | None = None,
         claim_timeout: float | None = None,
+        kind: int | None = None,
+        stream: int | None = None,
         replace_stale: bool = False,
         address: str | None = None,
     ) -> None: ...

@@ -317,7 +317,8 @@ impl PyConsumer {
         log_entries=None, max_producers=None, eventfd=false, memfd=false, persist=false,
         fd=None, eventfd_fd=None, fds=None, liveness_interval=None, spin=None,
         overtake_after=None, manual_reset=false, role="owner", tether_stall_limit=None,
-        latency_budget=None, claim_timeout=None, replace_stale=false, address=None))]
+        latency_budget=None, claim_timeout=None, kind=None, stream=None,
+        replace_stale=false, address=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: Option<&str>,
@@ -340,6 +341,8 @@ impl PyConsumer {
         tether_stall_limit: Option<f64>,
         latency_budget: Option<f64>,
         claim_timeout: Option<f64>,
+        kind: Option<i64>,
+        stream: Option<i64>,
         replace_stale: bool,
         address: Option<&str>,
         py: Python<'_>,
@@ -356,6 +359,9 @@ impl PyConsumer {
             tether_stall_limit: setting(tether_stall_limit, "tether_stall_limit")?,
             latency_budget: setting(latency_budget, "latency_budget")?,
             claim_timeout: setting(claim_timeout, "claim_timeout")?,
+            // The filter, as a tap's: None takes any.
+            kind: crate::tap::filter(kind, "kind")?,
+            stream: crate::tap::filter(stream, "stream")?,
         }
         .options()
         .py_err()?;

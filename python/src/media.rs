@@ -8,30 +8,16 @@ use shmring::media::{self, kind, Format, MediaHeader, MediaRecord, MEDIA_HEADER_
 
 use crate::errors::{BadMediaHeader, ConfigError};
 
-/// Python names of the formats.
+/// The name Python gives a format: the core's ([`Format::name`]).
 pub fn format_name(f: Format) -> &'static str {
-    match f {
-        Format::I420 => "i420",
-        Format::Nv12 => "nv12",
-        Format::Rgba => "rgba",
-        Format::PcmS16 => "pcm_s16",
-        Format::PcmF32 => "pcm_f32",
-    }
+    f.name()
 }
 
+/// A format by name (the core's names and aliases, any case); ConfigError naming
+/// the valid ones otherwise.
 pub fn parse_format(name: &str) -> PyResult<Format> {
-    Ok(match name.to_ascii_lowercase().as_str() {
-        "i420" => Format::I420,
-        "nv12" => Format::Nv12,
-        "rgba" => Format::Rgba,
-        "pcm_s16" | "s16" => Format::PcmS16,
-        "pcm_f32" | "f32" => Format::PcmF32,
-        _ => {
-            return Err(ConfigError::new_err(format!(
-                "unknown media format {name:?}: expected i420, nv12, rgba, pcm_s16 or pcm_f32"
-            )))
-        }
-    })
+    name.parse()
+        .map_err(|e: media::UnknownFormat| ConfigError::new_err(e.to_string()))
 }
 
 /// The header as a dict (for `Frame.header()` and `parse_media_header`).
@@ -73,71 +59,41 @@ pub struct PlaneLayout {
     pub elem: Elem,
 }
 
-/// The planes of a parsed header: Y, U, V for I420; Y, UV (h/2, w/2, 2) for NV12;
-/// (h, w, 4) for RGBA; (samples, channels) for audio. Every byte they address lies
-/// inside the planes that [`MediaHeader::parse`] checked against the payload.
+/// The planes of a parsed header, shaped by the core's plane table
+/// ([`MediaHeader::plane_table`]): (rows, columns) for a plane of one component per
+/// element — Y, U, V of I420 and NV12's Y; audio's (samples, channels) — and (rows,
+/// columns, components) otherwise: NV12's UV (h/2, w/2, 2), RGBA (h, w, 4). Row
+/// strides are the header's. Every byte they address lies inside the planes that
+/// [`MediaHeader::parse`] checked against the payload.
 pub fn plane_layouts(h: &MediaHeader) -> ([PlaneLayout; 3], usize) {
-    let (w, ht) = (h.width as usize, h.height as usize);
-    let (cw, ch) = (w.div_ceil(2), ht.div_ceil(2));
-    let st = |i: usize| h.stride[i] as usize;
-    let off = |i: usize| h.offset[i] as usize;
-    let p2 = |i: usize, rows: usize, cols: usize| PlaneLayout {
-        offset: off(i),
-        ndim: 2,
-        shape: [rows, cols, 0],
-        strides: [st(i), 1, 0],
-        elem: Elem::U8,
+    let table = h.plane_table();
+    let elem = match h.format {
+        Format::PcmS16 => Elem::I16,
+        Format::PcmF32 => Elem::F32,
+        _ => Elem::U8,
     };
-    let empty = p2(0, 0, 0);
-    match h.format {
-        Format::I420 => ([p2(0, ht, w), p2(1, ch, cw), p2(2, ch, cw)], 3),
-        Format::Nv12 => (
-            [
-                p2(0, ht, w),
-                PlaneLayout {
-                    offset: off(1),
-                    ndim: 3,
-                    shape: [ch, cw, 2],
-                    strides: [st(1), 2, 1],
-                    elem: Elem::U8,
-                },
-                empty,
-            ],
-            2,
-        ),
-        Format::Rgba => (
-            [
-                PlaneLayout {
-                    offset: off(0),
-                    ndim: 3,
-                    shape: [ht, w, 4],
-                    strides: [st(0), 4, 1],
-                    elem: Elem::U8,
-                },
-                empty,
-                empty,
-            ],
-            1,
-        ),
-        f @ (Format::PcmS16 | Format::PcmF32) => (
-            [
-                PlaneLayout {
-                    offset: off(0),
-                    ndim: 2,
-                    shape: [h.samples as usize, h.channels as usize, 0],
-                    strides: [st(0), f.sample_bytes() as usize, 0],
-                    elem: if f == Format::PcmS16 {
-                        Elem::I16
-                    } else {
-                        Elem::F32
-                    },
-                },
-                empty,
-                empty,
-            ],
-            1,
-        ),
+    let mut out = [PlaneLayout {
+        offset: 0,
+        ndim: 2,
+        shape: [0; 3],
+        strides: [0; 3],
+        elem,
+    }; 3];
+    for (i, (p, o)) in table.iter().zip(out.iter_mut()).enumerate() {
+        let (rows, cols) = (p.rows as usize, p.columns as usize);
+        let (stride, value) = (h.stride[i] as usize, p.component_bytes as usize);
+        let element = p.element_bytes() as usize;
+        o.offset = h.offset[i] as usize;
+        if p.components == 1 {
+            o.shape = [rows, cols, 0];
+            o.strides = [stride, element, 0];
+        } else {
+            o.ndim = 3;
+            o.shape = [rows, cols, p.components as usize];
+            o.strides = [stride, element, value];
+        }
     }
+    (out, table.len())
 }
 
 /// Reads a record of `kind` (VIDEO and AUDIO: a frame's header with the core's

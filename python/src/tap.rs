@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
-use shmring::{Address, Tap, TapOptions};
+use shmring::{Address, Filter, Tap, TapOptions};
 
 use crate::consumer::{address_of, fields_dict, own_fd, secs, SIGNAL_CHECK};
 use crate::errors::{Closed, ConfigError, IntoPy};
@@ -87,7 +87,9 @@ impl PyTap {
     }
 }
 
-fn filter(v: Option<i64>, what: &str) -> PyResult<Option<u32>> {
+/// A filter's kind or stream as Python gives it (a tap's and a consumer's): None
+/// takes any.
+pub(crate) fn filter(v: Option<i64>, what: &str) -> PyResult<Option<u32>> {
     v.map(|v| {
         u32::try_from(v)
             .map_err(|_| ConfigError::new_err(format!("{what} must be 0..2**32-1, got {v}")))
@@ -115,8 +117,10 @@ impl PyTap {
         let d = TapOptions::default();
         let opts = TapOptions {
             every: every.unwrap_or(d.every),
-            kind: filter(kind, "kind")?,
-            stream: filter(stream, "stream")?,
+            filter: Filter {
+                kind: filter(kind, "kind")?,
+                stream: filter(stream, "stream")?,
+            },
             poll_interval: match poll_interval {
                 Some(t) => secs(t, "poll_interval")?,
                 None => d.poll_interval,

@@ -167,6 +167,44 @@ def test_other_video_formats(ring_name: str, fmt: str, shapes: list[tuple[int, .
     f.release()
 
 
+@pytest.mark.parametrize(
+    "fmt,shapes",
+    [
+        ("i420", [(37, 65), (19, 33), (19, 33)]),
+        ("NV12", [(37, 65), (19, 33, 2)]),
+        ("rgba", [(37, 65, 4)]),
+    ],
+)
+def test_odd_sizes_round_chroma_up(ring_name: str, fmt: str, shapes: list[tuple[int, ...]]) -> None:
+    # The core's plane table: chroma planes are ceil(w/2) x ceil(h/2).
+    ring = shmring.Consumer(ring_name, create=True, capacity=1 << 20)
+    p = shmring.Producer(ring=ring)
+    with p.reserve_video(65, 37, format=fmt) as planes:
+        assert [pl.shape for pl in planes] == shapes
+        for i, pl in enumerate(planes):
+            pl[:] = i + 1
+    f = ring.next(timeout=1.0)
+    assert f is not None and f.format == fmt.lower()
+    got = f.planes()
+    assert [g.shape for g in got] == shapes
+    for i, g in enumerate(got):
+        assert (g == i + 1).all()
+    del got
+    f.release()
+
+
+def test_format_aliases_and_names(ring_name: str) -> None:
+    ring = shmring.Consumer(ring_name, create=True, capacity=1 << 20)
+    p = shmring.Producer(ring=ring)
+    with p.reserve_audio(10, channels=1, sample_rate=48000, format="S16") as pcm:
+        pcm[:] = 1
+    f = ring.next(timeout=1.0)
+    assert f is not None and f.format == "pcm_s16"
+    f.release()
+    with pytest.raises(shmring.ConfigError, match="i420, nv12, rgba, pcm_s16"):
+        shmring.video_payload_len(64, 64, format="yuv9")
+
+
 @pytest.mark.parametrize("fmt,dtype", [("pcm_s16", np.int16), ("pcm_f32", np.float32)])
 def test_audio_samples(ring_name: str, fmt: str, dtype: type) -> None:
     ring = shmring.Consumer(ring_name, create=True, capacity=1 << 20)

@@ -162,6 +162,27 @@ def test_tethered_consumer_misuse(ring_name: str) -> None:
     owner.close()
 
 
+def test_consumer_filter_releases_other_streams_unread(ring_name: str) -> None:
+    # The tap's filter names: only stream 2's records are handed out; the others go
+    # back to producers at once, so many rings' worth of them never fill the ring.
+    c = shmring.Consumer(ring_name, create=True, capacity=1 << 16, stream=2)
+    p = shmring.Producer(ring=c, on_full="fail")
+    got = []
+    for i in range(200):
+        p.send(bytes(2000), stream=i % 3)  # 200 x 2 KB: six rings' worth
+        f = c.next(timeout=0)
+        if f is not None:
+            got.append(f.stream)
+            f.release()
+    assert got == [2] * 66
+    s = c.stats()
+    assert (s["records_consumed"], s["records_filtered"], s["drops_full"]) == (66, 134, 0)
+    with pytest.raises(shmring.ConfigError, match="kind"):
+        shmring.Consumer(ring_name, kind=-1)
+    p.close()
+    c.close()
+
+
 def test_tap_copies_records(ring_name: str) -> None:
     owner = shmring.Consumer(ring_name, create=True, capacity=1 << 16)
     p = shmring.Producer(ring=owner)

@@ -37,7 +37,7 @@ use crossbeam_queue::ArrayQueue;
 use gst::prelude::*;
 use shmring::media::{self, kind, MediaRecord};
 use shmring::{
-    Consumer, ConsumerOptions, Error, Meta, SharedConsumer, SharedFrame, Tap, TapOptions,
+    Consumer, ConsumerOptions, Error, Filter, Meta, SharedConsumer, SharedFrame, Tap, TapOptions,
 };
 
 use crate::ring::Location;
@@ -556,8 +556,10 @@ impl Reader {
             })?;
             let geo = *ro.geometry();
             let topts = TapOptions {
-                kind: opts.tap_kind,
-                stream: opts.stream,
+                filter: Filter {
+                    kind: opts.tap_kind,
+                    stream: opts.stream,
+                },
                 ..Default::default()
             };
             let t = TapReader {
@@ -773,8 +775,11 @@ impl Reader {
             data,
             at,
         };
-        let wanted = (meta.kind == kind::VIDEO || meta.kind == kind::AUDIO)
-            && self.opts.stream.is_none_or(|s| s == meta.stream);
+        let stream = Filter {
+            stream: self.opts.stream,
+            ..Filter::ANY
+        };
+        let wanted = (meta.kind == kind::VIDEO || meta.kind == kind::AUDIO) && stream.takes(&meta);
         if !wanted {
             self.counters.skipped.fetch_add(1, Ordering::Relaxed);
             self.discard(rec);

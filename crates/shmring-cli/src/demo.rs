@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use shmring::media::Format;
 use shmring_host::{ChildGuard, CpuMeter};
 
 use crate::cli::DemoArgs;
@@ -380,9 +381,9 @@ pub fn run(a: DemoArgs) -> Result<(), CmdError> {
 /// send them elsewhere, and which files of a previous run will be replaced.
 fn announce_output(a: &DemoArgs, video: Option<(u32, u32, u32)>, audio: Option<(u32, u32)>) {
     let secs = a.seconds;
-    let y4m_frame = |w: u64, h: u64| w * h + 2 * w.div_ceil(2) * h.div_ceil(2) + 6;
+    let y4m_frame = |w: u32, h: u32| Format::I420.plane_table(w, h).bytes() + 6;
     let video_bytes = video.map_or(0.0, |(w, h, fps)| {
-        a.streams as f64 * secs * fps as f64 * y4m_frame(w as u64, h as u64) as f64
+        a.streams as f64 * secs * fps as f64 * y4m_frame(w, h) as f64
     });
     let audio_bytes = audio.map_or(0.0, |(rate, ch)| secs * rate as f64 * ch as f64 * 2.0);
     let amount = |b: f64| {

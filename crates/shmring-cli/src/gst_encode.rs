@@ -368,10 +368,9 @@ impl Muxed {
         let buffer = v.pool.acquire_buffer(None).map_err(err)?;
         let mut frame = gst_video::VideoFrame::from_buffer_writable(buffer, &v.info)
             .map_err(|_| err("cannot map a pool buffer"))?;
-        for p in 0..v.info.n_planes() as usize {
-            // Plane p holds component p (Y, U, V; or Y, UV interleaved).
-            let rows = v.info.comp_height(p as u8) as usize;
-            let row = v.info.comp_width(p as u8) as usize * v.info.comp_pstride(p as u8) as usize;
+        for (p, plane) in hd.plane_table().iter().enumerate() {
+            // The core's planes (Y, U, V; or Y, UV interleaved) are GStreamer's.
+            let (rows, row) = (plane.rows as usize, plane.row_bytes() as usize);
             let src = hd.plane(payload, p);
             let (src_stride, dst_stride) =
                 (hd.stride[p] as usize, frame.plane_stride()[p] as usize);
@@ -417,8 +416,8 @@ impl Muxed {
         let pts = self.pts(capture_ns);
         let a = self.audio.as_mut().expect("checked by the caller");
         let plane = hd.plane(payload, 0);
-        let frame = (a.shape.format.sample_bytes() * a.shape.channels) as usize;
-        let bytes = frame * hd.samples as usize;
+        let samples = hd.plane_table()[0];
+        let (frame, bytes) = (samples.row_bytes() as usize, samples.bytes() as usize);
         if a.pool.is_none() {
             let pool = gst::BufferPool::new();
             let mut config = pool.config();

@@ -190,8 +190,8 @@ impl OutFile {
             c.position() as usize
         };
         out.header_len = n as u64;
-        let (w, h) = (width as u64, height as u64);
-        out.unit = 6 + w * h + 2 * w.div_ceil(2) * h.div_ceil(2);
+        // "FRAME\n", then the I420 planes, tight.
+        out.unit = 6 + Format::I420.plane_table(width, height).bytes();
         out.put(&head[..n])?;
         Ok(out)
     }
@@ -206,7 +206,7 @@ impl OutFile {
         let float = format == Format::PcmF32;
         let f = File::create(part_path(&final_path))?;
         let mut out = OutFile::new(Container::Wav { float }, final_path, Sink::File(f), None);
-        out.unit = format.sample_bytes() as u64 * channels as u64;
+        out.unit = format.plane_table(channels, 1)[0].row_bytes();
         out.wav_channels = channels as u16;
         out.wav_rate = sample_rate;
         let head = out.wav_header(0);
@@ -298,21 +298,25 @@ impl OutFile {
         payload: &[u8],
         scratch: &mut [u8],
     ) -> io::Result<()> {
-        let (w, h) = (hd.width as usize, hd.height as usize);
-        let (cw, ch) = (w.div_ceil(2), h.div_ceil(2));
+        let table = hd.plane_table();
         self.put(b"FRAME\n")?;
-        self.put_plane(hd.plane(payload, 0), w, h, hd.stride[0] as usize)?;
         match hd.format {
             Format::I420 => {
-                self.put_plane(hd.plane(payload, 1), cw, ch, hd.stride[1] as usize)?;
-                self.put_plane(hd.plane(payload, 2), cw, ch, hd.stride[2] as usize)?;
+                for (i, p) in table.iter().enumerate() {
+                    let (row, rows) = (p.row_bytes() as usize, p.rows as usize);
+                    self.put_plane(hd.plane(payload, i), row, rows, hd.stride[i] as usize)?;
+                }
             }
             Format::Nv12 => {
+                let (y, uv_plane) = (table[0], table[1]);
+                let (row, rows) = (y.row_bytes() as usize, y.rows as usize);
+                self.put_plane(hd.plane(payload, 0), row, rows, hd.stride[0] as usize)?;
                 let uv = hd.plane(payload, 1);
                 let stride = hd.stride[1] as usize;
+                let row = uv_plane.row_bytes() as usize;
                 for which in 0..2 {
-                    for r in 0..ch {
-                        let row = &uv[r * stride..r * stride + 2 * cw];
+                    for r in 0..uv_plane.rows as usize {
+                        let row = &uv[r * stride..r * stride + row];
                         for chunk in row.chunks(2 * scratch.len()) {
                             let n = chunk.len() / 2;
                             for (d, s) in scratch[..n].iter_mut().zip(chunk.chunks_exact(2)) {

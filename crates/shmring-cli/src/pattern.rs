@@ -7,7 +7,7 @@
 //! number survives a round trip through any lossless file and reads back with
 //! [`decode_frame_number`].
 
-use shmring::media::MediaHeader;
+use shmring::media::{Format, MediaHeader};
 
 /// Bits of the frame number drawn in the picture.
 pub const BITS: u32 = 32;
@@ -57,7 +57,8 @@ impl Pattern {
                 "video size {width}x{height} is too small to carry the frame number (need at least 64x16)"
             )
         })?;
-        let (w, cw) = (width as usize, width.div_ceil(2) as usize);
+        let table = Format::I420.plane_table(width, height);
+        let (w, cw) = (table[0].columns as usize, table[1].columns as usize);
         let luma = (0..2 * w).map(|i| (16 + (i % w) * 219 / w) as u8).collect();
         let chroma = (0..2 * cw)
             .map(|i| (64 + (i % cw) * 128 / cw) as u8)
@@ -75,7 +76,8 @@ impl Pattern {
     /// header as built by [`MediaHeader::video`]).
     pub fn draw(&self, n: u64, hd: &MediaHeader, payload: &mut [u8]) {
         let (w, h) = (self.width, self.height);
-        let (cw, ch) = (w.div_ceil(2), h.div_ceil(2));
+        let chroma = hd.plane_table()[1];
+        let (cw, ch) = (chroma.columns as usize, chroma.rows as usize);
         let (o, s) = (hd.offset, hd.stride);
         let (head, rest) = payload.split_at_mut(o[1] as usize);
         let y = &mut head[o[0] as usize..];
@@ -146,7 +148,6 @@ impl Tone {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shmring::media::Format;
 
     #[test]
     fn frame_number_round_trips_at_several_sizes() {

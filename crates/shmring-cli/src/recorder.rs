@@ -304,8 +304,11 @@ impl Recorder {
                 s.unsupported += 1;
                 if s.unsupported == 1 && self.opts.verbose {
                     eprintln!(
-                        "shmring record: stream {}: RGBA video cannot be recorded (Y4M and the encoder take I420 and NV12); its frames are skipped",
-                        meta.stream
+                        "shmring record: stream {}: {} video cannot be recorded (Y4M and the encoder take {} and {}); its frames are skipped",
+                        meta.stream,
+                        Format::Rgba,
+                        Format::I420,
+                        Format::Nv12
                     );
                 }
                 return Ok(Outcome::Skipped);

@@ -64,8 +64,10 @@ pub fn run(a: TapArgs) -> Result<(), CmdError> {
         ro,
         TapOptions {
             every: a.every,
-            kind: a.kind.map(|k| k.kind()),
-            stream: a.stream,
+            filter: shmring::Filter {
+                kind: a.kind.map(|k| k.kind()),
+                stream: a.stream,
+            },
             ..Default::default()
         },
     );

@@ -52,24 +52,29 @@ pub fn scale(
         false => &[][..],
     };
     let (y_plane, p1, p2) = (plane(0), plane(1), plane(2));
-    let [ys, s1, s2, _] = hd.stride.map(|s| s as usize);
+    // Where the element of plane `i` under pixel (x, y) starts: the plane table
+    // gives each plane's rows and columns (chroma's are the pixels' halves, rounded
+    // up), the header its stride.
+    let table = hd.plane_table();
+    let (w, h) = (hd.width as usize, hd.height as usize);
+    let at = |i: usize, x: usize, y: usize| {
+        let p = &table[i];
+        (y * p.rows as usize / h) * hd.stride[i] as usize
+            + (x * p.columns as usize / w) * p.element_bytes() as usize
+    };
     for ty in 0..th as usize {
         let sy = ty * f;
         for tx in 0..tw as usize {
             let sx = tx * f;
             let px = match hd.format {
-                Format::I420 => rgb(
-                    y_plane[sy * ys + sx],
-                    p1[sy / 2 * s1 + sx / 2],
-                    p2[sy / 2 * s2 + sx / 2],
-                ),
+                Format::I420 => rgb(y_plane[at(0, sx, sy)], p1[at(1, sx, sy)], p2[at(2, sx, sy)]),
                 Format::Nv12 => {
-                    let at = sy / 2 * s1 + sx / 2 * 2;
-                    rgb(y_plane[sy * ys + sx], p1[at], p1[at + 1])
+                    let uv = at(1, sx, sy);
+                    rgb(y_plane[at(0, sx, sy)], p1[uv], p1[uv + 1])
                 }
                 Format::Rgba => {
-                    let at = sy * ys + sx * 4;
-                    [y_plane[at], y_plane[at + 1], y_plane[at + 2]]
+                    let px = at(0, sx, sy);
+                    [y_plane[px], y_plane[px + 1], y_plane[px + 2]]
                 }
                 Format::PcmS16 | Format::PcmF32 => return None,
             };

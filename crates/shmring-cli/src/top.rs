@@ -480,6 +480,7 @@ mod tests {
                             lost: 0,
                             lag_records: 3,
                             lag_bytes: 3000,
+                            records_filtered: 0,
                         }],
                     }),
                 },

@@ -9,6 +9,7 @@ use shmring::{Consumer, ConsumerOptions, ConsumerSettings, Setting, SharedConsum
 use crate::handles::*;
 use crate::status::shmring_status::*;
 use crate::status::*;
+use crate::tap::SHMRING_TAP_ANY;
 use crate::{producer::*, segment::*};
 
 /// A frame handed out by a consumer.
@@ -61,6 +62,14 @@ pub struct shmring_consumer_options {
     /// `ConsumerOptions::claim_timeout`). SHMRING_NEVER: wait for live producers for
     /// ever (trusted producers only).
     pub claim_timeout_ns: u64,
+    /// Only records of this kind (SHMRING_KIND_VIDEO, ...); SHMRING_TAP_ANY (the
+    /// default): all. Records refused by `kind` or `stream` are released at once,
+    /// unread (their space returns to producers), and counted in
+    /// `records_filtered` (shmring_stats, or the tethered consumer's
+    /// shmring_tether_info), not in `records_consumed`.
+    pub kind: i64,
+    /// Only records of this stream; SHMRING_TAP_ANY (the default): all.
+    pub stream: i64,
 }
 
 /// A duration option meaning "never": the option is off (see
@@ -122,6 +131,8 @@ pub unsafe extern "C" fn shmring_consumer_options_init(
             // An option off by default is 0 (the default); one on by default, its
             // duration.
             claim_timeout_ns: d.claim_timeout.map_or(0, |t| t.as_nanos() as u64),
+            kind: d.filter.kind.map_or(SHMRING_TAP_ANY, i64::from),
+            stream: d.filter.stream.map_or(SHMRING_TAP_ANY, i64::from),
         };
         ok()
     })
@@ -135,6 +146,7 @@ fn core_options(opts: *const shmring_consumer_options) -> Res<ConsumerOptions> {
     }
     // SAFETY: non-null; the caller promises a valid struct.
     let o = unsafe { &*opts };
+    let filter = crate::tap::filter(o.kind, o.stream)?;
     ConsumerSettings {
         liveness_interval: Setting::from_nanos(o.liveness_interval_ns),
         spin: Some(o.spin),
@@ -143,6 +155,8 @@ fn core_options(opts: *const shmring_consumer_options) -> Res<ConsumerOptions> {
         tether_stall_limit: Setting::from_nanos(o.tether_stall_limit_ns),
         latency_budget: Setting::from_nanos(o.latency_budget_ns),
         claim_timeout: Setting::from_nanos(o.claim_timeout_ns),
+        kind: filter.kind,
+        stream: filter.stream,
     }
     .options()
     .map_err(core_err)

@@ -1,6 +1,9 @@
 //! The media header: build, parse and locate planes (the rules are the core's,
 //! `shmring::media`).
 
+use std::ffi::{c_char, CString};
+use std::sync::OnceLock;
+
 use shmring::media::{
     self, flags, EndOfStream, Format, MediaError, MediaHeader, MediaRecord, MEDIA_HEADER_SIZE,
     MEDIA_MAGIC, MEDIA_VERSION, MEDIA_VERSION_1, SEQUENCE_AUTO,
@@ -223,7 +226,8 @@ pub unsafe extern "C" fn shmring_media_video(
             .ok_or_else(|| {
                 fail!(
                     SHMRING_ERR_INVALID_ARGUMENT,
-                    "format {format} is not a video format (I420, NV12, RGBA)"
+                    "format {format} is not a video format ({})",
+                    NamesOf(Format::is_video)
                 )
             })?;
         let h = MediaHeader::video(f, width, height, pts_ns, sequence)
@@ -254,7 +258,8 @@ pub unsafe extern "C" fn shmring_media_audio(
             .ok_or_else(|| {
                 fail!(
                     SHMRING_ERR_INVALID_ARGUMENT,
-                    "format {format} is not an audio format (PCM s16, PCM f32)"
+                    "format {format} is not an audio format ({})",
+                    NamesOf(Format::is_audio)
                 )
             })?;
         let h = MediaHeader::audio(f, sample_rate, channels, samples, pts_ns, sequence)
@@ -417,6 +422,62 @@ pub unsafe extern "C" fn shmring_media_plane(
         // SAFETY: o + s <= len, inside the caller's payload.
         *out_ptr(data, "data")? = unsafe { payload.add(o) };
         *out_ptr(size, "size")? = s;
+        ok()
+    })
+}
+
+/// The core's names of the formats that pass its test, with their numbers, as
+/// text: "i420 (1), nv12 (2), rgba (3)" (written into an error message without
+/// allocating).
+struct NamesOf(fn(Format) -> bool);
+
+impl std::fmt::Display for NamesOf {
+    fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let which = Format::ALL.into_iter().filter(|f| (self.0)(*f));
+        for (i, f) in which.enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(out, "{sep}{f} ({})", f as u32)?;
+        }
+        Ok(())
+    }
+}
+
+/// The core's format names as C strings, made once.
+fn c_names() -> &'static [(Format, CString)] {
+    static NAMES: OnceLock<Vec<(Format, CString)>> = OnceLock::new();
+    NAMES.get_or_init(|| {
+        Format::ALL
+            .into_iter()
+            .map(|f| (f, CString::new(f.name()).expect("no NUL in a format name")))
+            .collect()
+    })
+}
+
+/// The name of SHMRING_FORMAT_* `format`: "i420", "nv12", "rgba", "pcm_s16" or
+/// "pcm_f32" (the names every binding gives and takes); NULL for a number that is
+/// no format. Static: never freed.
+#[no_mangle]
+pub extern "C" fn shmring_media_format_name(format: u32) -> *const c_char {
+    c_names()
+        .iter()
+        .find(|(f, _)| *f as u32 == format)
+        .map_or(std::ptr::null(), |(_, n)| n.as_ptr())
+}
+
+/// The SHMRING_FORMAT_* named `name` (a name shmring_media_format_name gives, or
+/// the alias "s16" or "f32"; any case) into `*out`. SHMRING_ERR_INVALID_ARGUMENT
+/// for another name; shmring_last_error() lists the valid ones.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_media_format_parse(
+    name: *const c_char,
+    out: *mut u32,
+) -> shmring_status {
+    entry("shmring_media_format_parse", || {
+        let out = out_ptr(out, "out")?;
+        let f: Format = c_str(name, "name")?
+            .parse()
+            .map_err(|e| fail!(SHMRING_ERR_INVALID_ARGUMENT, "{e}"))?;
+        *out = f as u32;
         ok()
     })
 }

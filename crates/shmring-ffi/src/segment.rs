@@ -464,6 +464,8 @@ pub struct shmring_tether_info {
     /// How far its read cursor is behind the write cursor, in records and bytes.
     pub lag_records: u64,
     pub lag_bytes: u64,
+    /// Records its filter refused (released unread; not in `records_consumed`).
+    pub records_filtered: u64,
 }
 
 /// The tethered consumers attached to the ring: `*n` receives how many there are,
@@ -497,6 +499,7 @@ pub unsafe extern "C" fn shmring_segment_tethers(
                     lost: t.lost,
                     lag_records: t.lag_records,
                     lag_bytes: t.lag_bytes,
+                    records_filtered: t.records_filtered,
                 }
             };
         }

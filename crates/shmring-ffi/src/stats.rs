@@ -54,6 +54,9 @@ pub struct shmring_stats {
     pub tethers_detached: u64,
     /// Claims taken back because they stayed pending past the claim timeout.
     pub expired_claims: u64,
+    /// Records the ring's consumer's filter refused (released unread; not in
+    /// `records_consumed`).
+    pub records_filtered: u64,
 }
 
 /// The fields `shmring_stats` copies as they are, and the one flag (`bool` in the
@@ -109,7 +112,8 @@ stats_mirror!(
     oldest_pending_pid,
     tethered_consumers,
     tethers_detached,
-    expired_claims;
+    expired_claims,
+    records_filtered;
     consumer_attached
 );
 

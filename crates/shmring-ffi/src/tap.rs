@@ -7,14 +7,15 @@ use std::ffi::{c_char, c_int};
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
-use shmring::{Address, ReadOnlySegment, Tap, TapFrame, TapOptions};
+use shmring::{Address, Filter, ReadOnlySegment, Tap, TapFrame, TapOptions};
 
 use crate::handles::*;
 use crate::producer::shmring_meta;
 use crate::status::shmring_status::*;
 use crate::status::*;
 
-/// Pass as `kind` or `stream` of shmring_tap_options to take every value.
+/// Pass as `kind` or `stream` of shmring_tap_options or shmring_consumer_options to
+/// take every value.
 pub const SHMRING_TAP_ANY: i64 = -1;
 
 /// What a tap takes and how it waits. Initialise with shmring_tap_options_init().
@@ -22,7 +23,8 @@ pub const SHMRING_TAP_ANY: i64 = -1;
 #[derive(Debug, Clone, Copy)]
 pub struct shmring_tap_options {
     /// Deliver every n-th record that matches `kind` and `stream` (1: all; 0 is
-    /// taken as 1).
+    /// taken as 1). `kind` and `stream` are a consumer's filter too
+    /// (shmring_consumer_options).
     pub every: u32,
     /// Zero.
     pub reserved: u32,
@@ -119,8 +121,8 @@ pub unsafe extern "C" fn shmring_tap_options_init(
         *out_ptr(opts, "opts")? = shmring_tap_options {
             every: d.every,
             reserved: 0,
-            kind: d.kind.map_or(SHMRING_TAP_ANY, i64::from),
-            stream: d.stream.map_or(SHMRING_TAP_ANY, i64::from),
+            kind: d.filter.kind.map_or(SHMRING_TAP_ANY, i64::from),
+            stream: d.filter.stream.map_or(SHMRING_TAP_ANY, i64::from),
             poll_interval_ns: d.poll_interval.as_nanos() as u64,
             skip_pending_after_ns: d.skip_pending_after.as_nanos() as u64,
         };
@@ -128,7 +130,16 @@ pub unsafe extern "C" fn shmring_tap_options_init(
     })
 }
 
-fn filter(v: i64, what: &str) -> Res<Option<u32>> {
+/// A filter as C gives it: a kind and a stream, each SHMRING_TAP_ANY or a 32-bit
+/// value (the tap's and the consumer's options alike).
+pub(crate) fn filter(kind: i64, stream: i64) -> Res<Filter> {
+    Ok(Filter {
+        kind: any_or(kind, "kind")?,
+        stream: any_or(stream, "stream")?,
+    })
+}
+
+fn any_or(v: i64, what: &str) -> Res<Option<u32>> {
     match v {
         SHMRING_TAP_ANY => Ok(None),
         v => u32::try_from(v).map(Some).map_err(|_| {
@@ -156,8 +167,7 @@ fn core_tap_options(opts: *const shmring_tap_options) -> Res<TapOptions> {
     };
     Ok(TapOptions {
         every: o.every,
-        kind: filter(o.kind, "kind")?,
-        stream: filter(o.stream, "stream")?,
+        filter: filter(o.kind, o.stream)?,
         poll_interval: or_default(o.poll_interval_ns, d.poll_interval),
         skip_pending_after: or_default(o.skip_pending_after_ns, d.skip_pending_after),
     })

@@ -96,7 +96,7 @@ fn c_consumer_options_take_the_cores_names() {
     let mut core: Vec<String> = shmring::ConsumerSettings::NAMES
         .iter()
         .map(|n| match *n {
-            "spin" | "manual_reset" => n.to_string(),
+            "spin" | "manual_reset" | "kind" | "stream" => n.to_string(),
             duration => format!("{duration}_ns"),
         })
         .collect();

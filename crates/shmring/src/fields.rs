@@ -255,6 +255,11 @@ impl Snapshot for Stats {
                 Counter,
                 "Claims taken back because they stayed pending past the consumer's claim timeout."
             ),
+            field!(
+                self.records_filtered,
+                Counter,
+                "Records the consumer's filter refused (released unread, not consumed)."
+            ),
         ]
         .into_iter()
     }
@@ -293,6 +298,11 @@ impl Snapshot for TetherInfo {
                 "Bytes between its read cursor and the write cursor.",
                 Field::BYTES
             ),
+            field!(
+                self.records_filtered,
+                Counter,
+                "Records its filter refused (released unread, not consumed)."
+            ),
         ]
         .into_iter()
     }
@@ -308,7 +318,7 @@ impl Snapshot for TapStats {
                 "Records lost: overwritten while read, skipped when the tap fell a ring behind, or stepped over while pending."
             ),
             field!(self.torn, Counter, "Of the records lost, those found overwritten after they were read."),
-            field!(self.filtered, Counter, "Records not taken because of every, kind or stream."),
+            field!(self.filtered, Counter, "Records not taken because of every or the filter (kind, stream)."),
             field!(self.skips, Counter, "Times the tap jumped to the newest record."),
             field!(self.lag, Gauge, "Records between the tap and the write cursor."),
         ]
@@ -414,13 +424,14 @@ mod tests {
             tethered_consumers: 28,
             tethers_detached: 29,
             expired_claims: 30,
+            records_filtered: 31,
         };
         let got: Vec<(&str, u64)> = s.fields().map(|f| (f.name, f.value)).collect();
-        // Every field of the struct appears, each with its own value (1..=30 above),
+        // Every field of the struct appears, each with its own value (1..=31 above),
         // so a field added to Stats but not to fields() fails here.
         let mut values: Vec<u64> = got.iter().map(|g| g.1).collect();
         values.sort_unstable();
-        assert_eq!(values, (1..=30).collect::<Vec<_>>());
+        assert_eq!(values, (1..=31).collect::<Vec<_>>());
         assert_eq!(
             format!("{s:?}").matches(": ").count(),
             got.len(),
@@ -486,10 +497,11 @@ mod tests {
             lost: 6,
             lag_records: 7,
             lag_bytes: 8,
+            records_filtered: 9,
         };
         lists_every_field(&t, &[]);
         let values: Vec<u64> = t.fields().map(|f| f.value).collect();
-        assert_eq!(values, [1, 1, 3, 4, 5, 6, 7, 8], "a flag is 1");
+        assert_eq!(values, [1, 1, 3, 4, 5, 6, 7, 8, 9], "a flag is 1");
         let tap = TapStats {
             delivered: 1,
             lost: 2,

@@ -283,6 +283,10 @@ pub struct ConsumerCounters {
     pub peak_occupancy: AtomicU64,
     pub resets: AtomicU64,
     pub reaped_slots: AtomicU64,
+    /// Records its filter refused (released unread; `ConsumerOptions::filter`).
+    /// In what was padding of layout version 1's line 7: zero on rings older
+    /// consumers made, and never written by them.
+    pub filtered: AtomicU64,
 }
 
 /// Claims that stay pending, as the consumer sees them (written by the consumer
@@ -355,6 +359,8 @@ pub struct TetherLine {
     pub bytes_consumed: AtomicU64,
     /// Records it lost by resynchronising after the ring was reset.
     pub lost: AtomicU64,
+    /// Records its filter refused (released unread). In what was padding.
+    pub records_filtered: AtomicU64,
 }
 
 #[repr(C)]

@@ -42,6 +42,8 @@ mod error;
 #[cfg(not(loom))]
 mod fields;
 #[cfg(not(loom))]
+mod filter;
+#[cfg(not(loom))]
 pub mod handoff;
 #[cfg(not(loom))]
 mod options;
@@ -74,6 +76,8 @@ pub use consumer::{Consumer, Frame, Health, RawFrame, SharedConsumer, SharedFram
 pub use error::{Error, Name, Occupant, Result};
 #[cfg(not(loom))]
 pub use fields::{Field, FieldKind, Snapshot};
+#[cfg(not(loom))]
+pub use filter::Filter;
 #[cfg(not(loom))]
 pub use handoff::{Listener, ListenerOptions};
 #[cfg(not(loom))]

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::filter::Filter;
 
 /// Tuning for a consumer.
 ///
@@ -70,6 +71,28 @@ pub struct ConsumerOptions {
     /// how long it can pin its space). `None`: wait for live producers for ever
     /// (trusted producers only).
     pub claim_timeout: Option<Duration>,
+    /// Which records to hand out, by kind and stream (the default: all; the same
+    /// rule as a tap's, [`crate::TapOptions::filter`]). A record the filter refuses
+    /// is released at once, unread: its space returns to producers as if it had
+    /// been handed out and released, so a filtered-out stream never fills the ring
+    /// ([`crate::Stats::records_filtered`], [`crate::TetherInfo::records_filtered`]
+    /// count them; they are not in `records_consumed`).
+    ///
+    /// ```
+    /// use shmring::{media::kind, Config, Consumer, ConsumerOptions, Filter, Meta, Segment};
+    /// let seg = Segment::create_memfd("doc-filter", &Config::with_capacity(1 << 16))?;
+    /// let c = Consumer::with_options(seg.clone(), ConsumerOptions {
+    ///     filter: Filter { stream: Some(2), ..Filter::ANY },
+    ///     ..Default::default()
+    /// })?;
+    /// let mut p = seg.producer()?;
+    /// p.send(b"one", Meta::new(1, kind::RAW))?;
+    /// p.send(b"two", Meta::new(2, kind::RAW))?;
+    /// assert_eq!(c.try_next()?.unwrap().payload(), b"two");
+    /// assert_eq!(seg.stats().records_filtered, 1);
+    /// # Ok::<(), shmring::Error>(())
+    /// ```
+    pub filter: Filter,
 }
 
 impl Default for ConsumerOptions {
@@ -82,6 +105,7 @@ impl Default for ConsumerOptions {
             tether_stall_limit: Duration::from_millis(500),
             latency_budget: None,
             claim_timeout: Some(Duration::from_millis(500)),
+            filter: Filter::ANY,
         }
     }
 }
@@ -164,6 +188,8 @@ impl Setting {
 /// | `tether_stall_limit` | `tether_stall_limit_ns` | `tether_stall_limit` (s) | `tetherStallLimitMs` | `TetherStallLimit` |
 /// | `latency_budget` | `latency_budget_ns` | `latency_budget` (s) | `latencyBudgetMs` | `LatencyBudget` |
 /// | `claim_timeout` | `claim_timeout_ns` | `claim_timeout` (s) | `claimTimeoutMs` | `ClaimTimeout` |
+/// | `filter.kind` | `kind` (`SHMRING_TAP_ANY`: any) | `kind` | `kind` | (none: any) |
+/// | `filter.stream` | `stream` (`SHMRING_TAP_ANY`: any) | `stream` | `stream` | (none: any) |
 ///
 /// Each binding gives durations in its language's unit (C nanoseconds, Python
 /// seconds, Node.js milliseconds, Go `time.Duration`). A duration that is absent,
@@ -171,7 +197,9 @@ impl Setting {
 /// `SHMRING_NEVER`, Python `math.inf`, Node.js `Infinity`, Go `shmring.Never`)
 /// turns off what is optional: overtaking, the latency budget, the claim timeout.
 /// `manual_reset` is `auto_reset` negated, so that its absent value is `false` in
-/// every binding; `spin` is a count, and 0 means "sleep at once".
+/// every binding; `spin` is a count, and 0 means "sleep at once". `kind` and
+/// `stream` are the filter's, by the names a tap's filter has in the binding:
+/// absent (C `SHMRING_TAP_ANY`) takes any.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConsumerSettings {
     pub liveness_interval: Setting,
@@ -182,6 +210,10 @@ pub struct ConsumerSettings {
     pub tether_stall_limit: Setting,
     pub latency_budget: Setting,
     pub claim_timeout: Setting,
+    /// None: any kind.
+    pub kind: Option<u32>,
+    /// None: any stream.
+    pub stream: Option<u32>,
 }
 
 impl Default for ConsumerSettings {
@@ -194,6 +226,8 @@ impl Default for ConsumerSettings {
             tether_stall_limit: Setting::Default,
             latency_budget: Setting::Default,
             claim_timeout: Setting::Default,
+            kind: None,
+            stream: None,
         }
     }
 }
@@ -201,7 +235,7 @@ impl Default for ConsumerSettings {
 impl ConsumerSettings {
     /// The names of the options, in this order, as the bindings take them (in their
     /// own case, with their unit's suffix where the language has no duration type).
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 9] = [
         "liveness_interval",
         "spin",
         "overtake_after",
@@ -209,6 +243,8 @@ impl ConsumerSettings {
         "tether_stall_limit",
         "latency_budget",
         "claim_timeout",
+        "kind",
+        "stream",
     ];
 
     /// The core's options: what is not given is the library's default.
@@ -240,6 +276,10 @@ impl ConsumerSettings {
                 .required(d.tether_stall_limit, "tether_stall_limit")?,
             latency_budget: self.latency_budget.optional(d.latency_budget),
             claim_timeout: self.claim_timeout.optional(d.claim_timeout),
+            filter: Filter {
+                kind: self.kind,
+                stream: self.stream,
+            },
         })
     }
 }
@@ -251,7 +291,12 @@ mod tests {
     #[test]
     fn names_follow_the_cores_options() {
         let dbg = format!("{:?}", ConsumerOptions::default());
-        let inner = &dbg[dbg.find('{').unwrap() + 1..dbg.rfind('}').unwrap()];
+        let mut inner = dbg[dbg.find('{').unwrap() + 1..dbg.rfind('}').unwrap()].to_string();
+        // A nested struct's fields are the binding's names: `filter: Filter { .. }`
+        // counts as `filter`.
+        while let (Some(open), Some(close)) = (inner.find(" {"), inner.find('}')) {
+            inner.replace_range(open..=close, "");
+        }
         // The struct's field names: every top-level `name: ` (values hold no colon
         // at the top level but `Some(..)` and durations).
         let core: Vec<&str> = inner
@@ -261,14 +306,17 @@ mod tests {
             .collect();
         let bindings: Vec<&str> = ConsumerSettings::NAMES
             .iter()
-            .map(|n| {
-                if *n == "manual_reset" {
-                    "auto_reset"
-                } else {
-                    n
-                }
+            .map(|n| match *n {
+                "manual_reset" => "auto_reset",
+                "kind" | "stream" => "filter",
+                n => n,
             })
-            .collect();
+            .fold(Vec::new(), |mut v, n| {
+                if v.last() != Some(&n) {
+                    v.push(n);
+                }
+                v
+            });
         assert_eq!(core, bindings);
     }
 

@@ -75,6 +75,9 @@ pub struct Stats {
     /// Claims the consumer took back because they stayed pending past its claim
     /// timeout while their producer was alive (`ConsumerOptions::claim_timeout`).
     pub expired_claims: u64,
+    /// Records the ring's consumer's filter refused: released unread, not in
+    /// `records_consumed` (`ConsumerOptions::filter`).
+    pub records_filtered: u64,
 }
 
 impl Stats {
@@ -108,6 +111,7 @@ impl Stats {
             tethered_consumers: crate::tether::infos(seg).len() as u32,
             tethers_detached: c.tethers.0.detached.load(Ordering::Relaxed),
             expired_claims: h.expired_claims.load(Ordering::Relaxed),
+            records_filtered: cc.filtered.load(Ordering::Relaxed),
             ..Default::default()
         };
         for i in 0..seg.geometry().max_producers {

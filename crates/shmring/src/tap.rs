@@ -30,6 +30,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
+use crate::filter::Filter;
 use crate::layout::{
     claim_geometry, cursor_pos, cursor_seq, pos_diff, seq_diff, ClaimState, LogEntry, RecordHeader,
     POS_MASK, SEQ_MASK, UNIT,
@@ -41,13 +42,12 @@ use crate::sync::{fence, Ordering};
 /// What a tap takes and how it waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TapOptions {
-    /// Deliver every n-th record that matches `kind` and `stream` (1: all). The
-    /// others cost a look at their 64-byte header.
+    /// Deliver every n-th record that `filter` takes (1: all). The others cost a
+    /// look at their 64-byte header.
     pub every: u32,
-    /// Only records of this kind (see [`crate::media::kind`]).
-    pub kind: Option<u32>,
-    /// Only records of this stream.
-    pub stream: Option<u32>,
+    /// Which records to take, by kind and stream (the default: all; the same
+    /// rule as a consumer's, [`crate::ConsumerOptions::filter`]).
+    pub filter: Filter,
     /// How long an idle tap sleeps between looks: it cannot ask producers for a
     /// wake-up (that would be a write), so it polls.
     pub poll_interval: Duration,
@@ -60,8 +60,7 @@ impl Default for TapOptions {
     fn default() -> Self {
         TapOptions {
             every: 1,
-            kind: None,
-            stream: None,
+            filter: Filter::ANY,
             poll_interval: Duration::from_millis(1),
             skip_pending_after: Duration::from_millis(200),
         }
@@ -88,7 +87,7 @@ pub struct TapStats {
     pub lost: u64,
     /// Of `lost`, records found overwritten after they were read.
     pub torn: u64,
-    /// Records not taken because of `every`, `kind` or `stream`.
+    /// Records not taken because of `every` or the filter.
     pub filtered: u64,
     /// Times the tap jumped to the newest record (lapped, or the ring was reset).
     pub skips: u64,
@@ -365,8 +364,7 @@ impl Tap {
             flags: h.flags,
         };
         let sane = h.len <= room && h.seq == crate::layout::header_seq(self.seq);
-        let wanted = self.opts.kind.is_none_or(|k| k == h.kind)
-            && self.opts.stream.is_none_or(|s| s == h.stream);
+        let wanted = self.opts.filter.takes(&meta);
         let seq = self.seq;
         let mut chosen = false;
         if sane && wanted {

@@ -144,7 +144,12 @@ fn take_line(seg: &Segment) -> Result<u32> {
             continue;
         }
         locks.local().set_tether(j, true);
-        for c in [&l.records_consumed, &l.bytes_consumed, &l.lost] {
+        for c in [
+            &l.records_consumed,
+            &l.bytes_consumed,
+            &l.lost,
+            &l.records_filtered,
+        ] {
             c.store(0, Ordering::Relaxed);
         }
         return Ok(j);
@@ -447,6 +452,9 @@ pub struct TetherInfo {
     /// How far its read cursor is behind the write cursor, in records and bytes.
     pub lag_records: u64,
     pub lag_bytes: u64,
+    /// Records its filter refused (released unread; see
+    /// [`crate::ConsumerOptions::filter`]).
+    pub records_filtered: u64,
 }
 
 /// The tethered consumers attached to `seg` (live lines only).
@@ -476,6 +484,7 @@ pub(crate) fn info(seg: &Segment, j: u32) -> Option<TetherInfo> {
         records_consumed: l.records_consumed.load(Ordering::Relaxed),
         bytes_consumed: l.bytes_consumed.load(Ordering::Relaxed),
         lost: l.lost.load(Ordering::Relaxed),
+        records_filtered: l.records_filtered.load(Ordering::Relaxed),
         lag_records: crate::layout::seq_diff(
             crate::layout::cursor_seq(w),
             crate::layout::cursor_seq(read),

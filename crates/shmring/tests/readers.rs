@@ -388,7 +388,10 @@ fn a_tap_takes_every_nth_frame_of_one_kind() {
     let consumer = seg.consumer().unwrap();
     let opts = TapOptions {
         every: 3,
-        kind: Some(shmring::media::kind::VIDEO),
+        filter: shmring::Filter {
+            kind: Some(shmring::media::kind::VIDEO),
+            ..Default::default()
+        },
         ..Default::default()
     };
     let mut tap = Tap::new(read_only(&seg), opts);
@@ -411,6 +414,144 @@ fn a_tap_takes_every_nth_frame_of_one_kind() {
     // Video records are 0, 2, 4, ... 28: every third of those.
     assert_eq!(got, vec![0, 6, 12, 18, 24]);
     assert_eq!(tap.stats().filtered, 25);
+}
+
+/// A consumer filtering one stream: it is handed that stream's records only, all of
+/// them in order; the others are released unread as it goes, so a producer writing
+/// many rings' worth of them is never held up by them (blocking policy, no drop,
+/// never full for long), and they are counted `records_filtered`, not consumed.
+#[test]
+fn a_consumer_filtering_one_stream_gets_all_of_it_and_frees_the_rest() {
+    const KEPT: u32 = 7;
+    let capacity = 1u64 << 16;
+    let seg = Segment::create_memfd("consumer-filter", &cfg(capacity)).unwrap();
+    let consumer = Consumer::with_options(
+        seg.clone(),
+        ConsumerOptions {
+            filter: shmring::Filter {
+                stream: Some(KEPT),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // 2 KiB records, 128 of them per kept record: 32 rings' worth of filtered-out
+    // bytes between the first and the last kept record.
+    let (kept, per_kept) = (8u32, 128u32);
+    let filtered = (kept * per_kept) as u64;
+    assert!(filtered * 2048 >= 32 * capacity);
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let seg = seg.clone();
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut p = seg.producer().unwrap();
+            p.set_policy(FullPolicy::Block(Duration::from_secs(30)));
+            let body = vec![0u8; 2048];
+            for k in 0..kept {
+                for i in 0..per_kept {
+                    // Another stream, or the kept stream's kind under another id.
+                    let stream = if i % 2 == 0 { KEPT + 1 } else { 0 };
+                    p.send(&body, Meta::new(stream, i % 3)).unwrap();
+                }
+                p.send(&k.to_le_bytes(), Meta::new(KEPT, 1)).unwrap();
+            }
+            done.store(true, Ordering::Release);
+        })
+    };
+    let mut got = Vec::new();
+    let deadline = Instant::now() + GUARD;
+    while got.len() < kept as usize && Instant::now() < deadline {
+        if let Some(f) = consumer
+            .next_timeout(Some(Duration::from_millis(50)))
+            .unwrap()
+        {
+            assert_eq!(f.meta().stream, KEPT);
+            got.push(u32::from_le_bytes(f.payload()[..4].try_into().unwrap()));
+        }
+    }
+    writer.join().unwrap();
+    assert!(done.load(Ordering::Acquire));
+    assert_eq!(
+        got,
+        (0..kept).collect::<Vec<_>>(),
+        "every kept record, in order"
+    );
+    let st = seg.stats();
+    assert_eq!(st.drops_full, 0);
+    assert_eq!(st.records_consumed, kept as u64);
+    assert_eq!(st.records_filtered, filtered);
+    assert_eq!(st.records_committed, kept as u64 + filtered);
+    // Every byte back to producers: nothing held, nothing in flight.
+    assert_eq!((consumer.outstanding(), st.occupancy), (0, 0));
+}
+
+/// A consumer's filter and a tap's take the same records (one rule), and a tethered
+/// consumer counts what its filter refuses in its own line.
+#[test]
+fn consumer_and_tap_filters_agree_and_a_tethered_consumer_counts_its_own() {
+    use shmring::media::kind;
+    let seg = Segment::create_memfd("consumer-filter-kind", &cfg(1 << 20)).unwrap();
+    let filter = shmring::Filter {
+        kind: Some(kind::AUDIO),
+        stream: Some(2),
+    };
+    let owner = seg.consumer().unwrap();
+    let tethered = Consumer::tethered(
+        seg.clone(),
+        ConsumerOptions {
+            filter,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // Adopted when the ring's consumer next looks; it sees every record after.
+    assert!(tethered.try_next().unwrap().is_none());
+    assert!(owner.try_next().unwrap().is_none());
+    let mut tap = Tap::new(
+        read_only(&seg),
+        TapOptions {
+            filter,
+            ..Default::default()
+        },
+    );
+    let mut p = seg.producer().unwrap();
+    let mut want = Vec::new();
+    for i in 0..24u32 {
+        let (stream, k) = (
+            i % 3,
+            [kind::RAW, kind::VIDEO, kind::AUDIO][(i / 3 % 3) as usize],
+        );
+        p.send(&i.to_le_bytes(), Meta::new(stream, k)).unwrap();
+        if filter.takes(&Meta::new(stream, k)) {
+            want.push(i);
+        }
+        owner.try_next().unwrap().unwrap().release();
+    }
+    assert!(!want.is_empty() && want.len() < 24);
+    let (mut by_consumer, mut by_tap, mut buf) = (Vec::new(), Vec::new(), Vec::new());
+    while let Some(f) = tethered
+        .next_timeout(Some(Duration::from_millis(100)))
+        .unwrap()
+    {
+        by_consumer.push(u32::from_le_bytes(f.payload()[..4].try_into().unwrap()));
+    }
+    while tap
+        .next_into(&mut buf, Some(Duration::ZERO))
+        .unwrap()
+        .is_some()
+    {
+        by_tap.push(u32::from_le_bytes(buf[..4].try_into().unwrap()));
+    }
+    assert_eq!(by_consumer, want);
+    assert_eq!(by_tap, want);
+    let line = tethered.tether_info().unwrap();
+    assert_eq!(line.records_consumed, want.len() as u64);
+    assert_eq!(line.records_filtered, 24 - want.len() as u64);
+    assert_eq!(tap.stats().filtered, 24 - want.len() as u64);
+    // The ring's consumer had no filter.
+    assert_eq!(seg.stats().records_filtered, 0);
 }
 
 #[test]

@@ -211,7 +211,7 @@ func record(outs map[key]*output, parts map[key]int, dir string, fps int, f *shm
 		if o == nil {
 			sum.Skipped++
 			if len(sum.Notes) < 16 {
-				sum.Notes = append(sum.Notes, fmt.Sprintf("stream %d: format %d is not recorded", k.stream, m.Format))
+				sum.Notes = append(sum.Notes, fmt.Sprintf("stream %d: format %v is not recorded", k.stream, m.Format))
 			}
 			return nil
 		}

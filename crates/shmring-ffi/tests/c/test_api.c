@@ -365,6 +365,34 @@ static void test_media_parse_for(void) {
     CHECK_MSG("0 channels");
 }
 
+/* The formats' names are the core's: named, parsed back (any case, aliases), and an
+ * unknown name refused with the valid ones in the message. */
+static void test_media_format_names(void) {
+    static const struct { uint32_t format; const char *name; } want[] = {
+        {SHMRING_FORMAT_I420, "i420"},       {SHMRING_FORMAT_NV12, "nv12"},
+        {SHMRING_FORMAT_RGBA, "rgba"},       {SHMRING_FORMAT_PCM_S16, "pcm_s16"},
+        {SHMRING_FORMAT_PCM_F32, "pcm_f32"},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const char *n = shmring_media_format_name(want[i].format);
+        CHECK(n != NULL && strcmp(n, want[i].name) == 0);
+        uint32_t f = 0;
+        CHECK_ST(shmring_media_format_parse(want[i].name, &f), SHMRING_OK);
+        CHECK(f == want[i].format);
+    }
+    CHECK(shmring_media_format_name(0) == NULL);
+    CHECK(shmring_media_format_name(99) == NULL);
+    uint32_t f = 0;
+    CHECK_ST(shmring_media_format_parse("NV12", &f), SHMRING_OK);
+    CHECK(f == SHMRING_FORMAT_NV12);
+    CHECK_ST(shmring_media_format_parse("f32", &f), SHMRING_OK);
+    CHECK(f == SHMRING_FORMAT_PCM_F32);
+    CHECK_ST(shmring_media_format_parse("yuv9", &f), SHMRING_ERR_INVALID_ARGUMENT);
+    CHECK_MSG("i420, nv12, rgba");
+    CHECK_ST(shmring_media_format_parse(NULL, &f), SHMRING_ERR_NULL);
+    CHECK_ST(shmring_media_format_parse("i420", NULL), SHMRING_ERR_NULL);
+}
+
 /* Frame rate, automatic numbering and the end of a stream, across the ring. */
 static void test_rate_numbering_and_end_of_stream(void) {
     shmring_consumer *c = NULL;
@@ -662,6 +690,7 @@ int main(void) {
     RUN(test_descriptors);
     RUN(test_media_errors);
     RUN(test_media_parse_for);
+    RUN(test_media_format_names);
     RUN(test_rate_numbering_and_end_of_stream);
     RUN(test_fd_passing);
     RUN(test_concurrent_use_is_refused);

@@ -315,6 +315,44 @@ static void test_tap_filters_and_losses(void) {
     shmring_segment_close(s);
 }
 
+/* A consumer's filter takes the tap's fields: only stream 7's records are handed
+ * out; the others are released unread (six rings' worth never fill the ring). */
+static void test_consumer_filter(void) {
+    shmring_segment *s = make_ring(64 << 10);
+    shmring_consumer_options o;
+    CHECK_ST(shmring_consumer_options_init(&o), SHMRING_OK);
+    CHECK(o.kind == SHMRING_TAP_ANY && o.stream == SHMRING_TAP_ANY);
+    o.stream = 7;
+    shmring_consumer *c = NULL;
+    shmring_producer *p = NULL;
+    CHECK_ST(shmring_consumer_attach(s, &o, &c), SHMRING_OK);
+    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    CHECK_ST(shmring_producer_set_policy(p, SHMRING_POLICY_FAIL, 0), SHMRING_OK);
+    static uint8_t body[2000];
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < 200; i++) {
+        shmring_meta m = {.stream = 6 + (i % 3), .kind = SHMRING_KIND_RAW, .flags = i};
+        CHECK_ST(shmring_producer_send(p, body, sizeof body, &m), SHMRING_OK);
+        shmring_frame f;
+        if (shmring_consumer_next(c, 0, &f) == SHMRING_OK) {
+            CHECK(f.meta.stream == 7 && f.meta.flags == i);
+            kept++;
+            CHECK_ST(shmring_consumer_release(c, &f), SHMRING_OK);
+        }
+    }
+    CHECK(kept == 67);
+    shmring_stats st;
+    CHECK_ST(shmring_segment_stats(s, &st), SHMRING_OK);
+    CHECK(st.records_consumed == 67 && st.records_filtered == 133 && st.drops_full == 0);
+    shmring_producer_close(p);
+    shmring_consumer_close(c);
+    /* Neither SHMRING_TAP_ANY nor a 32-bit value. */
+    o.kind = -2;
+    CHECK_ST(shmring_consumer_attach(s, &o, &c), SHMRING_ERR_INVALID_ARGUMENT);
+    CHECK_MSG("kind");
+    shmring_segment_close(s);
+}
+
 static void test_tap_named_and_misuse(void) {
     char name[64];
     snprintf(name, sizeof name, "shmring-test-readers-%d", (int)getpid());
@@ -371,6 +409,7 @@ int main(void) {
     RUN(test_stuck_tethered_is_detached);
     RUN(test_tap_copies_records);
     RUN(test_tap_filters_and_losses);
+    RUN(test_consumer_filter);
     RUN(test_tap_named_and_misuse);
     return check_summary();
 }

@@ -150,6 +150,15 @@ impl Consumer {
                         what,
                     });
                 }
+                if !self.opts.filter.takes_record(h.kind, h.stream) {
+                    // Refused: released unread, its space back to producers now.
+                    if cur.release(seq).unwrap_or(false) {
+                        self.publish(cur);
+                        self.wake_producers(cur);
+                    }
+                    bump(self.role.filtered(&self.seg), 1);
+                    return Ok(Step::Again);
+                }
                 if self.role.is_owner() {
                     // Occupancy needs the write cursor, a line producers write at
                     // every claim: looked at every OCCUPANCY_EVERY records (and at

@@ -100,6 +100,15 @@ impl Role {
         }
     }
 
+    /// Where a record the filter refused is counted: in the ring's counters or in
+    /// the tether line.
+    pub(super) fn filtered<'s>(&self, seg: &'s Segment) -> &'s AtomicU64 {
+        match self {
+            Role::Owner { .. } => &seg.control().counters.0.filtered,
+            Role::Tethered(j) => &tether::counters(seg, *j).records_filtered,
+        }
+    }
+
     /// Has the ring's consumer adopted us (or detached us: then there is an error
     /// to report)? Always true for the ring's consumer.
     pub(super) fn adoption_seen(&self, seg: &Segment) -> bool {

@@ -2,8 +2,8 @@
 
 use super::record::Raw;
 use super::{
-    kind, u32_at, u64_at, Format, MediaError, MAX_CHANNELS, MAX_DIMENSION, MAX_FRAME_RATE,
-    MAX_SAMPLES, MEDIA_HEADER_SIZE, MEDIA_MAGIC, MEDIA_VERSION, SAMPLE_RATES,
+    kind, u32_at, u64_at, Format, MediaError, PlaneTable, MAX_CHANNELS, MAX_DIMENSION,
+    MAX_FRAME_RATE, MAX_SAMPLES, MEDIA_HEADER_SIZE, MEDIA_MAGIC, MEDIA_VERSION, SAMPLE_RATES,
 };
 
 /// A parsed, validated media header.
@@ -105,13 +105,7 @@ impl MediaHeader {
             )));
         }
         check_video_size(width, height)?;
-        let (w, h) = (width as u64, height as u64);
-        let (cw, ch) = (w.div_ceil(2), h.div_ceil(2));
-        let plane_dims: &[(u64, u64)] = match format {
-            Format::I420 => &[(w, h), (cw, ch), (cw, ch)],
-            Format::Nv12 => &[(w, h), (cw * 2, ch)],
-            _ => &[(w * 4, h)],
-        };
+        let table = format.plane_table(width, height);
         let mut hd = MediaHeader {
             format,
             width,
@@ -121,7 +115,7 @@ impl MediaHeader {
             samples: 0,
             pts_ns,
             sequence,
-            planes: plane_dims.len() as u32,
+            planes: table.len() as u32,
             stride: [0; 4],
             offset: [0; 4],
             size: [0; 4],
@@ -129,12 +123,12 @@ impl MediaHeader {
             fps_den: 1,
         };
         let mut at = MEDIA_HEADER_SIZE as u64;
-        for (i, &(stride, rows)) in plane_dims.iter().enumerate() {
+        for (i, p) in table.iter().enumerate() {
             at = align64(at);
-            hd.stride[i] = to_u32(stride, "stride")?;
+            hd.stride[i] = to_u32(p.row_bytes(), "stride")?;
             hd.offset[i] = to_u32(at, "plane offset")?;
-            hd.size[i] = to_u32(stride * rows, "plane size")?;
-            at += stride * rows;
+            hd.size[i] = to_u32(p.bytes(), "plane size")?;
+            at += p.bytes();
         }
         to_u32(at, "payload")?;
         Ok(hd)
@@ -160,7 +154,8 @@ impl MediaHeader {
             )));
         }
         let mut hd = MediaHeader::video(format, width, height, pts_ns, sequence)?;
-        let (want, count) = Self::expected(&hd);
+        let table = hd.plane_table();
+        let count = table.len();
         if stride.len() != count || offset.len() != count {
             return Err(MediaError(format!(
                 "a {} frame has {count} planes; {} strides and {} offsets given",
@@ -169,9 +164,9 @@ impl MediaHeader {
                 offset.len()
             )));
         }
-        for (i, &(min_stride, rows)) in want[..count].iter().enumerate() {
-            let size = stride[i] as u64 * rows;
-            if (stride[i] as u64) < min_stride
+        for (i, p) in table.iter().enumerate() {
+            let size = stride[i] as u64 * p.rows as u64;
+            if (stride[i] as u64) < p.row_bytes()
                 || (offset[i] as usize) < MEDIA_HEADER_SIZE
                 || size > u32::MAX as u64
                 || offset[i] as u64 + size > u32::MAX as u64
@@ -206,8 +201,9 @@ impl MediaHeader {
             )));
         }
         check_audio_shape(sample_rate, channels, samples)?;
-        let frame = format.sample_bytes() * channels;
-        let size = to_u32(frame as u64 * samples as u64, "audio data")?;
+        let data = format.plane_table(channels, samples)[0];
+        let frame = to_u32(data.row_bytes(), "audio frame")?;
+        let size = to_u32(data.bytes(), "audio data")?;
         to_u32(MEDIA_HEADER_SIZE as u64 + size as u64, "payload")?;
         Ok(MediaHeader {
             format,
@@ -391,11 +387,10 @@ impl MediaHeader {
                 )));
             }
         }
-        let (want, count) = Self::expected(&hd);
-        for (i, &(stride, rows)) in want[..count].iter().enumerate() {
+        for (i, p) in hd.plane_table().iter().enumerate() {
             if i >= planes as usize
-                || (hd.stride[i] as u64) < stride
-                || hd.size[i] as u64 != hd.stride[i] as u64 * rows
+                || (hd.stride[i] as u64) < p.row_bytes()
+                || hd.size[i] as u64 != hd.stride[i] as u64 * p.rows as u64
             {
                 return Err(MediaError(format!(
                     "plane {i} of a {} {}x{} frame: stride {} size {} do not fit",
@@ -410,25 +405,22 @@ impl MediaHeader {
         Ok(hd)
     }
 
-    /// Minimum (stride, rows) of each plane the format needs, and how many planes.
-    fn expected(hd: &MediaHeader) -> ([(u64, u64); 3], usize) {
-        let (w, h) = (hd.width as u64, hd.height as u64);
-        let (cw, ch) = (w.div_ceil(2), h.div_ceil(2));
-        match hd.format {
-            Format::I420 => ([(w, h), (cw, ch), (cw, ch)], 3),
-            Format::Nv12 => ([(w, h), (cw * 2, ch), (0, 0)], 2),
-            Format::Rgba => ([(w * 4, h), (0, 0), (0, 0)], 1),
-            f => (
-                [
-                    (
-                        f.sample_bytes() as u64 * hd.channels as u64,
-                        hd.samples as u64,
-                    ),
-                    (0, 0),
-                    (0, 0),
-                ],
-                1,
-            ),
+    /// The planes of this header's format at its size (video: width x height;
+    /// audio: channels x samples): what each plane holds, whatever its stride.
+    ///
+    /// ```
+    /// use shmring::media::{Format, MediaHeader};
+    /// let h = MediaHeader::video(Format::Nv12, 7, 5, 0, 0).unwrap();
+    /// let t = h.plane_table();
+    /// assert_eq!(t.len(), h.planes as usize);
+    /// assert_eq!((t[1].columns, t[1].rows, t[1].components), (4, 3, 2));
+    /// assert_eq!(h.size[1] as u64, t[1].bytes());
+    /// ```
+    pub fn plane_table(&self) -> PlaneTable {
+        if self.format.is_video() {
+            self.format.plane_table(self.width, self.height)
+        } else {
+            self.format.plane_table(self.channels, self.samples)
         }
     }
 

@@ -7,7 +7,7 @@
 //!   0     4   magic        "SMH1" (0x31484d53 little-endian)
 //!   4     2   version      2 (version 1 is read too: no frame rate, no flags)
 //!   6     2   header_size  128 (plane data may start here)
-//!   8     4   format       Format (I420, NV12, RGBA, PCM s16, PCM f32); 0 at an end of stream
+//!   8     4   format       Format (i420, nv12, rgba, pcm_s16, pcm_f32); 0 at an end of stream
 //!  12     4   width        pixels (video)
 //!  16     4   height       pixels (video)
 //!  20     4   sample_rate  Hz (audio)
@@ -42,10 +42,12 @@
 //! **Versions.** Headers are written as version 2. A reader of version 1 (shmring
 //! 0.1) refuses them by version, naming it; this reader accepts both.
 //!
-//! By concept: `header` (a frame's header: build, check, lay out planes), `record`
+//! By concept: `format` (the formats: names and the plane table), `header` (a
+//! frame's header: build, check, lay out planes), `record`
 //! (what a record's payload is: a frame or the end of its stream), `numbering` (a
 //! producer's numbers and its end of stream).
 
+mod format;
 mod header;
 // A producer's side: there is no producer in the loom build.
 #[cfg(not(loom))]
@@ -54,6 +56,7 @@ mod record;
 #[cfg(test)]
 mod tests;
 
+pub use format::{Format, Plane, PlaneTable, UnknownFormat};
 pub use header::MediaHeader;
 #[cfg(not(loom))]
 pub(crate) use numbering::Numbering;
@@ -101,58 +104,6 @@ pub const MAX_CHANNELS: u32 = 64;
 pub const MAX_SAMPLES: u32 = 1 << 24;
 /// Audio sample rates accepted, in Hz.
 pub const SAMPLE_RATES: std::ops::RangeInclusive<u32> = 1000..=768_000;
-
-/// Sample and pixel formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum Format {
-    /// Planar YUV 4:2:0: Y, then U, then V (U and V at half width and height).
-    I420 = 1,
-    /// Y plane, then interleaved UV at half height.
-    Nv12 = 2,
-    /// Packed 8-bit RGBA.
-    Rgba = 3,
-    /// Interleaved signed 16-bit PCM.
-    PcmS16 = 16,
-    /// Interleaved 32-bit float PCM.
-    PcmF32 = 17,
-}
-
-impl Format {
-    pub fn from_u32(v: u32) -> Option<Format> {
-        Some(match v {
-            1 => Format::I420,
-            2 => Format::Nv12,
-            3 => Format::Rgba,
-            16 => Format::PcmS16,
-            17 => Format::PcmF32,
-            _ => return None,
-        })
-    }
-    pub fn is_video(self) -> bool {
-        matches!(self, Format::I420 | Format::Nv12 | Format::Rgba)
-    }
-    pub fn is_audio(self) -> bool {
-        !self.is_video()
-    }
-    /// Bytes per sample (audio formats).
-    pub fn sample_bytes(self) -> u32 {
-        match self {
-            Format::PcmS16 => 2,
-            Format::PcmF32 => 4,
-            _ => 0,
-        }
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Format::I420 => "I420",
-            Format::Nv12 => "NV12",
-            Format::Rgba => "RGBA",
-            Format::PcmS16 => "PCM s16",
-            Format::PcmF32 => "PCM f32",
-        }
-    }
-}
 
 /// Why a media header was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

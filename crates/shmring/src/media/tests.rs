@@ -241,3 +241,114 @@ fn numbering_fills_auto_sequences_per_stream_and_kind() {
     n.number(0, kind::VIDEO, &mut b);
     assert_eq!(seq(&b), 0);
 }
+
+#[test]
+fn plane_table_of_every_format_at_odd_sizes() {
+    for (w, h) in [
+        (1u32, 1u32),
+        (3, 5),
+        (7, 2),
+        (2, 9),
+        (1921, 1081),
+        (16384, 16383),
+    ] {
+        let (cw, ch) = (w.div_ceil(2), h.div_ceil(2));
+        for f in Format::ALL {
+            let t = f.plane_table(w, h);
+            let want: Vec<(u32, u32, u32, u32)> = match f {
+                Format::I420 => vec![(w, h, 1, 1), (cw, ch, 1, 1), (cw, ch, 1, 1)],
+                Format::Nv12 => vec![(w, h, 1, 1), (cw, ch, 2, 1)],
+                Format::Rgba => vec![(w, h, 4, 1)],
+                // Audio: w channels x h samples.
+                Format::PcmS16 => vec![(w, h, 1, 2)],
+                Format::PcmF32 => vec![(w, h, 1, 4)],
+            };
+            let got: Vec<_> = t
+                .iter()
+                .map(|p| (p.columns, p.rows, p.components, p.component_bytes))
+                .collect();
+            assert_eq!(got, want, "{f} {w}x{h}");
+            let tight: u64 = want
+                .iter()
+                .map(|&(c, r, n, b)| c as u64 * r as u64 * n as u64 * b as u64)
+                .sum();
+            assert_eq!(t.bytes(), tight, "{f} {w}x{h}");
+            for p in t.iter() {
+                assert_eq!(
+                    p.row_bytes(),
+                    p.columns as u64 * p.element_bytes(),
+                    "{f} {w}x{h}"
+                );
+            }
+            // The headers built for the size are laid out by the table.
+            let hd = if f.is_video() {
+                MediaHeader::video(f, w, h, 0, 0).unwrap()
+            } else if w <= MAX_CHANNELS {
+                MediaHeader::audio(f, 48000, w, h, 0, 0).unwrap()
+            } else {
+                continue;
+            };
+            assert_eq!(hd.plane_table(), t);
+            assert_eq!(hd.planes as usize, t.len());
+            for (i, p) in t.iter().enumerate() {
+                assert_eq!(hd.stride[i] as u64, p.row_bytes(), "{f} {w}x{h} plane {i}");
+                assert_eq!(hd.size[i] as u64, p.bytes(), "{f} {w}x{h} plane {i}");
+            }
+            let mut buf = vec![0u8; hd.payload_len()];
+            hd.write_to(&mut buf).unwrap();
+            assert_eq!(MediaHeader::parse(&buf).unwrap(), hd);
+        }
+    }
+    // 1080p I420 by the table: the familiar 3 110 400 bytes.
+    assert_eq!(Format::I420.plane_table(1920, 1080).bytes(), 3_110_400);
+}
+
+#[test]
+fn a_stride_below_the_tables_row_is_refused_when_parsed() {
+    // NV12 5x3: the UV plane's row is 3 elements of 2 bytes.
+    let hd = MediaHeader::video(Format::Nv12, 5, 3, 0, 0).unwrap();
+    assert_eq!((hd.stride[1], hd.size[1]), (6, 12));
+    let mut buf = vec![0u8; hd.payload_len()];
+    hd.write_to(&mut buf).unwrap();
+    buf[60..64].copy_from_slice(&5u32.to_le_bytes()); // stride 5
+    buf[92..96].copy_from_slice(&10u32.to_le_bytes()); // size 5 x 2
+    let e = MediaHeader::parse(&buf).unwrap_err();
+    assert!(e.0.contains("plane 1"), "{e}");
+}
+
+#[test]
+fn names_round_trip_over_every_format() {
+    let names: Vec<_> = Format::ALL.iter().map(|f| f.name()).collect();
+    assert_eq!(names, ["i420", "nv12", "rgba", "pcm_s16", "pcm_f32"]);
+    for f in Format::ALL {
+        assert_eq!(f.name().parse::<Format>(), Ok(f));
+        assert_eq!(f.name().to_uppercase().parse::<Format>(), Ok(f));
+        assert_eq!(f.to_string(), f.name());
+        assert_eq!(Format::from_u32(f as u32), Some(f));
+        for a in f.aliases() {
+            assert_eq!(a.parse::<Format>(), Ok(f));
+        }
+    }
+    assert_eq!(Format::from_u32(0), None);
+    assert_eq!(Format::from_u32(4), None);
+}
+
+#[test]
+fn aliases_and_the_unknown_name_error() {
+    assert_eq!("s16".parse::<Format>(), Ok(Format::PcmS16));
+    assert_eq!("F32".parse::<Format>(), Ok(Format::PcmF32));
+    assert_eq!("Pcm_S16".parse::<Format>(), Ok(Format::PcmS16));
+    assert_eq!(Format::PcmS16.aliases().collect::<Vec<_>>(), ["s16"]);
+    assert_eq!(Format::I420.aliases().count(), 0);
+    for bad in ["", "yuv9", "i 420", "pcm", "S16LE"] {
+        let e = bad.parse::<Format>().unwrap_err();
+        assert_eq!(e, UnknownFormat(bad.to_string()));
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "unknown media format {bad:?}: expected one of i420, nv12, rgba, \
+                 pcm_s16 (or s16), pcm_f32 (or f32)"
+            )
+        );
+    }
+}
