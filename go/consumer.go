@@ -95,9 +95,8 @@ func (o *ConsumerOptions) toC() *C.shmring_consumer_options {
 		tether_stall_limit_ns: optionNs(o.TetherStallLimit),
 		latency_budget_ns:     optionNs(o.LatencyBudget),
 		claim_timeout_ns:      optionNs(o.ClaimTimeout),
-		// The core's filter is not mirrored here: a Go consumer takes every record.
-		kind:   C.SHMRING_TAP_ANY,
-		stream: C.SHMRING_TAP_ANY,
+		// The core's filter is not mirrored here: a Go consumer takes every record
+		// (filter 0).
 	}
 }
 

@@ -70,6 +70,12 @@
 #endif
 
 
+// `shmring_consumer_options.filter`: filter by `kind`.
+#define SHMRING_FILTER_KIND 1
+
+// `shmring_consumer_options.filter`: filter by `stream`.
+#define SHMRING_FILTER_STREAM 2
+
 // A duration option meaning "never": the option is off (see
 // shmring_consumer_options).
 #define SHMRING_NEVER UINT64_MAX
@@ -271,14 +277,17 @@ typedef struct shmring_consumer_options {
   // `ConsumerOptions::claim_timeout`). SHMRING_NEVER: wait for live producers for
   // ever (trusted producers only).
   uint64_t claim_timeout_ns;
-  // Only records of this kind (SHMRING_KIND_VIDEO, ...); SHMRING_TAP_ANY (the
-  // default): all. Records refused by `kind` or `stream` are released at once,
-  // unread (their space returns to producers), and counted in
-  // `records_filtered` (shmring_stats, or the tethered consumer's
+  // Which fields filter the records handed out: 0 (the default, as in a zeroed
+  // struct) takes every record; SHMRING_FILTER_KIND, SHMRING_FILTER_STREAM or
+  // both (`|`) take only records of `kind` and/or `stream`. Records a filter
+  // refuses are released at once, unread (their space returns to producers), and
+  // counted in `records_filtered` (shmring_stats, or the tethered consumer's
   // shmring_tether_info), not in `records_consumed`.
-  int64_t kind;
-  // Only records of this stream; SHMRING_TAP_ANY (the default): all.
-  int64_t stream;
+  uint32_t filter;
+  // With SHMRING_FILTER_KIND: only records of this kind (SHMRING_KIND_VIDEO, ...).
+  uint32_t kind;
+  // With SHMRING_FILTER_STREAM: only records of this stream.
+  uint32_t stream;
 } shmring_consumer_options;
 
 // A record's metadata, stored in its header.

@@ -9,7 +9,6 @@ use shmring::{Consumer, ConsumerOptions, ConsumerSettings, Setting, SharedConsum
 use crate::handles::*;
 use crate::status::shmring_status::*;
 use crate::status::*;
-use crate::tap::SHMRING_TAP_ANY;
 use crate::{producer::*, segment::*};
 
 /// A frame handed out by a consumer.
@@ -62,15 +61,23 @@ pub struct shmring_consumer_options {
     /// `ConsumerOptions::claim_timeout`). SHMRING_NEVER: wait for live producers for
     /// ever (trusted producers only).
     pub claim_timeout_ns: u64,
-    /// Only records of this kind (SHMRING_KIND_VIDEO, ...); SHMRING_TAP_ANY (the
-    /// default): all. Records refused by `kind` or `stream` are released at once,
-    /// unread (their space returns to producers), and counted in
-    /// `records_filtered` (shmring_stats, or the tethered consumer's
+    /// Which fields filter the records handed out: 0 (the default, as in a zeroed
+    /// struct) takes every record; SHMRING_FILTER_KIND, SHMRING_FILTER_STREAM or
+    /// both (`|`) take only records of `kind` and/or `stream`. Records a filter
+    /// refuses are released at once, unread (their space returns to producers), and
+    /// counted in `records_filtered` (shmring_stats, or the tethered consumer's
     /// shmring_tether_info), not in `records_consumed`.
-    pub kind: i64,
-    /// Only records of this stream; SHMRING_TAP_ANY (the default): all.
-    pub stream: i64,
+    pub filter: u32,
+    /// With SHMRING_FILTER_KIND: only records of this kind (SHMRING_KIND_VIDEO, ...).
+    pub kind: u32,
+    /// With SHMRING_FILTER_STREAM: only records of this stream.
+    pub stream: u32,
 }
+
+/// `shmring_consumer_options.filter`: filter by `kind`.
+pub const SHMRING_FILTER_KIND: u32 = 1;
+/// `shmring_consumer_options.filter`: filter by `stream`.
+pub const SHMRING_FILTER_STREAM: u32 = 2;
 
 /// A duration option meaning "never": the option is off (see
 /// shmring_consumer_options).
@@ -131,8 +138,10 @@ pub unsafe extern "C" fn shmring_consumer_options_init(
             // An option off by default is 0 (the default); one on by default, its
             // duration.
             claim_timeout_ns: d.claim_timeout.map_or(0, |t| t.as_nanos() as u64),
-            kind: d.filter.kind.map_or(SHMRING_TAP_ANY, i64::from),
-            stream: d.filter.stream.map_or(SHMRING_TAP_ANY, i64::from),
+            filter: d.filter.kind.map_or(0, |_| SHMRING_FILTER_KIND)
+                | d.filter.stream.map_or(0, |_| SHMRING_FILTER_STREAM),
+            kind: d.filter.kind.unwrap_or(0),
+            stream: d.filter.stream.unwrap_or(0),
         };
         ok()
     })
@@ -146,7 +155,13 @@ fn core_options(opts: *const shmring_consumer_options) -> Res<ConsumerOptions> {
     }
     // SAFETY: non-null; the caller promises a valid struct.
     let o = unsafe { &*opts };
-    let filter = crate::tap::filter(o.kind, o.stream)?;
+    if o.filter & !(SHMRING_FILTER_KIND | SHMRING_FILTER_STREAM) != 0 {
+        return Err(fail!(
+            SHMRING_ERR_INVALID_ARGUMENT,
+            "filter {:#x}: only SHMRING_FILTER_KIND (1) and SHMRING_FILTER_STREAM (2) are filters",
+            o.filter
+        ));
+    }
     ConsumerSettings {
         liveness_interval: Setting::from_nanos(o.liveness_interval_ns),
         spin: Some(o.spin),
@@ -155,8 +170,8 @@ fn core_options(opts: *const shmring_consumer_options) -> Res<ConsumerOptions> {
         tether_stall_limit: Setting::from_nanos(o.tether_stall_limit_ns),
         latency_budget: Setting::from_nanos(o.latency_budget_ns),
         claim_timeout: Setting::from_nanos(o.claim_timeout_ns),
-        kind: filter.kind,
-        stream: filter.stream,
+        kind: (o.filter & SHMRING_FILTER_KIND != 0).then_some(o.kind),
+        stream: (o.filter & SHMRING_FILTER_STREAM != 0).then_some(o.stream),
     }
     .options()
     .map_err(core_err)

@@ -130,9 +130,9 @@ pub unsafe extern "C" fn shmring_tap_options_init(
     })
 }
 
-/// A filter as C gives it: a kind and a stream, each SHMRING_TAP_ANY or a 32-bit
-/// value (the tap's and the consumer's options alike).
-pub(crate) fn filter(kind: i64, stream: i64) -> Res<Filter> {
+/// The tap's filter as C gives it: a kind and a stream, each SHMRING_TAP_ANY or a
+/// 32-bit value.
+fn filter(kind: i64, stream: i64) -> Res<Filter> {
     Ok(Filter {
         kind: any_or(kind, "kind")?,
         stream: any_or(stream, "stream")?,

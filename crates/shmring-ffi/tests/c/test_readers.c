@@ -321,7 +321,8 @@ static void test_consumer_filter(void) {
     shmring_segment *s = make_ring(64 << 10);
     shmring_consumer_options o;
     CHECK_ST(shmring_consumer_options_init(&o), SHMRING_OK);
-    CHECK(o.kind == SHMRING_TAP_ANY && o.stream == SHMRING_TAP_ANY);
+    CHECK(o.filter == 0);
+    o.filter = SHMRING_FILTER_STREAM;
     o.stream = 7;
     shmring_consumer *c = NULL;
     shmring_producer *p = NULL;
@@ -346,10 +347,25 @@ static void test_consumer_filter(void) {
     CHECK(st.records_consumed == 67 && st.records_filtered == 133 && st.drops_full == 0);
     shmring_producer_close(p);
     shmring_consumer_close(c);
-    /* Neither SHMRING_TAP_ANY nor a 32-bit value. */
-    o.kind = -2;
+    /* A bit that is no filter. */
+    o.filter = 4;
     CHECK_ST(shmring_consumer_attach(s, &o, &c), SHMRING_ERR_INVALID_ARGUMENT);
-    CHECK_MSG("kind");
+    CHECK_MSG("filter 0x4");
+    /* Zeroed options (no init) filter nothing: every stream and kind arrives. */
+    shmring_consumer_options z;
+    memset(&z, 0, sizeof z);
+    CHECK_ST(shmring_consumer_attach(s, &z, &c), SHMRING_OK);
+    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    for (uint32_t i = 0; i < 3; i++) {
+        shmring_meta m = {.stream = i, .kind = i == 0 ? SHMRING_KIND_RAW : SHMRING_KIND_VIDEO};
+        CHECK_ST(shmring_producer_send(p, body, 16, &m), SHMRING_OK);
+        shmring_frame f;
+        CHECK_ST(shmring_consumer_next(c, 0, &f), SHMRING_OK);
+        CHECK(f.meta.stream == i);
+        CHECK_ST(shmring_consumer_release(c, &f), SHMRING_OK);
+    }
+    shmring_producer_close(p);
+    shmring_consumer_close(c);
     shmring_segment_close(s);
 }
 
