@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "shmring.h"
 
@@ -50,6 +51,36 @@ static inline int parse_fds(const char *opt, const char *v, int fds[3]) {
         exit(1);
     }
     return n;
+}
+
+/* Where an example finds its ring: inherited descriptors (--fds N[,M[,K]]), or a
+ * named ring (--name NAME) and, for an eventfd ring, its eventfd (--eventfd M). */
+typedef struct {
+    int fds[3];
+    int nfds;
+    int efd;
+    const char *name;
+} ring_args;
+
+#define RING_ARGS_INIT {.nfds = 0, .efd = -1, .name = NULL}
+
+/* If `a` is one of ring_args' options, takes its value `v` into *r and returns 1;
+ * 0 otherwise. A missing value exits with usage 1. */
+static inline int ring_option(const char *a, const char *v, ring_args *r) {
+    if (strcmp(a, "--fds") == 0) {
+        r->nfds = parse_fds(a, v, r->fds);
+    } else if (strcmp(a, "--eventfd") == 0) {
+        r->efd = (int)parse_num(a, v);
+    } else if (strcmp(a, "--name") == 0) {
+        if (!v) {
+            fprintf(stderr, "%s: --name needs a ring name\n", example_name);
+            exit(1);
+        }
+        r->name = v;
+    } else {
+        return 0;
+    }
+    return 1;
 }
 
 #endif /* SHMRING_EXAMPLE_ARGS_H */

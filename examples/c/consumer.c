@@ -34,15 +34,13 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
     example_name = "consumer";
-    int fds[3], nfds = 0, efd = -1, create = 0, quiet = 0;
-    const char *name = NULL;
+    ring_args ring = RING_ARGS_INIT;
+    int create = 0, quiet = 0;
     long long frames = -1, timeout_ms = 5000, capacity = 64ll << 20;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--fds")) nfds = parse_fds(a, v, fds), i++;
-        else if (!strcmp(a, "--eventfd")) efd = (int)parse_num(a, v), i++;
-        else if (!strcmp(a, "--name")) { if (!v) usage(); name = v; i++; }
+        if (ring_option(a, v, &ring)) i++;
         else if (!strcmp(a, "--frames")) frames = parse_num(a, v), i++;
         else if (!strcmp(a, "--timeout-ms")) timeout_ms = parse_num(a, v), i++;
         else if (!strcmp(a, "--capacity")) capacity = parse_num(a, v), i++;
@@ -50,19 +48,19 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--quiet")) quiet = 1;
         else usage();
     }
-    if ((nfds == 0) == (name == NULL) || (create && !name)) usage();
+    if ((ring.nfds == 0) == (ring.name == NULL) || (create && !ring.name)) usage();
 
     shmring_segment *seg = NULL;
     shmring_status st;
-    if (nfds > 0) {
-        st = shmring_segment_attach_fds(fds, (size_t)nfds, &seg);
+    if (ring.nfds > 0) {
+        st = shmring_segment_attach_fds(ring.fds, (size_t)ring.nfds, &seg);
     } else if (create) {
         shmring_config cfg;
         shmring_config_init(&cfg);
         cfg.capacity = (uint64_t)capacity;
-        st = shmring_segment_create_named(name, &cfg, &seg);
+        st = shmring_segment_create_named(ring.name, &cfg, &seg);
     } else {
-        st = shmring_segment_open_named(name, efd, &seg);
+        st = shmring_segment_open_named(ring.name, ring.efd, &seg);
     }
     if (st != SHMRING_OK) die_status("attach", st);
     shmring_consumer *c = NULL;

@@ -43,15 +43,14 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
     example_name = "producer";
-    int fds[3], nfds = 0, efd = -1, sandbox = 0, violate = 0, quiet = 0, fail_policy = 0;
-    const char *name = NULL, *connect_path = NULL;
+    ring_args ring = RING_ARGS_INIT;
+    int sandbox = 0, violate = 0, quiet = 0, fail_policy = 0;
+    const char *connect_path = NULL;
     long frames = 100, width = 1920, height = 1080, stream = 1, timeout_ms = 1000;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--fds")) nfds = parse_fds(a, v, fds), i++;
-        else if (!strcmp(a, "--eventfd")) efd = (int)parse_num(a, v), i++;
-        else if (!strcmp(a, "--name")) { if (!v) usage(); name = v; i++; }
+        if (ring_option(a, v, &ring)) i++;
         else if (!strcmp(a, "--connect")) { if (!v) usage(); connect_path = v; i++; }
         else if (!strcmp(a, "--frames")) frames = parse_num(a, v), i++;
         else if (!strcmp(a, "--width")) width = parse_num(a, v), i++;
@@ -68,7 +67,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--quiet")) quiet = 1;
         else usage();
     }
-    if ((nfds > 0) + (name != NULL) + (connect_path != NULL) != 1) usage();
+    if ((ring.nfds > 0) + (ring.name != NULL) + (connect_path != NULL) != 1) usage();
     if (width == 0 || height == 0 || width > PATTERN_MAX_ROW || height > 65535) {
         fprintf(stderr, "producer: frame size %ldx%ld is out of range\n", width, height);
         return 1;
@@ -77,8 +76,8 @@ int main(int argc, char **argv) {
     /* --- attach: everything that may allocate or touch files happens here --- */
     pattern_init();
     shmring_segment *seg = NULL;
-    shmring_status st = nfds > 0 ? shmring_segment_attach_fds(fds, (size_t)nfds, &seg)
-                        : name  ? shmring_segment_open_named(name, efd, &seg)
+    shmring_status st = ring.nfds > 0 ? shmring_segment_attach_fds(ring.fds, (size_t)ring.nfds, &seg)
+                        : ring.name  ? shmring_segment_open_named(ring.name, ring.efd, &seg)
                                 : shmring_connect(connect_path, 0, &seg);
     if (st != SHMRING_OK) die_status("attach", st);
     int ring_efd = -1;

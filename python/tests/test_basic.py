@@ -145,41 +145,22 @@ def test_numbering_frame_rate_and_end_of_stream(ring_name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "fmt,shapes",
+    "fmt,width,height,shapes",
     [
-        ("nv12", [(36, 64), (18, 32, 2)]),
-        ("rgba", [(36, 64, 4)]),
+        ("nv12", 64, 36, [(36, 64), (18, 32, 2)]),
+        ("rgba", 64, 36, [(36, 64, 4)]),
+        # Odd sizes, from the core's plane table: chroma is ceil(w/2) x ceil(h/2).
+        ("i420", 65, 37, [(37, 65), (19, 33), (19, 33)]),
+        ("NV12", 65, 37, [(37, 65), (19, 33, 2)]),
+        ("rgba", 65, 37, [(37, 65, 4)]),
     ],
 )
-def test_other_video_formats(ring_name: str, fmt: str, shapes: list[tuple[int, ...]]) -> None:
+def test_video_formats_and_sizes(
+    ring_name: str, fmt: str, width: int, height: int, shapes: list[tuple[int, ...]]
+) -> None:
     ring = shmring.Consumer(ring_name, create=True, capacity=1 << 20)
     p = shmring.Producer(ring=ring)
-    with p.reserve_video(64, 36, format=fmt) as planes:
-        for i, pl in enumerate(planes):
-            pl[:] = i + 1
-    f = ring.next(timeout=1.0)
-    assert f is not None and f.format == fmt
-    got = f.planes()
-    assert [g.shape for g in got] == shapes
-    for i, g in enumerate(got):
-        assert (g == i + 1).all()
-    del got
-    f.release()
-
-
-@pytest.mark.parametrize(
-    "fmt,shapes",
-    [
-        ("i420", [(37, 65), (19, 33), (19, 33)]),
-        ("NV12", [(37, 65), (19, 33, 2)]),
-        ("rgba", [(37, 65, 4)]),
-    ],
-)
-def test_odd_sizes_round_chroma_up(ring_name: str, fmt: str, shapes: list[tuple[int, ...]]) -> None:
-    # The core's plane table: chroma planes are ceil(w/2) x ceil(h/2).
-    ring = shmring.Consumer(ring_name, create=True, capacity=1 << 20)
-    p = shmring.Producer(ring=ring)
-    with p.reserve_video(65, 37, format=fmt) as planes:
+    with p.reserve_video(width, height, format=fmt) as planes:
         assert [pl.shape for pl in planes] == shapes
         for i, pl in enumerate(planes):
             pl[:] = i + 1

@@ -162,15 +162,23 @@ impl TapKind {
     }
 }
 
+/// The ring a reading command looks at, read-only: a name or address, or a
+/// consumer's socket.
 #[derive(Debug, Clone, Args)]
-#[command(group(ArgGroup::new("ring_source").required(true).args(["name", "connect"])))]
-pub struct TapArgs {
-    /// Ring name (/dev/shm/NAME), or any ring address (unix:PATH, fd:SEG,...),
-    /// opened read-only.
+#[group(id = "ring_source", required = true, multiple = false)]
+pub struct RingSource {
+    /// Ring name (/dev/shm/NAME), or any ring address (unix:PATH: observed
+    /// read-only; fd:SEG[,LOCK][,EVENTFD]: inherited descriptors).
     pub name: Option<String>,
     /// Observe the ring a consumer serves on this socket instead (read-only).
     #[arg(long, value_name = "PATH")]
     pub connect: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TapArgs {
+    #[command(flatten)]
+    pub ring: RingSource,
     /// Take every N-th record that matches --kind and --stream.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub every: u32,
@@ -245,15 +253,8 @@ pub struct ProduceArgs {
     /// --listen PATH`): the sealed memfd, and the eventfd if the ring has one.
     #[arg(long, value_name = "PATH")]
     pub connect: Option<PathBuf>,
-    /// Video as WIDTHxHEIGHT@FPS, or "none".
-    #[arg(long, default_value = "1920x1080@30")]
-    pub video: String,
-    /// Audio as RATExCHANNELS (16-bit PCM, 10 ms packets), or "none".
-    #[arg(long, default_value = "48000x2")]
-    pub audio: String,
-    /// Video streams (one thread each; streams 0..N).
-    #[arg(long, default_value_t = 1)]
-    pub streams: u32,
+    #[command(flatten)]
+    pub media: MediaArgs,
     /// A meeting instead: N participants, each a stream id with its own video and
     /// its own audio (a thread each), ids --first-stream.. (the shape of `shmring
     /// bench --workload meeting`: two such processes with --video 1280x720@30 make
@@ -280,6 +281,20 @@ pub struct ProduceArgs {
     pub block_ms: u64,
 }
 
+/// The media a producer makes (`produce`, and the demo's producer).
+#[derive(Debug, Clone, Args)]
+pub struct MediaArgs {
+    /// Video as WIDTHxHEIGHT@FPS, or "none".
+    #[arg(long, default_value = "1920x1080@30")]
+    pub video: String,
+    /// Audio as RATExCHANNELS (16-bit PCM, 10 ms packets), or "none".
+    #[arg(long, default_value = "48000x2")]
+    pub audio: String,
+    /// Video streams (one thread each; streams 0..N).
+    #[arg(long, default_value_t = 1)]
+    pub streams: u32,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
     /// How long to run.
@@ -288,15 +303,8 @@ pub struct DemoArgs {
     /// Where the recorder writes its files.
     #[arg(long, default_value = "shmring-demo-out")]
     pub out: PathBuf,
-    /// Video as WIDTHxHEIGHT@FPS, or "none".
-    #[arg(long, default_value = "1920x1080@30")]
-    pub video: String,
-    /// Audio as RATExCHANNELS, or "none".
-    #[arg(long, default_value = "48000x2")]
-    pub audio: String,
-    /// Video streams.
-    #[arg(long, default_value_t = 1)]
-    pub streams: u32,
+    #[command(flatten)]
+    pub media: MediaArgs,
     /// Encode video to MP4 with ffmpeg.
     #[arg(long)]
     pub encode: bool,
@@ -306,14 +314,9 @@ pub struct DemoArgs {
 }
 
 #[derive(Debug, Clone, Args)]
-#[command(group(ArgGroup::new("ring_source").required(true).args(["name", "connect"])))]
 pub struct StatArgs {
-    /// Ring name (/dev/shm/NAME), or any ring address (unix:PATH: observed
-    /// read-only; fd:SEG[,LOCK][,EVENTFD]: inherited descriptors).
-    pub name: Option<String>,
-    /// Observe the ring a consumer serves on this socket (read-only).
-    #[arg(long, value_name = "PATH")]
-    pub connect: Option<PathBuf>,
+    #[command(flatten)]
+    pub ring: RingSource,
     /// Print one JSON object and exit.
     #[arg(long)]
     pub json: bool,

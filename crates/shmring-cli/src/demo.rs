@@ -105,8 +105,8 @@ fn f(v: &Value, path: &[&str]) -> f64 {
 
 pub fn run(a: DemoArgs) -> Result<(), CmdError> {
     let stop = stop_flag()?;
-    let video = parse_video(&a.video).map_err(|m| fail(2, m))?;
-    let audio = parse_audio(&a.audio).map_err(|m| fail(2, m))?;
+    let video = parse_video(&a.media.video).map_err(|m| fail(2, m))?;
+    let audio = parse_audio(&a.media.audio).map_err(|m| fail(2, m))?;
     if !(a.seconds > 0.0 && a.seconds <= 86400.0) {
         return Err(fail(
             2,
@@ -201,10 +201,10 @@ pub fn run(a: DemoArgs) -> Result<(), CmdError> {
     }
 
     let secs = format!("{}", a.seconds);
-    let streams = a.streams.to_string();
+    let streams = a.media.streams.to_string();
     let mut pchild = Command::new(&exe)
         .args([
-            "produce", pflag, &ring, "--video", &a.video, "--audio", &a.audio,
+            "produce", pflag, &ring, "--video", &a.media.video, "--audio", &a.media.audio,
         ])
         .args(["--streams", &streams, "--seconds", &secs])
         .stdin(Stdio::null())
@@ -228,9 +228,9 @@ pub fn run(a: DemoArgs) -> Result<(), CmdError> {
         prod.pid(),
         if a.create.is_some() { "ring" } else { "socket" },
         a.seconds,
-        a.video,
-        a.streams,
-        a.audio,
+        a.media.video,
+        a.media.streams,
+        a.media.audio,
         out_dir.display()
     );
     let (mut rcpu, mut pcpu) = (CpuMeter::new(rec.pid()), CpuMeter::new(prod.pid()));
@@ -383,7 +383,7 @@ fn announce_output(a: &DemoArgs, video: Option<(u32, u32, u32)>, audio: Option<(
     let secs = a.seconds;
     let y4m_frame = |w: u32, h: u32| Format::I420.plane_table(w, h).bytes() + 6;
     let video_bytes = video.map_or(0.0, |(w, h, fps)| {
-        a.streams as f64 * secs * fps as f64 * y4m_frame(w, h) as f64
+        a.media.streams as f64 * secs * fps as f64 * y4m_frame(w, h) as f64
     });
     let audio_bytes = audio.map_or(0.0, |(rate, ch)| secs * rate as f64 * ch as f64 * 2.0);
     let amount = |b: f64| {

@@ -307,8 +307,8 @@ fn result_json(r: &StreamResult) -> serde_json::Value {
 
 pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
     let stop = stop_flag()?;
-    let video = parse_video(&a.video).map_err(|m| fail(2, m))?;
-    let audio = parse_audio(&a.audio).map_err(|m| fail(2, m))?;
+    let video = parse_video(&a.media.video).map_err(|m| fail(2, m))?;
+    let audio = parse_audio(&a.media.audio).map_err(|m| fail(2, m))?;
     if video.is_none() && audio.is_none() {
         return Err(fail(
             2,
@@ -324,10 +324,10 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
             ),
         ));
     }
-    if a.streams == 0 || a.streams > 32 {
+    if a.media.streams == 0 || a.media.streams > 32 {
         return Err(fail(
             2,
-            format!("--streams {}: expected 1 to 32", a.streams),
+            format!("--streams {}: expected 1 to 32", a.media.streams),
         ));
     }
     if a.participants.is_some_and(|n| n == 0 || n > 32) {
@@ -345,7 +345,7 @@ pub fn run(a: ProduceArgs) -> Result<(), CmdError> {
             let ids: Vec<u32> = (0..n).map(|i| a.first_stream.saturating_add(i)).collect();
             (ids.clone(), ids)
         }
-        None => ((0..a.streams).collect(), vec![0]),
+        None => ((0..a.media.streams).collect(), vec![0]),
     };
     if a.ring.is_none() && a.connect.is_none() {
         return Err(fail(2, "give --ring NAME or --connect PATH"));

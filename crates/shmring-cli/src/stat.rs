@@ -53,8 +53,9 @@ pub fn tether_words(t: &TetherInfo) -> String {
 }
 
 pub fn run(a: StatArgs) -> Result<(), CmdError> {
-    let seg = Watched::open(a.name.as_deref(), a.connect.as_deref()).map_err(|m| fail(1, m))?;
-    let label = match (&a.name, &a.connect) {
+    let seg =
+        Watched::open(a.ring.name.as_deref(), a.ring.connect.as_deref()).map_err(|m| fail(1, m))?;
+    let label = match (&a.ring.name, &a.ring.connect) {
         (_, Some(p)) => p.display().to_string(),
         (n, None) => n.clone().unwrap_or_default(),
     };
@@ -148,7 +149,7 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
             s.producer_waits,
             s.consumer_waits,
             s.producers,
-            match (s.consumer_attached, a.connect.is_some()) {
+            match (s.consumer_attached, a.ring.connect.is_some()) {
                 (true, _) => String::new(),
                 (false, false) => format!(
                     "  (no live consumer: a ring left by a killed recorder is removed with \
@@ -180,7 +181,7 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
         let _ = o.flush();
         // A ring observed over its socket lives as long as its consumer: once that
         // is gone nothing will change any more.
-        if a.connect.is_some() && !s.consumer_attached {
+        if a.ring.connect.is_some() && !s.consumer_attached {
             if tty {
                 println!("{}", "\n".repeat(below));
             }

@@ -55,8 +55,9 @@ pub fn run(a: TapArgs) -> Result<(), CmdError> {
     if let Some(dir) = &a.out {
         check_output_dir(dir).map_err(|m| fail(1, m))?;
     }
-    let ro = open_read_only(a.name.as_deref(), a.connect.as_deref()).map_err(|m| fail(1, m))?;
-    let label = match (&a.name, &a.connect) {
+    let ro = open_read_only(a.ring.name.as_deref(), a.ring.connect.as_deref())
+        .map_err(|m| fail(1, m))?;
+    let label = match (&a.ring.name, &a.ring.connect) {
         (_, Some(p)) => p.display().to_string(),
         (n, None) => n.clone().unwrap_or_default(),
     };

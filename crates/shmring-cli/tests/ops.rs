@@ -52,16 +52,43 @@ fn by_ring<'a>(rows: &'a [Value], ring: &Ring) -> &'a Value {
         .unwrap_or_else(|| panic!("no row for {}: {rows:?}", ring.0))
 }
 
+/// `stat` reads the ring at `address` and `produce` writes into it.
+fn stat_and_produce(address: &str) {
+    for o in [
+        run(&["stat", "--json", address]),
+        run_line(&format!(
+            "produce --ring {address} --video 64x48@30 --seconds 0.1"
+        )),
+    ] {
+        assert!(
+            o.status.success(),
+            "{address}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+/// The named ring `ring` (1 MiB) made here, with its consumer and a producer that
+/// sent `n` records of `body` (stream 0, kind 0).
+fn with_records(
+    ring: &Ring,
+    n: usize,
+    body: &[u8],
+) -> (std::sync::Arc<Segment>, Consumer, shmring::Producer) {
+    let seg = Segment::create_named(&ring.0, &Config::with_capacity(1 << 20)).unwrap();
+    let consumer = seg.consumer().unwrap();
+    let mut producer = seg.producer().unwrap();
+    for _ in 0..n {
+        producer.send(body, Meta::new(0, 0)).unwrap();
+    }
+    (seg, consumer, producer)
+}
+
 #[test]
 fn top_shows_every_ring_and_the_error_of_each_bad_one_and_no_other_file() {
     // Healthy: a consumer in this process, a producer thread writing throughout.
     let healthy = new_ring("healthy");
-    let seg = Segment::create_named(&healthy.0, &Config::with_capacity(1 << 20)).unwrap();
-    let consumer = seg.consumer().unwrap();
-    let mut producer = seg.producer().unwrap();
-    for _ in 0..10 {
-        producer.send(&[7u8; 1000], Meta::new(0, 0)).unwrap();
-    }
+    let (seg, consumer, producer) = with_records(&healthy, 10, &[7u8; 1000]);
     for _ in 0..4 {
         drop(consumer.try_next().unwrap().unwrap());
     }
@@ -414,12 +441,7 @@ fn promtool_accepts(text: &str) {
 #[test]
 fn stat_prometheus_prints_the_cores_counters_with_the_ring_label() {
     let ring = new_ring("prom");
-    let seg = Segment::create_named(&ring.0, &Config::with_capacity(1 << 20)).unwrap();
-    let consumer = seg.consumer().unwrap();
-    let mut producer = seg.producer().unwrap();
-    for _ in 0..5 {
-        producer.send(&[1u8; 100], Meta::new(0, 0)).unwrap();
-    }
+    let (seg, consumer, producer) = with_records(&ring, 5, &[1u8; 100]);
     drop(consumer.try_next().unwrap().unwrap());
     let o = run(&["stat", "--prometheus", &ring.0]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -794,26 +816,7 @@ fn every_command_takes_a_ring_address() {
         format!("/dev/shm/{}", ring.0),
     ];
     for text in &forms {
-        let o = run(&["stat", "--json", text]);
-        assert!(
-            o.status.success(),
-            "{text}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let o = run(&[
-            "produce",
-            "--ring",
-            text,
-            "--video",
-            "64x48@30",
-            "--seconds",
-            "0.1",
-        ]);
-        assert!(
-            o.status.success(),
-            "{text}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        stat_and_produce(text);
     }
     rec.kill();
 
@@ -829,26 +832,7 @@ fn every_command_takes_a_ring_address() {
     ]);
     listen.expect("ready");
     for text in [format!("unix:{s}"), s.to_string()] {
-        let o = run(&["stat", "--json", &text]);
-        assert!(
-            o.status.success(),
-            "{text}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let o = run(&[
-            "produce",
-            "--ring",
-            &text,
-            "--video",
-            "64x48@30",
-            "--seconds",
-            "0.1",
-        ]);
-        assert!(
-            o.status.success(),
-            "{text}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        stat_and_produce(&text);
     }
     drop(listen);
 

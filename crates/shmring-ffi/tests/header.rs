@@ -103,7 +103,10 @@ fn c_consumer_options_take_the_cores_names() {
     let mut c = c_struct_fields(&header, "shmring_consumer_options");
     // C says which of the optional `kind` and `stream` are set in one more field,
     // `filter`, so that a zeroed struct filters nothing.
-    let filter = c.iter().position(|f| f == "filter").expect("a filter field");
+    let filter = c
+        .iter()
+        .position(|f| f == "filter")
+        .expect("a filter field");
     c.remove(filter);
     c.sort_unstable();
     core.sort_unstable();

@@ -27,6 +27,18 @@ pub struct MediaHeader {
     pub fps_den: u32,
 }
 
+/// `format` is a video format (`video`) or an audio one, or why not.
+fn check_kind(format: Format, video: bool) -> Result<(), MediaError> {
+    if format.is_video() == video {
+        return Ok(());
+    }
+    let kind = if video { "a video" } else { "an audio" };
+    Err(MediaError(format!(
+        "{} is not {kind} format",
+        format.name()
+    )))
+}
+
 fn check_video_size(width: u32, height: u32) -> Result<(), MediaError> {
     let ok = 1..=MAX_DIMENSION;
     if !ok.contains(&width) || !ok.contains(&height) {
@@ -98,12 +110,7 @@ impl MediaHeader {
         pts_ns: u64,
         sequence: u64,
     ) -> Result<Self, MediaError> {
-        if !format.is_video() {
-            return Err(MediaError(format!(
-                "{} is not a video format",
-                format.name()
-            )));
-        }
+        check_kind(format, true)?;
         check_video_size(width, height)?;
         let table = format.plane_table(width, height);
         let mut hd = MediaHeader {
@@ -147,12 +154,7 @@ impl MediaHeader {
         pts_ns: u64,
         sequence: u64,
     ) -> Result<Self, MediaError> {
-        if !format.is_video() {
-            return Err(MediaError(format!(
-                "{} is not a video format",
-                format.name()
-            )));
-        }
+        check_kind(format, true)?;
         let mut hd = MediaHeader::video(format, width, height, pts_ns, sequence)?;
         let table = hd.plane_table();
         let count = table.len();
@@ -194,12 +196,7 @@ impl MediaHeader {
         pts_ns: u64,
         sequence: u64,
     ) -> Result<Self, MediaError> {
-        if !format.is_audio() {
-            return Err(MediaError(format!(
-                "{} is not an audio format",
-                format.name()
-            )));
-        }
+        check_kind(format, false)?;
         check_audio_shape(sample_rate, channels, samples)?;
         let data = format.plane_table(channels, samples)[0];
         let frame = to_u32(data.row_bytes(), "audio frame")?;
