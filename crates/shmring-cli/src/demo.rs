@@ -201,10 +201,11 @@ pub fn run(a: DemoArgs) -> Result<(), CmdError> {
     }
 
     let secs = format!("{}", a.seconds);
-    let streams = a.media.streams.to_string();
+    let m = &a.media;
+    let streams = m.streams.to_string();
     let mut pchild = Command::new(&exe)
         .args([
-            "produce", pflag, &ring, "--video", &a.media.video, "--audio", &a.media.audio,
+            "produce", pflag, &ring, "--video", &m.video, "--audio", &m.audio,
         ])
         .args(["--streams", &streams, "--seconds", &secs])
         .stdin(Stdio::null())

@@ -1,0 +1,329 @@
+//! How to reach a ring: [`Address`] and the one `open` (its text form: `text.rs`).
+
+use std::fmt;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{files, Config, ReadOnlySegment, Segment};
+use crate::error::{Error, Occupant, Result};
+use crate::handoff::DEFAULT_CONNECT_TIMEOUT;
+use crate::layout::FLAG_LOCK_FILE;
+
+mod text;
+
+/// How to reach a ring: by name, by inherited descriptors, through a consumer's
+/// socket, or by creating it. Every binding and the `shmring` command take the same
+/// text form ([`FromStr`], written back by [`Display`](fmt::Display)):
+///
+/// | text | the ring |
+/// | --- | --- |
+/// | `NAME`, `/NAME`, `shm:NAME`, `/dev/shm/NAME` | the named ring `/dev/shm/NAME` ([`Address::Named`]); a name that contains `:` is written `shm:NAME` |
+/// | `unix:PATH`, or a path with a `/` after its first character (`./ring.sock`, `/run/cam0.sock`) | the ring a consumer serves on the Unix socket `PATH` (the hand-off of [`crate::handoff`]; `unix:@NAME`: an abstract socket) ([`Address::Socket`]) |
+/// | `fd:SEG[,LOCK][,EVENTFD]` | descriptors this process holds, in the order of [`Segment::descriptors`]: the segment; a memfd ring's lock file; an eventfd ring's eventfd ([`Address::Descriptors`]) |
+/// | `create:NAME[,OPTION...]` | create the named ring ([`Address::Create`]): one of that name whose consumer is gone (left by a crash) is replaced, one whose consumer is alive is an error saying so (option `stale=refuse`: a stale one is an error too) |
+/// | `memfd:[LABEL][,OPTION...]` | create an anonymous ring, a sealed memfd labelled `LABEL` (default `shmring`) ([`Address::Memfd`]) |
+///
+/// Options of `create:` and `memfd:`, the [`Config`] fields: `capacity=SIZE`,
+/// `max_record=SIZE`, `log_entries=N`, `max_producers=N`, `eventfd`, `huge_pages`
+/// (a `SIZE` is bytes, or a number with `K`, `M` or `G`: KiB, MiB, GiB). A name is
+/// what `/dev/shm` allows (1 to 200 characters, no `/` except a leading one);
+/// text with a `/` further on is a path, so a socket in the current directory is
+/// `./ring.sock` or `unix:ring.sock`, while `ring.sock` is a named ring. A path is
+/// taken as written: nothing is looked up while parsing.
+///
+/// A named ring created with [`Config::eventfd`] wants its eventfd in every
+/// producer: reach it by descriptors (`fd:SEG,EVENTFD`), or with
+/// [`Segment::open_named_with_eventfd`]; by name alone, a producer is refused
+/// ([`Error::EventfdRequired`]).
+///
+/// Parsed with `FromStr`, `fd:` takes *copies* of the descriptors it names
+/// (`F_DUPFD_CLOEXEC`): the numbered ones stay the caller's, and must stay open
+/// while this process uses the ring (closing any descriptor of a ring's file drops
+/// the process's record locks on it, its liveness signal). The C, Python and Node
+/// bindings hand them over instead ([`Address::parse_taking`]), as their other
+/// descriptor calls do.
+///
+/// [`Address::open`] gives a writable ring (producers, consumers);
+/// [`Address::open_read_only`] a read-only mapping (taps, observers).
+///
+/// ```
+/// use shmring::{Address, Meta};
+/// let name = format!("doc-address-{}", std::process::id());
+/// // A consumer creates the ring; a producer reaches it by name.
+/// let created: Address = format!("create:{name},capacity=1M").parse()?;
+/// assert_eq!(created.to_string(), format!("create:{name},capacity=1M"));
+/// let seg = created.open()?;
+/// let consumer = seg.consumer()?;
+/// let remote = name.parse::<Address>()?.open()?;
+/// remote.producer()?.send(b"hello", Meta::new(0, 0))?;
+/// assert_eq!(consumer.try_next()?.unwrap().payload(), b"hello");
+/// // Taps and observers map it read-only.
+/// let ro = Address::Named(name.clone()).open_read_only()?;
+/// assert_eq!(ro.geometry().capacity, 1 << 20);
+/// // Bad text says what is wrong.
+/// let e = "fd:3,x".parse::<Address>().unwrap_err().to_string();
+/// assert!(e.contains("\"x\" is not a descriptor number"), "{e}");
+/// # Ok::<(), shmring::Error>(())
+/// ```
+#[derive(Debug)]
+pub enum Address {
+    /// The named ring `/dev/shm/NAME` (a leading `/` is allowed).
+    Named(String),
+    /// A ring's descriptors (inherited or received), in the one order of
+    /// [`Segment::descriptors`]: the segment, then a memfd ring's lock file, then an
+    /// eventfd ring's eventfd. A read-only open uses the first alone.
+    Descriptors(Vec<OwnedFd>),
+    /// The Unix socket a consumer serves its ring on (see [`crate::Listener`];
+    /// `@NAME`: a Linux abstract socket). Producers get the ring's descriptors
+    /// ([`Segment::connect`]), observers a read-only one ([`Segment::observe`]).
+    Socket(PathBuf),
+    /// Create the named ring `/dev/shm/NAME`. One of that name whose consumer is
+    /// gone (its process was killed or crashed) is replaced when `replace_stale`;
+    /// one whose consumer is alive, or a file that is no ring, is never touched:
+    /// [`Error::Exists`] says which ([`Occupant`]).
+    Create {
+        name: String,
+        config: Config,
+        replace_stale: bool,
+    },
+    /// Create an anonymous ring: a sealed memfd, labelled `label` (no file is made).
+    /// Hand its [`Segment::descriptors`] to producers, or serve it on a socket.
+    Memfd { label: String, config: Config },
+}
+
+/// What [`Address::open_detailed`] did besides opening.
+#[derive(Debug)]
+pub struct Opened {
+    /// The ring.
+    pub segment: Arc<Segment>,
+    /// Creating a named ring replaced one of that name whose consumer was gone.
+    pub replaced_stale: bool,
+}
+
+/// The label of a memfd ring whose address names none.
+const DEFAULT_LABEL: &str = "shmring";
+
+/// The text forms, for messages.
+const FORMS: &str = "NAME, shm:NAME, unix:PATH, fd:SEG[,LOCK][,EVENTFD], create:NAME[,OPTION...] \
+                     or memfd:[LABEL][,OPTION...]";
+
+impl Address {
+    /// The named ring `/dev/shm/NAME`, created: a stale one of that name (its
+    /// consumer gone) is replaced.
+    pub fn create(name: impl Into<String>, config: Config) -> Address {
+        Address::Create {
+            name: name.into(),
+            config,
+            replace_stale: true,
+        }
+    }
+
+    /// Opens the ring writable, for producers and consumers (a socket's consumer
+    /// gets [`DEFAULT_CONNECT_TIMEOUT`] for each step of the hand-off).
+    pub fn open(self) -> Result<Arc<Segment>> {
+        self.open_timeout(DEFAULT_CONNECT_TIMEOUT)
+    }
+
+    /// [`Address::open`] with a timeout for each step of a socket's hand-off
+    /// ([`Segment::connect_timeout`]); other addresses do not wait.
+    pub fn open_timeout(self, timeout: Duration) -> Result<Arc<Segment>> {
+        self.open_detailed(timeout).map(|o| o.segment)
+    }
+
+    /// [`Address::open_timeout`], also saying whether creating replaced a stale ring.
+    pub fn open_detailed(self, timeout: Duration) -> Result<Opened> {
+        let segment = match self {
+            Address::Named(name) => Segment::open_named(&name)?,
+            Address::Descriptors(fds) => Segment::from_descriptors(fds)?,
+            Address::Socket(path) => Segment::connect_timeout(path, timeout)?,
+            Address::Memfd { label, config } => Segment::create_memfd(&label, &config)?,
+            Address::Create {
+                name,
+                config,
+                replace_stale,
+            } => return create_named(&name, &config, replace_stale),
+        };
+        Ok(Opened {
+            segment,
+            replaced_stale: false,
+        })
+    }
+
+    /// Maps the ring read-only, for taps and observers: a named ring opened
+    /// `O_RDONLY` ([`ReadOnlySegment::open_named`]), a socket's ring observed
+    /// ([`Segment::observe`], [`DEFAULT_CONNECT_TIMEOUT`] for each step), the first
+    /// of the descriptors (a sealed memfd, [`ReadOnlySegment::from_fd`]). Creating
+    /// addresses are refused ([`Error::Config`]).
+    pub fn open_read_only(self) -> Result<ReadOnlySegment> {
+        self.open_read_only_timeout(DEFAULT_CONNECT_TIMEOUT)
+    }
+
+    /// [`Address::open_read_only`] with a timeout for each step of a socket's
+    /// hand-off ([`Segment::observe_timeout`]).
+    pub fn open_read_only_timeout(self, timeout: Duration) -> Result<ReadOnlySegment> {
+        match self {
+            Address::Named(name) => ReadOnlySegment::open_named(&name),
+            Address::Socket(path) => Segment::observe_timeout(path, timeout),
+            Address::Descriptors(fds) => read_only_from(fds),
+            a @ (Address::Create { .. } | Address::Memfd { .. }) => Err(Error::Config(format!(
+                "ring address {a}: a read-only open reaches an existing ring; creating one \
+                 needs a writable open"
+            ))),
+        }
+    }
+
+    /// Parses the text form like [`FromStr`], except that `fd:` takes over the
+    /// descriptors it names instead of copying them: the address owns them (and
+    /// closes them when dropped). Malformed text, or a descriptor named that is not
+    /// open, takes none of them; otherwise every one is taken, whether opening the
+    /// ring later succeeds or not.
+    ///
+    /// # Safety
+    /// Every descriptor an `fd:` text names must be one the caller owns and hands
+    /// over: nothing else in the process may use or close it afterwards.
+    pub unsafe fn parse_taking(text: &str) -> Result<Address> {
+        // SAFETY: the caller hands the descriptors over.
+        text::parse(text, |fd| unsafe { take(fd) })
+    }
+
+    /// The named ring's name, or what a message calls the ring otherwise (the text
+    /// form).
+    pub fn describe(&self) -> String {
+        match self {
+            Address::Named(name) => name.clone(),
+            a => a.to_string(),
+        }
+    }
+}
+
+/// Creates the named ring `name`; one of that name whose consumer is gone is
+/// replaced when `replace_stale`. The one place this is decided.
+fn create_named(name: &str, config: &Config, replace_stale: bool) -> Result<Opened> {
+    let mut replaced = false;
+    loop {
+        let segment = match Segment::create_named(name, config) {
+            Err(Error::Exists { segment, .. }) => segment,
+            r => {
+                return r.map(|segment| Opened {
+                    segment,
+                    replaced_stale: replaced,
+                })
+            }
+        };
+        let occupant = match Segment::open_named(name) {
+            Ok(seg) if seg.consumer_alive() => Occupant::Live,
+            Ok(seg) => {
+                drop(seg);
+                if replace_stale && !replaced {
+                    // Another process may replace it at the same moment: one of the
+                    // two then finds the other's ring, with a live consumer or not
+                    // yet, and says so.
+                    let _ = Segment::unlink_named(name);
+                    replaced = true;
+                    continue;
+                }
+                Occupant::Stale
+            }
+            // Gone again since: try once more.
+            Err(Error::NotFound(_)) if !replaced => {
+                replaced = true;
+                continue;
+            }
+            Err(e) => Occupant::Foreign(e.to_string()),
+        };
+        return Err(Error::Exists { segment, occupant });
+    }
+}
+
+/// A read-only mapping of the first descriptor; a memfd ring's lock file among the
+/// others goes through this process's lock file entries (closing it outright could
+/// drop this process's record locks on it).
+fn read_only_from(fds: Vec<OwnedFd>) -> Result<ReadOnlySegment> {
+    let mut fds = fds.into_iter();
+    let Some(first) = fds.next() else {
+        return Err(Error::Descriptors {
+            segment: "(none)".into(),
+            what: "no descriptor given".into(),
+        });
+    };
+    let ro = ReadOnlySegment::from_fd(first)?;
+    if ro.geometry().flags & FLAG_LOCK_FILE != 0 {
+        if let Some(lock) = fds.next() {
+            let label = ro.name().to_string();
+            drop(files::register(lock, true, &label)?);
+        }
+    }
+    Ok(ro)
+}
+
+/// A copy of descriptor `fd` (close-on-exec); the original stays the caller's.
+fn copy(fd: RawFd) -> std::io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC only reads the descriptor table; a number that is not
+    // open fails with EBADF.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if new < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `new` was just made by fcntl and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// Descriptor `fd`, taken over (checked to be open first, by [`descriptors`]).
+///
+/// # Safety
+/// The caller hands `fd` over (see [`Address::parse_taking`]).
+unsafe fn take(fd: RawFd) -> std::io::Result<OwnedFd> {
+    // SAFETY: open (checked), and handed over per the caller.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Is `fd` open in this process? (`F_GETFD` only reads the descriptor table.)
+fn is_open(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: F_GETFD only reads the descriptor table.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl PartialEq for Address {
+    /// The same address: descriptors compare by number (in one process, the same
+    /// descriptor).
+    fn eq(&self, other: &Address) -> bool {
+        use Address::*;
+        match (self, other) {
+            (Named(a), Named(b)) => a == b,
+            (Descriptors(a), Descriptors(b)) => a
+                .iter()
+                .map(|f| f.as_raw_fd())
+                .eq(b.iter().map(|f| f.as_raw_fd())),
+            (Socket(a), Socket(b)) => a == b,
+            (
+                Create {
+                    name: a,
+                    config: ca,
+                    replace_stale: ra,
+                },
+                Create {
+                    name: b,
+                    config: cb,
+                    replace_stale: rb,
+                },
+            ) => (a, ca, ra) == (b, cb, rb),
+            (
+                Memfd {
+                    label: a,
+                    config: ca,
+                },
+                Memfd {
+                    label: b,
+                    config: cb,
+                },
+            ) => (a, ca) == (b, cb),
+            _ => false,
+        }
+    }
+}
