@@ -106,8 +106,13 @@ pub unsafe fn external_view(env: Env, ptr: *mut u8, len: usize, keep: Keep) -> n
     let mut adjusted = 0;
     // SAFETY: live env; reporting memory V8 does not own is always allowed.
     unsafe { sys::napi_adjust_external_memory(env.raw(), len as i64, &mut adjusted) };
+    uint8_array(env, ab, len)
+}
+
+/// A `Uint8Array` over all `len` bytes of the array buffer `ab`.
+fn uint8_array(env: Env, ab: sys::napi_value, len: usize) -> napi::Result<View> {
     let mut arr = std::ptr::null_mut();
-    // SAFETY: `ab` is the array buffer just made; the typed array covers all of it.
+    // SAFETY: live env; `ab` is an array buffer of `len` bytes; local out-pointer.
     check(
         env,
         unsafe {
@@ -151,29 +156,7 @@ pub fn new_view(env: Env, len: usize) -> napi::Result<(View, *mut u8)> {
         unsafe { sys::napi_create_arraybuffer(env.raw(), len, &mut data, &mut ab) },
         "napi_create_arraybuffer",
     )?;
-    let mut arr = std::ptr::null_mut();
-    // SAFETY: as in `external_view`.
-    check(
-        env,
-        unsafe {
-            sys::napi_create_typedarray(
-                env.raw(),
-                sys::TypedarrayType::uint8_array,
-                len,
-                ab,
-                0,
-                &mut arr,
-            )
-        },
-        "napi_create_typedarray",
-    )?;
-    Ok((
-        View {
-            array: arr,
-            buffer: ab,
-        },
-        data as *mut u8,
-    ))
+    Ok((uint8_array(env, ab, len)?, data as *mut u8))
 }
 
 /// A view just made: the `Uint8Array` and its `ArrayBuffer`.

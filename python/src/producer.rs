@@ -98,6 +98,18 @@ impl PyProducer {
     }
 
     #[allow(clippy::too_many_arguments)]
+    /// [`Self::reserve_impl`] for a record holding the media header `h`.
+    fn reserve_media<'py>(
+        slf: &Bound<'py, Self>,
+        h: MediaHeader,
+        meta: Meta,
+        stamp: bool,
+        timeout: Option<f64>,
+        what: &str,
+    ) -> PyResult<Bound<'py, PyReservation>> {
+        Self::reserve_impl(slf, h.payload_len(), meta, stamp, timeout, Some(h), what)
+    }
+
     fn reserve_impl<'py>(
         slf: &Bound<'py, Self>,
         len: usize,
@@ -338,17 +350,8 @@ impl PyProducer {
         )
         .and_then(|h| h.with_frame_rate(num, den))
         .map_err(|e| ConfigError::new_err(format!("reserve_video: {format}: {e}")))?;
-        let (meta, _) = meta_of(stream, kind::VIDEO, Some(ts), flags);
-        let stamp = timestamp.is_none();
-        Self::reserve_impl(
-            slf,
-            h.payload_len(),
-            meta,
-            stamp,
-            timeout,
-            Some(h),
-            "reserve_video",
-        )
+        let meta = meta_of(stream, kind::VIDEO, Some(ts), flags).0;
+        Self::reserve_media(slf, h, meta, timestamp.is_none(), timeout, "reserve_video")
     }
 
     /// reserve_audio(samples, *, channels=2, sample_rate=48000, format="pcm_s16",
@@ -385,17 +388,8 @@ impl PyProducer {
             sequence.unwrap_or(SEQUENCE_AUTO),
         )
         .map_err(|e| ConfigError::new_err(format!("reserve_audio: {format}: {e}")))?;
-        let (meta, _) = meta_of(stream, kind::AUDIO, Some(ts), flags);
-        let stamp = timestamp.is_none();
-        Self::reserve_impl(
-            slf,
-            h.payload_len(),
-            meta,
-            stamp,
-            timeout,
-            Some(h),
-            "reserve_audio",
-        )
+        let meta = meta_of(stream, kind::AUDIO, Some(ts), flags).0;
+        Self::reserve_media(slf, h, meta, timestamp.is_none(), timeout, "reserve_audio")
     }
 
     /// send(data, *, stream=0, kind=0, timestamp=None, flags=0, timeout=None)

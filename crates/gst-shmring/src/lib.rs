@@ -13,6 +13,20 @@ use std::sync::{Mutex, MutexGuard};
 
 use gst::glib;
 
+/// `ElementImpl::metadata` of one of our elements: its long name, class and
+/// description, as `gst-inspect-1.0` shows them (author: shmring).
+macro_rules! element_metadata {
+    ($name:expr, $class:expr, $description:expr) => {
+        fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
+            static META: std::sync::LazyLock<gst::subclass::ElementMetadata> =
+                std::sync::LazyLock::new(|| {
+                    gst::subclass::ElementMetadata::new($name, $class, $description, "shmring")
+                });
+            Some(&*META)
+        }
+    };
+}
+
 mod media;
 mod reader;
 mod ring;

@@ -2,6 +2,7 @@
 //! their plane layouts are the core's ([`shmring::media`]); this module only maps
 //! names and checks what GStreamer hands us against them.
 
+use gst::prelude::*;
 use gst_audio::AudioFormat;
 use gst_video::VideoFormat;
 use shmring::media::{self, Format, MediaHeader, MEDIA_HEADER_SIZE};
@@ -105,6 +106,56 @@ pub struct Output {
     pub offsets: [usize; 4],
     pub strides: [i32; 4],
     pub planes: usize,
+}
+
+/// Marks `b`, made of a record with header `hd`: its timestamps, a
+/// discontinuity, and the record's plane layout (`layout`: offsets and strides of
+/// each plane) as a `GstVideoMeta` where the caps' layout is not the record's.
+pub fn mark(
+    b: &mut gst::BufferRef,
+    hd: &MediaHeader,
+    (pts, duration): (Option<gst::ClockTime>, Option<gst::ClockTime>),
+    discont: bool,
+    layout: Option<(&[usize], &[i32])>,
+) -> Result<(), gst::glib::BoolError> {
+    b.set_pts(pts);
+    b.set_duration(duration);
+    if discont {
+        b.set_flags(gst::BufferFlags::DISCONT);
+    }
+    if let Some((offsets, strides)) = layout {
+        let vf = video_format(hd.format).expect("a plane layout is video's");
+        gst_video::VideoMeta::add_full(
+            b,
+            gst_video::VideoFrameFlags::empty(),
+            vf,
+            hd.width,
+            hd.height,
+            offsets,
+            strides,
+        )?;
+    }
+    Ok(())
+}
+
+/// How long a record with header `hd` lasts: audio by its samples, video by the
+/// nominal frame `rate`, or at a variable rate the interval since the stream's
+/// last video `pts` (`last`, which becomes `pts`).
+pub fn duration(
+    hd: &MediaHeader,
+    rate: gst::Fraction,
+    pts: Option<gst::ClockTime>,
+    last: &mut Option<gst::ClockTime>,
+) -> Option<gst::ClockTime> {
+    if hd.format.is_audio() {
+        gst::ClockTime::SECOND.mul_div_floor(hd.samples as u64, hd.sample_rate.max(1) as u64)
+    } else if rate.numer() > 0 {
+        gst::ClockTime::SECOND.mul_div_floor(rate.denom() as u64, rate.numer() as u64)
+    } else {
+        let previous = std::mem::replace(last, pts);
+        pts.zip(previous)
+            .and_then(|(now, before)| now.checked_sub(before))
+    }
 }
 
 /// The header's nominal frame rate, or 0/1 (variable).
@@ -246,6 +297,20 @@ pub enum Input {
     },
 }
 
+/// The core's format of the GStreamer format `g` (named `name`, of `kind`), or
+/// why it cannot travel.
+fn core_format(g: Gst, kind: &str, name: &str) -> Result<Format, String> {
+    MAPPING
+        .iter()
+        .find_map(|(c, m)| (*m == g).then_some(*c))
+        .ok_or_else(|| {
+            format!(
+                "{kind} format {name} is not supported (supported: {})",
+                names()
+            )
+        })
+}
+
 impl Input {
     /// Reads negotiated caps. `Err` names the format or field that cannot travel.
     pub fn from_caps(caps: &gst::CapsRef) -> Result<Input, String> {
@@ -254,16 +319,8 @@ impl Input {
             "video/x-raw" => {
                 let info = gst_video::VideoInfo::from_caps(caps)
                     .map_err(|e| format!("video caps {caps}: {e}"))?;
-                let format = MAPPING
-                    .iter()
-                    .find_map(|(c, g)| (*g == Gst::Video(info.format())).then_some(*c))
-                    .ok_or_else(|| {
-                        format!(
-                            "video format {} is not supported (supported: {})",
-                            info.format().to_str(),
-                            names()
-                        )
-                    })?;
+                let format =
+                    core_format(Gst::Video(info.format()), "video", info.format().to_str())?;
                 if info.is_interlaced() {
                     return Err("interlaced video is not supported".into());
                 }
@@ -272,16 +329,8 @@ impl Input {
             "audio/x-raw" => {
                 let info = gst_audio::AudioInfo::from_caps(caps)
                     .map_err(|e| format!("audio caps {caps}: {e}"))?;
-                let format = MAPPING
-                    .iter()
-                    .find_map(|(c, g)| (*g == Gst::Audio(info.format())).then_some(*c))
-                    .ok_or_else(|| {
-                        format!(
-                            "audio format {} is not supported (supported: {})",
-                            info.format().to_str(),
-                            names()
-                        )
-                    })?;
+                let format =
+                    core_format(Gst::Audio(info.format()), "audio", info.format().to_str())?;
                 if info.layout() != gst_audio::AudioLayout::Interleaved {
                     return Err("non-interleaved audio is not supported".into());
                 }

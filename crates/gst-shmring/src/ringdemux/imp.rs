@@ -230,17 +230,11 @@ impl ObjectImpl for ShmRingDemux {
 impl GstObjectImpl for ShmRingDemux {}
 
 impl ElementImpl for ShmRingDemux {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "shmring demuxing source",
-                "Source/Demuxer/Video/Audio",
-                "Reads a shmring ring (as its consumer or beside it, see mode) with a pad per stream id and kind, added as records arrive: video_ID and audio_ID, so each participant of a meeting goes its own way (link them by name: d.video_0, d.audio_0); EOS on a pad when its producer ends the stream",
-                "shmring",
-            )
-        });
-        Some(&*META)
-    }
+    element_metadata!(
+        "shmring demuxing source",
+        "Source/Demuxer/Video/Audio",
+        "Reads a shmring ring (as its consumer or beside it, see mode) with a pad per stream id and kind, added as records arrive: video_ID and audio_ID, so each participant of a meeting goes its own way (link them by name: d.video_0, d.audio_0); EOS on a pad when its producer ends the stream"
+    );
 
     fn pad_templates() -> &'static [gst::PadTemplate] {
         static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
@@ -750,34 +744,11 @@ impl ShmRingDemux {
         let age = st.reader.max_age_ns;
         let capacity = st.reader.capacity();
         let p = &mut st.pads[idx];
-        let duration = if hd.format.is_audio() {
-            gst::ClockTime::SECOND.mul_div_floor(hd.samples as u64, hd.sample_rate.max(1) as u64)
-        } else if rate.numer() > 0 {
-            gst::ClockTime::SECOND.mul_div_floor(rate.denom() as u64, rate.numer() as u64)
-        } else {
-            let previous = std::mem::replace(&mut p.last_video_pts, pts);
-            pts.zip(previous)
-                .and_then(|(now, before)| now.checked_sub(before))
-        };
-        {
-            let b = buffer.get_mut().expect("a new buffer is writable");
-            b.set_pts(pts);
-            b.set_duration(duration);
-            if discont {
-                b.set_flags(gst::BufferFlags::DISCONT);
-            }
-            if video_meta {
-                let vf = crate::media::video_format(hd.format).expect("a video format");
-                let _ = gst_video::VideoMeta::add_full(
-                    b,
-                    gst_video::VideoFrameFlags::empty(),
-                    vf,
-                    hd.width,
-                    hd.height,
-                    &offsets[..planes],
-                    &strides[..planes],
-                );
-            }
+        let duration = crate::media::duration(&hd, rate, pts, &mut p.last_video_pts);
+        let layout = video_meta.then_some((&offsets[..planes], &strides[..planes]));
+        let b = buffer.get_mut().expect("a new buffer is writable");
+        if let Err(e) = crate::media::mark(b, &hd, (pts, duration), discont, layout) {
+            gst::warning!(CAT, imp = self, "video meta: {e}");
         }
         drop(guard);
         let frame_ns = duration.map_or(0, |d| d.nseconds());

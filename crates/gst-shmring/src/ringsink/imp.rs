@@ -465,17 +465,11 @@ impl ObjectImpl for ShmRingSink {
 impl GstObjectImpl for ShmRingSink {}
 
 impl ElementImpl for ShmRingSink {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "shmring sink",
-                "Sink/Video/Audio",
-                "Writes raw video and audio into a shmring ring, with caps, frame rate and timestamps in every record and an end-of-stream record at EOS; upstream may write frames in place through its buffer pool. Waits for the ring (its consumer creates it)",
-                "shmring",
-            )
-        });
-        Some(&*META)
-    }
+    element_metadata!(
+        "shmring sink",
+        "Sink/Video/Audio",
+        "Writes raw video and audio into a shmring ring, with caps, frame rate and timestamps in every record and an end-of-stream record at EOS; upstream may write frames in place through its buffer pool. Waits for the ring (its consumer creates it)"
+    );
 
     fn pad_templates() -> &'static [gst::PadTemplate] {
         static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {

@@ -177,17 +177,11 @@ impl ObjectImpl for ShmRingSrc {
 impl GstObjectImpl for ShmRingSrc {}
 
 impl ElementImpl for ShmRingSrc {
-    fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
-        static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
-            gst::subclass::ElementMetadata::new(
-                "shmring source",
-                "Source/Video/Audio",
-                "Reads raw video and audio from a shmring ring, as its consumer or beside it (mode); buffers are the ring's frames in place, or copies where downstream keeps frames (an encoder's look-ahead) or in mode tap",
-                "shmring",
-            )
-        });
-        Some(&*META)
-    }
+    element_metadata!(
+        "shmring source",
+        "Source/Video/Audio",
+        "Reads raw video and audio from a shmring ring, as its consumer or beside it (mode); buffers are the ring's frames in place, or copies where downstream keeps frames (an encoder's look-ahead) or in mode tap"
+    );
 
     fn pad_templates() -> &'static [gst::PadTemplate] {
         static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
@@ -413,37 +407,15 @@ impl ShmRingSrc {
         let lane = st.lane.clone();
         let mut buffer = st.reader.buffer(el, rec, span, &lane, &holder);
         let pts = st.reader.pts(el, capture, hd.pts_ns, fresh);
-        let b = buffer.get_mut().expect("a new buffer is writable");
-        b.set_pts(pts);
-        let duration = if hd.format.is_audio() {
-            gst::ClockTime::SECOND.mul_div_floor(hd.samples as u64, hd.sample_rate.max(1) as u64)
-        } else if rate.numer() > 0 {
-            gst::ClockTime::SECOND.mul_div_floor(rate.denom() as u64, rate.numer() as u64)
-        } else {
-            // A variable rate: a frame lasts as long as the interval before it.
-            let previous = std::mem::replace(&mut st.last_video_pts, pts);
-            pts.zip(previous)
-                .and_then(|(now, before)| now.checked_sub(before))
-        };
+        // A variable rate: a frame lasts as long as the interval before it.
+        let duration = crate::media::duration(&hd, rate, pts, &mut st.last_video_pts);
         if hd.format.is_video() {
             st.last_video_pts = pts;
         }
-        b.set_duration(duration);
-        if discont {
-            b.set_flags(gst::BufferFlags::DISCONT);
-        }
-        if video_meta {
-            let vf = crate::media::video_format(hd.format).expect("output_for took a video format");
-            let _ = gst_video::VideoMeta::add_full(
-                b,
-                gst_video::VideoFrameFlags::empty(),
-                vf,
-                hd.width,
-                hd.height,
-                &offsets[..planes],
-                &strides[..planes],
-            )
-            .map_err(|e| gst::warning!(CAT, imp = self, "video meta: {e}"));
+        let layout = video_meta.then_some((&offsets[..planes], &strides[..planes]));
+        let b = buffer.get_mut().expect("a new buffer is writable");
+        if let Err(e) = crate::media::mark(b, &hd, (pts, duration), discont, layout) {
+            gst::warning!(CAT, imp = self, "video meta: {e}");
         }
         let frame_ns = duration.map_or(0, |d| d.nseconds());
         // How long the ring holds at this rate: records like this one it fits.
