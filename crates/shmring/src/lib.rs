@@ -36,6 +36,8 @@ pub mod release_queue;
 pub mod sync;
 
 #[cfg(not(loom))]
+mod address;
+#[cfg(not(loom))]
 mod consumer;
 #[cfg(not(loom))]
 mod error;
@@ -71,6 +73,8 @@ pub mod tokio;
 #[cfg(all(feature = "tokio", not(loom)))]
 pub use self::tokio::{AsyncConsumer, AsyncFrame, AsyncProducer, AsyncReservation};
 #[cfg(not(loom))]
+pub use address::{Address, Opened};
+#[cfg(not(loom))]
 pub use consumer::{Consumer, Frame, Health, RawFrame, SharedConsumer, SharedFrame};
 #[cfg(not(loom))]
 pub use error::{Error, Name, Occupant, Result};
@@ -85,7 +89,7 @@ pub use options::{ConsumerOptions, ConsumerSettings, Setting};
 #[cfg(not(loom))]
 pub use producer::{FullPolicy, Meta, Producer, RawReservation, Reservation};
 #[cfg(not(loom))]
-pub use segment::{Address, Config, Opened, ReadOnlySegment, Segment};
+pub use segment::{Config, ReadOnlySegment, Segment};
 #[cfg(not(loom))]
 pub use stats::Stats;
 #[cfg(not(loom))]

@@ -7,7 +7,6 @@
 //! (the probe and the whole ring mapped), `files` (the lock file and who holds
 //! it), `read_only` ([`ReadOnlySegment`]), `config` ([`Config`]).
 
-mod address;
 mod attach;
 mod config;
 pub(crate) mod files;
@@ -15,7 +14,6 @@ mod identity;
 mod mapping;
 mod read_only;
 
-pub use address::{Address, Opened};
 pub use config::Config;
 pub use read_only::ReadOnlySegment;
 

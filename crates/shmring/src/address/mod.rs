@@ -1,4 +1,5 @@
 //! How to reach a ring: [`Address`] and the one `open` (its text form: `text.rs`).
+//! Above the segment and the hand-off, which it uses; neither uses it.
 
 use std::fmt;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -7,10 +8,10 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{files, Config, ReadOnlySegment, Segment};
 use crate::error::{Error, Occupant, Result};
 use crate::handoff::DEFAULT_CONNECT_TIMEOUT;
 use crate::layout::FLAG_LOCK_FILE;
+use crate::segment::{files, Config, ReadOnlySegment, Segment};
 
 mod text;
 
