@@ -495,16 +495,27 @@ fn a_live_socket_is_not_taken_over_and_a_stale_one_is_replaced() {
         Err(Error::Handoff { what, .. }) => assert!(what.contains("live consumer"), "{what}"),
         r => panic!("expected an error, got {r:?}"),
     }
-    // A stale socket file: bound, never listened on (as after a crash).
+    // A stale socket file: its listener closed without removing it (as after a crash).
     drop(l);
     let stale = std::os::unix::net::UnixListener::bind(dir.sock()).unwrap();
     drop(stale); // the file stays, nobody accepts
     assert!(dir.sock().exists());
-    assert!(matches!(
-        Segment::connect(dir.sock()),
-        Err(Error::NoConsumer(_))
-    ));
-    let _l = Listener::bind(&seg2, dir.sock(), ListenerOptions::default()).unwrap();
+    // Every descriptor is copied into a child between its fork and its exec, so a
+    // child another test spawns at this moment holds the socket for that instant:
+    // wait for the one answer a socket nobody holds gives.
+    wait_until("the stale socket to answer `no consumer`", GUARD, || {
+        let r = Segment::connect(dir.sock());
+        let stale = matches!(r, Err(Error::NoConsumer(_)));
+        if !stale {
+            eprintln!("a stale socket answered {r:?}");
+        }
+        stale
+    });
+    let mut replaced = None;
+    wait_until("the stale socket to be replaced", GUARD, || {
+        replaced = Listener::bind(&seg2, dir.sock(), ListenerOptions::default()).ok();
+        replaced.is_some()
+    });
     // Not a socket: left alone.
     let file = dir.0.join("plain");
     std::fs::write(&file, b"x").unwrap();
