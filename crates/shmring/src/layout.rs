@@ -37,6 +37,8 @@
 //! before the end of the data ring, its claim also covers the units up to the end
 //! (padding) and the record starts at offset 0. The claim log entry carries the
 //! claim's total length (padding included), so padding needs no header of its own.
+//! A large record claimed into an empty ring is placed at offset 0 after a padding
+//! claim of its own (see `protocol::placement_padding`).
 //!
 //! Positions are counted in 64-byte units and wrap at 2^36 units; claim sequence
 //! numbers wrap at 2^28. Both are compared with wrapping arithmetic only.
@@ -127,7 +129,9 @@ pub enum ClaimState {
     Committed = 1,
     /// The producer gave the space up (dropped reservation); skip it.
     Aborted = 2,
-    /// The consumer found the producer dead; skip it.
+    /// Space no record will fill; skip it: a dead producer's claim the consumer
+    /// took back, or the padding a producer claims to place a record at the ring's
+    /// start (born in this state).
     Abandoned = 3,
 }
 
@@ -398,7 +402,10 @@ pub struct ProducerCounters {
     pub drops_full: AtomicU64,
     pub waits: AtomicU64,
     pub wakes_sent: AtomicU64,
-    pub _reserved: [AtomicU64; 2],
+    /// Paddings claimed to place a record at the ring's start (see
+    /// `protocol::placement_padding`).
+    pub placements: AtomicU64,
+    pub _reserved: [AtomicU64; 1],
 }
 
 #[repr(C, align(64))]

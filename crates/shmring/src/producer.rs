@@ -246,10 +246,12 @@ impl Producer {
         let space = &self.seg.control().space.0;
         let mut armed: Option<u32> = None;
         loop {
-            let attempt = self
-                .seg
-                .shared()
-                .try_claim(units, self.slot, &self.my_slot().open_claim);
+            let attempt = self.seg.shared().try_claim(
+                units,
+                self.slot,
+                &self.my_slot().open_claim,
+                &self.my_slot().counters.placements,
+            );
             if self.seg.truncated() {
                 return Err(self.seg.truncated_error());
             }

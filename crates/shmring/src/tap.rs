@@ -110,6 +110,10 @@ pub struct Tap {
     pending: Option<(u64, Instant)>,
     /// The ring's reset count when the tap last jumped (or started).
     resets_seen: u64,
+    /// The producers' placement paddings when the tap last jumped (or started),
+    /// plus the ones it stepped over since: a jump counts the claims it skips
+    /// less the paddings among them as lost (paddings are no records).
+    placements_seen: u64,
     /// When the tap last checked that the file is still as long as the ring.
     last_size_check: Instant,
 }
@@ -140,6 +144,7 @@ impl Tap {
             matched: 0,
             pending: None,
             resets_seen: 0,
+            placements_seen: 0,
             last_size_check: Instant::now(),
         }
         .started()
@@ -147,6 +152,7 @@ impl Tap {
 
     fn started(mut self) -> Self {
         self.resets_seen = self.resets();
+        self.placements_seen = crate::slots::placements(self.ro.segment());
         self
     }
 
@@ -260,10 +266,16 @@ impl Tap {
         }
         // After a reset the new generation's claim numbers start far ahead: those
         // were never used, so a jump across a reset counts nothing (the consumer
-        // counts what the reset dropped).
+        // counts what the reset dropped). Paddings claimed since the last jump
+        // are no records (a padding claimed after the newest record is counted
+        // here and stepped over later: the next jump counts it back).
+        let placements = crate::slots::placements(self.ro.segment());
+        let gone = seq_diff(seq, self.seq);
+        let paddings = placements.wrapping_sub(self.placements_seen).min(gone);
         if !reset {
-            self.stats.lost += seq_diff(seq, self.seq);
+            self.stats.lost += gone - paddings;
         }
+        self.placements_seen = placements;
         self.resets_seen = resets;
         self.stats.skips += 1;
         self.seq = seq;
@@ -330,6 +342,12 @@ impl Tap {
                 Look::Wait
             }
             ClaimState::Aborted | ClaimState::Abandoned => {
+                // A placement's padding ends at the ring's end (a dead producer's
+                // abandoned claim that ends there too is taken for one, and so
+                // counted lost at the next jump).
+                if e.state == ClaimState::Abandoned && (self.pos & (cap - 1)) + e.units == cap {
+                    self.placements_seen = self.placements_seen.wrapping_add(1);
+                }
                 self.step(e.units);
                 Look::Again
             }

@@ -22,7 +22,10 @@ mod model {
         log: Vec<AtomicU64>,
         /// Each slot's `open_claim` word.
         open: Vec<AtomicU64>,
+        /// The producers' placement paddings.
+        placed: AtomicU64,
         cap_units: u64,
+        place_units: u64,
     }
 
     impl Ring {
@@ -34,7 +37,10 @@ mod model {
                     .map(|i| AtomicU64::new(LogEntry::initial(i, n)))
                     .collect(),
                 open: (0..4).map(|_| AtomicU64::new(0)).collect(),
+                placed: AtomicU64::new(0),
                 cap_units,
+                // The models below place nothing unless they say so.
+                place_units: u64::MAX,
             }
         }
         fn shared(&self) -> Shared<'_> {
@@ -43,6 +49,7 @@ mod model {
                 read: &self.read,
                 log: &self.log,
                 cap_units: self.cap_units,
+                place_units: self.place_units,
             }
         }
     }
@@ -78,7 +85,7 @@ mod model {
                     let sh = ring.shared();
                     let mut got = Vec::new();
                     for _ in 0..if slot == 0 { 1 } else { 2 } {
-                        match sh.try_claim(2, slot, &ring.open[slot as usize]) {
+                        match sh.try_claim(2, slot, &ring.open[slot as usize], &ring.placed) {
                             Ok(c) => {
                                 assert_eq!(c.total, 2);
                                 if c.seq >= 2 {
@@ -160,6 +167,97 @@ mod model {
         );
     }
 
+    /// Placement: into an empty ring, two producers each claim and commit a
+    /// record large enough to be placed, while the consumer takes both and holds
+    /// them. Every interleaving: one padding claim is made, one record lands at
+    /// the ring's start, a producer finding the ring full behind the padding gets
+    /// through once the consumer steps over it, records never overlap, and while
+    /// both are held the ring has room for everything but them: the padding is
+    /// not held with the placed record.
+    #[test]
+    fn placement_padding_is_never_held_with_the_record() {
+        builder().check(|| {
+            // Four log entries, eight units; records of two units are placed.
+            let mut ring = Ring::new(4, 8);
+            ring.place_units = 2;
+            let ring = Arc::new(ring);
+            let sh = ring.shared();
+            let mut cur = ConsumerCursor::new(4, 0);
+            // One record in and out: the ring is empty, its next position at unit 2.
+            let c = sh.try_claim(2, 2, &ring.open[2], &ring.placed).unwrap();
+            assert!(sh.settle(&c, ClaimState::Committed, &ring.open[2]));
+            let Poll::Record { seq, .. } = cur.poll(&sh) else {
+                panic!("the first record")
+            };
+            cur.release(seq).unwrap();
+            cur.publish(&sh);
+            let handles: Vec<_> = (0..2u32)
+                .map(|slot| {
+                    let ring = ring.clone();
+                    loom::thread::spawn(move || {
+                        let sh = ring.shared();
+                        let open = &ring.open[slot as usize];
+                        loop {
+                            match sh.try_claim(2, slot, open, &ring.placed) {
+                                Ok(c) => {
+                                    assert!(sh.settle(&c, ClaimState::Committed, open));
+                                    return (c.pos, c.rec_off);
+                                }
+                                // Full behind the padding until the consumer steps
+                                // over it.
+                                Err(ClaimError::FullBytes) => {
+                                    BEHIND_PADDING.fetch_add(1, Relaxed);
+                                    loom::thread::yield_now()
+                                }
+                                Err(e) => panic!("claim: {e:?}"),
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let mut held = Vec::new();
+            while held.len() < 2 {
+                match cur.poll(&sh) {
+                    Poll::Record {
+                        seq,
+                        rec_off,
+                        rec_units,
+                    } => {
+                        assert_eq!(rec_units, 2);
+                        held.push((seq, rec_off));
+                    }
+                    Poll::Skipped { state } => {
+                        assert_eq!(state, ClaimState::Abandoned);
+                        cur.publish(&sh);
+                    }
+                    Poll::Empty | Poll::Pending { .. } => loom::thread::yield_now(),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            let mut made: Vec<(u64, u64)> =
+                handles.into_iter().map(|h| h.join().unwrap()).collect();
+            made.sort();
+            assert_eq!(ring.placed.load(Relaxed), 1, "one padding claim");
+            // The first record after the padding is at the ring's start, the other
+            // right after it.
+            assert_eq!(made, vec![(8, 0), (10, 2)]);
+            let mut offs: Vec<u64> = held.iter().map(|&(_, off)| off).collect();
+            offs.sort();
+            assert_eq!(offs, vec![0, 2]);
+            // Both held: everything else is free (the padding went with its skip).
+            let c = sh
+                .try_claim(4, 2, &ring.open[2], &ring.placed)
+                .expect("room for all but the held records");
+            assert_eq!((c.rec_off, c.rec_units), (4, 4));
+        });
+        assert!(
+            BEHIND_PADDING.load(Relaxed) > 0,
+            "no execution found the ring full behind a padding"
+        );
+    }
+
+    static BEHIND_PADDING: AtomicUsize = AtomicUsize::new(0);
+
     static OWNER_WON: AtomicUsize = AtomicUsize::new(0);
     static CONSUMER_WON: AtomicUsize = AtomicUsize::new(0);
 
@@ -173,7 +271,9 @@ mod model {
             let ring = Arc::new(Ring::new(4, 8));
             let sh = ring.shared();
             // Claim 0 by slot 2, which the consumer is about to judge dead.
-            let c0 = sh.try_claim(2, 2, &ring.open[2]).expect("empty ring");
+            let c0 = sh
+                .try_claim(2, 2, &ring.open[2], &ring.placed)
+                .expect("empty ring");
             let mut cur = ConsumerCursor::new(4, 0);
             let Poll::Pending { slot: 2, value } = cur.poll(&sh) else {
                 panic!("claim 0 should be pending")
@@ -190,7 +290,7 @@ mod model {
                 loom::thread::spawn(move || {
                     let sh = ring.shared();
                     let c = sh
-                        .try_claim(2, 0, &ring.open[0])
+                        .try_claim(2, 0, &ring.open[0], &ring.placed)
                         .expect("room for three claims");
                     assert!(sh.settle(&c, ClaimState::Aborted, &ring.open[0]));
                     c.seq
@@ -201,7 +301,7 @@ mod model {
                 loom::thread::spawn(move || {
                     let sh = ring.shared();
                     let c = sh
-                        .try_claim(2, 1, &ring.open[1])
+                        .try_claim(2, 1, &ring.open[1], &ring.placed)
                         .expect("room for three claims");
                     assert!(sh.settle(&c, ClaimState::Committed, &ring.open[1]));
                     c.seq
@@ -280,7 +380,9 @@ mod model {
                         .into_iter()
                         .enumerate()
                     {
-                        let c = sh.try_claim(2, 1, &ring.open[1]).expect("room");
+                        let c = sh
+                            .try_claim(2, 1, &ring.open[1], &ring.placed)
+                            .expect("room");
                         assert_eq!(c.seq, i as u64);
                         assert!(sh.settle(&c, state, &ring.open[1]));
                     }
@@ -361,7 +463,7 @@ mod model {
                     let sh = ring.shared();
                     let mut n = 0;
                     for _ in 0..if slot == 0 { 1 } else { 2 } {
-                        match sh.try_claim(2, slot, &ring.open[slot as usize]) {
+                        match sh.try_claim(2, slot, &ring.open[slot as usize], &ring.placed) {
                             Ok(c) => {
                                 if c.seq >= 2 {
                                     TETHER_REUSED.fetch_add(1, Relaxed);
@@ -464,7 +566,7 @@ mod model {
                 loom::thread::spawn(move || {
                     let sh = ring.shared();
                     for _ in 0..2 {
-                        match sh.try_claim(1, 0, &ring.open[0]) {
+                        match sh.try_claim(1, 0, &ring.open[0], &ring.placed) {
                             Ok(c) => {
                                 assert!(sh.settle(&c, ClaimState::Committed, &ring.open[0]));
                                 return Some(c);
@@ -504,7 +606,7 @@ mod model {
             }
             assert!(cur.audit_write_cursor(&sh).is_ok());
             let c = sh
-                .try_claim(1, 1, &ring.open[1])
+                .try_claim(1, 1, &ring.open[1], &ring.placed)
                 .expect("room for a claim after the reset");
             assert!(sh.settle(&c, ClaimState::Committed, &ring.open[1]));
             assert!(matches!(cur.poll(&sh), Poll::Record { .. }));

@@ -14,6 +14,7 @@ mod reached {
     pub static FULL_RECORDS: AtomicU64 = AtomicU64::new(0);
     pub static FULL_BYTES: AtomicU64 = AtomicU64::new(0);
     pub static PADDED: AtomicU64 = AtomicU64::new(0);
+    pub static PLACED: AtomicU64 = AtomicU64::new(0);
     pub static SATURATED: AtomicU64 = AtomicU64::new(0);
     pub static ABANDONED: AtomicU64 = AtomicU64::new(0);
     pub static ZOMBIE_LOST: AtomicU64 = AtomicU64::new(0);
@@ -29,9 +30,14 @@ use proptest::prelude::*;
 use shmring::layout::{
     claim_total, cursor_pos, cursor_seq, pack_cursor, ClaimState, LogEntry, POS_MASK, SEQ_MASK,
 };
-use shmring::protocol::{Claim, ClaimError, ConsumerCursor, NotHeld, Poll, Shared};
+use shmring::protocol::{
+    placement_padding, Claim, ClaimError, ConsumerCursor, NotHeld, Poll, Shared,
+};
 
 const CAP: u64 = 64;
+/// Every record is placed into an empty ring (a real ring places only records of
+/// at least 1/64 of a ring of at least 1 MiB).
+const PLACE_UNITS: u64 = 1;
 const N: u64 = 8;
 const SLOTS: usize = 4;
 
@@ -114,11 +120,15 @@ struct Ring {
     open: Vec<AtomicU64>,
     /// Each unit of the data ring holds the tag of the record written there.
     data: Vec<u64>,
+    /// The producers' placement paddings.
+    placed: AtomicU64,
 }
 
 struct Model {
     seq0: u64,
     pos0: u64,
+    /// Paddings claimed to place a record.
+    placed: u64,
     /// Every claim ever granted, by `seq - seq0`.
     claims: Vec<MClaim>,
     /// Position of the next claim, relative to pos0.
@@ -151,6 +161,7 @@ impl Ring {
             log,
             open: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
             data: vec![0; CAP as usize],
+            placed: AtomicU64::new(0),
         }
     }
     fn shared(&self) -> Shared<'_> {
@@ -159,6 +170,7 @@ impl Ring {
             read: &self.read,
             log: &self.log,
             cap_units: CAP,
+            place_units: PLACE_UNITS,
         }
     }
 }
@@ -168,6 +180,7 @@ impl Model {
         Model {
             seq0,
             pos0,
+            placed: 0,
             claims: Vec::new(),
             wpos: 0,
             peek: 0,
@@ -192,6 +205,18 @@ impl Model {
     fn units_of(&self, i: usize) -> impl Iterator<Item = usize> {
         let c = self.claims[i].claim;
         (0..c.total).map(move |u| ((c.pos + u) % CAP) as usize)
+    }
+    /// Marks claim `i`'s units taken: never two live claims on the same unit.
+    fn occupy(&mut self, i: usize) {
+        let units: Vec<usize> = self.units_of(i).collect();
+        for u in units {
+            assert_eq!(
+                self.occupied[u], None,
+                "claim {i} overlaps claim {:?}",
+                self.occupied[u]
+            );
+            self.occupied[u] = Some(i);
+        }
     }
     /// Local read cursor passes claims that are released or skipped.
     fn advance_read(&mut self) {
@@ -305,12 +330,12 @@ fn publish(m: &mut Model, ring: &Ring, cur: &ConsumerCursor) {
 
 fn claim(m: &mut Model, ring: &Ring, s: usize, units: u64) {
     let sh = ring.shared();
-    let got = sh.try_claim(units, s as u32, &ring.open[s]);
+    let got = sh.try_claim(units, s as u32, &ring.open[s], &ring.placed);
     // What the model expects, from the published read cursor only.
     let in_flight = m.claims.len() - m.published;
-    let used = m.wpos - m.published_pos;
-    let abs = m.abs_pos(m.wpos);
-    let total = claim_total(abs, units, CAP);
+    let mut used = m.wpos - m.published_pos;
+    let mut abs = m.abs_pos(m.wpos);
+    let mut total = claim_total(abs, units, CAP);
     if in_flight as u64 == N {
         reached::hit(&reached::FULL_RECORDS);
         assert_eq!(got, Err(ClaimError::FullRecords));
@@ -321,8 +346,57 @@ fn claim(m: &mut Model, ring: &Ring, s: usize, units: u64) {
         assert_eq!(got, Err(ClaimError::FullBytes), "used {used} total {total}");
         return;
     }
+    // Placement: into an empty ring, a record (here every one, `PLACE_UNITS`) goes
+    // to the ring's start after a padding claim, born abandoned, to the ring's end.
+    let off = abs % CAP;
+    let placed = used == 0 && off != 0 && units <= off;
+    assert_eq!(
+        placement_padding(abs, units, used, PLACE_UNITS, CAP),
+        placed.then_some(CAP - off)
+    );
+    if placed {
+        reached::hit(&reached::PLACED);
+        m.placed += 1;
+        let i = m.claims.len();
+        let pad = CAP - off;
+        let claimed = LogEntry {
+            stamp: m.seq(i),
+            state: ClaimState::Abandoned,
+            slot: s as u32,
+            units: pad,
+        }
+        .pack();
+        assert_eq!(
+            ring.log[(m.seq(i) % N) as usize].load(Ordering::Relaxed),
+            claimed
+        );
+        let padding = Claim {
+            seq: m.seq(i),
+            pos: abs,
+            total: pad,
+            rec_off: off,
+            rec_units: pad,
+            claimed,
+        };
+        m.claims.push(MClaim {
+            slot: s,
+            claim: padding,
+            state: ClaimState::Abandoned,
+            dead: false,
+            seen: Seen::No,
+        });
+        m.occupy(i);
+        m.wpos += pad;
+        used += pad;
+        abs = m.abs_pos(m.wpos);
+        total = claim_total(abs, units, CAP);
+        assert!(used + total <= CAP && (in_flight as u64 + 1) < N);
+    }
     let c = got.unwrap_or_else(|e| panic!("claim of {units} units with {used} used: {e:?}"));
     let i = m.claims.len();
+    if placed {
+        assert_eq!(c.rec_off, 0, "placed at the ring's start");
+    }
     assert_eq!(c.seq, m.seq(i));
     assert_eq!(c.pos, abs);
     assert_eq!(c.total, total);
@@ -340,18 +414,10 @@ fn claim(m: &mut Model, ring: &Ring, s: usize, units: u64) {
     });
     m.wpos += total;
     m.slot_claim[s] = Some(i);
-    // Never two live claims on the same unit.
-    let units: Vec<usize> = m.units_of(i).collect();
-    for u in units {
-        assert_eq!(
-            m.occupied[u], None,
-            "claim {i} overlaps claim {:?}",
-            m.occupied[u]
-        );
-        m.occupied[u] = Some(i);
-    }
+    m.occupy(i);
     let w = ring.write.load(Ordering::Relaxed);
     assert_eq!(w, pack_cursor(m.seq(i + 1), m.abs_pos(m.wpos)));
+    assert_eq!(ring.placed.load(Ordering::Relaxed), m.placed);
 }
 
 fn finish(m: &mut Model, ring: &mut Ring, s: usize, state: ClaimState) {
@@ -567,6 +633,7 @@ fn model_reaches_every_outcome() {
         ("ring full (records)", &FULL_RECORDS),
         ("ring full (bytes)", &FULL_BYTES),
         ("padded claim at the ring end", &PADDED),
+        ("record placed at the start of an empty ring", &PLACED),
         ("consumer saturated", &SATURATED),
         ("dead producer's claim abandoned", &ABANDONED),
         ("zombie commit after abandon", &ZOMBIE_LOST),

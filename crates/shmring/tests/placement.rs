@@ -1,0 +1,197 @@
+//! Placement: a large record claimed into an empty ring goes to the ring's start
+//! (after a padding claim to the ring's end), so a stream of frames reuses the
+//! same memory; the padding is released when the consumer steps over it, never
+//! held with the record; records below the threshold, and rings below 1 MiB, go
+//! round the ring as before; a tap counts paddings as no records.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use shmring::layout::{record_units, UNIT};
+use shmring::protocol::{place_units, PLACE_FRACTION};
+use shmring::{Config, Error, FullPolicy, Meta, ReadOnlySegment, Segment, Tap, TapOptions};
+
+/// A 4 MiB ring: records of at least 64 KiB (1/64 of it) are placed.
+const CAP: u64 = 4 << 20;
+/// A frame well over the threshold.
+const FRAME: usize = 256 << 10;
+
+fn ring(name: &str, capacity: u64) -> Arc<Segment> {
+    Segment::create_memfd(name, &Config::with_capacity(capacity)).unwrap()
+}
+
+fn cap_units(capacity: u64) -> u64 {
+    capacity / UNIT
+}
+
+#[test]
+fn the_threshold_is_a_sixty_fourth_of_a_ring_of_at_least_one_mebibyte() {
+    assert_eq!(place_units(cap_units(CAP)), cap_units(CAP) / PLACE_FRACTION);
+    assert_eq!(place_units(cap_units(1 << 20)), (1 << 20) / UNIT / 64);
+    assert_eq!(place_units(cap_units(512 << 10)), u64::MAX);
+}
+
+#[test]
+fn frames_of_a_consumer_that_keeps_up_all_land_at_the_ring_start() {
+    let seg = ring("place-start", CAP);
+    let consumer = seg.consumer().unwrap();
+    let mut prod = seg.producer().unwrap();
+    let mut addresses = Vec::new();
+    for i in 0..40u32 {
+        prod.send(&[i as u8; FRAME], Meta::new(0, i)).unwrap();
+        let f = consumer.try_next().unwrap().expect("the frame");
+        assert_eq!((f.meta().kind, f.payload()[FRAME - 1]), (i, i as u8));
+        addresses.push(f.payload().as_ptr() as usize);
+        f.release();
+    }
+    // 40 frames of 256 KiB go round a 4 MiB ring 2.5 times; placed, they all sit
+    // in the same place.
+    addresses.dedup();
+    assert_eq!(addresses.len(), 1, "every frame at the ring's start");
+    let st = seg.stats();
+    assert_eq!(st.records_consumed, 40);
+    // 39 paddings (the first frame was at the start already): skipped, not counted
+    // as aborted claims, not lost.
+    assert_eq!((st.skipped_aborted, st.records_aborted), (0, 0));
+}
+
+#[test]
+fn a_held_placed_frame_holds_only_itself() {
+    let seg = ring("place-held", CAP);
+    let consumer = seg.consumer().unwrap();
+    let mut prod = seg.producer().unwrap();
+    prod.set_policy(FullPolicy::Fail);
+    prod.send(&[1; FRAME], Meta::new(0, 1)).unwrap();
+    consumer.try_next().unwrap().unwrap().release();
+    // Placed: a padding to the ring's end, then the frame at the start.
+    prod.send(&[2; FRAME], Meta::new(0, 2)).unwrap();
+    let placed = consumer.try_next().unwrap().expect("the placed frame");
+    assert_eq!(placed.payload()[0], 2);
+    // While it is held, producers get everything else: as many frames as fit
+    // beside it.
+    let units = record_units(FRAME as u64);
+    let fit = (cap_units(CAP) - units) / units;
+    for i in 0..fit {
+        prod.send(&[3; FRAME], Meta::new(0, 3))
+            .unwrap_or_else(|e| panic!("frame {i} of {fit} beside the held one: {e}"));
+    }
+    assert!(matches!(
+        prod.send(&[4; FRAME], Meta::new(0, 4)),
+        Err(Error::Full { .. })
+    ));
+    // Every frame comes out intact, in order, and the ring empties.
+    let mut n = 0;
+    while let Some(f) = consumer.try_next().unwrap() {
+        assert!(f.payload().iter().all(|&b| b == 3));
+        f.release();
+        n += 1;
+    }
+    assert_eq!(n, fit);
+    placed.release();
+    assert_eq!(seg.stats().occupancy, 0);
+}
+
+#[test]
+fn a_consumer_holding_several_frames_gets_the_next_one() {
+    // A consumer that keeps a window of frames (as an encoder with look-ahead
+    // does) while placed frames and their paddings come and go: it always gets the
+    // next frame.
+    let seg = ring("place-window", CAP);
+    let consumer = seg.consumer().unwrap();
+    let mut prod = seg.producer().unwrap();
+    prod.set_policy(FullPolicy::Block(Duration::from_secs(30)));
+    let window = 7;
+    let mut held = std::collections::VecDeque::new();
+    for i in 0..100u32 {
+        prod.send(&[i as u8; FRAME], Meta::new(0, i)).unwrap();
+        let f = consumer.try_next().unwrap().expect("the frame");
+        assert_eq!(f.meta().kind, i);
+        held.push_back(f);
+        if held.len() > window || i % 13 == 0 {
+            // Sometimes all of them go at once: the ring empties and the next frame
+            // is placed.
+            let all = i % 13 == 0;
+            while held.len() > if all { 0 } else { window } {
+                held.pop_front().unwrap().release();
+            }
+        }
+    }
+    drop(held);
+    assert_eq!(seg.stats().records_consumed, 100);
+}
+
+#[test]
+fn small_records_and_small_rings_go_round() {
+    // Below the threshold.
+    let seg = ring("place-small-record", CAP);
+    let consumer = seg.consumer().unwrap();
+    let mut prod = seg.producer().unwrap();
+    let small = (CAP / PLACE_FRACTION) as usize / 2;
+    let mut addresses = Vec::new();
+    for _ in 0..4 {
+        prod.send(&vec![7; small], Meta::new(0, 0)).unwrap();
+        let f = consumer.try_next().unwrap().unwrap();
+        addresses.push(f.payload().as_ptr() as usize);
+    }
+    addresses.dedup();
+    assert_eq!(addresses.len(), 4, "each record after the last");
+    // A ring below 1 MiB places nothing, whatever the record.
+    let seg = ring("place-small-ring", 512 << 10);
+    let consumer = seg.consumer().unwrap();
+    let mut prod = seg.producer().unwrap();
+    let mut addresses = Vec::new();
+    for _ in 0..3 {
+        prod.send(&[7; 64 << 10], Meta::new(0, 0)).unwrap();
+        let f = consumer.try_next().unwrap().unwrap();
+        addresses.push(f.payload().as_ptr() as usize);
+    }
+    addresses.dedup();
+    assert_eq!(addresses.len(), 3, "each record after the last");
+}
+
+#[test]
+fn a_lagging_tap_counts_paddings_as_no_records() {
+    let seg = ring("place-tap", CAP);
+    let consumer = seg.consumer().unwrap();
+    let fd = seg.read_only_fd().unwrap().try_clone_to_owned().unwrap();
+    let mut tap = Tap::new(ReadOnlySegment::from_fd(fd).unwrap(), TapOptions::default());
+    let mut prod = seg.producer().unwrap();
+    // Ten rings' worth of placed frames go by (a padding before each) while the
+    // tap does not look.
+    let n = 10 * CAP as usize / FRAME;
+    for i in 0..n {
+        prod.send(&[i as u8; FRAME], Meta::new(0, i as u32))
+            .unwrap();
+        consumer.try_next().unwrap().unwrap().release();
+    }
+    let mut buf = Vec::new();
+    let got = tap
+        .next_into(&mut buf, Some(Duration::ZERO))
+        .unwrap()
+        .expect("the newest frame");
+    assert_eq!(got.meta.kind as usize, n - 1);
+    assert_eq!((tap.stats().lost, tap.stats().skips), ((n - 1) as u64, 1));
+    // Stepping over paddings one by one counts nothing either.
+    for i in 0..3u32 {
+        prod.send(&[9; FRAME], Meta::new(0, 1000 + i)).unwrap();
+        consumer.try_next().unwrap().unwrap().release();
+        let got = tap
+            .next_into(&mut buf, Some(Duration::from_secs(5)))
+            .unwrap()
+            .expect("the next frame");
+        assert_eq!(got.meta.kind, 1000 + i);
+    }
+    let st = tap.stats();
+    assert_eq!((st.lost, st.delivered), ((n - 1) as u64, 4));
+    // And a later jump over more of them still counts records only.
+    for i in 0..40u32 {
+        prod.send(&[1; FRAME], Meta::new(0, 2000 + i)).unwrap();
+        consumer.try_next().unwrap().unwrap().release();
+    }
+    let got = tap
+        .next_into(&mut buf, Some(Duration::ZERO))
+        .unwrap()
+        .expect("the newest frame");
+    assert_eq!(got.meta.kind, 2039);
+    assert_eq!(tap.stats().lost, (n - 1) as u64 + 39);
+}
