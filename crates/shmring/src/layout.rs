@@ -37,8 +37,8 @@
 //! before the end of the data ring, its claim also covers the units up to the end
 //! (padding) and the record starts at offset 0. The claim log entry carries the
 //! claim's total length (padding included), so padding needs no header of its own.
-//! A large record claimed into an empty ring is placed at offset 0 after a padding
-//! claim of its own (see `protocol::placement_padding`).
+//! After a large record, the consumer pads an empty ring to its end with a claim
+//! of its own, so the next record goes to offset 0 (`Shared::pad_to_start`).
 //!
 //! Positions are counted in 64-byte units and wrap at 2^36 units; claim sequence
 //! numbers wrap at 2^28. Both are compared with wrapping arithmetic only.
@@ -130,8 +130,8 @@ pub enum ClaimState {
     /// The producer gave the space up (dropped reservation); skip it.
     Aborted = 2,
     /// Space no record will fill; skip it: a dead producer's claim the consumer
-    /// took back, or the padding a producer claims to place a record at the ring's
-    /// start (born in this state).
+    /// took back, or the padding the consumer claims to place the next record at
+    /// the ring's start (born in this state).
     Abandoned = 3,
 }
 
@@ -291,6 +291,10 @@ pub struct ConsumerCounters {
     /// In what was padding of layout version 1's line 7: zero on rings older
     /// consumers made, and never written by them.
     pub filtered: AtomicU64,
+    /// Paddings it claimed to place the next record at the ring's start
+    /// (`Shared::pad_to_start`); taps tell them from lost records by it. Padding
+    /// of line 7 before, as `filtered`.
+    pub placements: AtomicU64,
 }
 
 /// Claims that stay pending, as the consumer sees them (written by the consumer
@@ -402,10 +406,7 @@ pub struct ProducerCounters {
     pub drops_full: AtomicU64,
     pub waits: AtomicU64,
     pub wakes_sent: AtomicU64,
-    /// Paddings claimed to place a record at the ring's start (see
-    /// `protocol::placement_padding`).
-    pub placements: AtomicU64,
-    pub _reserved: [AtomicU64; 1],
+    pub _reserved: [AtomicU64; 2],
 }
 
 #[repr(C, align(64))]

@@ -246,12 +246,10 @@ impl Producer {
         let space = &self.seg.control().space.0;
         let mut armed: Option<u32> = None;
         loop {
-            let attempt = self.seg.shared().try_claim(
-                units,
-                self.slot,
-                &self.my_slot().open_claim,
-                &self.my_slot().counters.placements,
-            );
+            let attempt = self
+                .seg
+                .shared()
+                .try_claim(units, self.slot, &self.my_slot().open_claim);
             if self.seg.truncated() {
                 return Err(self.seg.truncated_error());
             }

@@ -230,12 +230,3 @@ impl Segment {
         consumer_alive(self)
     }
 }
-
-/// Paddings claimed so far to place records at the ring's start, all producers
-/// together (see `protocol::placement_padding`).
-pub(crate) fn placements(seg: &Segment) -> u64 {
-    (0..seg.geometry().max_producers)
-        // Relaxed: a counter, summed for a tap's accounting.
-        .map(|i| seg.slot(i).counters.placements.load(Ordering::Relaxed))
-        .fold(0, u64::wrapping_add)
-}

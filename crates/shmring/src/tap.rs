@@ -110,7 +110,7 @@ pub struct Tap {
     pending: Option<(u64, Instant)>,
     /// The ring's reset count when the tap last jumped (or started).
     resets_seen: u64,
-    /// The producers' placement paddings when the tap last jumped (or started),
+    /// The consumer's placement paddings when the tap last jumped (or started),
     /// plus the ones it stepped over since: a jump counts the claims it skips
     /// less the paddings among them as lost (paddings are no records).
     placements_seen: u64,
@@ -152,7 +152,7 @@ impl Tap {
 
     fn started(mut self) -> Self {
         self.resets_seen = self.resets();
-        self.placements_seen = crate::slots::placements(self.ro.segment());
+        self.placements_seen = self.placements();
         self
     }
 
@@ -165,6 +165,18 @@ impl Tap {
             .counters
             .0
             .resets
+            .load(Ordering::Relaxed)
+    }
+
+    /// Paddings the ring's consumer claimed to place records (statistics: only
+    /// used to tell paddings from records gone by).
+    fn placements(&self) -> u64 {
+        self.ro
+            .segment()
+            .control()
+            .counters
+            .0
+            .placements
             .load(Ordering::Relaxed)
     }
 
@@ -257,19 +269,35 @@ impl Tap {
             return Look::Wait;
         }
         let sh = self.ro.segment().shared();
-        let prev = seq.wrapping_sub(1) & SEQ_MASK;
-        // Acquire: as any entry load (the claim's units are the ones it was made with).
-        let e = LogEntry::unpack(sh.entry(prev).load(Ordering::Acquire));
-        if ahead != 0 && e.stamp == prev && e.units != 0 && e.units <= sh.cap_units {
+        // Back to the newest claim, and past a placement's padding after it (the
+        // consumer pads an empty ring after a large record) to that record.
+        let mut paddings_after = 0;
+        for _ in 0..2 {
+            if seq_diff(seq, self.seq) == 0 || seq_diff(seq, self.seq) > SEQ_MASK / 2 {
+                break;
+            }
+            let prev = seq.wrapping_sub(1) & SEQ_MASK;
+            // Acquire: as any entry load (the claim's units are the ones it was
+            // made with).
+            let e = LogEntry::unpack(sh.entry(prev).load(Ordering::Acquire));
+            if e.stamp != prev || e.units == 0 || e.units > sh.cap_units {
+                break;
+            }
             seq = prev;
             pos = pos.wrapping_sub(e.units) & POS_MASK;
+            if !is_padding(&e, pos, sh.cap_units) {
+                break;
+            }
+            paddings_after += 1;
         }
         // After a reset the new generation's claim numbers start far ahead: those
         // were never used, so a jump across a reset counts nothing (the consumer
         // counts what the reset dropped). Paddings claimed since the last jump
         // are no records (a padding claimed after the newest record is counted
         // here and stepped over later: the next jump counts it back).
-        let placements = crate::slots::placements(self.ro.segment());
+        // (The paddings after where the tap lands are counted when it steps over
+        // them.)
+        let placements = self.placements().wrapping_sub(paddings_after);
         let gone = seq_diff(seq, self.seq);
         let paddings = placements.wrapping_sub(self.placements_seen).min(gone);
         if !reset {
@@ -345,7 +373,7 @@ impl Tap {
                 // A placement's padding ends at the ring's end (a dead producer's
                 // abandoned claim that ends there too is taken for one, and so
                 // counted lost at the next jump).
-                if e.state == ClaimState::Abandoned && (self.pos & (cap - 1)) + e.units == cap {
+                if is_padding(&e, self.pos, cap) {
                     self.placements_seen = self.placements_seen.wrapping_add(1);
                 }
                 self.step(e.units);
@@ -438,4 +466,11 @@ impl std::fmt::Debug for Tap {
             .field("stats", &self.stats)
             .finish()
     }
+}
+
+/// Does the claim `e` at position `pos` look like a placement's padding (see
+/// `Shared::pad_to_start`): abandoned, ending at the ring's end? (A dead
+/// producer's claim taken back that ends there too looks the same.)
+fn is_padding(e: &LogEntry, pos: u64, cap_units: u64) -> bool {
+    e.state == ClaimState::Abandoned && (pos & (cap_units - 1)) + e.units == cap_units
 }

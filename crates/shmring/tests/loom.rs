@@ -22,8 +22,6 @@ mod model {
         log: Vec<AtomicU64>,
         /// Each slot's `open_claim` word.
         open: Vec<AtomicU64>,
-        /// The producers' placement paddings.
-        placed: AtomicU64,
         cap_units: u64,
         place_units: u64,
     }
@@ -37,9 +35,8 @@ mod model {
                     .map(|i| AtomicU64::new(LogEntry::initial(i, n)))
                     .collect(),
                 open: (0..4).map(|_| AtomicU64::new(0)).collect(),
-                placed: AtomicU64::new(0),
                 cap_units,
-                // The models below place nothing unless they say so.
+                // Placement is the consumer's, called directly where modelled.
                 place_units: u64::MAX,
             }
         }
@@ -85,7 +82,7 @@ mod model {
                     let sh = ring.shared();
                     let mut got = Vec::new();
                     for _ in 0..if slot == 0 { 1 } else { 2 } {
-                        match sh.try_claim(2, slot, &ring.open[slot as usize], &ring.placed) {
+                        match sh.try_claim(2, slot, &ring.open[slot as usize]) {
                             Ok(c) => {
                                 assert_eq!(c.total, 2);
                                 if c.seq >= 2 {
@@ -167,96 +164,81 @@ mod model {
         );
     }
 
-    /// Placement: into an empty ring, two producers each claim and commit a
-    /// record large enough to be placed, while the consumer takes both and holds
-    /// them. Every interleaving: one padding claim is made, one record lands at
-    /// the ring's start, a producer finding the ring full behind the padding gets
-    /// through once the consumer steps over it, records never overlap, and while
-    /// both are held the ring has room for everything but them: the padding is
-    /// not held with the placed record.
+    /// Placement: the consumer, having released everything, pads the empty ring
+    /// to its end (`pad_to_start`) while a producer claims. Every interleaving:
+    /// exactly one of them gets the claim number; if the padding did, the record
+    /// lands at the ring's start, else right where the ring was empty; a producer
+    /// that finds the ring full behind the padding gets through once the consumer
+    /// steps over it; the consumer gets the record.
     #[test]
-    fn placement_padding_is_never_held_with_the_record() {
+    fn placement_races_a_claim_and_holds_nothing() {
         builder().check(|| {
-            // Four log entries, eight units; records of two units are placed.
-            let mut ring = Ring::new(4, 8);
-            ring.place_units = 2;
-            let ring = Arc::new(ring);
+            let ring = Arc::new(Ring::new(4, 8));
             let sh = ring.shared();
             let mut cur = ConsumerCursor::new(4, 0);
-            // One record in and out: the ring is empty, its next position at unit 2.
-            let c = sh.try_claim(2, 2, &ring.open[2], &ring.placed).unwrap();
+            // A record of 2 units in and out: the ring is empty at unit 2. The
+            // padding takes units 2 to 8; in the moment before the consumer steps
+            // over it, a record of 4 units does not fit, and is claimed once it has.
+            let c = sh.try_claim(2, 2, &ring.open[2]).unwrap();
             assert!(sh.settle(&c, ClaimState::Committed, &ring.open[2]));
             let Poll::Record { seq, .. } = cur.poll(&sh) else {
                 panic!("the first record")
             };
             cur.release(seq).unwrap();
             cur.publish(&sh);
-            let handles: Vec<_> = (0..2u32)
-                .map(|slot| {
-                    let ring = ring.clone();
-                    loom::thread::spawn(move || {
-                        let sh = ring.shared();
-                        let open = &ring.open[slot as usize];
-                        loop {
-                            match sh.try_claim(2, slot, open, &ring.placed) {
-                                Ok(c) => {
-                                    assert!(sh.settle(&c, ClaimState::Committed, open));
-                                    return (c.pos, c.rec_off);
-                                }
-                                // Full behind the padding until the consumer steps
-                                // over it.
-                                Err(ClaimError::FullBytes) => {
-                                    BEHIND_PADDING.fetch_add(1, Relaxed);
-                                    loom::thread::yield_now()
-                                }
-                                Err(e) => panic!("claim: {e:?}"),
-                            }
-                        }
-                    })
+            let producer = {
+                let ring = ring.clone();
+                loom::thread::spawn(move || {
+                    let sh = ring.shared();
+                    let c = sh
+                        .try_claim(4, 0, &ring.open[0])
+                        .expect("room for a record beside a padding");
+                    assert!(sh.settle(&c, ClaimState::Committed, &ring.open[0]));
+                    (c.pos, c.rec_off)
                 })
-                .collect();
-            let mut held = Vec::new();
-            while held.len() < 2 {
+            };
+            let padded = sh.pad_to_start(cur.peek_seq, cur.peek_pos);
+            if let Some(pad) = padded {
+                assert_eq!(pad, 6);
+                assert!(matches!(
+                    cur.poll(&sh),
+                    Poll::Skipped {
+                        state: ClaimState::Abandoned
+                    }
+                ));
+                cur.publish(&sh);
+            }
+            let got = loop {
                 match cur.poll(&sh) {
                     Poll::Record {
-                        seq,
-                        rec_off,
-                        rec_units,
-                    } => {
-                        assert_eq!(rec_units, 2);
-                        held.push((seq, rec_off));
-                    }
-                    Poll::Skipped { state } => {
-                        assert_eq!(state, ClaimState::Abandoned);
-                        cur.publish(&sh);
-                    }
+                        rec_off, rec_units, ..
+                    } => break (rec_off, rec_units),
                     Poll::Empty | Poll::Pending { .. } => loom::thread::yield_now(),
                     other => panic!("unexpected {other:?}"),
                 }
+            };
+            let (pos, rec_off) = producer.join().unwrap();
+            if padded.is_some() {
+                PADDED_FIRST.fetch_add(1, Relaxed);
+                assert_eq!((pos, rec_off), (8, 0), "after the padding, at the start");
+            } else {
+                CLAIMED_FIRST.fetch_add(1, Relaxed);
+                assert_eq!((pos, rec_off), (2, 2), "where the ring was empty");
             }
-            let mut made: Vec<(u64, u64)> =
-                handles.into_iter().map(|h| h.join().unwrap()).collect();
-            made.sort();
-            assert_eq!(ring.placed.load(Relaxed), 1, "one padding claim");
-            // The first record after the padding is at the ring's start, the other
-            // right after it.
-            assert_eq!(made, vec![(8, 0), (10, 2)]);
-            let mut offs: Vec<u64> = held.iter().map(|&(_, off)| off).collect();
-            offs.sort();
-            assert_eq!(offs, vec![0, 2]);
-            // Both held: everything else is free (the padding went with its skip).
-            let c = sh
-                .try_claim(4, 2, &ring.open[2], &ring.placed)
-                .expect("room for all but the held records");
-            assert_eq!((c.rec_off, c.rec_units), (4, 4));
+            assert_eq!(got, (rec_off, 4));
         });
         assert!(
-            BEHIND_PADDING.load(Relaxed) > 0,
-            "no execution found the ring full behind a padding"
+            PADDED_FIRST.load(Relaxed) > 0,
+            "the padding never came first"
+        );
+        assert!(
+            CLAIMED_FIRST.load(Relaxed) > 0,
+            "the claim never came first"
         );
     }
 
-    static BEHIND_PADDING: AtomicUsize = AtomicUsize::new(0);
+    static PADDED_FIRST: AtomicUsize = AtomicUsize::new(0);
+    static CLAIMED_FIRST: AtomicUsize = AtomicUsize::new(0);
 
     static OWNER_WON: AtomicUsize = AtomicUsize::new(0);
     static CONSUMER_WON: AtomicUsize = AtomicUsize::new(0);
@@ -271,9 +253,7 @@ mod model {
             let ring = Arc::new(Ring::new(4, 8));
             let sh = ring.shared();
             // Claim 0 by slot 2, which the consumer is about to judge dead.
-            let c0 = sh
-                .try_claim(2, 2, &ring.open[2], &ring.placed)
-                .expect("empty ring");
+            let c0 = sh.try_claim(2, 2, &ring.open[2]).expect("empty ring");
             let mut cur = ConsumerCursor::new(4, 0);
             let Poll::Pending { slot: 2, value } = cur.poll(&sh) else {
                 panic!("claim 0 should be pending")
@@ -290,7 +270,7 @@ mod model {
                 loom::thread::spawn(move || {
                     let sh = ring.shared();
                     let c = sh
-                        .try_claim(2, 0, &ring.open[0], &ring.placed)
+                        .try_claim(2, 0, &ring.open[0])
                         .expect("room for three claims");
                     assert!(sh.settle(&c, ClaimState::Aborted, &ring.open[0]));
                     c.seq
@@ -301,7 +281,7 @@ mod model {
                 loom::thread::spawn(move || {
                     let sh = ring.shared();
                     let c = sh
-                        .try_claim(2, 1, &ring.open[1], &ring.placed)
+                        .try_claim(2, 1, &ring.open[1])
                         .expect("room for three claims");
                     assert!(sh.settle(&c, ClaimState::Committed, &ring.open[1]));
                     c.seq
@@ -380,9 +360,7 @@ mod model {
                         .into_iter()
                         .enumerate()
                     {
-                        let c = sh
-                            .try_claim(2, 1, &ring.open[1], &ring.placed)
-                            .expect("room");
+                        let c = sh.try_claim(2, 1, &ring.open[1]).expect("room");
                         assert_eq!(c.seq, i as u64);
                         assert!(sh.settle(&c, state, &ring.open[1]));
                     }
@@ -463,7 +441,7 @@ mod model {
                     let sh = ring.shared();
                     let mut n = 0;
                     for _ in 0..if slot == 0 { 1 } else { 2 } {
-                        match sh.try_claim(2, slot, &ring.open[slot as usize], &ring.placed) {
+                        match sh.try_claim(2, slot, &ring.open[slot as usize]) {
                             Ok(c) => {
                                 if c.seq >= 2 {
                                     TETHER_REUSED.fetch_add(1, Relaxed);
@@ -566,7 +544,7 @@ mod model {
                 loom::thread::spawn(move || {
                     let sh = ring.shared();
                     for _ in 0..2 {
-                        match sh.try_claim(1, 0, &ring.open[0], &ring.placed) {
+                        match sh.try_claim(1, 0, &ring.open[0]) {
                             Ok(c) => {
                                 assert!(sh.settle(&c, ClaimState::Committed, &ring.open[0]));
                                 return Some(c);
@@ -606,7 +584,7 @@ mod model {
             }
             assert!(cur.audit_write_cursor(&sh).is_ok());
             let c = sh
-                .try_claim(1, 1, &ring.open[1], &ring.placed)
+                .try_claim(1, 1, &ring.open[1])
                 .expect("room for a claim after the reset");
             assert!(sh.settle(&c, ClaimState::Committed, &ring.open[1]));
             assert!(matches!(cur.poll(&sh), Poll::Record { .. }));

@@ -195,3 +195,28 @@ fn a_lagging_tap_counts_paddings_as_no_records() {
     assert_eq!(got.meta.kind, 2039);
     assert_eq!(tap.stats().lost, (n - 1) as u64 + 39);
 }
+
+#[test]
+fn an_aborted_placed_reservation_then_a_small_record() {
+    // A reservation at the ring's start given up, then a small record sent, with
+    // the consumer in the same thread: nothing waits for the consumer.
+    let seg = ring("place-abort", CAP);
+    let consumer = seg.consumer().unwrap();
+    let mut prod = seg.producer().unwrap();
+    prod.set_policy(FullPolicy::Fail);
+    for i in 0..40u32 {
+        let r = prod.reserve(FRAME).unwrap();
+        if i % 3 == 0 {
+            drop(r);
+            prod.send(&[i as u8; 1000], Meta::new(0, i)).unwrap();
+        } else {
+            r.commit(Meta::new(0, i)).unwrap();
+        }
+        let f = consumer
+            .next_timeout(Some(Duration::from_secs(1)))
+            .unwrap()
+            .unwrap_or_else(|| panic!("record {i}"));
+        assert_eq!(f.meta().kind, i);
+        f.release();
+    }
+}

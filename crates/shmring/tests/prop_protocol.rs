@@ -30,14 +30,9 @@ use proptest::prelude::*;
 use shmring::layout::{
     claim_total, cursor_pos, cursor_seq, pack_cursor, ClaimState, LogEntry, POS_MASK, SEQ_MASK,
 };
-use shmring::protocol::{
-    placement_padding, Claim, ClaimError, ConsumerCursor, NotHeld, Poll, Shared,
-};
+use shmring::protocol::{Claim, ClaimError, ConsumerCursor, NotHeld, Poll, Shared};
 
 const CAP: u64 = 64;
-/// Every record is placed into an empty ring (a real ring places only records of
-/// at least 1/64 of a ring of at least 1 MiB).
-const PLACE_UNITS: u64 = 1;
 const N: u64 = 8;
 const SLOTS: usize = 4;
 
@@ -62,6 +57,10 @@ enum Op {
     BadRelease { i: usize },
     /// The consumer publishes its read cursor.
     Publish,
+    /// The consumer, having released everything and published, pads the ring to
+    /// its end so the next record goes to its start (`Shared::pad_to_start`), and
+    /// steps over the padding.
+    Place,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -77,6 +76,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => any::<usize>().prop_map(|i| Op::Release { i }),
         1 => any::<usize>().prop_map(|i| Op::BadRelease { i }),
         3 => Just(Op::Publish),
+        2 => Just(Op::Place),
     ]
 }
 
@@ -120,15 +120,11 @@ struct Ring {
     open: Vec<AtomicU64>,
     /// Each unit of the data ring holds the tag of the record written there.
     data: Vec<u64>,
-    /// The producers' placement paddings.
-    placed: AtomicU64,
 }
 
 struct Model {
     seq0: u64,
     pos0: u64,
-    /// Paddings claimed to place a record.
-    placed: u64,
     /// Every claim ever granted, by `seq - seq0`.
     claims: Vec<MClaim>,
     /// Position of the next claim, relative to pos0.
@@ -161,7 +157,6 @@ impl Ring {
             log,
             open: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
             data: vec![0; CAP as usize],
-            placed: AtomicU64::new(0),
         }
     }
     fn shared(&self) -> Shared<'_> {
@@ -170,7 +165,8 @@ impl Ring {
             read: &self.read,
             log: &self.log,
             cap_units: CAP,
-            place_units: PLACE_UNITS,
+            // Placement is the consumer's (`Op::Place`).
+            place_units: 1,
         }
     }
 }
@@ -180,7 +176,6 @@ impl Model {
         Model {
             seq0,
             pos0,
-            placed: 0,
             claims: Vec::new(),
             wpos: 0,
             peek: 0,
@@ -330,12 +325,12 @@ fn publish(m: &mut Model, ring: &Ring, cur: &ConsumerCursor) {
 
 fn claim(m: &mut Model, ring: &Ring, s: usize, units: u64) {
     let sh = ring.shared();
-    let got = sh.try_claim(units, s as u32, &ring.open[s], &ring.placed);
+    let got = sh.try_claim(units, s as u32, &ring.open[s]);
     // What the model expects, from the published read cursor only.
     let in_flight = m.claims.len() - m.published;
-    let mut used = m.wpos - m.published_pos;
-    let mut abs = m.abs_pos(m.wpos);
-    let mut total = claim_total(abs, units, CAP);
+    let used = m.wpos - m.published_pos;
+    let abs = m.abs_pos(m.wpos);
+    let total = claim_total(abs, units, CAP);
     if in_flight as u64 == N {
         reached::hit(&reached::FULL_RECORDS);
         assert_eq!(got, Err(ClaimError::FullRecords));
@@ -346,57 +341,8 @@ fn claim(m: &mut Model, ring: &Ring, s: usize, units: u64) {
         assert_eq!(got, Err(ClaimError::FullBytes), "used {used} total {total}");
         return;
     }
-    // Placement: into an empty ring, a record (here every one, `PLACE_UNITS`) goes
-    // to the ring's start after a padding claim, born abandoned, to the ring's end.
-    let off = abs % CAP;
-    let placed = used == 0 && off != 0 && units <= off;
-    assert_eq!(
-        placement_padding(abs, units, used, PLACE_UNITS, CAP),
-        placed.then_some(CAP - off)
-    );
-    if placed {
-        reached::hit(&reached::PLACED);
-        m.placed += 1;
-        let i = m.claims.len();
-        let pad = CAP - off;
-        let claimed = LogEntry {
-            stamp: m.seq(i),
-            state: ClaimState::Abandoned,
-            slot: s as u32,
-            units: pad,
-        }
-        .pack();
-        assert_eq!(
-            ring.log[(m.seq(i) % N) as usize].load(Ordering::Relaxed),
-            claimed
-        );
-        let padding = Claim {
-            seq: m.seq(i),
-            pos: abs,
-            total: pad,
-            rec_off: off,
-            rec_units: pad,
-            claimed,
-        };
-        m.claims.push(MClaim {
-            slot: s,
-            claim: padding,
-            state: ClaimState::Abandoned,
-            dead: false,
-            seen: Seen::No,
-        });
-        m.occupy(i);
-        m.wpos += pad;
-        used += pad;
-        abs = m.abs_pos(m.wpos);
-        total = claim_total(abs, units, CAP);
-        assert!(used + total <= CAP && (in_flight as u64 + 1) < N);
-    }
     let c = got.unwrap_or_else(|e| panic!("claim of {units} units with {used} used: {e:?}"));
     let i = m.claims.len();
-    if placed {
-        assert_eq!(c.rec_off, 0, "placed at the ring's start");
-    }
     assert_eq!(c.seq, m.seq(i));
     assert_eq!(c.pos, abs);
     assert_eq!(c.total, total);
@@ -417,7 +363,56 @@ fn claim(m: &mut Model, ring: &Ring, s: usize, units: u64) {
     m.occupy(i);
     let w = ring.write.load(Ordering::Relaxed);
     assert_eq!(w, pack_cursor(m.seq(i + 1), m.abs_pos(m.wpos)));
-    assert_eq!(ring.placed.load(Ordering::Relaxed), m.placed);
+}
+
+fn place(m: &mut Model, ring: &mut Ring, cur: &mut ConsumerCursor) {
+    // As the consumer does it: only with nothing outstanding and its read cursor
+    // published.
+    if m.read != m.peek || m.published != m.read {
+        return;
+    }
+    let got = ring.shared().pad_to_start(cur.peek_seq, cur.peek_pos);
+    let abs = m.abs_pos(m.wpos);
+    let off = abs % CAP;
+    // The ring is empty when the consumer has seen every claim.
+    if m.peek != m.claims.len() || off == 0 {
+        assert_eq!(got, None);
+        return;
+    }
+    let pad = CAP - off;
+    assert_eq!(got, Some(pad));
+    reached::hit(&reached::PLACED);
+    let i = m.claims.len();
+    let claimed = LogEntry {
+        stamp: m.seq(i),
+        state: ClaimState::Abandoned,
+        slot: 0,
+        units: pad,
+    }
+    .pack();
+    m.claims.push(MClaim {
+        slot: usize::MAX,
+        claim: Claim {
+            seq: m.seq(i),
+            pos: abs,
+            total: pad,
+            rec_off: off,
+            rec_units: pad,
+            claimed,
+        },
+        state: ClaimState::Abandoned,
+        dead: false,
+        seen: Seen::No,
+    });
+    m.occupy(i);
+    m.wpos += pad;
+    let w = ring.write.load(Ordering::Relaxed);
+    assert_eq!(w, pack_cursor(m.seq(i + 1), m.abs_pos(m.wpos)));
+    // The consumer steps over it and publishes: the ring is empty again, its
+    // next record at the ring's start.
+    poll(m, ring, cur);
+    publish(m, ring, cur);
+    assert_eq!(m.abs_pos(m.wpos) % CAP, 0);
 }
 
 fn finish(m: &mut Model, ring: &mut Ring, s: usize, state: ClaimState) {
@@ -521,6 +516,7 @@ fn run(seq0: u64, pos0: u64, ops: &[Op]) {
                 assert!(!cur.is_held(seq));
             }
             Op::Publish => publish(&mut m, &ring, &cur),
+            Op::Place => place(&mut m, &mut ring, &mut cur),
         }
         check_consumer(&m, &cur);
         for &h in &m.held {
@@ -633,7 +629,7 @@ fn model_reaches_every_outcome() {
         ("ring full (records)", &FULL_RECORDS),
         ("ring full (bytes)", &FULL_BYTES),
         ("padded claim at the ring end", &PADDED),
-        ("record placed at the start of an empty ring", &PLACED),
+        ("consumer padded an empty ring to its start", &PLACED),
         ("consumer saturated", &SATURATED),
         ("dead producer's claim abandoned", &ABANDONED),
         ("zombie commit after abandon", &ZOMBIE_LOST),

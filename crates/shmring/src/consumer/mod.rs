@@ -349,10 +349,14 @@ impl Consumer {
     /// released too.
     pub fn release_raw(&self, seq: u64) -> Result<()> {
         let mut cur = self.cur.borrow_mut();
+        let units = cur.units_of(seq);
         match cur.release(seq) {
             Ok(moved) => {
                 if moved {
                     self.publish(&cur);
+                    if units.is_some_and(|u| u >= self.seg.shared().place_units) {
+                        self.place(&mut cur);
+                    }
                     self.wake_producers(&cur);
                 }
                 Ok(())
@@ -361,6 +365,27 @@ impl Consumer {
                 segment: self.seg.label(),
                 seq,
             }),
+        }
+    }
+
+    /// Placement: after a large record, if that left the ring empty (its read
+    /// cursor published there), the next record goes to the ring's start (see
+    /// `Shared::pad_to_start`): the ring's consumer pads the ring to its end,
+    /// steps over the padding at once and publishes past it. Not with tethered
+    /// consumers (the ring is empty only when they are done too).
+    fn place(&self, cur: &mut ConsumerCursor) {
+        if !self.role.is_owner() || self.role.has_tethers() || cur.outstanding() != 0 {
+            return;
+        }
+        let sh = self.seg.shared();
+        if sh.pad_to_start(cur.peek_seq, cur.peek_pos).is_none() {
+            return;
+        }
+        if let crate::protocol::Poll::Skipped { .. } = cur.poll(&sh) {
+            self.publish(cur);
+            if let Some(cc) = self.role.counters(&self.seg) {
+                crate::producer::bump(&cc.placements, 1);
+            }
         }
     }
 

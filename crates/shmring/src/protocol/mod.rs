@@ -23,9 +23,10 @@
 //! 5. CAS the cursor `(k, p)` → `(k+1, p+units)` (AcqRel); failure means a helper did it.
 //!
 //!
-//! A large record claimed into an empty ring is *placed* at the ring's start: the
-//! producer first claims the rest of the ring as padding, an entry born abandoned
-//! (see [`placement_padding`]), then its record.
+//! When the consumer releases a large record and the ring is left empty, it
+//! *places* the next record at the ring's start: it claims the rest of the ring
+//! as padding, an entry born abandoned, and steps over it at once (see
+//! [`Shared::pad_to_start`]).
 //!
 //! # Commit / abort
 //! CAS the entry from our `Claimed` value to `Committed` or `Aborted` (AcqRel: the
@@ -63,8 +64,9 @@ pub struct Shared<'a> {
     pub log: &'a [AtomicU64],
     /// Data ring size in 64-byte units (a power of two).
     pub cap_units: u64,
-    /// Records of at least this many units claimed into an empty ring are placed
-    /// at the ring's start ([`place_units`]; `u64::MAX`: never).
+    /// When the consumer releases a record of at least this many units and leaves
+    /// the ring empty, it pads to the ring's start ([`place_units`],
+    /// [`Shared::pad_to_start`]; `u64::MAX`: never).
     pub place_units: u64,
 }
 
@@ -96,49 +98,22 @@ pub enum ClaimError {
 }
 
 /// Records of at least `1/PLACE_FRACTION` of the ring are placed (see
-/// [`placement_padding`]).
+/// [`Shared::pad_to_start`]).
 pub const PLACE_FRACTION: u64 = 64;
 
 /// Rings smaller than this many units (1 MiB) place nothing: they stay in the
 /// caches anyway.
 pub const PLACE_MIN_RING_UNITS: u64 = (1 << 20) / crate::layout::UNIT;
 
-/// The smallest record (in units) placed at the start of an empty ring of
-/// `cap_units` units, or `u64::MAX` (never) for a ring that small.
+/// The smallest record (in units) whose release, leaving a ring of `cap_units`
+/// units empty, places the next record at the ring's start; `u64::MAX` (never)
+/// for a ring that small.
 #[inline]
 pub const fn place_units(cap_units: u64) -> u64 {
     if cap_units >= PLACE_MIN_RING_UNITS {
         cap_units / PLACE_FRACTION
     } else {
         u64::MAX
-    }
-}
-
-/// Placement: the padding a producer claims before a record of `units` units at
-/// position `pos` when `used` units are in flight, or `None`. A large record (at
-/// least `place_units`, see [`place_units`]: frames of megabytes) claimed into an
-/// empty ring goes to the ring's start, where the previous one was, so a stream of
-/// frames keeps writing and reading the same memory, still in the caches, as a
-/// pool allocator reuses the block just freed, instead of going round a ring
-/// larger than the caches. The padding (from `pos` to the ring's end) is a claim
-/// of its own, born [`ClaimState::Abandoned`] (space no record will fill): the
-/// consumer steps over it and releases it at once, so a consumer holding the
-/// placed record holds only the record, and the next record goes after it as
-/// usual. Smaller records go round the ring as before, so a tap reading them has
-/// about a ring's worth of time before they are overwritten.
-#[inline]
-pub const fn placement_padding(
-    pos: u64,
-    units: u64,
-    used: u64,
-    place_units: u64,
-    cap_units: u64,
-) -> Option<u64> {
-    let off = pos & (cap_units - 1);
-    if used == 0 && off != 0 && units <= off && units >= place_units {
-        Some(cap_units - off)
-    } else {
-        None
     }
 }
 
@@ -159,15 +134,8 @@ impl<'a> Shared<'a> {
     }
 
     /// Claims `units` units (header included) for producer slot `slot`, whose
-    /// `open_claim` word is `open`. A placement's padding claim (see
-    /// [`placement_padding`]) is counted in `placed`, made or not the record's claim.
-    pub fn try_claim(
-        &self,
-        units: u64,
-        slot: u32,
-        open: &AtomicU64,
-        placed: &AtomicU64,
-    ) -> Result<Claim, ClaimError> {
+    /// `open_claim` word is `open`.
+    pub fn try_claim(&self, units: u64, slot: u32, open: &AtomicU64) -> Result<Claim, ClaimError> {
         let n = self.n();
         let cap = self.cap_units;
         let mut stale = 0u32;
@@ -224,37 +192,15 @@ impl<'a> Shared<'a> {
             }
             let total = claim_total(p, units, cap);
             if used + total > cap {
+                // The consumer placing the next record (see `pad_to_start`) claimed
+                // the rest of the ring and is about to step over it: an abandoned
+                // claim at the read cursor is gone in a moment, so look again.
+                if self.abandoned_at(r, in_flight) && stale < STALE_LIMIT {
+                    stale += 1;
+                    backoff(stale);
+                    continue;
+                }
                 return Err(ClaimError::FullBytes);
-            }
-            if let Some(pad) = placement_padding(p, units, used, self.place_units, cap) {
-                // Pad to the ring's end with a claim of its own, then claim the record
-                // at the ring's start on the next turn (unless another producer got
-                // there first: then ours goes after it, which is fine).
-                let padding = LogEntry {
-                    stamp: k,
-                    state: ClaimState::Abandoned,
-                    slot,
-                    units: pad,
-                }
-                .pack();
-                // AcqRel, as the claim's CAS below: after our space check, and seen
-                // by whoever helps the cursor past it. Born settled: no open-claim
-                // word, nothing to commit, nothing a death could leave pending.
-                if slot_ref
-                    .compare_exchange(e, padding, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    // Relaxed: a counter (taps tell paddings from lost records by it).
-                    placed.fetch_add(1, Ordering::Relaxed);
-                    // AcqRel, as every cursor move; failure means a helper did it.
-                    let _ = self.write.compare_exchange(
-                        c,
-                        pack_cursor(k + 1, p + pad),
-                        Ordering::AcqRel,
-                        Ordering::Relaxed,
-                    );
-                }
-                continue;
             }
             let claimed = LogEntry {
                 stamp: k,
@@ -297,6 +243,73 @@ impl<'a> Shared<'a> {
                 });
             }
         }
+    }
+
+    /// Is the claim at the read cursor `r` (with `in_flight` claims from `r` to the
+    /// write cursor) abandoned: a padding or a dead producer's claim the consumer
+    /// has not stepped over yet?
+    fn abandoned_at(&self, r: u64, in_flight: u64) -> bool {
+        let k = cursor_seq(r);
+        // Acquire: as any entry load.
+        let e = LogEntry::unpack(self.entry(k).load(Ordering::Acquire));
+        in_flight > 0 && e.stamp == k && e.state == ClaimState::Abandoned
+    }
+
+    /// Placement, the consumer's: called by the ring's consumer when it has
+    /// released everything up to its peek cursor `(k, p)` (unmasked) and the
+    /// record it released last was large (see [`place_units`]). If the ring is
+    /// empty (the write cursor is at `(k, p)`) and `p` is not the ring's start, it
+    /// claims the units up to the ring's end as claim `k`, born
+    /// [`ClaimState::Abandoned`] (space no record will fill), so the next record
+    /// goes to the ring's start, where the last one was: a stream of frames keeps
+    /// writing and reading the same memory, still in the caches, as a pool
+    /// allocator reuses the block just freed, instead of going round a ring
+    /// larger than the caches. Returns the padding's units; the caller steps over
+    /// it at once (a poll finds it abandoned) and publishes its read cursor past
+    /// it. A producer that claimed first wins (`None`); one that finds the ring
+    /// full behind the padding in the moment before the read cursor moves looks
+    /// again (see [`Shared::try_claim`]).
+    pub fn pad_to_start(&self, k: u64, p: u64) -> Option<u64> {
+        let cap = self.cap_units;
+        let off = p & (cap - 1);
+        if off == 0 {
+            return None;
+        }
+        let c = pack_cursor(k, p);
+        // Acquire: as a producer's cursor load.
+        if self.write.load(Ordering::Acquire) != c {
+            return None;
+        }
+        let entry = self.entry(k);
+        // Acquire: as a producer's entry load.
+        let e = entry.load(Ordering::Acquire);
+        if LogEntry::unpack(e).stamp != k.wrapping_sub(self.n()) & SEQ_MASK {
+            return None;
+        }
+        let pad = cap - off;
+        let padding = LogEntry {
+            stamp: k & SEQ_MASK,
+            state: ClaimState::Abandoned,
+            slot: 0,
+            units: pad,
+        }
+        .pack();
+        // AcqRel, as a producer's claiming CAS: exactly one of us and the
+        // producers gets claim `k`.
+        if entry
+            .compare_exchange(e, padding, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return None;
+        }
+        // AcqRel, as every cursor move; failure means a producer helped.
+        let _ = self.write.compare_exchange(
+            c,
+            pack_cursor(k + 1, p + pad),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+        Some(pad)
     }
 
     /// Helps the write cursor past every claim already stamped at it, as a producer
