@@ -293,10 +293,9 @@ impl Tap {
         // After a reset the new generation's claim numbers start far ahead: those
         // were never used, so a jump across a reset counts nothing (the consumer
         // counts what the reset dropped). Paddings claimed since the last jump
-        // are no records (a padding claimed after the newest record is counted
-        // here and stepped over later: the next jump counts it back).
-        // (The paddings after where the tap lands are counted when it steps over
-        // them.)
+        // are no records; those after where the tap lands are counted when it
+        // steps over them (one claimed during the jump is counted here and again
+        // there: the next jump counts it back).
         let placements = self.placements().wrapping_sub(paddings_after);
         let gone = seq_diff(seq, self.seq);
         let paddings = placements.wrapping_sub(self.placements_seen).min(gone);

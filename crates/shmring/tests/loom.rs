@@ -23,7 +23,6 @@ mod model {
         /// Each slot's `open_claim` word.
         open: Vec<AtomicU64>,
         cap_units: u64,
-        place_units: u64,
     }
 
     impl Ring {
@@ -36,8 +35,6 @@ mod model {
                     .collect(),
                 open: (0..4).map(|_| AtomicU64::new(0)).collect(),
                 cap_units,
-                // Placement is the consumer's, called directly where modelled.
-                place_units: u64::MAX,
             }
         }
         fn shared(&self) -> Shared<'_> {
@@ -46,7 +43,6 @@ mod model {
                 read: &self.read,
                 log: &self.log,
                 cap_units: self.cap_units,
-                place_units: self.place_units,
             }
         }
     }

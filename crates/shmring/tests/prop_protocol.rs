@@ -165,8 +165,6 @@ impl Ring {
             read: &self.read,
             log: &self.log,
             cap_units: CAP,
-            // Placement is the consumer's (`Op::Place`).
-            place_units: 1,
         }
     }
 }

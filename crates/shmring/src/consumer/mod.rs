@@ -354,7 +354,8 @@ impl Consumer {
             Ok(moved) => {
                 if moved {
                     self.publish(&cur);
-                    if units.is_some_and(|u| u >= self.seg.shared().place_units) {
+                    let place = crate::protocol::place_units(self.seg.geometry().cap_units());
+                    if units.is_some_and(|u| u >= place) {
                         self.place(&mut cur);
                     }
                     self.wake_producers(&cur);

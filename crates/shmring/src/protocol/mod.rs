@@ -22,7 +22,6 @@
 //!    cursor still reads `(k, p)` or is being helped past it: `p` is our position.
 //! 5. CAS the cursor `(k, p)` → `(k+1, p+units)` (AcqRel); failure means a helper did it.
 //!
-//!
 //! When the consumer releases a large record and the ring is left empty, it
 //! *places* the next record at the ring's start: it claims the rest of the ring
 //! as padding, an entry born abandoned, and steps over it at once (see
@@ -64,10 +63,6 @@ pub struct Shared<'a> {
     pub log: &'a [AtomicU64],
     /// Data ring size in 64-byte units (a power of two).
     pub cap_units: u64,
-    /// When the consumer releases a record of at least this many units and leaves
-    /// the ring empty, it pads to the ring's start ([`place_units`],
-    /// [`Shared::pad_to_start`]; `u64::MAX`: never).
-    pub place_units: u64,
 }
 
 /// A claim held by a producer.
@@ -249,10 +244,13 @@ impl<'a> Shared<'a> {
     /// write cursor) abandoned: a padding or a dead producer's claim the consumer
     /// has not stepped over yet?
     fn abandoned_at(&self, r: u64, in_flight: u64) -> bool {
+        if in_flight == 0 {
+            return false;
+        }
         let k = cursor_seq(r);
         // Acquire: as any entry load.
         let e = LogEntry::unpack(self.entry(k).load(Ordering::Acquire));
-        in_flight > 0 && e.stamp == k && e.state == ClaimState::Abandoned
+        e.stamp == k && e.state == ClaimState::Abandoned
     }
 
     /// Placement, the consumer's: called by the ring's consumer when it has

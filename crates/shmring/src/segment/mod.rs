@@ -235,7 +235,6 @@ impl Segment {
             read: &c.cursors.0.read,
             log: self.log(),
             cap_units: self.geo.cap_units(),
-            place_units: crate::protocol::place_units(self.geo.cap_units()),
         }
     }
 
