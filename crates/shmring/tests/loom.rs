@@ -14,7 +14,7 @@ mod model {
     use loom::sync::Arc;
     use shmring::layout::{ClaimState, LogEntry};
     use shmring::protocol::{is_forged, ClaimError, ConsumerCursor, Poll, Shared};
-    use shmring::sync::AtomicU64;
+    use shmring::sync::{AtomicU32, AtomicU64};
 
     struct Ring {
         write: AtomicU64,
@@ -45,6 +45,15 @@ mod model {
                 cap_units: self.cap_units,
             }
         }
+    }
+
+    /// A futex word at rest: no wake-up sent, nobody waiting, no mark.
+    fn futex() -> Arc<shmring::layout::Futex> {
+        Arc::new(shmring::layout::Futex {
+            seq: AtomicU32::new(0),
+            waiting: AtomicU32::new(0),
+            need: AtomicU32::new(0),
+        })
     }
 
     fn builder() -> loom::model::Builder {
@@ -602,17 +611,11 @@ mod model {
     /// is bounded by its budget instead: some execution must show that).
     #[test]
     fn the_wake_handshake_loses_no_wake_up() {
-        use shmring::layout::Futex;
         use shmring::protocol::handshake;
-        use shmring::sync::AtomicU32;
         // (mark the consumer sets, fill the producer reaches)
         for (mark, fill) in [(0u32, 10u64), (5, 10), (20, 10)] {
             builder().check(move || {
-                let f = Arc::new(Futex {
-                    seq: AtomicU32::new(0),
-                    waiting: AtomicU32::new(0),
-                    need: AtomicU32::new(0),
-                });
+                let f = futex();
                 let committed = Arc::new(AtomicU64::new(0));
                 let producer = {
                     let (f, committed) = (f.clone(), committed.clone());
@@ -655,15 +658,9 @@ mod model {
     /// moved, so its sleep returns at once: no wake-up is lost.
     #[test]
     fn one_wake_per_sleep_and_none_lost() {
-        use shmring::layout::Futex;
         use shmring::protocol::handshake;
-        use shmring::sync::AtomicU32;
         builder().check(|| {
-            let f = Arc::new(Futex {
-                seq: AtomicU32::new(0),
-                waiting: AtomicU32::new(0),
-                need: AtomicU32::new(0),
-            });
+            let f = futex();
             let committed = Arc::new(AtomicU64::new(0));
             let producers: Vec<_> = (0..2)
                 .map(|_| {
@@ -775,16 +772,10 @@ mod model {
     /// sleeping), or its sleep returns at once (`seq` moved).
     #[test]
     fn a_release_queued_during_a_receive_wakes_it() {
-        use shmring::layout::Futex;
         use shmring::protocol::handshake;
         use shmring::release_queue::ReleaseQueue;
-        use shmring::sync::AtomicU32;
         builder().check(|| {
-            let f = Arc::new(Futex {
-                seq: AtomicU32::new(0),
-                waiting: AtomicU32::new(0),
-                need: AtomicU32::new(0),
-            });
+            let f = futex();
             let q = Arc::new(ReleaseQueue::new(2));
             let releaser = {
                 let (f, q) = (f.clone(), q.clone());
