@@ -169,7 +169,14 @@ fn no_allocation_per_frame_released_on_another_thread() {
     // A bounded channel's places are made once; with a place for every frame the
     // sender never blocks (a blocked sender may allocate its wait context).
     let (tx, rx) = std::sync::mpsc::sync_channel::<SharedFrame>((WARM + MEASURED) as usize);
+    // The channel's first blocking receive allocates its waiting context (the
+    // channel's, not ours): made once here, on the empty channel, before any frame.
+    let warmed = Arc::new(Barrier::new(2));
+    let releaser_warmed = warmed.clone();
     let releaser = std::thread::spawn(move || {
+        let first = rx.recv_timeout(Duration::from_millis(1));
+        assert!(first.is_err(), "nothing is sent before the barrier");
+        releaser_warmed.wait();
         let mut n = 0u64;
         let mut before = 0;
         while let Ok(f) = rx.recv() {
@@ -182,6 +189,7 @@ fn no_allocation_per_frame_released_on_another_thread() {
         }
         allocs() - before
     });
+    warmed.wait();
     let producer = {
         let seg = seg.clone();
         std::thread::spawn(move || {
