@@ -37,8 +37,9 @@
 //! before the end of the data ring, its claim also covers the units up to the end
 //! (padding) and the record starts at offset 0. The claim log entry carries the
 //! claim's total length (padding included), so padding needs no header of its own.
-//! After a large record, the consumer pads an empty ring to its end with a claim
-//! of its own, so the next record goes to offset 0 (`Shared::pad_to_start`).
+//! The consumer pads an empty ring whose write cursor is past the placement window
+//! to its end with a claim of its own, so the next record goes to offset 0
+//! (`Shared::pad_to_start`).
 //!
 //! Positions are counted in 64-byte units and wrap at 2^36 units; claim sequence
 //! numbers wrap at 2^28. Both are compared with wrapping arithmetic only.

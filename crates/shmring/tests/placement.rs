@@ -1,19 +1,19 @@
-//! Placement: a large record claimed into an empty ring goes to the ring's start
-//! (after a padding claim to the ring's end), so a stream of frames reuses the
-//! same memory; the padding is released when the consumer steps over it, never
-//! held with the record; records below the threshold, and rings below 1 MiB, go
-//! round the ring as before; a tap counts paddings as no records.
+//! Placement: once the ring is empty with its write cursor past the window at the
+//! ring's start, the next record goes to the ring's start (after a padding claim
+//! to the ring's end), so a stream of records reuses the same memory; the padding
+//! is released when the consumer steps over it, never held with the record; rings
+//! below 1 MiB go round as before; a tap counts paddings as no records.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use shmring::layout::{record_units, UNIT};
-use shmring::protocol::{place_units, PLACE_FRACTION};
+use shmring::protocol::{place_window, PLACE_FRACTION};
 use shmring::{Config, Error, FullPolicy, Meta, ReadOnlySegment, Segment, Tap, TapOptions};
 
-/// A 4 MiB ring: records of at least 64 KiB (1/64 of it) are placed.
+/// A 4 MiB ring: its placement window is 64 KiB (1/64 of it).
 const CAP: u64 = 4 << 20;
-/// A frame well over the threshold.
+/// A frame well over the window.
 const FRAME: usize = 256 << 10;
 
 fn ring(name: &str, capacity: u64) -> Arc<Segment> {
@@ -25,10 +25,13 @@ fn cap_units(capacity: u64) -> u64 {
 }
 
 #[test]
-fn the_threshold_is_a_sixty_fourth_of_a_ring_of_at_least_one_mebibyte() {
-    assert_eq!(place_units(cap_units(CAP)), cap_units(CAP) / PLACE_FRACTION);
-    assert_eq!(place_units(cap_units(1 << 20)), (1 << 20) / UNIT / 64);
-    assert_eq!(place_units(cap_units(512 << 10)), u64::MAX);
+fn the_window_is_a_sixty_fourth_of_a_ring_of_at_least_one_mebibyte() {
+    assert_eq!(
+        place_window(cap_units(CAP)),
+        cap_units(CAP) / PLACE_FRACTION
+    );
+    assert_eq!(place_window(cap_units(1 << 20)), (1 << 20) / UNIT / 64);
+    assert_eq!(place_window(cap_units(512 << 10)), u64::MAX);
 }
 
 #[test]
@@ -121,20 +124,38 @@ fn a_consumer_holding_several_frames_gets_the_next_one() {
 }
 
 #[test]
-fn small_records_and_small_rings_go_round() {
-    // Below the threshold.
+fn small_records_keep_to_the_window_and_small_rings_go_round() {
+    // Records far below the window, each read before the next is sent: they fill
+    // the window at the ring's start and go back to the start, never further.
     let seg = ring("place-small-record", CAP);
     let consumer = seg.consumer().unwrap();
     let mut prod = seg.producer().unwrap();
-    let small = (CAP / PLACE_FRACTION) as usize / 2;
+    let small = 4096;
+    let window = place_window(cap_units(CAP)) * UNIT;
+    let step = record_units(small as u64) * UNIT;
     let mut addresses = Vec::new();
-    for _ in 0..4 {
-        prod.send(&vec![7; small], Meta::new(0, 0)).unwrap();
+    for i in 0..1000u32 {
+        prod.send(&[i as u8; 4096], Meta::new(0, i)).unwrap();
         let f = consumer.try_next().unwrap().unwrap();
+        assert_eq!((f.meta().kind, f.payload()[small - 1]), (i, i as u8));
         addresses.push(f.payload().as_ptr() as usize);
     }
+    let base = addresses[0];
+    // The first lap: each record after the last, up to the window's end.
+    let lap = window.div_ceil(step) as usize;
+    for (i, a) in addresses[..lap].iter().enumerate() {
+        assert_eq!(*a - base, i * step as usize, "record {i} of the first lap");
+    }
+    // Then the same places again and again.
+    assert_eq!(addresses[lap], base, "back at the ring's start");
+    addresses.sort();
     addresses.dedup();
-    assert_eq!(addresses.len(), 4, "each record after the last");
+    assert_eq!(
+        addresses.len(),
+        lap,
+        "1000 records in the window's places only"
+    );
+    assert_eq!(seg.stats().records_consumed, 1000);
     // A ring below 1 MiB places nothing, whatever the record.
     let seg = ring("place-small-ring", 512 << 10);
     let consumer = seg.consumer().unwrap();

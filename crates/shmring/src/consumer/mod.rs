@@ -349,15 +349,11 @@ impl Consumer {
     /// released too.
     pub fn release_raw(&self, seq: u64) -> Result<()> {
         let mut cur = self.cur.borrow_mut();
-        let units = cur.units_of(seq);
         match cur.release(seq) {
             Ok(moved) => {
                 if moved {
                     self.publish(&cur);
-                    let place = crate::protocol::place_units(self.seg.geometry().cap_units());
-                    if units.is_some_and(|u| u >= place) {
-                        self.place(&mut cur);
-                    }
+                    self.place(&mut cur);
                     self.wake_producers(&cur);
                 }
                 Ok(())
@@ -369,12 +365,17 @@ impl Consumer {
         }
     }
 
-    /// Placement: after a large record, if that left the ring empty (its read
-    /// cursor published there), the next record goes to the ring's start (see
+    /// Placement: after a release that left the ring empty (its read cursor
+    /// published at the write cursor) past the placement window
+    /// (`protocol::place_window`), the next record goes to the ring's start (see
     /// `Shared::pad_to_start`): the ring's consumer pads the ring to its end,
     /// steps over the padding at once and publishes past it. Not with tethered
     /// consumers (the ring is empty only when they are done too).
     fn place(&self, cur: &mut ConsumerCursor) {
+        let cap = self.seg.geometry().cap_units();
+        if cur.peek_pos & (cap - 1) < crate::protocol::place_window(cap) {
+            return;
+        }
         if !self.role.is_owner() || self.role.has_tethers() || cur.outstanding() != 0 {
             return;
         }

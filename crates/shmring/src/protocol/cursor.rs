@@ -334,13 +334,6 @@ impl ConsumerCursor {
         self.in_window(seq) && self.state[self.idx(seq)] == HELD
     }
 
-    /// The units of claim `seq` (padding included), if it is between the read and
-    /// peek cursors.
-    pub fn units_of(&self, seq: u64) -> Option<u64> {
-        self.in_window(seq)
-            .then(|| self.units[self.idx(seq)] as u64)
-    }
-
     fn advance_read(&mut self) -> bool {
         let mut moved = false;
         loop {

@@ -22,10 +22,10 @@
 //!    cursor still reads `(k, p)` or is being helped past it: `p` is our position.
 //! 5. CAS the cursor `(k, p)` → `(k+1, p+units)` (AcqRel); failure means a helper did it.
 //!
-//! When the consumer releases a large record and the ring is left empty, it
-//! *places* the next record at the ring's start: it claims the rest of the ring
-//! as padding, an entry born abandoned, and steps over it at once (see
-//! [`Shared::pad_to_start`]).
+//! When the consumer's release leaves the ring empty with its write cursor past
+//! the placement window (see [`place_window`]), it *places* the next record at the
+//! ring's start: it claims the rest of the ring as padding, an entry born
+//! abandoned, and steps over it at once (see [`Shared::pad_to_start`]).
 //!
 //! # Commit / abort
 //! CAS the entry from our `Claimed` value to `Committed` or `Aborted` (AcqRel: the
@@ -92,19 +92,23 @@ pub enum ClaimError {
     Broken,
 }
 
-/// Records of at least `1/PLACE_FRACTION` of the ring are placed (see
-/// [`Shared::pad_to_start`]).
+/// The placement window is `1/PLACE_FRACTION` of the ring (see [`place_window`]).
 pub const PLACE_FRACTION: u64 = 64;
 
 /// Rings smaller than this many units (1 MiB) place nothing: they stay in the
 /// caches anyway.
 pub const PLACE_MIN_RING_UNITS: u64 = (1 << 20) / crate::layout::UNIT;
 
-/// The smallest record (in units) whose release, leaving a ring of `cap_units`
-/// units empty, places the next record at the ring's start; `u64::MAX` (never)
-/// for a ring that small.
+/// The placement window of a ring of `cap_units` units, in units: when the
+/// consumer's release leaves the ring empty with its write cursor this far or
+/// further past the ring's start, the next record goes to the ring's start (see
+/// [`Shared::pad_to_start`]). Records of an empty ring thus keep to the first
+/// 1/64 of it (256 KiB of a 16 MiB ring) plus one record, memory still in the
+/// caches, instead of going round a ring larger than the caches: a 3 MB video
+/// frame goes back to the start after every frame, 4 KiB of audio after every 64
+/// records. `u64::MAX` (never) for a ring below 1 MiB.
 #[inline]
-pub const fn place_units(cap_units: u64) -> u64 {
+pub const fn place_window(cap_units: u64) -> u64 {
     if cap_units >= PLACE_MIN_RING_UNITS {
         cap_units / PLACE_FRACTION
     } else {
@@ -254,8 +258,8 @@ impl<'a> Shared<'a> {
     }
 
     /// Placement, the consumer's: called by the ring's consumer when it has
-    /// released everything up to its peek cursor `(k, p)` (unmasked) and the
-    /// record it released last was large (see [`place_units`]). If the ring is
+    /// released everything up to its peek cursor `(k, p)` (unmasked) and `p` is
+    /// past the placement window (see [`place_window`]). If the ring is
     /// empty (the write cursor is at `(k, p)`) and `p` is not the ring's start, it
     /// claims the units up to the ring's end as claim `k`, born
     /// [`ClaimState::Abandoned`] (space no record will fill), so the next record
