@@ -465,6 +465,9 @@ typedef struct shmring_stats {
   // Records the ring's consumer's filter refused (released unread; not in
   // `records_consumed`).
   uint64_t records_filtered;
+  // Paddings the ring's consumer claimed so the next record goes to the ring's
+  // start (claims that hold no record).
+  uint64_t placements;
 } shmring_stats;
 
 // One field of a shmring_stats snapshot, named and explained (the core's

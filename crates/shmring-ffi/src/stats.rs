@@ -57,6 +57,9 @@ pub struct shmring_stats {
     /// Records the ring's consumer's filter refused (released unread; not in
     /// `records_consumed`).
     pub records_filtered: u64,
+    /// Paddings the ring's consumer claimed so the next record goes to the ring's
+    /// start (claims that hold no record).
+    pub placements: u64,
 }
 
 /// The fields `shmring_stats` copies as they are, and the one flag (`bool` in the
@@ -113,7 +116,8 @@ stats_mirror!(
     tethered_consumers,
     tethers_detached,
     expired_claims,
-    records_filtered;
+    records_filtered,
+    placements;
     consumer_attached
 );
 

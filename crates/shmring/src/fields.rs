@@ -260,6 +260,11 @@ impl Snapshot for Stats {
                 Counter,
                 "Records the consumer's filter refused (released unread, not consumed)."
             ),
+            field!(
+                self.placements,
+                Counter,
+                "Paddings the consumer claimed so the next record goes to the ring's start."
+            ),
         ]
         .into_iter()
     }
@@ -425,13 +430,14 @@ mod tests {
             tethers_detached: 29,
             expired_claims: 30,
             records_filtered: 31,
+            placements: 32,
         };
         let got: Vec<(&str, u64)> = s.fields().map(|f| (f.name, f.value)).collect();
-        // Every field of the struct appears, each with its own value (1..=31 above),
+        // Every field of the struct appears, each with its own value (1..=32 above),
         // so a field added to Stats but not to fields() fails here.
         let mut values: Vec<u64> = got.iter().map(|g| g.1).collect();
         values.sort_unstable();
-        assert_eq!(values, (1..=31).collect::<Vec<_>>());
+        assert_eq!(values, (1..=32).collect::<Vec<_>>());
         assert_eq!(
             format!("{s:?}").matches(": ").count(),
             got.len(),

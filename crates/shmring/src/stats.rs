@@ -78,6 +78,10 @@ pub struct Stats {
     /// Records the ring's consumer's filter refused: released unread, not in
     /// `records_consumed` (`ConsumerOptions::filter`).
     pub records_filtered: u64,
+    /// Paddings the ring's consumer claimed to place the next record at the ring's
+    /// start (see `protocol::place_window`): claims that hold no record, not in
+    /// any other counter.
+    pub placements: u64,
 }
 
 impl Stats {
@@ -112,6 +116,7 @@ impl Stats {
             tethers_detached: c.tethers.0.detached.load(Ordering::Relaxed),
             expired_claims: h.expired_claims.load(Ordering::Relaxed),
             records_filtered: cc.filtered.load(Ordering::Relaxed),
+            placements: cc.placements.load(Ordering::Relaxed),
             ..Default::default()
         };
         for i in 0..seg.geometry().max_producers {

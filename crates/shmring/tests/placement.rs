@@ -53,9 +53,10 @@ fn frames_of_a_consumer_that_keeps_up_all_land_at_the_ring_start() {
     assert_eq!(addresses.len(), 1, "every frame at the ring's start");
     let st = seg.stats();
     assert_eq!(st.records_consumed, 40);
-    // 39 paddings (the first frame was at the start already): skipped, not counted
-    // as aborted claims, not lost.
+    // A padding after each frame (the consumer pads once it released it):
+    // skipped, not counted as aborted claims, not lost.
     assert_eq!((st.skipped_aborted, st.records_aborted), (0, 0));
+    assert_eq!(st.placements, 40, "a padding after each frame");
 }
 
 #[test]
@@ -155,7 +156,10 @@ fn small_records_keep_to_the_window_and_small_rings_go_round() {
         lap,
         "1000 records in the window's places only"
     );
-    assert_eq!(seg.stats().records_consumed, 1000);
+    let st = seg.stats();
+    assert_eq!(st.records_consumed, 1000);
+    // A padding after each full window: 1000 records, `lap` to a window.
+    assert_eq!(st.placements, 1000 / lap as u64);
     // A ring below 1 MiB places nothing, whatever the record.
     let seg = ring("place-small-ring", 512 << 10);
     let consumer = seg.consumer().unwrap();
