@@ -43,6 +43,31 @@ type ConsumerOptions struct {
 	// whoever holds it (Never: wait for live producers for ever, trusted producers
 	// only).
 	ClaimTimeout time.Duration
+	// Which records the consumer is handed (the zero value: every record).
+	Filter Filter
+}
+
+// Filter says which records a consumer is handed: the library's filter, the
+// tap's rule. The zero value takes every record. Records it refuses are released
+// at once, unread (their space returns to producers), and counted in the
+// "records_filtered" stat, not in "records_consumed".
+type Filter struct {
+	// ByKind: only records of kind Kind.
+	ByKind bool
+	Kind   Kind
+	// ByStream: only records of stream Stream.
+	ByStream bool
+	Stream   uint32
+}
+
+func (f Filter) toC() (fields, kind, stream C.uint32_t) {
+	if f.ByKind {
+		fields |= C.SHMRING_FILTER_KIND
+	}
+	if f.ByStream {
+		fields |= C.SHMRING_FILTER_STREAM
+	}
+	return fields, C.uint32_t(f.Kind), C.uint32_t(f.Stream)
 }
 
 // Never, as a ConsumerOptions duration, turns the option off (the C ABI's
@@ -87,6 +112,7 @@ func (o *ConsumerOptions) toC() *C.shmring_consumer_options {
 	if o == nil {
 		return nil
 	}
+	fields, kind, stream := o.Filter.toC()
 	return &C.shmring_consumer_options{
 		liveness_interval_ns:  optionNs(o.LivenessInterval),
 		spin:                  C.uint32_t(o.Spin),
@@ -95,8 +121,9 @@ func (o *ConsumerOptions) toC() *C.shmring_consumer_options {
 		tether_stall_limit_ns: optionNs(o.TetherStallLimit),
 		latency_budget_ns:     optionNs(o.LatencyBudget),
 		claim_timeout_ns:      optionNs(o.ClaimTimeout),
-		// The core's filter is not mirrored here: a Go consumer takes every record
-		// (filter 0).
+		filter:                fields,
+		kind:                  kind,
+		stream:                stream,
 	}
 }
 

@@ -188,8 +188,8 @@ impl Setting {
 /// | `tether_stall_limit` | `tether_stall_limit_ns` | `tether_stall_limit` (s) | `tetherStallLimitMs` | `TetherStallLimit` |
 /// | `latency_budget` | `latency_budget_ns` | `latency_budget` (s) | `latencyBudgetMs` | `LatencyBudget` |
 /// | `claim_timeout` | `claim_timeout_ns` | `claim_timeout` (s) | `claimTimeoutMs` | `ClaimTimeout` |
-/// | `filter.kind` | `kind` (`SHMRING_TAP_ANY`: any) | `kind` | `kind` | (none: any) |
-/// | `filter.stream` | `stream` (`SHMRING_TAP_ANY`: any) | `stream` | `stream` | (none: any) |
+/// | `filter.kind` | `kind` with `filter` bit `SHMRING_FILTER_KIND` | `kind` | `kind` | `Filter.Kind` with `Filter.ByKind` |
+/// | `filter.stream` | `stream` with `filter` bit `SHMRING_FILTER_STREAM` | `stream` | `stream` | `Filter.Stream` with `Filter.ByStream` |
 ///
 /// Each binding gives durations in its language's unit (C nanoseconds, Python
 /// seconds, Node.js milliseconds, Go `time.Duration`). A duration that is absent,
@@ -199,7 +199,8 @@ impl Setting {
 /// `manual_reset` is `auto_reset` negated, so that its absent value is `false` in
 /// every binding; `spin` is a count, and 0 means "sleep at once". `kind` and
 /// `stream` are the filter's, by the names a tap's filter has in the binding:
-/// absent (C `SHMRING_TAP_ANY`) takes any.
+/// absent (in C and Go, where a zeroed struct must take every record: its bit or
+/// flag clear) takes any.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConsumerSettings {
     pub liveness_interval: Setting,
