@@ -96,7 +96,7 @@ pub struct TapStats {
     pub lag: u64,
 }
 
-/// A read-only tap on a ring. See the [module documentation](self).
+/// A read-only tap on a ring (how it reads and what it counts: DESIGN.md §10).
 pub struct Tap {
     ro: ReadOnlySegment,
     opts: TapOptions,

@@ -241,7 +241,7 @@ impl MediaHeader {
 
     /// [`MediaHeader::parse`], then the checks for a record of `kind`
     /// ([`kind::VIDEO`] or [`kind::AUDIO`]): a format of that kind and the sizes the
-    /// constructors accept. An end of stream is refused (see [`read`], which takes
+    /// constructors accept. An end of stream is refused (see [`read`](super::read), which takes
     /// both).
     pub fn parse_for(k: u32, payload: &[u8]) -> Result<MediaHeader, MediaError> {
         Self::check_for(k, MediaHeader::parse(payload)?)
@@ -330,7 +330,7 @@ impl MediaHeader {
 
     /// Reads and validates the header at the start of `payload` (untrusted bytes:
     /// read once, every plane checked to lie inside the payload). An end-of-stream
-    /// header is refused: it carries no frame (see [`read`]).
+    /// header is refused: it carries no frame (see [`read`](super::read)).
     pub fn parse(payload: &[u8]) -> Result<MediaHeader, MediaError> {
         match Raw::load(payload)? {
             Raw::Frame(b) => Self::check(&b, payload),

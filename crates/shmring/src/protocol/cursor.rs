@@ -371,7 +371,7 @@ impl ConsumerCursor {
     /// Publishes our read cursor as the ring's (Release: everything we did with the
     /// released bytes happens before a producer can claim them again). A consumer
     /// with tethered consumers publishes the farthest behind of theirs and ours
-    /// instead (see [`farthest_behind`]).
+    /// instead (see [`farthest_behind`](super::farthest_behind)).
     pub fn publish(&self, sh: &Shared<'_>) {
         sh.read.store(self.published(), Ordering::Release);
     }

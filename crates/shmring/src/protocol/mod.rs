@@ -408,9 +408,10 @@ pub fn farthest_behind(own: u64, others: &[u64], w: u64, n: u64, cap: u64) -> u6
 
 /// The wake-up handshake on a futex word (`crate::wake` adds the system calls).
 ///
-/// The waiter announces itself ([`arm`]: waiting count up, SeqCst fence, read
+/// The waiter announces itself ([`arm`](handshake::arm): waiting count up, SeqCst fence, read
 /// `seq`), re-checks its condition and sleeps on `seq` only while it still reads
-/// the value [`arm`] returned. The waker makes its change, then ([`signal`]) fences
+/// the value `arm` returned. The waker makes its change, then
+/// ([`signal`](handshake::signal)) fences
 /// SeqCst and reads the waiting count; if someone waits it bumps `seq` (then wakes
 /// the word). One of the two always sees the other, so no wake-up is lost. A
 /// waiter under a latency budget stores a *mark* in `need` before arming: the waker

@@ -1,5 +1,5 @@
 //! Liveness through POSIX record locks on one byte of the ring's lock file per role
-//! (see [`crate::segment::files`]).
+//! (see `segment::files`).
 //!
 //! A producer (or a consumer) holds a *write* lock on its byte for as long as it is
 //! attached. The kernel drops a process's record locks when the process dies,
@@ -7,7 +7,7 @@
 //! pid, so the check works across PID namespaces. Record locks belong to the
 //! process: they do not show up to `F_GETLK` in the process holding them, and they
 //! are dropped when the process closes *any* descriptor of the file (see
-//! [`crate::segment::files`], which keeps them open). The lock bytes lie far
+//! `segment::files`, which keeps them open). The lock bytes lie far
 //! beyond the end of the file; that is allowed.
 //!
 //! Only write locks count. A write lock needs a descriptor opened for writing; a
