@@ -20,7 +20,7 @@ fn child_process_entry() {
 }
 
 fn check(state: State) {
-    let m = Matrix::new();
+    let m = Matrix::for_state(state);
     let full = std::env::var("SHMRING_MATRIX").is_ok_and(|v| v == "full");
     let mut cases = m.cases(&[state], |w| full || representative(w));
     if let Ok(only) = std::env::var("SHMRING_MATRIX_ONLY") {
@@ -64,6 +64,11 @@ fn tethered() {
 #[test]
 fn writer_died() {
     check(State::WriterDied);
+}
+
+#[test]
+fn placed() {
+    check(State::Placed);
 }
 
 /// One case by id, which must pass. The cases below are the smallest of each

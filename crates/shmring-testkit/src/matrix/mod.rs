@@ -13,7 +13,10 @@
 //! let m = Matrix::new();
 //! let case = m.case("empty/cursors.peek/=0").expect("a case id");
 //! assert_eq!(case.state, State::Empty);
-//! assert!(m.size(&State::ALL, |_| true) > 10_000);
+//! assert!(m.size(&State::ALL[..7], |_| true) > 10_000);
+//! // The placed state's ring is larger (placement starts at 1 MiB): its matrix.
+//! let placed = Matrix::for_state(State::Placed);
+//! assert!(placed.case("placed/write/pos+cap").is_some());
 //! ```
 
 mod case;
@@ -25,7 +28,7 @@ mod words;
 pub use case::{Case, Outcome, Symptom, AFTER, BUDGET};
 pub use ring::{
     config, options, typical_units, writer_child, Ring, State, Writer, CAPACITY, LIVENESS,
-    LOG_ENTRIES, MAX_PRODUCERS, WRITER_ENTRY,
+    LOG_ENTRIES, MAX_PRODUCERS, PLACED_CAPACITY, WRITER_ENTRY,
 };
 pub use run::{representative, run, Matrix, Report};
 pub use values::{apply, values, Bits, Ctx, FieldOp, Op, Peek, Value, ABSOLUTE};

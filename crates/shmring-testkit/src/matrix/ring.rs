@@ -22,7 +22,11 @@ pub const MAX_PRODUCERS: u32 = 4;
 /// scribble): small, so a case costs milliseconds.
 pub const LIVENESS: Duration = Duration::from_millis(5);
 
-/// The ring every case builds.
+/// Data ring bytes of [`State::Placed`]: the smallest ring whose consumer places
+/// records at its start (`shmring::protocol::place_window`).
+pub const PLACED_CAPACITY: u64 = 1 << 20;
+
+/// The ring every case but [`State::Placed`]'s builds.
 pub fn config() -> Config {
     Config {
         capacity: CAPACITY,
@@ -156,10 +160,14 @@ pub enum State {
     /// The writer is a producer in another process holding a claim (records
     /// committed behind it); it writes the word and exits, its claim pending.
     WriterDied,
+    /// A ring of [`PLACED_CAPACITY`] whose consumer just placed: a padding (an
+    /// abandoned claim of its own to the ring's end) in the claim log, the
+    /// cursors past it at the ring's start, and records committed there.
+    Placed,
 }
 
 impl State {
-    pub const ALL: [State; 7] = [
+    pub const ALL: [State; 8] = [
         State::Empty,
         State::PartlyFull,
         State::Full,
@@ -167,7 +175,20 @@ impl State {
         State::FramesHeld,
         State::Tethered,
         State::WriterDied,
+        State::Placed,
     ];
+
+    /// The ring this state's cases build (and whose geometry their words and
+    /// values are taken from: [`crate::matrix::Matrix::for_state`]).
+    pub fn config(self) -> Config {
+        match self {
+            State::Placed => Config {
+                capacity: PLACED_CAPACITY,
+                ..config()
+            },
+            _ => config(),
+        }
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -178,6 +199,7 @@ impl State {
             State::FramesHeld => "frames-held",
             State::Tethered => "tethered",
             State::WriterDied => "writer-died",
+            State::Placed => "placed",
         }
     }
 
@@ -214,7 +236,7 @@ impl Ring {
     /// A fresh ring in `state`. Setting up uses the library as an application
     /// would; any error here is a harness failure, not a finding.
     pub fn new(state: State) -> Result<Ring> {
-        let seg = Segment::create_memfd("matrix", &config())?;
+        let seg = Segment::create_memfd("matrix", &state.config())?;
         let owner = Consumer::with_options(seg.clone(), options())?;
         let mut a = Honest::new(&seg, A)?;
         let mut b = Honest::new(&seg, B)?;
@@ -295,6 +317,17 @@ impl Ring {
                 ring.writer = Some(Writer::spawn(&ring.seg)?);
                 a.send()?;
                 a.send()?;
+            }
+            State::Placed => {
+                // Records the consumer keeps up with until its release leaves the
+                // ring empty past the placement window: it pads to the ring's end.
+                let placed = ring.seg.stats().placements;
+                while ring.seg.stats().placements == placed {
+                    filler.send()?;
+                    take_all(&ring.owner)?;
+                }
+                a.send()?;
+                b.send()?;
             }
         }
         ring.producers.push(a);

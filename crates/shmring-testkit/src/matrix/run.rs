@@ -28,10 +28,18 @@ impl Default for Matrix {
 }
 
 impl Matrix {
+    /// The matrix of the 64 KiB ring of every state but [`State::Placed`].
     pub fn new() -> Matrix {
-        let geo = ring::config()
-            .geometry()
-            .expect("the matrix ring's geometry");
+        Matrix::of(&ring::config())
+    }
+
+    /// The matrix of `state`'s ring: its words and their values.
+    pub fn for_state(state: State) -> Matrix {
+        Matrix::of(&state.config())
+    }
+
+    fn of(config: &shmring::Config) -> Matrix {
+        let geo = config.geometry().expect("the matrix ring's geometry");
         let ctx = Ctx::new(&geo, ring::typical_units());
         let words = words(&geo);
         let values = words.iter().map(|w| values(w, &ctx)).collect();
@@ -41,6 +49,18 @@ impl Matrix {
             words,
             values,
         }
+    }
+
+    /// Values relative to the ring's size are this matrix's: a state whose ring
+    /// has another size takes [`Matrix::for_state`].
+    fn check_ring(&self, state: State) {
+        let capacity = state.config().capacity;
+        assert_eq!(
+            capacity,
+            self.geo.capacity,
+            "state {} runs on a ring of {capacity} bytes: take Matrix::for_state",
+            state.name()
+        );
     }
 
     /// Cases in `states` over the words `pick` accepts.
@@ -59,6 +79,7 @@ impl Matrix {
     pub fn cases<'a>(&'a self, states: &[State], pick: impl Fn(&Word) -> bool) -> Vec<Case<'a>> {
         let mut out = Vec::new();
         for &state in states {
+            self.check_ring(state);
             for (word, vals) in self.words.iter().zip(&self.values) {
                 if !pick(word) {
                     continue;
@@ -80,6 +101,7 @@ impl Matrix {
     pub fn case(&self, id: &str) -> Option<Case<'_>> {
         let (state, rest) = id.split_once('/')?;
         let state = State::from_name(state)?;
+        self.check_ring(state);
         let (wi, word) = self
             .words
             .iter()
