@@ -176,49 +176,68 @@ fn small_records_keep_to_the_window_and_small_rings_go_round() {
 
 #[test]
 fn a_lagging_tap_counts_paddings_as_no_records() {
-    let seg = ring("place-tap", CAP);
+    // A padding after every frame.
+    lagging_tap("place-tap", FRAME);
+}
+
+#[test]
+fn a_lagging_tap_over_small_records_counts_paddings_as_no_records() {
+    // A padding after every window's worth of records (16 of them here).
+    lagging_tap("place-tap-small", 4000);
+}
+
+/// A tap that does not look while ten rings' worth of records of `size` bytes go
+/// by, placed, then steps over paddings one record at a time, then jumps again:
+/// `lost` counts records only, exactly.
+fn lagging_tap(name: &str, size: usize) {
+    let seg = ring(name, CAP);
     let consumer = seg.consumer().unwrap();
     let fd = seg.read_only_fd().unwrap().try_clone_to_owned().unwrap();
     let mut tap = Tap::new(ReadOnlySegment::from_fd(fd).unwrap(), TapOptions::default());
     let mut prod = seg.producer().unwrap();
-    // Ten rings' worth of placed frames go by (a padding before each) while the
-    // tap does not look.
-    let n = 10 * CAP as usize / FRAME;
-    for i in 0..n {
-        prod.send(&[i as u8; FRAME], Meta::new(0, i as u32))
+    let mut send = |kind: u32| {
+        prod.send(&vec![kind as u8; size], Meta::new(0, kind))
             .unwrap();
         consumer.try_next().unwrap().unwrap().release();
+    };
+    let n = 10 * CAP as usize / size;
+    for i in 0..n {
+        send(i as u32);
     }
+    assert!(seg.stats().placements > 0, "paddings went by");
     let mut buf = Vec::new();
     let got = tap
         .next_into(&mut buf, Some(Duration::ZERO))
         .unwrap()
-        .expect("the newest frame");
+        .expect("the newest record");
     assert_eq!(got.meta.kind as usize, n - 1);
     assert_eq!((tap.stats().lost, tap.stats().skips), ((n - 1) as u64, 1));
-    // Stepping over paddings one by one counts nothing either.
-    for i in 0..3u32 {
-        prod.send(&[9; FRAME], Meta::new(0, 1000 + i)).unwrap();
-        consumer.try_next().unwrap().unwrap().release();
+    // Stepping over paddings one by one counts nothing: as many records as make
+    // two paddings go by, each read before the next is sent.
+    let placed = seg.stats().placements;
+    let mut i = 0;
+    while seg.stats().placements < placed + 2 {
+        send(1_000_000 + i);
         let got = tap
             .next_into(&mut buf, Some(Duration::from_secs(5)))
             .unwrap()
-            .expect("the next frame");
-        assert_eq!(got.meta.kind, 1000 + i);
+            .expect("the next record");
+        assert_eq!(got.meta.kind, 1_000_000 + i);
+        i += 1;
     }
     let st = tap.stats();
-    assert_eq!((st.lost, st.delivered), ((n - 1) as u64, 4));
+    assert_eq!((st.lost, st.delivered), ((n - 1) as u64, 1 + i as u64));
     // And a later jump over more of them still counts records only.
-    for i in 0..40u32 {
-        prod.send(&[1; FRAME], Meta::new(0, 2000 + i)).unwrap();
-        consumer.try_next().unwrap().unwrap().release();
+    let more = 4 * CAP as usize / size;
+    for j in 0..more {
+        send(2_000_000 + j as u32);
     }
     let got = tap
         .next_into(&mut buf, Some(Duration::ZERO))
         .unwrap()
-        .expect("the newest frame");
-    assert_eq!(got.meta.kind, 2039);
-    assert_eq!(tap.stats().lost, (n - 1) as u64 + 39);
+        .expect("the newest record");
+    assert_eq!(got.meta.kind as usize, 2_000_000 + more - 1);
+    assert_eq!(tap.stats().lost, (n - 1 + more - 1) as u64);
 }
 
 #[test]
