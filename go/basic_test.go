@@ -55,8 +55,15 @@ func memfdRing(t *testing.T, capacity uint64, eventfd bool) *Segment {
 // at the end of the test.
 func ringWithPeers(t *testing.T, capacity uint64, eventfd bool) (*Segment, *Consumer, *Producer) {
 	t.Helper()
+	return ringWithPeersOpts(t, capacity, eventfd, nil)
+}
+
+// ringWithPeersOpts is ringWithPeers with the consumer's options (nil: the
+// library's).
+func ringWithPeersOpts(t *testing.T, capacity uint64, eventfd bool, opts *ConsumerOptions) (*Segment, *Consumer, *Producer) {
+	t.Helper()
 	s := memfdRing(t, capacity, eventfd)
-	c, err := s.Consumer(nil)
+	c, err := s.Consumer(opts)
 	must(t, err)
 	t.Cleanup(func() { c.Close() })
 	p, err := s.Producer()

@@ -34,16 +34,9 @@ func TestConsumerOptionsAreTheLibrarys(t *testing.T) {
 // producer, closed when the test ends.
 func filtered(t *testing.T, f Filter) (*Segment, *Consumer, *Producer) {
 	t.Helper()
-	s := memfdRing(t, 64<<10, false)
 	o := DefaultConsumerOptions()
 	o.Filter = f
-	c, err := s.Consumer(&o)
-	must(t, err)
-	t.Cleanup(func() { c.Close() })
-	p, err := s.Producer()
-	must(t, err)
-	t.Cleanup(func() { p.Close() })
-	return s, c, p
+	return ringWithPeersOpts(t, 64<<10, false, &o)
 }
 
 // A filter keeps one stream and releases the others unread: three rings' worth of
