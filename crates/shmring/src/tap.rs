@@ -156,28 +156,22 @@ impl Tap {
         self
     }
 
-    /// The ring consumer's reset count (statistics: only used to tell a reset's
-    /// jump of claim numbers from records gone by).
-    fn resets(&self) -> u64 {
-        self.ro
-            .segment()
-            .control()
-            .counters
-            .0
-            .resets
-            .load(Ordering::Relaxed)
+    /// The ring consumer's counters (statistics: the tap reads two of them only
+    /// to tell claim numbers that are no records from records gone by).
+    fn consumer_counters(&self) -> &crate::layout::ConsumerCounters {
+        &self.ro.segment().control().counters.0
     }
 
-    /// Paddings the ring's consumer claimed to place records (statistics: only
-    /// used to tell paddings from records gone by).
+    /// The ring consumer's reset count (a reset's jump of claim numbers).
+    fn resets(&self) -> u64 {
+        // Relaxed: a counter.
+        self.consumer_counters().resets.load(Ordering::Relaxed)
+    }
+
+    /// Paddings the ring's consumer claimed to place records.
     fn placements(&self) -> u64 {
-        self.ro
-            .segment()
-            .control()
-            .counters
-            .0
-            .placements
-            .load(Ordering::Relaxed)
+        // Relaxed: a counter.
+        self.consumer_counters().placements.load(Ordering::Relaxed)
     }
 
     /// Its counters, and its lag now.

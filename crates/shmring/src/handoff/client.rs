@@ -169,8 +169,8 @@ fn check_geometry(a: &Announced, geo: &Geometry, socket: &str) -> Result<()> {
 }
 
 impl Segment {
-    /// Connects to a consumer serving its ring on `path` (see [`Listener`](super::Listener)) as a
-    /// producer, receives the sealed memfd (and the eventfd of an eventfd ring) and
+    /// Connects to a consumer serving its ring on `path` (see
+    /// [`Listener`](super::Listener)) as a producer, receives the sealed memfd (and the eventfd of an eventfd ring) and
     /// attaches. Waits at most [`DEFAULT_CONNECT_TIMEOUT`] for each step.
     ///
     /// Errors: [`Error::NotFound`] (no socket there), [`Error::NoConsumer`] (a stale

@@ -12,10 +12,11 @@
 //!   consumer answers with a 256-byte reply (status, ring geometry, and on refusal a
 //!   message naming the [`Refusal`] rule) carrying, on success, the descriptors by
 //!   `SCM_RIGHTS`: producers get the ring's descriptors
-//!   ([`Segment::descriptors`](crate::Segment::descriptors): the memfd, its lock file, and the ring's eventfd
-//!   if it has one), observers a **read-only** descriptor of the memfd alone,
-//!   which the kernel refuses to map writable, and nothing they could lock. Then
-//!   the connection is closed: the hand-off is one message each way.
+//!   ([`Segment::descriptors`](crate::Segment::descriptors): the memfd, its lock
+//!   file, and the ring's eventfd if it has one), observers a **read-only**
+//!   descriptor of the memfd alone, which the kernel refuses to map writable, and
+//!   nothing they could lock. Then the connection is closed: the hand-off is one
+//!   message each way.
 //! * Pending connections are bounded ([`ListenerOptions::max_pending`]) and timed
 //!   out ([`ListenerOptions::hello_timeout`]); every outcome is counted
 //!   ([`ListenerStats`]), refusals by rule.
@@ -42,7 +43,8 @@
 //! The module by concept: [`wire`] (the hello and the reply, byte for byte),
 //! [`policy`] (who may connect, fair shares of the pending connections), `listener`
 //! (the consumer's side: accept, read, answer, time out) and `client` (the peer's
-//! side: [`request`], [`Segment::connect`](crate::Segment::connect), [`Segment::observe`](crate::Segment::observe)).
+//! side: [`request`], [`Segment::connect`](crate::Segment::connect),
+//! [`Segment::observe`](crate::Segment::observe)).
 
 use std::path::Path;
 use std::time::Duration;
