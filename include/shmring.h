@@ -460,7 +460,8 @@ typedef struct shmring_stats {
   uint32_t tethered_consumers;
   // Tethered consumers the consumer expelled (dead, or stopped releasing).
   uint64_t tethers_detached;
-  // Claims taken back because they stayed pending past the claim timeout.
+  // Claims taken back from a live producer (past the claim timeout, or parked
+  // with the claim log full behind them).
   uint64_t expired_claims;
   // Records the ring's consumer's filter refused (released unread; not in
   // `records_consumed`).
@@ -468,6 +469,11 @@ typedef struct shmring_stats {
   // Paddings the ring's consumer claimed so the next record goes to the ring's
   // start (claims that hold no record).
   uint64_t placements;
+  // Bytes producers place records around: claims a live holder may still
+  // write, frames held from them.
+  uint64_t pinned_bytes;
+  // Paddings producers claimed to place a record around a pinned one.
+  uint64_t pin_paddings;
 } shmring_stats;
 
 // One field of a shmring_stats snapshot, named and explained (the core's

@@ -70,6 +70,12 @@ pub fn version() -> &'static str {
 }
 
 /// The core's default stall limit for tethered readers, in ms.
+fn default_overtake_ms() -> u64 {
+    shmring::ConsumerOptions::default()
+        .overtake_after
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 fn default_tether_stall_ms() -> u64 {
     shmring::ConsumerOptions::default()
         .tether_stall_limit
@@ -121,10 +127,9 @@ pub struct RecordArgs {
     #[arg(long, default_value_t = 30)]
     pub fps: u32,
     /// Deliver records behind a producer's reservation that stays open this long
-    /// (ms), so one stuck capture thread does not stop the other streams; 0 keeps
-    /// strict claim order. The recorder's own default: the library's
-    /// (`ConsumerOptions::overtake_after`) is strict claim order.
-    #[arg(long, value_name = "MS", default_value_t = 200)]
+    /// (ms), so one stuck capture thread does not stop the other streams (the
+    /// library's default); 0 keeps strict claim order across producers.
+    #[arg(long, value_name = "MS", default_value_t = default_overtake_ms())]
     pub overtake_after_ms: u64,
     /// As the ring's consumer: expel a tethered reader (`record --tethered`, a
     /// tethered `shmringsrc`) that releases nothing for this long (ms), so a stuck

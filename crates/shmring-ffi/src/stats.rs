@@ -52,7 +52,8 @@ pub struct shmring_stats {
     pub tethered_consumers: u32,
     /// Tethered consumers the consumer expelled (dead, or stopped releasing).
     pub tethers_detached: u64,
-    /// Claims taken back because they stayed pending past the claim timeout.
+    /// Claims taken back from a live producer (past the claim timeout, or parked
+    /// with the claim log full behind them).
     pub expired_claims: u64,
     /// Records the ring's consumer's filter refused (released unread; not in
     /// `records_consumed`).
@@ -60,6 +61,11 @@ pub struct shmring_stats {
     /// Paddings the ring's consumer claimed so the next record goes to the ring's
     /// start (claims that hold no record).
     pub placements: u64,
+    /// Bytes producers place records around: claims a live holder may still
+    /// write, frames held from them.
+    pub pinned_bytes: u64,
+    /// Paddings producers claimed to place a record around a pinned one.
+    pub pin_paddings: u64,
 }
 
 /// The fields `shmring_stats` copies as they are, and the one flag (`bool` in the
@@ -117,7 +123,9 @@ stats_mirror!(
     tethers_detached,
     expired_claims,
     records_filtered,
-    placements;
+    placements,
+    pinned_bytes,
+    pin_paddings;
     consumer_attached
 );
 

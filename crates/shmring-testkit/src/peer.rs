@@ -127,7 +127,7 @@ impl Peer {
     }
 
     /// Every counter of producer slot `i` (what `Stats` sums over the slots).
-    pub fn producer_counters(&self, i: u32) -> [&AtomicU64; 6] {
+    pub fn producer_counters(&self, i: u32) -> [&AtomicU64; 7] {
         let c = &self.slot(i).counters;
         [
             &c.records_committed,
@@ -136,6 +136,7 @@ impl Peer {
             &c.drops_full,
             &c.waits,
             &c.wakes_sent,
+            &c.paddings,
         ]
     }
 

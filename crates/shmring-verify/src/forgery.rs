@@ -318,7 +318,7 @@ fn cases() -> Vec<Case> {
                 }
                 for i in 0..p.geometry().max_producers {
                     let reserved = &p.slot(i).counters._reserved;
-                    for f in p.producer_counters(i).into_iter().chain(reserved) {
+                    for f in p.producer_counters(i).into_iter().chain([reserved]) {
                         f.store(u64::MAX, S);
                     }
                 }

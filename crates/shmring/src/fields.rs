@@ -253,7 +253,7 @@ impl Snapshot for Stats {
             field!(
                 self.expired_claims,
                 Counter,
-                "Claims taken back because they stayed pending past the consumer's claim timeout."
+                "Claims taken back from a live producer (past the claim timeout, or parked with the claim log full behind them)."
             ),
             field!(
                 self.records_filtered,
@@ -264,6 +264,17 @@ impl Snapshot for Stats {
                 self.placements,
                 Counter,
                 "Paddings the consumer claimed so the next record goes to the ring's start."
+            ),
+            field!(
+                self.pinned_bytes,
+                Gauge,
+                "Bytes producers place records around: claims a live holder may still write, frames held from them.",
+                Field::BYTES
+            ),
+            field!(
+                self.pin_paddings,
+                Counter,
+                "Paddings producers claimed to place a record around a pinned one."
             ),
         ]
         .into_iter()
@@ -431,13 +442,15 @@ mod tests {
             expired_claims: 30,
             records_filtered: 31,
             placements: 32,
+            pinned_bytes: 33,
+            pin_paddings: 34,
         };
         let got: Vec<(&str, u64)> = s.fields().map(|f| (f.name, f.value)).collect();
-        // Every field of the struct appears, each with its own value (1..=32 above),
+        // Every field of the struct appears, each with its own value (1..=34 above),
         // so a field added to Stats but not to fields() fails here.
         let mut values: Vec<u64> = got.iter().map(|g| g.1).collect();
         values.sort_unstable();
-        assert_eq!(values, (1..=32).collect::<Vec<_>>());
+        assert_eq!(values, (1..=34).collect::<Vec<_>>());
         assert_eq!(
             format!("{s:?}").matches(": ").count(),
             got.len(),

@@ -9,6 +9,7 @@
 //!  |  line 2  read cursor    u64 = seq:28 | pos:36      (consumer, store)         |
 //!  |          peek cursor    u64 = seq:28 | pos:36      (consumer, store; stats)  |
 //!  |          owner read     u64 = seq:28 | pos:36      (consumer, store)         |
+//!  |          pins in use    u32 (one past the highest pin entry; 0: none)        |
 //!  |  line 3  data futex u32, consumer-waiting u32      (producers wake consumer) |
 //!  |  line 4  space futex u32, producers-waiting u32, need u32 (wakes producers)  |
 //!  |  line 5  consumer role: state u32                                             |
@@ -18,6 +19,8 @@
 //!  |  line 10 tethers: mask u32 (requested or active), detached u64 (consumer)     |
 //!  |  line 11-18 one per tethered consumer: state u32, read, peek, counters        |
 //!  |  line 19-20 identity copies: line 0 twice more (two of three must agree)     |
+//!  |  line 21-36 pins: extent u64 x 128 (ring offset, units; 0 free) (consumer)    |
+//!  |  line 37-52 pins: claim u64 x 128 (its log entry while a holder may write)    |
 //!  +-------------------------------------------------------------------------------+
 //!  | SLOT TABLE  max_producers x SLOT_SIZE (128 bytes): one per attached producer  |
 //!  |  state u32 | (pad) u32 | open claim u64 | space-waiting u32 | counters       |
@@ -49,7 +52,7 @@ use crate::sync::{AtomicU32, AtomicU64};
 /// `b"SHMRING1"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING1");
 /// Bumped on any change to this file's layout or to the protocol.
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 /// Record alignment, record header size and the unit of all positions.
 pub const UNIT: u64 = 64;
 /// Size of the control block at offset 0.
@@ -64,6 +67,9 @@ pub const MIN_CAPACITY: u64 = 64 * 1024;
 pub const MAX_CAPACITY: u64 = 1 << 31;
 /// Most producer slots (the log entry's slot field is 8 bits).
 pub const MAX_PRODUCERS: u32 = 256;
+/// Entries of the pin table ([`Pins`]): data ring ranges producers place records
+/// around.
+pub const MAX_PINS: usize = 128;
 /// Most tethered consumers beside the ring's own consumer (one bit each in
 /// [`Tethers::mask`]).
 pub const MAX_TETHERS: u32 = 8;
@@ -249,6 +255,27 @@ pub struct Cursors {
     pub read: AtomicU64,
     pub peek: AtomicU64,
     pub owner_read: AtomicU64,
+    /// One past the highest entry of the pin table in use (0: no pin): producers
+    /// look at the pins only when it is not 0. On the line producers load the
+    /// read cursor from, so looking costs them nothing more.
+    pub pinned: AtomicU32,
+}
+
+/// The pin table: ranges of the data ring that producers place records around,
+/// because a process may still write them (the record of a claim the consumer
+/// stopped waiting for in order, while its holder has not settled it) or the
+/// consumer still reads them (a frame it handed out from such a claim), while
+/// the ring's read cursor has moved past them. Written by the ring's consumer
+/// only; see `protocol::Pins`.
+#[repr(C)]
+pub struct Pins {
+    /// Entry `i`: ring offset in units (bits 0..32) and length in units (bits
+    /// 32..64) of a pinned record; 0: free.
+    pub extent: [AtomicU64; MAX_PINS],
+    /// Entry `i`: the claim's log entry value as its holder's open-claim word
+    /// holds it while the holder may still write the record; 0 for a frame the
+    /// consumer holds (the holder committed).
+    pub claim: [AtomicU64; MAX_PINS],
 }
 
 #[repr(C)]
@@ -318,8 +345,8 @@ pub struct ClaimHealth {
     /// The pid holding that slot's lock, as the kernel reports it to the consumer
     /// (0: unknown, e.g. in another pid namespace).
     pub oldest_pending_pid: AtomicU32,
-    /// Claims taken back because they stayed pending past the consumer's claim
-    /// timeout (their producer alive).
+    /// Claims taken back from a live producer: pending past the consumer's claim
+    /// timeout, or parked while the claim log filled up behind them.
     pub expired_claims: AtomicU64,
 }
 
@@ -390,6 +417,8 @@ pub struct Control {
     /// the geometry two of the three agree on, so a peer's single write cannot
     /// make anyone take a forged one (the consumer rewrites all three).
     pub identity_copies: [Line<Identity>; 2],
+    /// Lines 21 to 52.
+    pub pins: Line<Pins>,
 }
 
 /// Slot states. Any other value is treated like ACTIVE (and reaped once its lock
@@ -407,7 +436,10 @@ pub struct ProducerCounters {
     pub drops_full: AtomicU64,
     pub waits: AtomicU64,
     pub wakes_sent: AtomicU64,
-    pub _reserved: [AtomicU64; 2],
+    /// Paddings it claimed to place a record around a pin (see [`Pins`]); taps
+    /// tell them from lost records by it.
+    pub paddings: AtomicU64,
+    pub _reserved: AtomicU64,
 }
 
 #[repr(C, align(64))]

@@ -12,9 +12,11 @@ use crate::filter::Filter;
 /// ```
 /// use std::time::Duration;
 /// use shmring::ConsumerOptions;
-/// // A recorder: audio keeps flowing past a video thread stuck in a reservation.
+/// // A consumer that needs one order across producers, and trusts them all:
+/// // records in claim order, and a live producer's claim waited for for ever.
 /// let opts = ConsumerOptions {
-///     overtake_after: Some(Duration::from_millis(200)),
+///     overtake_after: None,
+///     claim_timeout: None,
 ///     ..Default::default()
 /// };
 /// assert!(opts.auto_reset);
@@ -36,10 +38,18 @@ pub struct ConsumerOptions {
     /// and a fast stream is caught without sleeping).
     pub spin: u32,
     /// Deliver committed records behind a claim that has stayed pending this long
-    /// (`None`, the default: records are delivered in claim order, always). The
-    /// overtaken claim keeps its space until its producer commits (it is then
-    /// delivered), aborts or dies. Each producer's records stay in its commit order;
-    /// records of different producers may then arrive out of claim order.
+    /// (100 ms by default), so one stuck producer (a capture thread on a lock, a
+    /// process stopped with Ctrl-Z or by a debugger) does not stop the others.
+    /// The overtaken claim is *parked*: its record is pinned (producers place
+    /// records around it, so the ring goes on), and it is delivered when its
+    /// producer commits it, skipped when it aborts or dies, taken back at the
+    /// claim timeout. Each producer's records stay in its commit order; records
+    /// of different producers may arrive out of claim order.
+    ///
+    /// `None`: strict claim order across producers. Then one live producer that
+    /// holds a claim holds every record behind it until the claim timeout, and
+    /// one that takes a new claim each time one is taken back holds them again,
+    /// each time: trust every producer, or keep the claim timeout short.
     pub overtake_after: Option<Duration>,
     /// On corruption, carry on by itself (the default): a record whose header does
     /// not fit its claim is skipped; shared state that contradicts the consumer's
@@ -62,14 +72,17 @@ pub struct ConsumerOptions {
     /// budget, so the first record of a burst wakes it at once.
     pub latency_budget: Option<Duration>,
     /// Take back a claim still pending (reserved and not committed) this long
-    /// after the consumer first saw it, whoever holds it: its space is freed and
-    /// its producer's commit fails with [`Error::Abandoned`]. A producer fills a
-    /// reservation in microseconds to milliseconds; a claim older than this is a
-    /// stuck producer or one made up by a peer in a live producer's name, which
-    /// nothing in shared memory can tell apart, so this bounds how long either can
-    /// stop a consumer that delivers in claim order (and, with `overtake_after`,
-    /// how long it can pin its space). `None`: wait for live producers for ever
-    /// (trusted producers only).
+    /// after the consumer first saw it pending, whoever holds it (500 ms by
+    /// default): its producer's commit then fails with [`Error::Abandoned`] and
+    /// writes nothing. Its record stays pinned until that producer settles the
+    /// claim (its next call on the ring) or dies, so a producer stopped for
+    /// longer (a debugger, a cgroup quota) never writes into another's record. A
+    /// producer fills a reservation in microseconds to milliseconds; a claim older
+    /// than this is a stuck producer or one made up by a peer in a live
+    /// producer's name, which nothing in shared memory can tell apart. Claims
+    /// pending together are taken back together: one clock for the ring, not one
+    /// per claim. `None`: wait for live producers for ever (trusted producers
+    /// only).
     pub claim_timeout: Option<Duration>,
     /// Which records to hand out, by kind and stream (the default: all; the same
     /// rule as a tap's, [`crate::TapOptions::filter`]). A record the filter refuses
@@ -100,7 +113,7 @@ impl Default for ConsumerOptions {
         ConsumerOptions {
             liveness_interval: Duration::from_millis(50),
             spin: 64,
-            overtake_after: None,
+            overtake_after: Some(Duration::from_millis(100)),
             auto_reset: true,
             tether_stall_limit: Duration::from_millis(500),
             latency_budget: None,

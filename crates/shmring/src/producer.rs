@@ -269,6 +269,11 @@ impl Producer {
                 self.my_slot().space_waiting.store(0, Ordering::Relaxed);
                 wake::disarm(space);
             }
+            if let Ok(c) = &attempt {
+                if c.paddings > 0 {
+                    bump(&self.my_slot().counters.paddings, c.paddings as u64);
+                }
+            }
             let (why, broken) = match attempt {
                 Ok(c) => return Ok(c),
                 // The consumer finds this too, and resets the ring: a blocking
@@ -322,8 +327,29 @@ impl Producer {
         }
     }
 
-    /// Writes the record header and publishes the claim.
+    /// Writes the record header and publishes the claim. Writes nothing if the
+    /// claim is no longer ours (the consumer took it back: its record is still
+    /// ours to write, pinned, but nobody will read it).
     fn commit_claim(&mut self, claim: Claim, len: usize, meta: Meta) -> Result<()> {
+        // Acquire: as any entry load; a claim taken back reads abandoned (or, reset
+        // or reused, not our value at all). One a peer marked committed while we
+        // wrote is still ours to commit (see `Shared::settle`).
+        let now = self.seg.shared().entry(claim.seq).load(Ordering::Acquire);
+        let committed = crate::layout::LogEntry {
+            state: ClaimState::Committed,
+            ..crate::layout::LogEntry::unpack(claim.claimed)
+        }
+        .pack();
+        if now != claim.claimed && now != committed {
+            self.settle(&claim, ClaimState::Committed);
+            if self.seg.truncated() {
+                return Err(self.seg.truncated_error());
+            }
+            return Err(Error::Abandoned {
+                segment: self.seg.label(),
+                seq: claim.seq,
+            });
+        }
         if len >= crate::media::MEDIA_HEADER_SIZE {
             // SAFETY: the payload (`len` bytes after the record header) is ours until
             // the commit below; nobody else writes it meanwhile.

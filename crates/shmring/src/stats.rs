@@ -72,8 +72,10 @@ pub struct Stats {
     /// before the glossary had *expel*; the name stays for the C struct, the JSON and
     /// the metric.
     pub tethers_detached: u64,
-    /// Claims the consumer took back because they stayed pending past its claim
-    /// timeout while their producer was alive (`ConsumerOptions::claim_timeout`).
+    /// Claims the consumer took back while their producer was alive: pending past
+    /// its claim timeout (`ConsumerOptions::claim_timeout`), or parked while the
+    /// claim log filled up behind them. Their producers' commits fail
+    /// (`Error::Abandoned`).
     pub expired_claims: u64,
     /// Records the ring's consumer's filter refused: released unread, not in
     /// `records_consumed` (`ConsumerOptions::filter`).
@@ -82,6 +84,14 @@ pub struct Stats {
     /// start (see `protocol::place_window`): claims that hold no record, not in
     /// any other counter.
     pub placements: u64,
+    /// Bytes of the data ring pinned now: records producers place around because
+    /// a process may still write them (a claim the consumer stopped waiting for in
+    /// claim order, whose holder has not settled it) or the consumer still holds
+    /// them (a frame handed out from such a claim). See `layout::Pins`.
+    pub pinned_bytes: u64,
+    /// Paddings producers claimed to place a record around a pinned one: claims
+    /// that hold no record, not in any other counter.
+    pub pin_paddings: u64,
 }
 
 impl Stats {
@@ -117,6 +127,7 @@ impl Stats {
             expired_claims: h.expired_claims.load(Ordering::Relaxed),
             records_filtered: cc.filtered.load(Ordering::Relaxed),
             placements: cc.placements.load(Ordering::Relaxed),
+            pinned_bytes: pinned_units(seg) * UNIT,
             ..Default::default()
         };
         for i in 0..seg.geometry().max_producers {
@@ -129,6 +140,7 @@ impl Stats {
                 (&mut s.drops_full, &p.drops_full),
                 (&mut s.producer_waits, &p.waits),
                 (&mut s.producer_wakes, &p.wakes_sent),
+                (&mut s.pin_paddings, &p.paddings),
             ] {
                 *sum = sum.wrapping_add(n.load(Ordering::Relaxed));
             }
@@ -140,6 +152,20 @@ impl Stats {
             seq_diff(cursor_seq(w), cursor_seq(r)).min(seg.geometry().log_entries as u64);
         s
     }
+}
+
+/// Units pinned in the ring's pin table (entries that cannot be pins are not
+/// counted).
+fn pinned_units(seg: &Segment) -> u64 {
+    let c = seg.control();
+    let cap = seg.geometry().cap_units();
+    let hi = (c.cursors.0.pinned.load(Ordering::Relaxed) as usize).min(c.pins.0.extent.len());
+    c.pins.0.extent[..hi]
+        .iter()
+        .filter_map(|e| crate::protocol::unpack_pin(e.load(Ordering::Relaxed), cap))
+        .map(|(_, units)| units)
+        .sum::<u64>()
+        .min(cap)
 }
 
 impl Segment {

@@ -188,6 +188,14 @@ pub(crate) fn check(seg: &Segment, j: u32) -> Result<()> {
     joined(seg, j).map(|_| ())
 }
 
+/// Tethered side: does line `j` read expelled as stalled (DETACHED)? Only the
+/// ring's consumer writes that honestly; a tethered consumer waits for it to
+/// confirm (it writes a peer's DETACHED back at its next audit) before it ends.
+pub(crate) fn reads_expelled(seg: &Segment, j: u32) -> bool {
+    // Relaxed: a state check repeated until confirmed.
+    line(seg, j).state.load(Ordering::Relaxed) == TETHER_DETACHED
+}
+
 /// Tethered side: publishes its cursors (Release: it is done with every byte
 /// before its read cursor).
 pub(crate) fn publish(seg: &Segment, j: u32, read: u64, peek: u64) {
@@ -210,6 +218,10 @@ pub(crate) struct Supervisor {
     ignored: u32,
     /// Per line: the read cursor last seen and since when it has not moved.
     watch: [(u64, Option<Instant>); MAX_TETHERS as usize],
+    /// Lines we expelled as stalled (DETACHED), until their holder leaves: a
+    /// DETACHED we did not write on a line we hold space for is a peer's, and
+    /// is written back.
+    expelled: u32,
 }
 
 impl Supervisor {
@@ -218,6 +230,7 @@ impl Supervisor {
             adopted: 0,
             ignored: 0,
             watch: [(0, None); MAX_TETHERS as usize],
+            expelled: 0,
         }
     }
 
@@ -267,6 +280,7 @@ impl Supervisor {
             }
             // Counted before it is told, so every publish from now on includes it.
             self.adopted |= 1 << j;
+            self.expelled &= !(1 << j);
             self.watch[j as usize] = (own_read, None);
             l.read.store(own_read, Ordering::Relaxed);
             l.peek.store(own_read, Ordering::Relaxed);
@@ -315,14 +329,24 @@ impl Supervisor {
 
     /// Every liveness interval: expels lines whose holder died (freed at once) or
     /// whose read cursor stayed behind ours without moving for `limit` (DETACHED:
-    /// its holder is told); forgets lines their holder left; repairs the mask.
-    /// Returns how many were expelled.
-    pub(crate) fn audit(&mut self, seg: &Segment, own_read: u64, limit: Duration) -> u32 {
+    /// its holder is told); forgets lines their holder left; repairs the mask
+    /// (its bits past the last line too) and a DETACHED we did not write on a
+    /// line we hold space for. Returns how many were expelled, and how many
+    /// words it repaired.
+    pub(crate) fn audit(&mut self, seg: &Segment, own_read: u64, limit: Duration) -> (u32, u32) {
         let c = seg.control();
-        let mask = c.tethers.0.mask.load(Ordering::Acquire);
+        let mut mask = c.tethers.0.mask.load(Ordering::Acquire);
         let now = Instant::now();
         let mut detached = 0;
+        let mut repaired = 0;
         self.ignored = 0;
+        let lines = (1u32 << MAX_TETHERS) - 1;
+        if mask & !lines != 0 {
+            // Bits no tethered consumer sets: a peer's.
+            c.tethers.0.mask.fetch_and(lines, Ordering::AcqRel);
+            mask &= lines;
+            repaired += 1;
+        }
         for j in 0..MAX_TETHERS {
             let l = line(seg, j);
             let state = l.state.load(Ordering::Acquire);
@@ -334,6 +358,9 @@ impl Supervisor {
                 continue;
             }
             let alive = is_alive(seg, j);
+            if state == TETHER_FREE || !alive {
+                self.expelled &= !bit;
+            }
             if state == TETHER_FREE && !alive {
                 self.adopted &= !bit;
                 if mask & bit != 0 {
@@ -359,7 +386,13 @@ impl Supervisor {
                 }
                 continue;
             }
-            if state != TETHER_ACTIVE {
+            if state == TETHER_DETACHED && self.expelled & bit == 0 {
+                // We did not expel it: another process wrote DETACHED. Its holder,
+                // alive, waits for us to confirm (see `Consumer::check_role`):
+                // written back, it carries on, its frames still held for it.
+                l.state.store(TETHER_ACTIVE, Ordering::Release);
+                repaired += 1;
+            } else if state != TETHER_ACTIVE {
                 // Expelled (by us, its holder not told yet) or left: hold nothing.
                 self.adopted &= !bit;
                 continue;
@@ -402,13 +435,14 @@ impl Supervisor {
                 l.state.store(TETHER_DETACHED, Ordering::Release);
                 c.tethers.0.mask.fetch_and(!bit, Ordering::AcqRel);
                 self.adopted &= !bit;
+                self.expelled |= bit;
                 detached += 1;
             }
         }
         if detached > 0 {
             crate::producer::bump(&c.tethers.0.detached, detached as u64);
         }
-        detached
+        (detached, repaired)
     }
 }
 

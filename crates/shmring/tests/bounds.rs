@@ -305,15 +305,21 @@ fn a_tether_line_written_by_another_process_is_expelled_and_its_reader_told_why(
     records_flow(&owner, &mut producer, 4000, 60);
 }
 
-#[test]
-fn a_tethered_reader_notices_its_own_line_was_written() {
-    let seg = Segment::create_memfd("bounds-tether-self", &small()).unwrap();
+/// A ring with its consumer and a tethered one, each having read record 1.
+fn owner_and_tethered(name: &str) -> (std::sync::Arc<Segment>, Consumer, Consumer, Producer) {
+    let seg = Segment::create_memfd(name, &small()).unwrap();
     let owner = Consumer::with_options(seg.clone(), fast(Default::default())).unwrap();
     let tethered = Consumer::tethered(seg.clone(), fast(Default::default())).unwrap();
     let mut producer = seg.producer().unwrap();
     producer.send(&payload(1), Meta::new(0, 1)).unwrap();
     drop(owner.recv().unwrap());
     drop(tethered.recv().unwrap());
+    (seg, owner, tethered, producer)
+}
+
+#[test]
+fn a_tethered_reader_notices_its_own_line_was_written() {
+    let (seg, owner, tethered, mut producer) = owner_and_tethered("bounds-tether-self");
     let line = tethered.tether_info().unwrap().line as usize;
     let peer = Peer::new(&seg);
     let r = peer.control().tether[line].0.read.load(Ordering::Relaxed);
@@ -395,4 +401,95 @@ fn a_claim_stamped_at_an_unmoved_write_cursor_never_makes_a_tap_go_back() {
     assert_eq!(later, dedup, "no record twice");
     assert!(later.iter().all(|&k| k >= 10), "{later:?}");
     assert!(tap.stats().lost < 10, "{:?}", tap.stats());
+}
+
+/// Another process writes DETACHED (the ring's consumer's verdict on a stalled
+/// reader) into an honest tethered consumer's line: the tethered consumer waits
+/// for the ring's consumer to confirm, hands out nothing meanwhile, and carries
+/// on once the ring's consumer has written its line back (a repair).
+#[test]
+fn a_forged_detached_state_does_not_end_an_honest_tethered_consumer() {
+    use shmring::layout::{TETHER_ACTIVE, TETHER_DETACHED};
+    let (seg, owner, tethered, mut producer) = owner_and_tethered("bounds-tether-forged-detach");
+    let line = tethered.tether_info().unwrap().line as usize;
+    let peer = Peer::new(&seg);
+    let state = &peer.control().tether[line].0.state;
+    state.store(TETHER_DETACHED, Ordering::Relaxed);
+    producer.send(&payload(2), Meta::new(0, 2)).unwrap();
+    assert!(
+        tethered.try_next().unwrap().is_none(),
+        "nothing handed out while the verdict is unconfirmed"
+    );
+    let repairs = seg.stats().repairs;
+    let _ = owner.audit().unwrap();
+    assert_eq!(state.load(Ordering::Relaxed), TETHER_ACTIVE);
+    assert!(seg.stats().repairs > repairs);
+    let f = tethered
+        .next_timeout(Some(Duration::from_secs(5)))
+        .unwrap()
+        .expect("the record after the forgery");
+    assert_eq!(f.payload(), payload(2));
+    drop(f);
+    assert_eq!(owner.recv().unwrap().payload(), payload(2));
+    assert_eq!(seg.stats().tethers_detached, 0);
+}
+
+/// A real expulsion (the tethered consumer stopped releasing past its stall
+/// limit) still ends it, once confirmed: the ring's consumer does not write it
+/// back.
+#[test]
+fn a_stalled_tethered_consumer_is_still_expelled() {
+    let seg = Segment::create_memfd("bounds-tether-stalled", &small()).unwrap();
+    let opts = ConsumerOptions {
+        tether_stall_limit: Duration::from_millis(20),
+        ..fast(Default::default())
+    };
+    let owner = Consumer::with_options(seg.clone(), opts).unwrap();
+    let tethered = Consumer::tethered(seg.clone(), fast(Default::default())).unwrap();
+    let mut producer = seg.producer().unwrap();
+    producer.send(&payload(1), Meta::new(0, 1)).unwrap();
+    drop(owner.recv().unwrap());
+    let held = tethered.recv().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while seg.stats().tethers_detached == 0 {
+        assert!(Instant::now() < deadline, "never expelled");
+        let _ = owner.audit().unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match tethered.try_next() {
+            Err(Error::Detached { why, .. }) => {
+                assert!(why.contains("stall limit"), "{why}");
+                break;
+            }
+            Ok(None) => {
+                let _ = owner.audit().unwrap();
+                assert!(
+                    Instant::now() < deadline,
+                    "the expulsion was never confirmed"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => panic!("expected Detached, got {other:?}"),
+        }
+    }
+}
+
+/// Bits of the tether mask past the last tether line (no tethered consumer sets
+/// them) are cleared by the ring's consumer's audit, counted as a repair.
+#[test]
+fn tether_mask_bits_past_the_last_line_are_repaired() {
+    let seg = Segment::create_memfd("bounds-tether-mask", &small()).unwrap();
+    let owner = Consumer::with_options(seg.clone(), fast(Default::default())).unwrap();
+    let peer = Peer::new(&seg);
+    let mask = &peer.control().tethers.0.mask;
+    mask.store(0xffff_ff00, Ordering::Relaxed);
+    let repairs = seg.stats().repairs;
+    let _ = owner.audit().unwrap();
+    assert_eq!(mask.load(Ordering::Relaxed), 0);
+    assert!(seg.stats().repairs > repairs);
+    let mut producer = seg.producer().unwrap();
+    records_flow(&owner, &mut producer, 1, 20);
 }

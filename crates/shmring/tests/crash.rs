@@ -56,7 +56,16 @@ fn env(seg: String, p: u32, n: u64, max: usize) -> Vec<(&'static str, String)> {
 #[test]
 fn producer_killed_holding_a_reservation_is_skipped() {
     let seg = Segment::create_memfd("crash-hold", &Config::with_capacity(1 << 20)).unwrap();
-    let consumer = seg.consumer().unwrap();
+    // In claim order (the default parks a claim pending for 100 ms and delivers
+    // past it): the records behind the held claim wait for its producer's death.
+    let consumer = shmring::Consumer::with_options(
+        seg.clone(),
+        shmring::ConsumerOptions {
+            overtake_after: None,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let (spec, fds) = common::inherit(&seg);
     // Producer 0 (child) commits 10 records, then reserves and hangs.
     let mut child = producer_child(&spec, &fds, "reserve-and-hang", (0, 10, SMALL));

@@ -23,6 +23,9 @@ mod model {
         /// Each slot's `open_claim` word.
         open: Vec<AtomicU64>,
         cap_units: u64,
+        /// The pin table (see `layout::Pins`).
+        pinned: AtomicU32,
+        pins: Vec<AtomicU64>,
     }
 
     impl Ring {
@@ -35,6 +38,8 @@ mod model {
                     .collect(),
                 open: (0..4).map(|_| AtomicU64::new(0)).collect(),
                 cap_units,
+                pinned: AtomicU32::new(0),
+                pins: (0..4).map(|_| AtomicU64::new(0)).collect(),
             }
         }
         fn shared(&self) -> Shared<'_> {
@@ -43,6 +48,10 @@ mod model {
                 read: &self.read,
                 log: &self.log,
                 cap_units: self.cap_units,
+                pins: shmring::protocol::PinTable {
+                    in_use: &self.pinned,
+                    extent: &self.pins,
+                },
             }
         }
     }
@@ -798,4 +807,117 @@ mod model {
             handshake::disarm_one(&f);
         });
     }
+
+    /// A claim taken back while its holder still writes it. Producer A claimed
+    /// unit 0 of a four-unit ring and stalls; the consumer takes the claim back
+    /// (the claim timeout), pins its record, steps over it and publishes a read
+    /// cursor past it, then releases B's records as they come. Meanwhile A writes
+    /// its record and commits (which must fail, writing no header), and B claims
+    /// round the ring twice. The data units are loom cells: any execution in which
+    /// B's record, or the consumer's read of it, touches a unit A may still write
+    /// is a data race loom reports. Once A has settled (its open-claim word
+    /// cleared), the consumer drops the pin and B may use unit 0 again.
+    #[test]
+    fn a_claim_taken_back_is_pinned_until_its_holder_settles() {
+        use loom::cell::UnsafeCell;
+        use shmring::protocol::pack_pin;
+        builder().check(|| {
+            let ring = Arc::new(Ring::new(4, 4));
+            let data: Arc<Vec<UnsafeCell<u64>>> =
+                Arc::new((0..4).map(|_| UnsafeCell::new(0)).collect());
+            let sh = ring.shared();
+            let a = sh.try_claim(1, 0, &ring.open[0]).unwrap();
+            let mut cur = ConsumerCursor::new(4, 0);
+            let Poll::Pending { slot: 0, value } = cur.poll(&sh) else {
+                panic!("A's claim should be pending")
+            };
+            assert!(cur.abandon(&sh, value), "nobody else touched it");
+            // Pinned before any read cursor past it is published.
+            sh.pins.set(0, pack_pin(a.rec_off, a.rec_units), 1);
+            assert!(matches!(
+                cur.poll(&sh),
+                Poll::Skipped {
+                    state: ClaimState::Abandoned
+                }
+            ));
+            cur.publish(&sh);
+            let holder = {
+                let (ring, data) = (ring.clone(), data.clone());
+                loom::thread::spawn(move || {
+                    let sh = ring.shared();
+                    // The late write: A's record, through the pointer it still has.
+                    data[a.rec_off as usize].with_mut(|p| unsafe { *p = 0xA });
+                    // The commit looks first and writes no header: the claim is gone.
+                    assert_ne!(sh.entry(a.seq).load(Acquire), a.claimed);
+                    assert!(!sh.settle(&a, ClaimState::Committed, &ring.open[0]));
+                })
+            };
+            let producer = {
+                let (ring, data) = (ring.clone(), data.clone());
+                loom::thread::spawn(move || {
+                    let sh = ring.shared();
+                    let mut placed = Vec::new();
+                    for _ in 0..2 {
+                        let c = loop {
+                            match sh.try_claim(2, 1, &ring.open[1]) {
+                                Ok(c) => break c,
+                                Err(ClaimError::Broken) => panic!("broken"),
+                                Err(_) => loom::thread::yield_now(),
+                            }
+                        };
+                        for u in c.rec_off..c.rec_off + c.rec_units {
+                            data[u as usize].with_mut(|p| unsafe { *p = 0xB });
+                        }
+                        assert!(sh.settle(&c, ClaimState::Committed, &ring.open[1]));
+                        placed.push(c.rec_off);
+                    }
+                    placed
+                })
+            };
+            // The consumer: hands out and releases B's records, reading them, and
+            // drops the pin once A has settled.
+            let mut got = 0;
+            let mut pinned = true;
+            while got < 2 {
+                if pinned && ring.open[0].load(Acquire) != value {
+                    sh.pins.clear(0, 0);
+                    pinned = false;
+                }
+                match cur.poll(&sh) {
+                    Poll::Record {
+                        seq,
+                        rec_off,
+                        rec_units,
+                    } => {
+                        for u in rec_off..rec_off + rec_units {
+                            assert_eq!(data[u as usize].with(|p| unsafe { *p }), 0xB);
+                        }
+                        cur.release(seq).unwrap();
+                        cur.publish(&sh);
+                        got += 1;
+                    }
+                    Poll::Skipped { .. } => cur.publish(&sh),
+                    Poll::Empty | Poll::Pending { .. } => loom::thread::yield_now(),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            holder.join().unwrap();
+            let placed = producer.join().unwrap();
+            // B's second record wrapped: around the pin (at unit 1) while A may
+            // still write unit 0, or at the start once A settled.
+            if placed[1] == 0 {
+                UNPINNED_REUSE.fetch_add(1, Relaxed);
+            } else {
+                PLACED_AROUND.fetch_add(1, Relaxed);
+            }
+        });
+        assert!(
+            PLACED_AROUND.load(Relaxed) > 0,
+            "no record was placed around the pin"
+        );
+        assert!(UNPINNED_REUSE.load(Relaxed) > 0, "the pin never went");
+    }
+
+    static PLACED_AROUND: AtomicUsize = AtomicUsize::new(0);
+    static UNPINNED_REUSE: AtomicUsize = AtomicUsize::new(0);
 }

@@ -142,3 +142,87 @@ fn an_overtaken_claim_aborted_or_abandoned_gives_its_space_back() {
     assert_eq!(seg.stats().oldest_pending_age_ns, 0);
     assert_eq!(consumer.outstanding(), 0);
 }
+
+/// Every producer slot but one holds a reservation (63 claims made together, a
+/// peer or stuck capture threads): they are parked together and pinned, and the
+/// ring goes on around them. The honest producer sends ten rings' worth of
+/// records while they are held, each delivered once, intact, in order; when the
+/// claim log fills up behind them they are taken back (their records still
+/// pinned), and once their holders settle the whole ring is free again.
+#[test]
+fn the_ring_goes_on_around_every_slot_holding_a_claim() {
+    let cfg = Config {
+        capacity: 1 << 20,
+        max_producers: 64,
+        ..Config::default()
+    };
+    let seg = Segment::create_memfd("overtake-all-slots", &cfg).unwrap();
+    let consumer = Consumer::with_options(
+        seg.clone(),
+        ConsumerOptions {
+            overtake_after: Some(Duration::from_millis(20)),
+            liveness_interval: Duration::from_millis(5),
+            claim_timeout: None,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut holders: Vec<_> = (0..63).map(|_| seg.producer().unwrap()).collect();
+    let held: Vec<_> = holders
+        .iter_mut()
+        .map(|p| p.reserve_raw(4000, shmring::FullPolicy::Fail).unwrap())
+        .collect();
+    let mut honest = seg.producer().unwrap();
+    let record = 8 << 10;
+    let laps = 10 * (1 << 20) / record;
+    for i in 0..laps {
+        // A full ring or claim log: the consumer (here, between attempts) must
+        // make room.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut r = loop {
+            match honest.try_reserve(record) {
+                Ok(r) => break r,
+                Err(shmring::Error::Full { .. }) => {
+                    assert!(std::time::Instant::now() < deadline, "record {i}: no room");
+                    assert!(consumer
+                        .next_timeout(Some(Duration::from_millis(5)))
+                        .unwrap()
+                        .is_none());
+                }
+                Err(e) => panic!("record {i}: {e}"),
+            }
+        };
+        for h in &held {
+            let (p, q) = (r.payload().as_ptr() as usize, h.ptr as usize);
+            assert!(
+                p + record <= q || q + h.len <= p,
+                "record {i} placed on a held reservation"
+            );
+        }
+        r.payload().fill(i as u8);
+        r.commit(Meta::new(AUDIO, i as u32)).unwrap();
+        let f = consumer
+            .next_timeout(Some(Duration::from_secs(30)))
+            .unwrap()
+            .expect("the honest record");
+        assert_eq!((f.kind(), f.payload()[0]), (i as u32, i as u8));
+        assert!(f.payload().iter().all(|&b| b == i as u8), "record {i} torn");
+    }
+    let st = seg.stats();
+    assert_eq!(st.stalled_claims, 63, "{st:?}");
+    assert_eq!((st.corruption, st.resets), (0, 0));
+    // Their holders settle: taken back (the log filled behind them), their commits
+    // fail and write nothing; then nothing stays pinned.
+    for (p, _) in holders.iter_mut().zip(&held) {
+        assert!(p.commit_raw(4000, Meta::new(VIDEO, 0)).is_err());
+    }
+    assert_eq!(seg.stats().expired_claims, 63);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while seg.stats().pinned_bytes != 0 {
+        assert!(std::time::Instant::now() < deadline, "pins left");
+        assert!(consumer
+            .next_timeout(Some(Duration::from_millis(5)))
+            .unwrap()
+            .is_none());
+    }
+}

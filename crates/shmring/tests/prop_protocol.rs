@@ -120,6 +120,9 @@ struct Ring {
     open: Vec<AtomicU64>,
     /// Each unit of the data ring holds the tag of the record written there.
     data: Vec<u64>,
+    /// The pin table (see `layout::Pins`).
+    pinned: std::sync::atomic::AtomicU32,
+    pins: Vec<AtomicU64>,
 }
 
 struct Model {
@@ -157,6 +160,10 @@ impl Ring {
             log,
             open: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
             data: vec![0; CAP as usize],
+            pinned: std::sync::atomic::AtomicU32::new(0),
+            pins: (0..shmring::layout::MAX_PINS)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
         }
     }
     fn shared(&self) -> Shared<'_> {
@@ -165,6 +172,10 @@ impl Ring {
             read: &self.read,
             log: &self.log,
             cap_units: CAP,
+            pins: shmring::protocol::PinTable {
+                in_use: &self.pinned,
+                extent: &self.pins,
+            },
         }
     }
 }
@@ -394,6 +405,7 @@ fn place(m: &mut Model, ring: &mut Ring, cur: &mut ConsumerCursor) {
             seq: m.seq(i),
             pos: abs,
             total: pad,
+            paddings: 0,
             rec_off: off,
             rec_units: pad,
             claimed,

@@ -136,6 +136,9 @@ pub enum Op {
     /// The log entry of the claim this far from the cursor at this offset (an
     /// open-claim word made to match a claim in the log).
     EntryAt { cursor: usize, delta: i64 },
+    /// A pin of this many units where the cursor at this offset points (a pin
+    /// on the space the next record takes).
+    PinAt { cursor: usize, units: u64 },
 }
 
 /// One value of the matrix.
@@ -176,6 +179,40 @@ pub fn apply(op: &Op, cur: u64, ctx: &Ctx, seg: &dyn Peek) -> u64 {
         Op::EntryAt { cursor, delta } => {
             let k = cursor_seq(seg.word(*cursor)).wrapping_add(*delta as u64);
             seg.word(ctx.log_offset + 8 * (k % ctx.n) as usize)
+        }
+        Op::PinAt { cursor, units } => {
+            let off = POS.get(seg.word(*cursor)) % ctx.cap;
+            shmring::protocol::pack_pin(off, *units)
+        }
+    }
+}
+
+/// A pin's extent: where it lies and how long it is, inside the ring and past it.
+fn pin_values(ctx: &Ctx, out: &mut Vec<Value>) {
+    let (cap, r) = (ctx.cap, ctx.rec);
+    let pin = shmring::protocol::pack_pin;
+    for (sym, v) in [
+        ("whole", pin(0, cap)),
+        ("first", pin(0, 1)),
+        ("first-r", pin(0, r)),
+        ("half", pin(cap / 2, cap / 2)),
+        ("last", pin(cap - 1, 1)),
+        ("off=cap", pin(cap, 1)),
+        ("units=cap+1", pin(0, cap + 1)),
+        ("off=mask", pin(0xffff_ffff, 1)),
+        ("units=mask", pin(0, 0xffff_ffff)),
+    ] {
+        out.push(Value {
+            name: format!("pin={sym}"),
+            op: Op::Abs(v),
+        });
+    }
+    for (sym, cursor) in [("write", ctx.write_offset), ("read", ctx.read_offset)] {
+        for (usym, units) in [("1", 1), ("r", r), ("cap", cap)] {
+            out.push(Value {
+                name: format!("pin=at-{sym},units={usym}"),
+                op: Op::PinAt { cursor, units },
+            });
         }
     }
 }
@@ -406,6 +443,7 @@ pub fn values(word: &Word, ctx: &Ctx) -> Vec<Value> {
         match (f.role, f.bits) {
             (Role::Cursor, 64) => cursor_values(ctx, &mut out),
             (Role::Entry, 64) => entry_values(ctx, f.name == "open_claim", &mut out),
+            (Role::Pin, 64) => pin_values(ctx, &mut out),
             (Role::Magic, _) => {
                 let b = Bits { shift: 0, bits: 64 };
                 out.push(one("magic+1".into(), b, FieldOp::Add(1)));

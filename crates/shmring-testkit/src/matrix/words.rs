@@ -6,8 +6,8 @@ use std::mem::{offset_of, size_of};
 
 use shmring::layout::{
     ClaimHealth, ConsumerCounters, ConsumerRole, Control, Cursors, Futex, Geometry, Identity, Line,
-    ProducerCounters, Slot, TetherLine, Tethers, CONTROL_SIZE, MAX_TETHERS, SLOT_ACTIVE, SLOT_FREE,
-    TETHER_ACTIVE, TETHER_DETACHED, TETHER_FREE, TETHER_REQUESTED,
+    Pins, ProducerCounters, Slot, TetherLine, Tethers, CONTROL_SIZE, MAX_PINS, MAX_TETHERS,
+    SLOT_ACTIVE, SLOT_FREE, TETHER_ACTIVE, TETHER_DETACHED, TETHER_FREE, TETHER_REQUESTED,
 };
 
 /// What a field holds, which decides the values written over it.
@@ -32,6 +32,8 @@ pub enum Role {
     State(&'static [u32]),
     /// The tether mask (one bit per line).
     Mask,
+    /// A pin's extent: ring offset (units, low half) and length (units, high half).
+    Pin,
 }
 
 /// One field inside a word.
@@ -73,6 +75,11 @@ const TETHER_STATES: &[u32] = &[
 ];
 /// The consumer role: 0 none, 1 attached (see [`ConsumerRole`]).
 const ROLE_STATES: &[u32] = &[0, 1];
+/// The pins in use: none, one, every entry.
+const PINNED_STATES: &[u32] = &[0, 1, MAX_PINS as u32];
+/// The pin entries named (and given their own values): the first two and the
+/// last; the others get the absolute values of every word.
+const PINS_NAMED: &[usize] = &[0, 1, MAX_PINS - 1];
 
 /// A field of the layout at a byte offset.
 struct At {
@@ -128,6 +135,10 @@ fn control_fields() -> Vec<(String, At)> {
     push("cursors.", at!(cur, Cursors, read, 8, Role::Cursor));
     push("cursors.", at!(cur, Cursors, peek, 8, Role::Cursor));
     push("cursors.", at!(cur, Cursors, owner_read, 8, Role::Cursor));
+    push(
+        "cursors.",
+        at!(cur, Cursors, pinned, 4, Role::State(PINNED_STATES)),
+    );
     for (prefix, base) in [
         ("data.", offset_of!(Control, data)),
         ("space.", offset_of!(Control, space)),
@@ -168,6 +179,23 @@ fn control_fields() -> Vec<(String, At)> {
         push(at!(base, TetherLine, bytes_consumed, 8, Role::Counter));
         push(at!(base, TetherLine, lost, 8, Role::Counter));
     }
+    let pins = offset_of!(Control, pins);
+    for &i in PINS_NAMED {
+        for (name, base, role) in [
+            ("extent", pins + offset_of!(Pins, extent), Role::Pin),
+            ("claim", pins + offset_of!(Pins, claim), Role::Entry),
+        ] {
+            v.push((
+                format!("pins.{name}[{i}]"),
+                At {
+                    off: base + 8 * i,
+                    size: 8,
+                    name: if name == "extent" { "extent" } else { "claim" },
+                    role,
+                },
+            ));
+        }
+    }
     v
 }
 
@@ -180,7 +208,7 @@ fn slot_fields() -> Vec<(String, At)> {
     let pc = offset_of!(Slot, counters);
     counters!(push, "counters.", pc, ProducerCounters,
         records_committed: 8, bytes_committed: 8, aborted: 8,
-        drops_full: 8, waits: 8, wakes_sent: 8,
+        drops_full: 8, waits: 8, wakes_sent: 8, paddings: 8,
     );
     v
 }

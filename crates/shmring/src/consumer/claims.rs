@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::layout::{ClaimState, RecordHeader, SEQ_MASK, UNIT};
+use crate::layout::{cursor_seq, seq_diff, ClaimState, RecordHeader, SEQ_MASK, UNIT};
 use crate::producer::{bump, Meta};
 use crate::protocol::{is_forged, ConsumerCursor, Poll};
 use crate::slots;
@@ -27,6 +27,64 @@ pub(super) struct Watched {
     pub(super) since_ns: u64,
     /// Last liveness check.
     pub(super) checked: Instant,
+}
+
+/// When claims were first seen in flight: samples of the write cursor's claim
+/// number, each with the time it was read, taken whenever the consumer starts
+/// watching a pending claim and at each liveness look at one. A claim the
+/// write cursor had passed at a sample existed then: its clocks start at the
+/// oldest such sample. So every claim's clock starts within one liveness
+/// interval of the moment it was made, however many claims are pending before
+/// it (one clock for the ring, not one per claim in turn). Fixed size, no
+/// allocation.
+pub(super) struct ClaimClock {
+    /// Oldest first: (claim number, when, when in ns).
+    samples: [(u64, Instant, u64); CLOCK_SAMPLES],
+    len: usize,
+    n: u64,
+}
+
+const CLOCK_SAMPLES: usize = 16;
+
+impl ClaimClock {
+    pub(super) fn new() -> ClaimClock {
+        ClaimClock {
+            samples: [(0, Instant::now(), 0); CLOCK_SAMPLES],
+            len: 0,
+            n: 1,
+        }
+    }
+
+    /// The write cursor read `w` (its claim number) at `now`. A sample whose
+    /// claims are all behind the claims in flight now is no use any more.
+    fn note(&mut self, w: u64, now: Instant, n: u64) {
+        self.n = n;
+        if self.len > 0 && self.samples[self.len - 1].0 == w {
+            return;
+        }
+        if self.len == CLOCK_SAMPLES {
+            self.samples.copy_within(1.., 0);
+            self.len -= 1;
+        }
+        self.samples[self.len] = (w, now, now_ns());
+        self.len += 1;
+    }
+
+    /// Since when claim `seq` (masked) has been in flight, as far as the samples
+    /// tell; `now` if none saw it.
+    fn since(&mut self, seq: u64, now: Instant) -> (Instant, u64) {
+        // Drop samples that saw only claims before this one: later claims the
+        // peek cursor reaches are after it too.
+        while self.len > 0 {
+            let d = seq_diff(self.samples[0].0, seq);
+            if d != 0 && d <= self.n {
+                return (self.samples[0].1, self.samples[0].2);
+            }
+            self.samples.copy_within(1.., 0);
+            self.len -= 1;
+        }
+        (now, now_ns())
+    }
 }
 
 /// Parked claims watched without allocating; more grow the list (at most one per
@@ -98,8 +156,10 @@ impl Consumer {
                 rec_off,
                 rec_units,
             } => {
-                if parked.is_none() {
-                    self.set_pending(None);
+                match parked {
+                    None => self.set_pending(None),
+                    // Its record stays pinned while the frame is held.
+                    Some(_) => self.pins.borrow_mut().handed_out(&self.seg, seq),
                 }
                 // SAFETY: rec_off + rec_units <= cap_units (validated geometry), so the
                 // 64-byte header lies inside the data ring. It may be changing under
@@ -120,7 +180,7 @@ impl Consumer {
                         bump(&self.seg.control().counters.0.corruption, 1);
                         return Ok(Step::Wait);
                     }
-                    let _ = cur.release(seq);
+                    let _ = self.release_in(cur, seq);
                     self.publish(cur);
                     let what = if h.len > room {
                         "record length exceeds its claim"
@@ -152,7 +212,7 @@ impl Consumer {
                 }
                 if !self.opts.filter.takes_record(h.kind, h.stream) {
                     // Refused: released unread, its space back to producers now.
-                    if cur.release(seq).unwrap_or(false) {
+                    if self.release_in(cur, seq).unwrap_or(false) {
                         self.publish(cur);
                         self.wake_producers(cur);
                     }
@@ -187,8 +247,18 @@ impl Consumer {
                 }))
             }
             Poll::Skipped { state } => {
-                if parked.is_none() {
-                    self.set_pending(None);
+                match parked {
+                    None => self.set_pending(None),
+                    // Aborted: its holder settled it. Abandoned (by us, a reset,
+                    // or a peer): its holder may still write it until it settles.
+                    Some((_, seq)) if state == ClaimState::Aborted => {
+                        if self.pins.borrow_mut().settled(&self.seg, seq) {
+                            self.pins_changed();
+                        }
+                    }
+                    Some((_, seq)) => {
+                        self.pins.borrow_mut().taken_back(seq);
+                    }
                 }
                 if let (Some(cc), true) = (counters, state != ClaimState::Abandoned) {
                     bump(&cc.skipped_aborted, 1);
@@ -238,8 +308,10 @@ impl Consumer {
     }
 
     /// A claim is pending: every liveness interval, skip it if its producer is
-    /// dead or it is not really that producer's; overtake it if it stays pending
-    /// past `overtake_after`.
+    /// dead or it is not really that producer's, and take it back once it has been
+    /// pending for the claim timeout; park it (pinned, so the ring goes on around
+    /// it) once it has been pending for `overtake_after`. A claim taken back while
+    /// its holder may still write it stays pinned until the holder settles it.
     fn on_pending(
         &self,
         cur: &mut ConsumerCursor,
@@ -257,15 +329,12 @@ impl Consumer {
             None => match self.pending.get() {
                 Some(w) if w.seq == cur.peek_seq => w,
                 _ => {
-                    let w = Watched {
-                        seq: cur.peek_seq,
-                        pos: cur.peek_pos,
-                        since: now,
-                        since_ns: now_ns(),
-                        checked: now,
-                    };
+                    let w = self.watch(cur, now);
                     self.set_pending(Some(w));
-                    return Ok(Step::Wait);
+                    if w.checked == now {
+                        return Ok(Step::Wait);
+                    }
+                    w
                 }
             },
         };
@@ -273,6 +342,7 @@ impl Consumer {
             return Ok(Step::Wait);
         }
         w.checked = now;
+        drop(self.note_claims(now));
         match parked {
             Some((i, _)) => self.parked.borrow_mut()[i] = w,
             None => self.pending.set(Some(w)),
@@ -284,12 +354,27 @@ impl Consumer {
         let alive = !owner || slots::is_alive(&self.seg, slot);
         let forged =
             owner && alive && is_forged(&sh, w.seq, value, &self.seg.slot(slot).open_claim);
+        // Taken back at the claim timeout; a parked claim also once the claim log
+        // is full behind it (its log entry holds every claim after it: its record
+        // is pinned, so nothing is risked by taking it back early, and the other
+        // producers go on).
         let expired = owner
-            && self
+            && (self
                 .opts
                 .claim_timeout
-                .is_some_and(|t| now.duration_since(w.since) >= t);
+                .is_some_and(|t| now.duration_since(w.since) >= t)
+                || parked.is_some() && self.log_full(cur));
         if !alive || forged || expired {
+            // Taken back from a live holder whose open-claim word holds the claim:
+            // it may still write the record, which stays pinned until it settles.
+            // With no room left to pin it, it is not taken back yet.
+            let orphan = alive && !forged;
+            if orphan {
+                let pins = self.pins.borrow();
+                if !pins.is_parked(w.seq) && !pins.has_room() {
+                    return Ok(Step::Wait);
+                }
+            }
             if ConsumerCursor::abandon_at(&sh, w.seq, value) {
                 let h = &self.seg.control().health.0;
                 if !alive {
@@ -299,6 +384,15 @@ impl Consumer {
                     bump(&self.seg.control().counters.0.corruption, 1);
                 } else {
                     bump(&h.expired_claims, 1);
+                }
+                let mut pins = self.pins.borrow_mut();
+                if orphan {
+                    if !pins.taken_back(w.seq) {
+                        pins.pin(&self.seg, w.seq, w.pos, value, true);
+                    }
+                } else if pins.settled(&self.seg, w.seq) {
+                    drop(pins);
+                    self.pins_changed();
                 }
             }
             slots::reap(&self.seg);
@@ -311,9 +405,20 @@ impl Consumer {
             if let Some(limit) = self.opts.overtake_after {
                 if now.duration_since(w.since) >= limit {
                     let units = crate::layout::LogEntry::unpack(value).units;
-                    let (seq, pos) = cur.park(units);
+                    // Pinned, the ring's read cursor goes past it at once: the
+                    // ring goes on around it (the ring's consumer only).
+                    let pinned = owner
+                        && self
+                            .pins
+                            .borrow_mut()
+                            .pin(&self.seg, w.seq, w.pos, value, false);
+                    let (seq, pos) = cur.park(units, pinned);
                     self.parked.borrow_mut().push(Watched { seq, pos, ..w });
                     self.set_pending(None);
+                    if pinned {
+                        self.publish(cur);
+                        self.wake_producers(cur);
+                    }
                     if owner {
                         bump(&self.seg.control().health.0.stalled_claims, 1);
                     }
@@ -325,6 +430,40 @@ impl Consumer {
             }
         }
         Ok(Step::Wait)
+    }
+
+    /// Is the claim log full from our read cursor to the write cursor (every
+    /// entry in flight, so producers cannot claim)?
+    fn log_full(&self, cur: &ConsumerCursor) -> bool {
+        let n = self.seg.geometry().log_entries as u64;
+        // Acquire: as any cursor load (only its claim number is used).
+        let w = cursor_seq(self.seg.shared().write.load(Ordering::Acquire));
+        seq_diff(w, cur.read_seq & SEQ_MASK) >= n
+    }
+
+    /// Starts watching the claim pending at the peek cursor, with its clocks
+    /// (overtaking, the claim timeout, the first liveness look) started when the
+    /// claim was first seen in flight (see [`ClaimClock`]): claims held together
+    /// are parked and taken back together, not one after the other.
+    fn watch(&self, cur: &ConsumerCursor, now: Instant) -> Watched {
+        let (since, since_ns) = self.note_claims(now).since(cur.peek_seq & SEQ_MASK, now);
+        Watched {
+            seq: cur.peek_seq,
+            pos: cur.peek_pos,
+            since,
+            since_ns,
+            checked: since,
+        }
+    }
+
+    /// Notes which claims are in flight now (the write cursor's claim number):
+    /// at each new watch and each liveness look at a pending claim.
+    fn note_claims(&self, now: Instant) -> std::cell::RefMut<'_, ClaimClock> {
+        // Acquire: as any cursor load (only its claim number is used).
+        let w = cursor_seq(self.seg.shared().write.load(Ordering::Acquire));
+        let mut clock = self.clock.borrow_mut();
+        clock.note(w, now, self.seg.geometry().log_entries as u64);
+        clock
     }
 
     /// Notes the claim pending at the peek cursor. Publishing it for `stat` (one

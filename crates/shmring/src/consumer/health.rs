@@ -12,7 +12,7 @@ use crate::sync::Ordering;
 use crate::{slots, tether};
 
 use super::claims::Step;
-use super::Consumer;
+use super::{pins, Consumer};
 
 /// What the consumer has seen of the ring's health (see [`Consumer::health`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -197,7 +197,10 @@ impl Consumer {
             self.publish(&cur);
         }
         let limit = self.opts.tether_stall_limit;
-        let detached = self.role.audit_tethers(&self.seg, own, limit);
+        let (detached, mended) = self.role.audit_tethers(&self.seg, own, limit);
+        if mended > 0 {
+            repair("tether mask or line state changed");
+        }
         let asked = c.tethers.0.mask.load(Ordering::Relaxed) != 0;
         if detached > 0 || asked {
             self.publish(&cur);
@@ -212,6 +215,15 @@ impl Consumer {
         if cur.repair_ahead(&sh) > 0 {
             repair("claim log entry ahead of the write cursor rewritten");
         }
+        if self.pins.borrow_mut().repair(&self.seg) {
+            repair("pin table changed");
+        }
+        // Records pinned for claims taken back: back once their holders settled
+        // them or died.
+        let unpinned = self.pins.borrow_mut().check_orphans(&self.seg);
+        if unpinned {
+            self.pins_changed();
+        }
         self.audit_claims(&mut cur)
     }
 
@@ -219,8 +231,7 @@ impl Consumer {
     /// it, do the write cursor and claim log agree with its cursors? `Ok(true)`: it
     /// resynchronised.
     fn audit_tethered(&self, j: u32) -> Result<bool> {
-        tether::check(&self.seg, j)?;
-        if !self.joined.get() {
+        if !self.check_role()? || !self.joined.get() {
             return Ok(false);
         }
         let mut cur = self.cur.borrow_mut();
@@ -251,7 +262,11 @@ impl Consumer {
         let sh = self.seg.shared();
         let c = self.seg.control();
         self.seg.restore_identity();
-        let tethers_pos = self.role.tethers_floor_pos(&self.seg, cur.read_pos);
+        let tethers_pos = self.role.tethers_floor_pos(&self.seg, cur.front_pos());
+        // Claims in flight are forgotten, but their holders may still write them:
+        // their records stay pinned until they settle.
+        self.pins.borrow_mut().forget_parked();
+        self.pin_in_flight(cur);
         let base = cur.reset(&sh, tethers_pos);
         // Release: tethered consumers rebase here (see `resync`).
         c.tethers.0.reset_base.store(base, Ordering::Release);
@@ -279,6 +294,36 @@ impl Consumer {
         self.health.set(h);
         slots::reap(&self.seg);
         self.wake_producers(cur);
+    }
+
+    /// Before a reset forgets them: pins the records of the claims between the
+    /// peek and write cursors whose live holders' open-claim words hold them (an
+    /// honest producer still writing), as taken back. At most a log's worth of
+    /// entries, stopping at the first that is not a claim.
+    fn pin_in_flight(&self, cur: &ConsumerCursor) {
+        let sh = self.seg.shared();
+        let n = self.seg.geometry().log_entries as u64;
+        // Acquire: as any cursor load.
+        let w = cursor_seq(sh.write.load(Ordering::Acquire));
+        let ahead = seq_diff(w, cur.peek_seq);
+        if ahead > n {
+            return;
+        }
+        let mut pins = self.pins.borrow_mut();
+        let mut pos = cur.peek_pos;
+        for j in cur.peek_seq..cur.peek_seq + ahead {
+            // Acquire: as in `poll`.
+            let v = sh.entry(j).load(Ordering::Acquire);
+            let e = crate::layout::LogEntry::unpack(v);
+            if e.stamp != j & crate::layout::SEQ_MASK || e.units == 0 || e.units > sh.cap_units {
+                return;
+            }
+            if e.state == crate::layout::ClaimState::Claimed && pins::holder_may_write(&self.seg, v)
+            {
+                pins.pin(&self.seg, j, pos, v, true);
+            }
+            pos += e.units;
+        }
     }
 
     /// Recovers from corruption by hand (with `auto_reset`, the consumer does this

@@ -7,6 +7,7 @@
 mod claims;
 mod frame;
 mod health;
+mod pins;
 mod role;
 mod shared;
 mod wait;
@@ -45,6 +46,10 @@ pub struct Consumer {
     pending: Cell<Option<Watched>>,
     /// Pending claims the peek cursor stepped over, oldest first.
     parked: RefCell<Vec<Watched>>,
+    /// The records producers place around (the ring's consumer's; see `pins.rs`).
+    pins: RefCell<Box<pins::Pins>>,
+    /// When claims were first seen in flight (see `claims::ClaimClock`).
+    clock: RefCell<claims::ClaimClock>,
     /// A record was handed out since the last sleep (see `latency_budget`).
     found: Cell<bool>,
     /// Polls to spin in the next wait (adapts up to `ConsumerOptions::spin`).
@@ -64,6 +69,9 @@ pub struct Consumer {
     health: Cell<Health>,
     /// When the claim published as the oldest pending was first seen (0: none).
     published_since: Cell<u64>,
+    /// A tethered consumer: since when its line has read expelled, unconfirmed
+    /// (see `Consumer::check_role`).
+    detached_seen: Cell<Option<Instant>>,
     /// A shared consumer's: releases other threads queued (see `shared.rs`).
     remote: Option<Arc<shared::Remote>>,
 }
@@ -104,13 +112,57 @@ impl Consumer {
         }
         let published = c.cursors.0.read.load(Ordering::Relaxed);
         let role = Role::owner(tethers, published);
-        let c = Consumer::with_role(seg, role, read, opts);
+        // A predecessor with pinned records published a position ahead of its
+        // claim number: start where that claim number is, and take over what
+        // lies between (see `ConsumerCursor::take_over`).
+        let n = seg.geometry().log_entries as u64;
+        let start = ConsumerCursor::position_of(&seg.shared(), cursor_seq(read), n)
+            .map_or(read, |pos| {
+                crate::layout::pack_cursor(cursor_seq(read), pos)
+            });
+        let c = Consumer::with_role(seg, role, start, opts);
+        c.take_over(cursor_pos(read));
         // A predecessor may have died holding a ring that a peer then scribbled on:
         // look before the first frame. (With `auto_reset` off, what it finds is
         // reported by the first `next` instead, so the application can attach and
         // then reset.)
         let _ = c.audit();
         Ok(c)
+    }
+
+    /// Taking over the ring from a consumer that published `front` as its
+    /// position: the claims before it that it had released stay done, pinned ones
+    /// are parked (handed out when committed), and the pins its predecessor left
+    /// for holders that may still write stay until they settle.
+    fn take_over(&self, front: u64) {
+        let sh = self.seg.shared();
+        let t = &self.seg.control().pins.0;
+        let in_table = |extent: u64| {
+            // Acquire: as any load of the table.
+            t.extent.iter().any(|e| e.load(Ordering::Acquire) == extent)
+        };
+        let parked = self.cur.borrow_mut().take_over(&sh, front, in_table);
+        let now = Instant::now();
+        let cap = self.seg.geometry().cap_units();
+        let mut mine = Vec::with_capacity(parked.len());
+        for &(seq, pos) in &parked {
+            let e = crate::layout::LogEntry::unpack(sh.entry(seq).load(Ordering::Acquire));
+            if let Some((off, len)) = crate::layout::claim_geometry(pos, e.units, cap) {
+                mine.push((crate::protocol::pack_pin(off, len), seq));
+            }
+            self.parked.borrow_mut().push(Watched {
+                seq,
+                pos,
+                since: now,
+                since_ns: crate::sys::now_ns(),
+                checked: now,
+            });
+        }
+        self.pins.borrow_mut().take_over(&self.seg, |extent| {
+            mine.iter().find(|m| m.0 == extent).map(|m| m.1)
+        });
+        let cur = self.cur.borrow();
+        self.publish(&cur);
     }
 
     /// Attaches a *tethered* consumer: a full consumer beside the ring's own, with
@@ -156,6 +208,8 @@ impl Consumer {
             opts,
             pending: Cell::new(None),
             parked: RefCell::new(Vec::with_capacity(PARKED_PREALLOC)),
+            pins: RefCell::new(Box::new(pins::Pins::new())),
+            clock: RefCell::new(claims::ClaimClock::new()),
             found: Cell::new(false),
             spin_limit: Cell::new(opts.spin),
             last_reap: Cell::new(None),
@@ -166,6 +220,7 @@ impl Consumer {
             corrupt_since: Cell::new(None),
             health: Cell::new(Health::default()),
             published_since: Cell::new(0),
+            detached_seen: Cell::new(None),
             remote: None,
         }
     }
@@ -203,8 +258,36 @@ impl Consumer {
         if self.role.is_owner() {
             return Ok(true);
         }
-        self.role.check(&self.seg)?;
-        self.join()
+        Ok(self.check_role()? && self.join()?)
+    }
+
+    /// Is this consumer still attached and may it hand out records now? A
+    /// tethered consumer whose line reads expelled as stalled (DETACHED) waits
+    /// four liveness intervals for the ring's consumer to confirm it (it writes
+    /// a DETACHED another process forged back at its next audit): `Ok(false)`
+    /// meanwhile, handing out nothing (if it is real, its frames are no longer
+    /// protected); then [`Error::Detached`]. Any other state ends it at once.
+    fn check_role(&self) -> Result<bool> {
+        match self.role.check(&self.seg) {
+            Ok(()) => {
+                self.detached_seen.set(None);
+                Ok(true)
+            }
+            Err(e) => {
+                let Some(j) = self.role.line() else {
+                    return Err(e);
+                };
+                if !tether::reads_expelled(&self.seg, j) {
+                    return Err(e);
+                }
+                let since = *self.detached_seen.get().get_or_insert_with(Instant::now);
+                self.detached_seen.set(Some(since));
+                if since.elapsed() >= self.opts.liveness_interval * 4 {
+                    return Err(e);
+                }
+                Ok(false)
+            }
+        }
     }
 
     /// A tethered consumer's line as the ring lists it (its counters and lag);
@@ -260,12 +343,12 @@ impl Consumer {
         let mut start: Option<Instant> = None;
         let mut spins = 0u32;
         let mut skips = 0u32;
-        self.role.check(&self.seg)?;
+        let mut usable = self.check_role()?;
         loop {
             // Before every look at the ring, so before a wait and after a wake:
             // releases other threads queued (a shared consumer's).
             self.apply_queued();
-            if !self.join()? {
+            if !usable || !self.join()? {
                 if timeout == Some(Duration::ZERO) {
                     return Ok(None);
                 }
@@ -277,6 +360,7 @@ impl Consumer {
                 if timeout.is_some_and(|t| start.get_or_insert_with(Instant::now).elapsed() >= t) {
                     return Ok(None);
                 }
+                usable = self.check_role()?;
                 continue;
             }
             let n = self.since_audit.get() + 1;
@@ -349,7 +433,7 @@ impl Consumer {
     /// released too.
     pub fn release_raw(&self, seq: u64) -> Result<()> {
         let mut cur = self.cur.borrow_mut();
-        match cur.release(seq) {
+        match self.release_in(&mut cur, seq) {
             Ok(moved) => {
                 if moved {
                     self.publish(&cur);
@@ -362,6 +446,29 @@ impl Consumer {
                 segment: self.seg.label(),
                 seq,
             }),
+        }
+    }
+
+    /// Releases `seq` in `cur` (see [`ConsumerCursor::release`]); a frame handed
+    /// out from a pinned record gives its pin back (producers waiting for space
+    /// are told: they may fit now).
+    fn release_in(
+        &self,
+        cur: &mut ConsumerCursor,
+        seq: u64,
+    ) -> std::result::Result<bool, crate::protocol::NotHeld> {
+        let moved = cur.release(seq)?;
+        if self.pins.borrow_mut().released(&self.seg, seq) {
+            self.pins_changed();
+        }
+        Ok(moved)
+    }
+
+    /// A pin went: producers waiting for space, which may have been short of room
+    /// around it, look again (the usual hysteresis does not see pins).
+    fn pins_changed(&self) {
+        if crate::wake::notify(&self.seg.control().space.0, true, None) {
+            crate::producer::bump(&self.seg.control().counters.0.wakes_sent, 1);
         }
     }
 

@@ -140,8 +140,12 @@ impl Role {
         }
         let cur = cur.borrow();
         // With a reset's gap open, our read cursor is two cursors: adopt once it is
-        // one again.
-        cur.can_reset() && tethers.borrow_mut().adopt(seg, cur.published())
+        // one again. With pinned records after our read cursor, the ring's read
+        // cursor is past bytes producers reuse around them: adopt once it is not
+        // (a tethered consumer starts at a cursor whose claim and position agree).
+        cur.can_reset()
+            && cur.front_pos() == cur.read_pos
+            && tethers.borrow_mut().adopt(seg, cur.published())
     }
 
     /// What the ring's read cursor should read for our own read cursor `own`: the
@@ -195,11 +199,12 @@ impl Role {
     }
 
     /// The ring's consumer's audit of the tethered consumers (see
-    /// `Supervisor::audit`): how many it detached. None for a tethered consumer.
-    pub(super) fn audit_tethers(&self, seg: &Segment, own: u64, limit: Duration) -> u32 {
+    /// `Supervisor::audit`): how many it detached, and how many words it
+    /// repaired. None for a tethered consumer.
+    pub(super) fn audit_tethers(&self, seg: &Segment, own: u64, limit: Duration) -> (u32, u32) {
         match self {
             Role::Owner { tethers, .. } => tethers.borrow_mut().audit(seg, own, limit),
-            Role::Tethered(_) => 0,
+            Role::Tethered(_) => (0, 0),
         }
     }
 

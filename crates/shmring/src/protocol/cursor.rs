@@ -38,6 +38,10 @@ const IDLE: u8 = 0;
 const HELD: u8 = 1;
 const DONE: u8 = 2;
 const PARKED: u8 = 3;
+/// Added to `HELD` or `PARKED`: the claim's record is pinned (see
+/// [`crate::layout::Pins`]), so the ring's read cursor may pass its bytes while
+/// it stays parked or held.
+const PIN: u8 = 0x80;
 
 /// Releasing a record that is not held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +56,10 @@ pub struct ConsumerCursor {
     pub read_pos: u64,
     state: Box<[u8]>,
     units: Box<[u32]>,
+    /// Claims from the read cursor on that are done or pinned, and their units:
+    /// the ring's read cursor (as published) is this much past ours in bytes.
+    pass: u64,
+    pass_units: u64,
     /// Records handed out and not released (state HELD).
     held: u64,
     /// After a reset with records still held: where the old generation ends and
@@ -79,6 +87,8 @@ impl ConsumerCursor {
             read_pos: pos,
             state: vec![IDLE; log_entries].into_boxed_slice(),
             units: vec![0; log_entries].into_boxed_slice(),
+            pass: 0,
+            pass_units: 0,
             held: 0,
             gap: None,
         }
@@ -125,9 +135,17 @@ impl ConsumerCursor {
         }
     }
 
-    /// Units between the read and peek cursors.
+    /// Units between the ring's read cursor as we publish it and the peek cursor:
+    /// what we hold that producers cannot claim (pinned claims behind it are
+    /// placed around instead).
     pub fn held_units(&self) -> u64 {
-        self.peek_pos - self.read_pos
+        self.peek_pos - self.front_pos()
+    }
+
+    /// Our read position as we publish it: past the claims from our read cursor
+    /// on that are done or pinned. Unmasked, like our other positions.
+    pub fn front_pos(&self) -> u64 {
+        self.read_pos + self.pass_units
     }
 
     /// Looks at the next claim, once.
@@ -148,6 +166,12 @@ impl ConsumerCursor {
     /// records in commit order.
     pub fn poll_value(&mut self, sh: &Shared<'_>, v: u64) -> Poll {
         if self.outstanding() >= self.state.len() as u64 {
+            // A parked claim at our read cursor holds the claim log, not a frame
+            // we handed out: nothing more can be claimed until it is resolved, so
+            // wait for it.
+            if self.state[self.idx(self.read_seq)] & !PIN == PARKED {
+                return Poll::Empty;
+            }
             return Poll::Saturated;
         }
         let k = self.peek_seq;
@@ -230,12 +254,15 @@ impl ConsumerCursor {
 
     /// Steps the peek cursor over the pending claim it stands on (of `units` units,
     /// as validated by [`ConsumerCursor::poll`]), so later records can be handed
-    /// out while it stays pending. Its space stays claimed: the read cursor cannot
-    /// pass it until [`ConsumerCursor::poll_parked`] resolves it. Returns its
-    /// sequence number and position.
-    pub fn park(&mut self, units: u64) -> (u64, u64) {
+    /// out while it stays pending. Its log entry stays ours until
+    /// [`ConsumerCursor::poll_parked`] resolves it (the read cursor's claim number
+    /// cannot pass it); its bytes too unless `pinned` (the caller pinned its record,
+    /// see [`crate::layout::Pins`]): then the ring's read cursor may pass them.
+    /// Returns its sequence number and position.
+    pub fn park(&mut self, units: u64, pinned: bool) -> (u64, u64) {
         let at = (self.peek_seq, self.peek_pos);
-        self.step(units, PARKED);
+        self.step(units, if pinned { PARKED | PIN } else { PARKED });
+        self.advance_pass();
         at
     }
 
@@ -245,7 +272,7 @@ impl ConsumerCursor {
     /// parked is `Corrupt`.
     pub fn poll_parked(&mut self, sh: &Shared<'_>, seq: u64, pos: u64) -> Poll {
         let i = self.idx(seq);
-        if self.state[i] != PARKED || !self.in_window(seq) {
+        if self.state[i] & !PIN != PARKED || !self.in_window(seq) {
             return Poll::Corrupt("parked claim lost");
         }
         // Acquire: pairs with the producer's committing CAS (Release).
@@ -263,7 +290,7 @@ impl ConsumerCursor {
                 let Some((rec_off, rec_units)) = claim_geometry(pos, e.units, sh.cap_units) else {
                     return Poll::Corrupt("claim geometry");
                 };
-                self.state[i] = HELD;
+                self.state[i] = HELD | (self.state[i] & PIN);
                 self.held += 1;
                 Poll::Record {
                     seq,
@@ -321,7 +348,7 @@ impl ConsumerCursor {
             return Err(NotHeld);
         }
         let i = self.idx(seq);
-        if self.state[i] != HELD {
+        if self.state[i] & !PIN != HELD {
             return Err(NotHeld);
         }
         self.state[i] = DONE;
@@ -331,9 +358,12 @@ impl ConsumerCursor {
 
     /// Is `seq` handed out and not released?
     pub fn is_held(&self, seq: u64) -> bool {
-        self.in_window(seq) && self.state[self.idx(seq)] == HELD
+        self.in_window(seq) && self.state[self.idx(seq)] & !PIN == HELD
     }
 
+    /// Moves the read cursor over the released prefix, and the published
+    /// position over the done or pinned claims after it. Returns whether what we
+    /// publish moved.
     fn advance_read(&mut self) -> bool {
         let mut moved = false;
         loop {
@@ -343,6 +373,8 @@ impl ConsumerCursor {
                     self.read_seq = g.new_seq;
                     self.read_pos = g.new_pos;
                     self.gap = None;
+                    self.pass = 0;
+                    self.pass_units = 0;
                     moved = true;
                 }
             }
@@ -355,16 +387,49 @@ impl ConsumerCursor {
                 break;
             }
             self.state[i] = IDLE;
-            self.read_pos += self.units[i] as u64;
+            let units = self.units[i] as u64;
+            self.read_pos += units;
             self.read_seq += 1;
+            if self.pass > 0 {
+                // Already passed in bytes: only our claim number moves.
+                self.pass -= 1;
+                self.pass_units -= units;
+            }
+            moved = true;
+        }
+        self.advance_pass() || moved
+    }
+
+    /// Moves the published position over the claims after the read cursor (and
+    /// those it already passes) that are done or pinned: their bytes are free, or
+    /// producers place records around them. Within the generation the read
+    /// cursor is in. Returns whether it moved.
+    fn advance_pass(&mut self) -> bool {
+        let end = self.gap.map_or(self.peek_seq, |g| g.old_seq);
+        let mut moved = false;
+        while self.read_seq + self.pass < end {
+            let i = self.idx(self.read_seq + self.pass);
+            if self.state[i] != DONE && self.state[i] & PIN == 0 {
+                break;
+            }
+            self.pass += 1;
+            self.pass_units += self.units[i] as u64;
             moved = true;
         }
         moved
     }
 
-    /// Our read cursor as others must see it (see
-    /// [`ConsumerCursor::published_read_seq`]).
+    /// The ring's read cursor as we publish it: our claim number (see
+    /// [`ConsumerCursor::published_read_seq`]) and our published position
+    /// ([`ConsumerCursor::front_pos`]). Producers compare claim numbers and
+    /// positions separately, so the two need not belong to one claim.
     pub fn published(&self) -> u64 {
+        pack_cursor(self.published_read_seq(), self.front_pos())
+    }
+
+    /// Our own read cursor, its claim number and position belonging to one
+    /// claim: where a consumer taking over from us would start.
+    pub fn own_read(&self) -> u64 {
         pack_cursor(self.published_read_seq(), self.read_pos)
     }
 
@@ -418,7 +483,7 @@ impl ConsumerCursor {
         if seq_diff(k, self.peek_seq) > n {
             return Err("write cursor's claim number is outside the claim log");
         }
-        if pos_diff(p, self.read_pos) > sh.cap_units {
+        if pos_diff(p, self.front_pos()) > sh.cap_units {
             return Err("write cursor's position is outside the ring");
         }
         let mut pos = self.peek_pos;
@@ -561,6 +626,75 @@ impl ConsumerCursor {
         true
     }
 
+    /// The position of claim `seq` if the claims from it to the write cursor are
+    /// intact: the write cursor's position less their lengths (after helping the
+    /// cursor past claims already stamped at it). For a consumer taking over a
+    /// read cursor whose position ran ahead of its claim number (pinned records,
+    /// see [`ConsumerCursor::front_pos`]).
+    pub fn position_of(sh: &Shared<'_>, seq: u64, n: u64) -> Option<u64> {
+        let w = sh.help_write_cursor();
+        let (k, p) = (cursor_seq(w), cursor_pos(w));
+        let ahead = seq_diff(k, seq);
+        if ahead > n {
+            return None;
+        }
+        let mut units = 0u64;
+        for d in 0..ahead {
+            let j = seq + d;
+            // Acquire: as in `poll`.
+            let e = LogEntry::unpack(sh.entry(j).load(Ordering::Acquire));
+            if e.stamp != j & SEQ_MASK || e.units == 0 || e.units > sh.cap_units {
+                return None;
+            }
+            units += e.units;
+        }
+        (units <= sh.cap_units).then(|| p.wrapping_sub(units) & crate::layout::POS_MASK)
+    }
+
+    /// Taking over from a consumer that published `front` as its position, ahead
+    /// of our read cursor (where its claim number is): the claims whose bytes lie
+    /// before `front` were released by it (their bytes may be reused: they are
+    /// done, not handed out again) or are pinned (`pinned(extent)` finds the
+    /// record's extent, [`super::pack_pin`], in the pin table): those are parked,
+    /// to be handed out when committed (again, for a frame it held) or skipped.
+    /// Returns the parked claims' numbers and positions, oldest first.
+    pub fn take_over(
+        &mut self,
+        sh: &Shared<'_>,
+        front: u64,
+        pinned: impl Fn(u64) -> bool,
+    ) -> Vec<(u64, u64)> {
+        let n = self.state.len() as u64;
+        let mut parked = Vec::new();
+        let ahead = pos_diff(front, self.read_pos);
+        if ahead > sh.cap_units {
+            return parked;
+        }
+        let limit = self.read_pos + ahead;
+        while self.peek_pos < limit && self.outstanding() < n {
+            // Acquire: as in `poll`.
+            let e = LogEntry::unpack(sh.entry(self.peek_seq).load(Ordering::Acquire));
+            if e.stamp != self.peek_seq & SEQ_MASK
+                || e.units == 0
+                || self.peek_pos + e.units > limit
+            {
+                break;
+            }
+            let Some((off, len)) = claim_geometry(self.peek_pos, e.units, sh.cap_units) else {
+                break;
+            };
+            let open = matches!(e.state, ClaimState::Claimed | ClaimState::Committed);
+            if open && pinned(super::pack_pin(off, len)) {
+                parked.push((self.peek_seq, self.peek_pos));
+                self.step(e.units, PARKED | PIN);
+            } else {
+                self.step(e.units, DONE);
+            }
+        }
+        self.advance_read();
+        parked
+    }
+
     /// Starts a new generation of sequence numbers past anything a producer could
     /// still hold, so no stale claim can be mistaken for a new one: rewrites the
     /// claim log, then the read cursor, then the write cursor (producers that see a
@@ -580,11 +714,12 @@ impl ConsumerCursor {
     pub fn reset(&mut self, sh: &Shared<'_>, tethers_pos: Option<u64>) -> u64 {
         let n = self.state.len() as u64;
         let base_seq = self.peek_seq + 2 * n;
-        let floor_pos = tethers_pos.map_or(self.read_pos, |t| {
-            if pos_diff(self.read_pos, t) <= sh.cap_units {
+        let own = self.front_pos();
+        let floor_pos = tethers_pos.map_or(own, |t| {
+            if pos_diff(own, t) <= sh.cap_units {
                 t
             } else {
-                self.read_pos
+                own
             }
         });
         // Start after whatever producers had claimed, if the write cursor is sane and
@@ -606,9 +741,10 @@ impl ConsumerCursor {
         self.rebase(base_seq, base_pos);
         // The ring's read cursor: our new claim number, and the farther behind of
         // our (new) read position and the tethered consumers'.
+        let own = self.front_pos();
         let pos = match tethers_pos {
-            Some(t) if pos_diff(self.read_pos, t) <= sh.cap_units => t,
-            _ => self.read_pos,
+            Some(t) if pos_diff(own, t) <= sh.cap_units => t,
+            _ => own,
         };
         sh.read.store(
             pack_cursor(self.published_read_seq(), pos),
@@ -629,7 +765,7 @@ impl ConsumerCursor {
         // What is not held any more (released out of order, parked, skipped) is done.
         for seq in self.read_seq..self.peek_seq {
             let i = self.idx(seq);
-            if self.state[i] != HELD {
+            if self.state[i] & !PIN != HELD {
                 self.state[i] = DONE;
             }
         }
@@ -637,6 +773,8 @@ impl ConsumerCursor {
             self.state.fill(IDLE);
             self.read_seq = base_seq;
             self.read_pos = base_pos;
+            self.pass = 0;
+            self.pass_units = 0;
             self.gap = None;
         } else {
             // The old generation ends at the peek cursor (an earlier gap, if any,

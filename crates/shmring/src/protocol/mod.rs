@@ -54,7 +54,9 @@ use crate::layout::{
 use crate::sync::{fence, spin, AtomicU64, Ordering};
 
 mod cursor;
+mod pins;
 pub use cursor::{ConsumerCursor, NotHeld, Poll};
+pub use pins::{pack_pin, unpack_pin, PinTable};
 
 /// References to the shared words the protocol runs on.
 pub struct Shared<'a> {
@@ -63,6 +65,8 @@ pub struct Shared<'a> {
     pub log: &'a [AtomicU64],
     /// Data ring size in 64-byte units (a power of two).
     pub cap_units: u64,
+    /// The ranges producers place records around.
+    pub pins: PinTable<'a>,
 }
 
 /// A claim held by a producer.
@@ -74,6 +78,8 @@ pub struct Claim {
     pub pos: u64,
     /// Units claimed, padding included.
     pub total: u64,
+    /// Paddings claimed before it to place it around pins (see [`PinTable`]).
+    pub paddings: u32,
     /// Record offset from the data ring start, in units.
     pub rec_off: u64,
     /// Record units (header + payload).
@@ -139,6 +145,7 @@ impl<'a> Shared<'a> {
         let cap = self.cap_units;
         let mut stale = 0u32;
         let mut last = u64::MAX;
+        let mut paddings = 0u32;
         loop {
             // Acquire: see the entries of every claim the cursor has moved past.
             let c = self.write.load(Ordering::Acquire);
@@ -201,6 +208,42 @@ impl<'a> Shared<'a> {
                 }
                 return Err(ClaimError::FullBytes);
             }
+            let (rec_off, rec_units) =
+                claim_geometry(p, total, cap).expect("a claim we computed is well formed");
+            // After the read cursor (Acquire): a pin the consumer added before it
+            // published that read cursor is seen (see `PinTable`).
+            if let Some(end) = self.pins.overlap(rec_off, rec_units, cap) {
+                // Our record would lie on a pinned record: claim the units up to
+                // the pin's end (or, for a record that wrapped, the ring's end) as
+                // a padding of our own, born abandoned, and look again after it.
+                let off = p & (cap - 1);
+                let pad = if rec_off != off { cap - off } else { end - off };
+                if used + pad > cap {
+                    return Err(ClaimError::FullBytes);
+                }
+                let padding = LogEntry {
+                    stamp: k,
+                    state: ClaimState::Abandoned,
+                    slot,
+                    units: pad,
+                }
+                .pack();
+                // AcqRel, as the claiming CAS below: exactly one claimer gets `k`.
+                if slot_ref
+                    .compare_exchange(e, padding, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    paddings += 1;
+                    // AcqRel, as every cursor move; failure means someone helped.
+                    let _ = self.write.compare_exchange(
+                        c,
+                        pack_cursor(k + 1, p + pad),
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    );
+                }
+                continue;
+            }
             let claimed = LogEntry {
                 stamp: k,
                 state: ClaimState::Claimed,
@@ -225,8 +268,6 @@ impl<'a> Shared<'a> {
                     Ordering::AcqRel,
                     Ordering::Relaxed,
                 );
-                let (rec_off, rec_units) =
-                    claim_geometry(p, total, cap).expect("a claim we computed is well formed");
                 // Release: the claim (and the write cursor past it) before every byte
                 // we write into it, for taps, which read without any claim: a tap
                 // that sees one of our bytes sees the cursor past our claim (see
@@ -236,6 +277,7 @@ impl<'a> Shared<'a> {
                     seq: k,
                     pos: p,
                     total,
+                    paddings,
                     rec_off,
                     rec_units,
                     claimed,

@@ -235,6 +235,10 @@ impl Segment {
             read: &c.cursors.0.read,
             log: self.log(),
             cap_units: self.geo.cap_units(),
+            pins: crate::protocol::PinTable {
+                in_use: &c.cursors.0.pinned,
+                extent: &c.pins.0.extent,
+            },
         }
     }
 
