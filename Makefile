@@ -74,9 +74,14 @@ test-loom:
 
 ## The whole one-write liveness matrix (every control block, slot and claim log word x
 ## every boundary value x every ring state, crates/shmring/tests/matrix.rs); `make test`
-## runs its representative part. CI runs both.
+## runs its representative part. Then the chaos run for 10 minutes (`make test` runs it
+## for 60 s): honest producers killed, stopped and stalled, a checker over every
+## reader's log. CI runs both.
+CHAOS_SECONDS ?= 600
 test-hostile:
 	SHMRING_MATRIX=full $(CARGO) test --release -p shmring --test matrix
+	$(CARGO) build --release -p shmring-verify
+	./target/release/shmring-verify chaos --seconds $(CHAOS_SECONDS)
 
 ## Both fuzz targets for FUZZ_SECONDS each, with the matrix's boundary values as a
 ## dictionary (needs cargo-fuzz and a nightly toolchain). Crashes land in fuzz/artifacts.

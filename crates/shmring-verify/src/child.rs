@@ -62,6 +62,21 @@ pub fn attach_fd(fds: &RingFds) -> Result<Arc<Segment>, String> {
     Segment::from_descriptors(owned).map_err(|e| format!("attach the ring's descriptors: {e}"))
 }
 
+/// Attaches a producer, waiting up to 10 s for a free slot (a killed
+/// predecessor's is reaped meanwhile).
+pub fn attach_producer(seg: &Arc<Segment>) -> Result<shmring::Producer, String> {
+    let t0 = Instant::now();
+    loop {
+        match seg.producer() {
+            Ok(p) => return Ok(p),
+            Err(Error::NoSlot { .. }) if t0.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Err(e) => return Err(format!("attach producer: {e}")),
+        }
+    }
+}
+
 /// Starts producer process `instance` (`child-producer`) on the ring `fd`,
 /// publishing its progress in line `instance` of `flags`, with the `extra`
 /// arguments that say how it writes ([`ProducerArgs`]).
@@ -158,15 +173,9 @@ pub fn producer(a: ProducerArgs) -> i32 {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
-    let t0 = Instant::now();
-    let mut prod = loop {
-        match seg.producer() {
-            Ok(p) => break p,
-            Err(Error::NoSlot { .. }) if t0.elapsed() < Duration::from_secs(10) => {
-                std::thread::sleep(Duration::from_millis(5))
-            }
-            Err(e) => return fail(format!("attach producer: {e}")),
-        }
+    let mut prod = match attach_producer(&seg) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
     };
     let policy = if a.block_ms == 0 {
         FullPolicy::Fail

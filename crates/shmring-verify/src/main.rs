@@ -2,6 +2,8 @@
 //! against real processes, prints a report (`--json`: plus one JSON summary line)
 //! and exits non-zero if any property fails.
 //!
+//! * `chaos`: honest producers killed, stopped and stalled at random while three
+//!   readers log what they get; a checker proves the invariants over the logs.
 //! * `killstorm`: SIGKILL random producer processes at random moments.
 //! * `scribble`: a live process writes random bytes over the ring.
 //! * `forgeries`: one forgery per class of shared state; records must flow again.
@@ -10,6 +12,7 @@
 //! * `sigbus`: seals of memfd segments; truncation of named segments.
 //! * `perms`: named segments are private to their user.
 
+mod chaos;
 mod child;
 mod common;
 mod crash;
@@ -31,6 +34,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Honest producers killed, stopped and stalled at random; a checker over the
+    /// logs of the consumer, a tethered consumer and a tap proves the invariants.
+    Chaos(chaos::Args),
     /// SIGKILL random producer processes at random moments (many mid-reservation).
     Killstorm(killstorm::Args),
     /// A process scribbles random bytes over a live ring; the consumer must survive.
@@ -47,6 +53,10 @@ enum Cmd {
     Perms(perms::Args),
     #[command(hide = true)]
     ChildProducer(child::ProducerArgs),
+    #[command(hide = true)]
+    ChildChaosProducer(chaos::ProducerArgs),
+    #[command(hide = true)]
+    ChildChaosReader(chaos::ReaderArgs),
     #[command(hide = true)]
     ChildConsumer {
         #[arg(long)]
@@ -85,6 +95,9 @@ enum Cmd {
 fn main() {
     let cli = Cli::parse();
     let code = match cli.cmd {
+        Cmd::Chaos(a) => chaos::run(a),
+        Cmd::ChildChaosProducer(a) => chaos::producer(a),
+        Cmd::ChildChaosReader(a) => chaos::reader(a),
         Cmd::Killstorm(a) => killstorm::run(a),
         Cmd::Scribble(a) => scribble::run(a),
         Cmd::Forgeries(a) => forgery::run(a),

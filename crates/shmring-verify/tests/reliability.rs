@@ -65,6 +65,19 @@ fn fig(v: &Value, k: &str) -> u64 {
         .unwrap_or_else(|| panic!("figure {k} missing in {v}"))
 }
 
+/// The chaos run for 60 s (`make test-hostile` runs it for 10 minutes): every
+/// invariant its checker knows holds, and the faults really happened.
+#[test]
+fn chaos_60s() {
+    let (v, _) = verify("chaos --seconds 60", Duration::from_secs(900));
+    assert!(
+        fig(&v, "kills") > 0 && fig(&v, "stops") > 0,
+        "no fault: {v}"
+    );
+    assert!(fig(&v, "records_delivered") > 0, "no traffic: {v}");
+    assert_eq!((fig(&v, "torn"), fig(&v, "lost")), (0, 0));
+}
+
 #[test]
 fn killstorm_short() {
     let (v, _) = verify(
