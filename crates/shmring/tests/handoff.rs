@@ -604,9 +604,10 @@ fn flood() {
     });
     let base = open_fds();
 
-    // Stalled clients fill the pending set: the next is refused at once, and a
-    // producer still gets through once they time out.
-    let stalled: Vec<UnixStream> = (0..8)
+    // Stalled clients fill the pending set. A ninth silent connection makes room
+    // by pushing out the one that has waited longest without a hello (all are
+    // this uid's); the others time out, and a producer still gets through.
+    let mut stalled: Vec<UnixStream> = (0..8)
         .map(|_| UnixStream::connect(dir.sock()).unwrap())
         .collect();
     wait_until("stalled clients pending", GUARD, || l.stats().pending == 8);
@@ -614,20 +615,22 @@ fn flood() {
     wait_until("the consumer to deliver while clients stall", GUARD, || {
         received.load(Ordering::Relaxed) > r0 + 100
     });
-    // This process holds every pending connection: its own next one is refused
-    // (it retries for the 30 ms it allows, and is refused again).
-    match Segment::connect_timeout(dir.sock(), Duration::from_millis(30)) {
-        Err(Error::Refused { rule, .. }) => assert_eq!(rule, "too-many-pending"),
-        Err(Error::Handoff { .. }) => {} // closed before our hello was read
-        r => panic!("expected too-many-pending, got {r:?}"),
-    }
+    stalled.push(UnixStream::connect(dir.sock()).unwrap());
+    wait_until("the oldest stalled client pushed out", GUARD, || {
+        l.stats().refused_busy == 1
+    });
     wait_until("stalled clients timed out", GUARD, || {
         l.stats().timed_out == 8
     });
-    for mut s in stalled {
+    for (i, mut s) in stalled.into_iter().enumerate() {
         let mut reply = Vec::new();
         let _ = s.read_to_end(&mut reply);
-        assert_eq!(reply.get(6), Some(&5u8), "status: hello-timeout");
+        let (status, rule) = if i == 0 {
+            (6u8, "too-many-pending")
+        } else {
+            (5, "hello-timeout")
+        };
+        assert_eq!(reply.get(6), Some(&status), "stalled client {i}: {rule}");
     }
     // The clients that receive descriptors run in another process: this one's
     // descriptor table is the consumer's alone.
@@ -665,16 +668,16 @@ fn stalled_garbage_and_flood_leave_consumer_delivering_and_fds_flat() {
     let w: Vec<&str> = msg.split_whitespace().collect();
     assert_eq!(w[1], w[2], "descriptor count before and after: {msg}");
     let n = |i: usize| w[i].parse::<u64>().unwrap();
-    // observers, malformed, timed out (the 8 stalled), producers (the one that
-    // got through after them); busy: the connection refused while 8 stalled, once
-    // per retry.
+    // observers, malformed, timed out (7 stalled and the ninth), producers (the
+    // one that got through after them); busy: the first stalled, pushed out.
     assert_eq!((n(4), n(6), n(10), n(12)), (250, 750, 8, 1), "{msg}");
     assert!(n(8) >= 1, "{msg}");
 }
 
 /// A peer that holds every pending connection open, replacing each one the
-/// consumer drops, does not lock out others: each peer gets a fair share, and an
-/// honest producer's connect goes through (retrying while the consumer is busy).
+/// consumer drops, does not lock out others: an honest producer's hello is
+/// answered as it is accepted, and only connections that stay silent give way
+/// (the client retries while the consumer is busy).
 #[test]
 fn a_peer_holding_connections_open_does_not_lock_others_out() {
     let dir = SockDir::new("hog");
@@ -718,6 +721,74 @@ fn a_peer_holding_connections_open_does_not_lock_others_out() {
         l.stats()
     );
     drop(hog);
+}
+
+/// A hello asking for `role`, as a peer sends it.
+fn hello(role: Role) -> [u8; handoff::HELLO_LEN] {
+    let mut h = [0u8; handoff::HELLO_LEN];
+    h[..4].copy_from_slice(b"SRH?");
+    h[4..6].copy_from_slice(&handoff::PROTOCOL_VERSION.to_le_bytes());
+    h[6] = match role {
+        Role::Producer => 1,
+        Role::Observer => 2,
+    };
+    h
+}
+
+/// The status byte of the reply on `s` (read(2) discards the descriptors).
+fn reply_status(s: &mut UnixStream) -> u8 {
+    let mut reply = [0u8; handoff::REPLY_LEN];
+    s.read_exact(&mut reply).unwrap();
+    reply[6]
+}
+
+/// Every pending entry taken by silent connections of this uid, and this test
+/// polling the listener itself (so the order is known): a peer whose hello is
+/// there when it is accepted is answered without an entry; a hello that arrives
+/// while its connection waits saves it when room is made; a new silent connection
+/// pushes out the one that has waited longest without a hello, not the newest.
+#[test]
+fn a_full_pending_table_answers_hellos_and_pushes_out_the_longest_silent() {
+    let dir = SockDir::new("full");
+    let seg = ring(false);
+    let opts = ListenerOptions {
+        max_pending: 2,
+        hello_timeout: GUARD,
+        ..ListenerOptions::default()
+    };
+    let mut l = Listener::bind(&seg, dir.sock(), opts).unwrap();
+    let mut poll_until = |what: &str, cond: &dyn Fn(&handoff::ListenerStats) -> bool| {
+        let t = std::time::Instant::now();
+        while !cond(&l.stats()) {
+            assert!(t.elapsed() < GUARD, "timed out waiting for {what}: {l:?}");
+            l.poll(Some(Duration::from_millis(10))).unwrap();
+        }
+        l.stats()
+    };
+    let silent = || UnixStream::connect(dir.sock()).unwrap();
+    let mut a = silent();
+    poll_until("a pending", &|s| s.pending == 1);
+    let mut b = silent();
+    poll_until("b pending", &|s| s.pending == 2);
+
+    let mut h = silent();
+    h.write_all(&hello(Role::Observer)).unwrap();
+    let s = poll_until("h answered", &|s| s.observers == 1);
+    assert_eq!((s.pending, s.refused_busy), (2, 0), "{s:?}");
+    assert_eq!(reply_status(&mut h), 0, "h: granted");
+
+    // a (the longest silent) says hello now; c arrives before a is read.
+    a.write_all(&hello(Role::Observer)).unwrap();
+    let _c = silent();
+    let s = poll_until("a answered", &|s| s.observers == 2 && s.pending == 2);
+    assert_eq!(s.refused_busy, 0, "{s:?}");
+    assert_eq!(reply_status(&mut a), 0, "a: granted");
+
+    // b has now waited longest without a hello: d pushes it out.
+    let _d = silent();
+    let s = poll_until("b pushed out", &|s| s.refused_busy == 1);
+    assert_eq!(s.pending, 2, "{s:?}");
+    assert_eq!(reply_status(&mut b), 6, "b: too-many-pending");
 }
 
 #[test]

@@ -27,6 +27,9 @@ pub struct Received {
     pub fds: Vec<OwnedFd>,
     /// What the consumer said about the ring.
     pub announced: Announced,
+    /// Connections it took: 1 when the first was answered, one more for each time
+    /// a busy consumer was asked again.
+    pub attempts: u32,
 }
 
 /// Connects to a consumer's socket, asks for `role`, and returns the descriptors it
@@ -47,6 +50,7 @@ pub fn request(path: impl AsRef<Path>, role: Role, timeout: Duration) -> Result<
     let path = path.as_ref();
     let start = Instant::now();
     let mut pause = Duration::from_millis(10);
+    let mut attempts = 1;
     loop {
         let busy = |e: &Error| match e {
             Error::Refused { rule, .. } => *rule == Refusal::Busy.rule(),
@@ -57,8 +61,9 @@ pub fn request(path: impl AsRef<Path>, role: Role, timeout: Duration) -> Result<
             Err(e) if busy(&e) && start.elapsed() + pause < timeout => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(200));
+                attempts += 1;
             }
-            r => return r,
+            r => return r.map(|got| Received { attempts, ..got }),
         }
     }
 }
@@ -142,7 +147,11 @@ fn read_reply(sock: &OwnedFd, socket: &str, role: Role, timeout: Duration) -> Re
         }
     }
     let announced = wire::parse_reply(&reply, socket, role, fds.len())?;
-    Ok(Received { fds, announced })
+    Ok(Received {
+        fds,
+        announced,
+        attempts: 1,
+    })
 }
 
 fn check_geometry(a: &Announced, geo: &Geometry, socket: &str) -> Result<()> {
@@ -183,7 +192,7 @@ impl Segment {
     /// [`Segment::connect`] with a timeout for each step.
     pub fn connect_timeout(path: impl AsRef<Path>, timeout: Duration) -> Result<Arc<Segment>> {
         let socket = display(path.as_ref());
-        let Received { fds, announced } = request(path, Role::Producer, timeout)?;
+        let Received { fds, announced, .. } = request(path, Role::Producer, timeout)?;
         if announced.flags & FLAG_EVENTFD != 0
             && fds.len() < 1 + (announced.flags & FLAG_LOCK_FILE != 0) as usize + 1
         {
@@ -207,7 +216,7 @@ impl Segment {
     /// [`Segment::observe`] with a timeout for each step.
     pub fn observe_timeout(path: impl AsRef<Path>, timeout: Duration) -> Result<ReadOnlySegment> {
         let socket = display(path.as_ref());
-        let Received { fds, announced } = request(path, Role::Observer, timeout)?;
+        let Received { fds, announced, .. } = request(path, Role::Observer, timeout)?;
         let Ok::<[OwnedFd; 1], _>([fd]) = fds.try_into() else {
             return Err(handoff_err(&socket, "an observer gets one descriptor"));
         };

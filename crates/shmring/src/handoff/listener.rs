@@ -17,7 +17,7 @@ use rustix::fs::SealFlags;
 use rustix::io::Errno;
 use rustix::net::SocketFlags;
 
-use super::policy::fair_share;
+use super::policy::{self, Held};
 use super::wire::{self, parse_hello, refuse};
 use super::{display, handoff_err, os_err, ListenerOptions, Refusal, Role, HELLO_LEN};
 use crate::error::{Error, Name, Result};
@@ -53,7 +53,8 @@ pub struct ListenerStats {
     pub refused_malformed: u64,
     /// Refused: no hello within the timeout.
     pub timed_out: u64,
-    /// Refused at once: too many connections pending.
+    /// Refused: too many connections pending (a newcomer refused at once, or a
+    /// pending connection that gave way to one).
     pub refused_busy: u64,
     /// Answers that could not be sent, accepts that failed.
     pub failed: u64,
@@ -111,9 +112,33 @@ struct Pending {
     got: usize,
     uid: u32,
     gid: u32,
-    /// The peer's pid (0: not visible from here), for fair shares.
-    pid: u32,
     since: Instant,
+}
+
+/// Where reading a hello got to.
+enum Hello {
+    /// All of it is here.
+    Complete,
+    /// Not all of it yet (the peer may send the rest).
+    Waiting,
+    /// The peer closed before a whole hello.
+    Closed,
+    /// The read failed.
+    Failed,
+}
+
+/// Reads what there is of a hello into `buf` after the `got` bytes already there.
+fn read_hello(sock: &OwnedFd, buf: &mut [u8; HELLO_LEN], got: &mut usize) -> Hello {
+    while *got < HELLO_LEN {
+        match rustix::io::read(sock, &mut buf[*got..]) {
+            Ok(0) => return Hello::Closed,
+            Ok(n) => *got += n,
+            Err(Errno::INTR) => {}
+            Err(Errno::AGAIN) => return Hello::Waiting,
+            Err(_) => return Hello::Failed,
+        }
+    }
+    Hello::Complete
 }
 
 /// Serves a ring's memfd on a Unix socket. Create with [`Listener::bind`]; drive it
@@ -129,6 +154,8 @@ pub struct Listener {
     file: Option<(PathBuf, u64, u64)>,
     opts: ListenerOptions,
     pending: Vec<Option<Pending>>,
+    /// The fair share's working space, allocated once at bind.
+    held: Vec<Held>,
     counters: Arc<Counters>,
     accept_paused_until: Option<Instant>,
     stopped: bool,
@@ -241,6 +268,7 @@ impl Listener {
         .map_err(|e| unlink(os_err("epoll_ctl", &socket, e)))?;
         let mut pending = Vec::with_capacity(opts.max_pending);
         pending.resize_with(opts.max_pending, || None);
+        let held = Vec::with_capacity(opts.max_pending);
         Ok(Listener {
             seg: seg.clone(),
             sock,
@@ -249,6 +277,7 @@ impl Listener {
             file,
             opts,
             pending,
+            held,
             counters: Arc::new(Counters::default()),
             accept_paused_until: None,
             stopped: false,
@@ -351,16 +380,32 @@ impl Listener {
                     continue;
                 }
             };
-            let pid = unix::peer_pid(&conn).unwrap_or(0);
-            let Some(slot) = self.make_room(uid, pid) else {
+            // An honest peer sends its hello as soon as it is connected: it is
+            // usually here already, and then is answered without taking an entry.
+            let mut hello = [0u8; HELLO_LEN];
+            let mut got = 0;
+            match read_hello(&conn, &mut hello, &mut got) {
+                Hello::Complete => {
+                    self.answer(&conn, &hello, uid, gid);
+                    continue;
+                }
+                Hello::Closed => {
+                    self.counters.refuse(Refusal::Malformed);
+                    continue;
+                }
+                Hello::Failed => {
+                    self.counters.failed.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                Hello::Waiting => {}
+            }
+            let Some(slot) = self.make_room(uid) else {
                 self.counters.refuse(Refusal::Busy);
                 let msg = format!(
-                    "{} connections are already waiting for an answer, as many of them \
-                     from this peer as from any; try again",
+                    "{} connections are waiting for an answer, at most one from any uid; \
+                     send the hello at once after connecting, and try again",
                     self.opts.max_pending
                 );
-                let mut junk = [0u8; HELLO_LEN];
-                let _ = rustix::io::read(&conn, &mut junk);
                 refuse(&conn, Refusal::Busy, &msg);
                 continue;
             };
@@ -375,42 +420,45 @@ impl Listener {
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
+            let now = Instant::now();
             self.pending[slot] = Some(Pending {
                 sock: conn,
-                deadline: Instant::now() + self.opts.hello_timeout,
-                hello: [0; HELLO_LEN],
-                got: 0,
+                deadline: now + self.opts.hello_timeout,
+                hello,
+                got,
                 uid,
                 gid,
-                pid,
-                since: Instant::now(),
+                since: now,
             });
             self.counters.pending.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    /// A free pending entry for a new connection from (`uid`, `pid`); when all are
-    /// taken, the [fair share](super::policy) decides: another peer's oldest
-    /// connection is refused to make room, or the newcomer is (`None`).
-    fn make_room(&mut self, uid: u32, pid: u32) -> Option<usize> {
+    /// A free pending entry for a new connection from `uid`; when all are taken,
+    /// the [fair share](policy::make_room) picks one to give up (or refuses the
+    /// newcomer: `None`). The one picked is read a last time first: a hello that
+    /// has arrived meanwhile is answered, and only a connection still without one
+    /// is refused `too-many-pending`.
+    fn make_room(&mut self, uid: u32) -> Option<usize> {
         if let Some(free) = self.pending.iter().position(Option::is_none) {
             return Some(free);
         }
-        let held: Vec<_> = self
-            .pending
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| p.as_ref().map(|p| (i, (p.uid, p.pid), p.since)))
-            .collect();
-        let victim = fair_share(&held, (uid, pid))?;
-        let p = self.finish(victim)?;
-        self.counters.refuse(Refusal::Busy);
-        refuse(
-            &p.sock,
-            Refusal::Busy,
-            "this peer holds more connections waiting for an answer than any other; \
-             its oldest was dropped to serve another peer",
-        );
+        self.held.clear();
+        let pending = self.pending.iter().enumerate();
+        self.held
+            .extend(pending.filter_map(|(i, p)| p.as_ref().map(|p| (i, p.uid, p.since))));
+        let victim = policy::make_room(&mut self.held, uid)?;
+        self.service(victim);
+        if let Some(p) = self.finish(victim) {
+            self.counters.refuse(Refusal::Busy);
+            refuse(
+                &p.sock,
+                Refusal::Busy,
+                "every pending entry was taken, and of its uid's connections this one had \
+                 waited longest without a hello: it was dropped to make room; send the \
+                 hello at once after connecting",
+            );
+        }
         Some(victim)
     }
 
@@ -421,27 +469,23 @@ impl Listener {
         Some(p)
     }
 
+    /// Reads what a pending connection sent; answers it once its hello is whole.
     fn service(&mut self, slot: usize) {
         let Some(Some(p)) = self.pending.get_mut(slot) else {
             return;
         };
-        let got = p.got;
-        match rustix::io::read(&p.sock, &mut p.hello[got..]) {
-            Ok(0) => {
-                // Closed before a whole hello.
+        match read_hello(&p.sock, &mut p.hello, &mut p.got) {
+            Hello::Waiting => {}
+            Hello::Complete => {
+                if let Some(p) = self.finish(slot) {
+                    self.answer(&p.sock, &p.hello, p.uid, p.gid);
+                }
+            }
+            Hello::Closed => {
                 let _ = self.finish(slot);
                 self.counters.refuse(Refusal::Malformed);
             }
-            Ok(n) => {
-                p.got += n;
-                if p.got == HELLO_LEN {
-                    if let Some(p) = self.finish(slot) {
-                        self.answer(p);
-                    }
-                }
-            }
-            Err(Errno::AGAIN) | Err(Errno::INTR) => {}
-            Err(_) => {
+            Hello::Failed => {
                 let _ = self.finish(slot);
                 self.counters.failed.fetch_add(1, Ordering::Relaxed);
             }
@@ -472,10 +516,10 @@ impl Listener {
         }
     }
 
-    /// Decides on a complete hello and answers it.
-    fn answer(&self, p: Pending) {
-        let decided = parse_hello(&p.hello).and_then(|role| {
-            self.opts.decide(role, p.uid, p.gid)?;
+    /// Decides on a complete hello from a peer with these credentials and answers it.
+    fn answer(&self, sock: &OwnedFd, hello: &[u8; HELLO_LEN], uid: u32, gid: u32) {
+        let decided = parse_hello(hello).and_then(|role| {
+            self.opts.decide(role, uid, gid)?;
             Ok(role)
         });
         match decided {
@@ -487,14 +531,14 @@ impl Listener {
                     Role::Observer => &self.counters.observers,
                 };
                 c.fetch_add(1, Ordering::Relaxed);
-                if self.grant(&p.sock, role).is_err() {
+                if self.grant(sock, role).is_err() {
                     c.fetch_sub(1, Ordering::Relaxed);
                     self.counters.failed.fetch_add(1, Ordering::Relaxed);
                 }
             }
             Err((why, msg)) => {
                 self.counters.refuse(why);
-                refuse(&p.sock, why, &msg);
+                refuse(sock, why, &msg);
             }
         }
     }

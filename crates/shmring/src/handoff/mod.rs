@@ -18,8 +18,10 @@
 //!   nothing they could lock. Then the connection is closed: the hand-off is one
 //!   message each way.
 //! * Pending connections are bounded ([`ListenerOptions::max_pending`]) and timed
-//!   out ([`ListenerOptions::hello_timeout`]); every outcome is counted
-//!   ([`ListenerStats`]), refusals by rule.
+//!   out ([`ListenerOptions::hello_timeout`]); a hello already there when its
+//!   connection is accepted takes no pending entry, and a full table is shared
+//!   per uid, the connection that waited longest without a hello giving way
+//!   first. Every outcome is counted ([`ListenerStats`]), refusals by rule.
 //!
 //! ```
 //! use shmring::handoff::{Listener, ListenerOptions};

@@ -77,7 +77,11 @@ pub struct ListenerOptions {
     /// Who may connect as an observer. Default: this process's uid.
     pub observers: Allow,
     /// Connections accepted and not yet answered, at most (1 to
-    /// [`MAX_PENDING_LIMIT`]); one more is answered `too-many-pending` at once.
+    /// [`MAX_PENDING_LIMIT`]). A connection whose hello is there when it is
+    /// accepted needs none; when all are taken, the uid holding the most gives up
+    /// the one that has waited longest without a hello (answered
+    /// `too-many-pending`), or the newcomer is refused if its uid holds none and
+    /// every other uid one.
     pub max_pending: usize,
     /// Time a peer has to send its hello after the consumer accepted it.
     pub hello_timeout: Duration,
@@ -171,28 +175,45 @@ impl ListenerOptions {
     }
 }
 
-/// A peer, for fair shares: its uid and pid (0: not visible from here).
-pub(super) type Peer = (u32, u32);
+/// A pending connection as the fair share sees it: its entry, its peer's uid (as
+/// `SO_PEERCRED` says) and when it was accepted.
+pub(super) type Held = (usize, u32, Instant);
 
-/// Where a new connection from `newcomer` goes when every pending entry is taken
-/// (`held`: each taken entry's index, peer and acceptance time). Each peer gets a
-/// fair share: the oldest pending connection of the peer holding the most is
-/// dropped to make room (`Some(index)`), unless the newcomer holds as many itself
-/// (then it is the one refused: `None`). So peers that hold connections open
-/// without a hello cannot lock out others, however many they open.
-pub(super) fn fair_share(held: &[(usize, Peer, Instant)], newcomer: Peer) -> Option<usize> {
-    let count = |who: Peer| held.iter().filter(|(_, p, _)| *p == who).count();
-    let (hog, most) = held
-        .iter()
-        .map(|&(_, p, _)| (p, count(p)))
-        .max_by_key(|&(_, n)| n)?;
-    if count(newcomer) >= most {
-        return None;
+/// Which pending connection makes room for a newcomer from `uid` that has not sent
+/// its whole hello yet, when every entry is taken (`held`, reordered here; nothing
+/// allocated). Shares are per uid, because a process can fork more pids but not
+/// more uids:
+///
+/// * the other uid holding the most entries (between equals, the one with the
+///   oldest entry) gives up its oldest, if it holds at least two more than the
+///   newcomer's uid: so the newcomer's uid never ends up holding more than the
+///   uid it took from;
+/// * else the newcomer's own uid gives up its oldest entry;
+/// * else (its uid holds none, every other uid one) the newcomer is refused: `None`.
+///
+/// The oldest, not the newest, because an honest peer sends its hello at once
+/// after connecting, and a complete hello is answered as soon as it is read: the
+/// entry that has waited longest without one is the least likely to be an honest
+/// peer's, and a flood can only push out connections that stay silent as long as
+/// it takes `max_pending` newer ones to arrive.
+pub(super) fn make_room(held: &mut [Held], uid: u32) -> Option<usize> {
+    held.sort_unstable_by_key(|&(_, u, since)| (u, since));
+    let mut own = None;
+    // (entries, oldest entry's index, its acceptance time) of the uid to take from.
+    let mut top: Option<(usize, usize, Instant)> = None;
+    for run in held.chunk_by(|a, b| a.1 == b.1) {
+        let (i, u, since) = run[0];
+        if u == uid {
+            own = Some((run.len(), i));
+        } else if top.is_none_or(|(n, _, s)| run.len() > n || (run.len() == n && since < s)) {
+            top = Some((run.len(), i, since));
+        }
     }
-    held.iter()
-        .filter(|(_, p, _)| *p == hog)
-        .min_by_key(|(_, _, since)| *since)
-        .map(|&(i, _, _)| i)
+    let own_count = own.map_or(0, |(n, _)| n);
+    match top {
+        Some((n, i, _)) if own_count + 1 < n => Some(i),
+        _ => own.map(|(_, i)| i),
+    }
 }
 
 #[cfg(test)]
@@ -200,18 +221,53 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_hogs_oldest_makes_room_unless_the_newcomer_holds_as_many() {
+    fn the_oldest_of_the_uid_holding_most_makes_room() {
         let t = Instant::now();
         let at = |ms| t + Duration::from_millis(ms);
-        let held = [
-            (0, (1, 10), at(5)),
-            (1, (1, 10), at(1)),
-            (2, (2, 20), at(0)),
-        ];
-        assert_eq!(fair_share(&held, (3, 30)), Some(1));
-        assert_eq!(fair_share(&held, (2, 20)), Some(1));
-        assert_eq!(fair_share(&held, (1, 10)), None);
-        assert_eq!(fair_share(&[], (1, 10)), None);
+        // uid 1: entries 0 (5 ms) and 1 (1 ms); uid 2: entry 2 (0 ms).
+        let held = [(0, 1, at(5)), (1, 1, at(1)), (2, 2, at(0))];
+        // A stranger holds none, uid 1 two: uid 1's oldest goes.
+        assert_eq!(make_room(&mut held.clone(), 3), Some(1));
+        // uid 2 holds one, uid 1 two: 1 + 1 is not fewer than 2, so uid 2 gives up
+        // its own oldest rather than take uid 1 down to its level.
+        assert_eq!(make_room(&mut held.clone(), 2), Some(2));
+        // uid 1 holds the most: its own oldest.
+        assert_eq!(make_room(&mut held.clone(), 1), Some(1));
+        // Every uid holds one and the newcomer's none: the newcomer is refused.
+        let one_each = [(0, 1, at(5)), (1, 2, at(1))];
+        assert_eq!(make_room(&mut one_each.clone(), 3), None);
+        assert_eq!(make_room(&mut [], 1), None);
+    }
+
+    #[test]
+    fn a_flood_from_one_uid_never_takes_another_uids_entry() {
+        // uid 7 floods: every newcomer of its own replaces its own oldest entry,
+        // however many processes it forks; uid 8's one connection stays.
+        let t = Instant::now();
+        let mut held: Vec<Held> = (0..16)
+            .map(|i| {
+                (
+                    i,
+                    if i == 5 { 8 } else { 7 },
+                    t + Duration::from_millis(i as u64),
+                )
+            })
+            .collect();
+        for k in 0..100u64 {
+            let victim = make_room(&mut held, 7).expect("uid 7 holds entries");
+            let e = held.iter_mut().find(|e| e.0 == victim).unwrap();
+            assert_eq!(e.1, 7, "newcomer {k} pushed out uid 8");
+            *e = (victim, 7, t + Duration::from_millis(100 + k));
+        }
+        // And uid 8's next newcomer takes uid 7's oldest, between equals of uid 7
+        // the one accepted first.
+        let oldest7 = held
+            .iter()
+            .filter(|e| e.1 == 7)
+            .min_by_key(|e| e.2)
+            .unwrap()
+            .0;
+        assert_eq!(make_room(&mut held, 8), Some(oldest7));
     }
 
     #[test]

@@ -56,13 +56,6 @@ pub fn peer_credentials(sock: impl AsFd) -> std::io::Result<(u32, u32)> {
     Ok((c.uid.as_raw(), c.gid.as_raw()))
 }
 
-/// The pid of the process that connected `sock`, as the kernel recorded it at
-/// `connect` (`SO_PEERCRED`), in this process's pid namespace (0: not visible).
-pub fn peer_pid(sock: impl AsFd) -> std::io::Result<u32> {
-    let c = rustix::net::sockopt::socket_peercred(sock)?;
-    Ok(c.pid.as_raw_nonzero().get() as u32)
-}
-
 /// This process's effective uid.
 pub fn euid() -> u32 {
     rustix::process::geteuid().as_raw()
