@@ -54,6 +54,10 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Int {
 
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Int> {
         // A float is not an integer even when whole (Python's own rule for indices).
+        // Most values fit 64 bits (one C call); the 128-bit path takes the rest.
+        if let Ok(v) = obj.extract::<i64>() {
+            return Ok(Int(Given::Int(v.into())));
+        }
         if let Ok(v) = obj.extract::<i128>() {
             return Ok(Int(Given::Int(v)));
         }

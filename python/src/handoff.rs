@@ -44,7 +44,10 @@ impl PyListener {
 
 impl Drop for PyListener {
     fn drop(&mut self) {
-        drop(lock(&self.inner).take());
+        // Stopping joins the listener's thread: without the GIL.
+        if let Some(l) = lock(&self.inner).take() {
+            Python::attach(|py| py.detach(|| drop(l)));
+        }
     }
 }
 

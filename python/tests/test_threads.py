@@ -124,7 +124,7 @@ def test_frames_dropped_by_a_queue_worker_return_to_the_ring(ring_name: str) -> 
     t.start()
     # Several rings' worth: it only works if the worker's drops give space back.
     for _ in range(200):
-        p.send(bytes([1]) * 4000, timeout=1.0)
+        p.send(bytes([1]) * 4000, timeout=10.0)
         f = ring.next(timeout=1.0)
         assert f is not None
         work.put(f)
@@ -142,23 +142,29 @@ def test_frames_dropped_by_a_queue_worker_return_to_the_ring(ring_name: str) -> 
 def test_a_consumer_receives_on_any_thread(ring_name: str) -> None:
     ring = shmring.Consumer(ring_name, create=True, capacity=1 << 20)
     p = shmring.Producer(ring=ring)
-    count = 400
+    count, readers, stop = 400, 2, 9
 
     def receive(_: int) -> list[int]:
+        """Records until a stop record (one per reader: a reader takes one, then leaves)."""
         got: list[int] = []
-        while (f := ring.next(timeout=0.5)) is not None:
+        while True:
+            f = ring.next(timeout=30.0)
+            assert f is not None, "no record in 30 s"
             with f:
+                if f.kind == stop:
+                    return got
                 got.append(int.from_bytes(f.tobytes()[:4], "little"))
-        return got
 
-    with concurrent.futures.ThreadPoolExecutor(3) as pool:
-        readers = [pool.submit(receive, n) for n in range(2)]
+    with concurrent.futures.ThreadPoolExecutor(readers) as pool:
+        running = [pool.submit(receive, n) for n in range(readers)]
         for i in range(count):
             p.send(i.to_bytes(4, "little") * 8)
-        got = [n for r in readers for n in r.result()]
+        for _ in range(readers):
+            p.send(b"stop", kind=stop)
+        got = [n for r in running for n in r.result()]
     # Every record exactly once, whichever thread took it.
     assert sorted(got) == list(range(count))
-    assert ring.stats()["records_consumed"] == count
+    assert ring.stats()["records_consumed"] == count + readers
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         pool.submit(ring.close).result()
     assert ring.closed
@@ -217,11 +223,11 @@ t = threading.Thread(target=worker)
 t.start()
 for i in range(20):
     p.send(bytes([i]) * 1000)
-    work.put(ring.next(timeout=1.0))
+    work.put(ring.next(timeout=10.0))
 # A frame, a view and the listener held for ever by a daemon thread: no finaliser
 # ever runs for them.
 p.send(b"kept")
-kept = ring.next(timeout=1.0)
+kept = ring.next(timeout=10.0)
 view = memoryview(kept)
 held = threading.Event()
 threading.Thread(
