@@ -95,7 +95,12 @@ export interface Health {
   oldestPending: { slot: number; ms: number } | null;
 }
 
-/** Options of `new Consumer()`. Anything absent is the core's default. */
+/**
+ * Options of `new Consumer()`. Anything absent is the core's default; any other key
+ * is an error (`SHMRING_INVALID_ARG`), as in every options object of the package.
+ * Integers are checked, never wrapped: out of range, fractional, NaN or beyond
+ * `Number.MAX_SAFE_INTEGER` is `SHMRING_INVALID_ARG` naming the option.
+ */
 export interface ConsumerInit {
   name?: string;
   /**
