@@ -108,9 +108,23 @@ func optionDuration(ns C.uint64_t) time.Duration {
 	return time.Duration(ns)
 }
 
-func (o *ConsumerOptions) toC() *C.shmring_consumer_options {
+func (o *ConsumerOptions) toC() (*C.shmring_consumer_options, error) {
 	if o == nil {
-		return nil
+		return nil, nil
+	}
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"LivenessInterval", o.LivenessInterval},
+		{"OvertakeAfter", o.OvertakeAfter},
+		{"TetherStallLimit", o.TetherStallLimit},
+		{"LatencyBudget", o.LatencyBudget},
+		{"ClaimTimeout", o.ClaimTimeout},
+	} {
+		if err := durationArg("ConsumerOptions."+d.name, d.d); err != nil {
+			return nil, err
+		}
 	}
 	fields, kind, stream := o.Filter.toC()
 	return &C.shmring_consumer_options{
@@ -124,7 +138,7 @@ func (o *ConsumerOptions) toC() *C.shmring_consumer_options {
 		filter:                fields,
 		kind:                  kind,
 		stream:                stream,
-	}
+	}, nil
 }
 
 // Consumer reads a ring's records as frames that point into the ring.
@@ -174,12 +188,15 @@ func (s *Segment) Tethered(opts *ConsumerOptions) (*Consumer, error) {
 }
 
 func (s *Segment) attachConsumer(opts *ConsumerOptions, tethered bool) (*Consumer, error) {
+	copts, err := opts.toC()
+	if err != nil {
+		return nil, err
+	}
 	h, err := s.handle("Segment.Consumer")
 	if err != nil {
 		return nil, err
 	}
 	defer s.mu.RUnlock()
-	copts := opts.toC()
 	var ch *C.shmring_consumer
 	err = check(func() int32 {
 		if tethered {

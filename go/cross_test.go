@@ -30,8 +30,10 @@ import (
 	"shmring/internal/pattern"
 )
 
-// peer is a program of the repository the test drives: missing, the test is
-// skipped, unless SHMRING_GO_REQUIRE_PEERS is set (make test-go sets it).
+// peer is a file of the repository the test needs (a program it drives, a file
+// it reads): missing, as outside a built checkout, the test is skipped saying
+// what is missing and how to get it, unless SHMRING_GO_REQUIRE_PEERS is set
+// (make test-go sets it), which makes it a failure.
 func peer(t *testing.T, path, how string) string {
 	t.Helper()
 	if _, err := os.Stat(path); err != nil {
@@ -206,7 +208,8 @@ func TestGoProducerIntoPythonConsumer(t *testing.T) {
 	py := venvPython(t)
 	name := ringName(t)
 	const count = 300
-	cmd := exec.Command(py, filepath.Join("..", "node", "test", "py_consumer.py"), name, fmt.Sprint(count))
+	script := peer(t, filepath.Join("..", "node", "test", "py_consumer.py"), "run the tests in a checkout")
+	cmd := exec.Command(py, script, name, fmt.Sprint(count))
 	out := lines(t, cmd)
 	spawn(t, cmd)
 	if l := nextLine(t, out, "py_consumer"); l != "ready" {
@@ -242,11 +245,13 @@ func TestGoProducerIntoPythonConsumer(t *testing.T) {
 // WAV files is the pattern the producer drew, and ffprobe reads them.
 func TestGoProducerIntoRecorders(t *testing.T) {
 	const w, h, frames, packets = 1920, 1080, 30, 100
-	recorders := map[string]func(sock, dir string) *exec.Cmd{
-		"shmring record": func(sock, dir string) *exec.Cmd {
+	// Each takes its subtest's t: a missing peer skips that subtest (a skip of the
+	// parent from inside a subtest would fail it).
+	recorders := map[string]func(t *testing.T, sock, dir string) *exec.Cmd{
+		"shmring record": func(t *testing.T, sock, dir string) *exec.Cmd {
 			return exec.Command(shmringCmd(t), "record", "--listen", sock, "--out", dir)
 		},
-		"go recorder": func(sock, dir string) *exec.Cmd {
+		"go recorder": func(t *testing.T, sock, dir string) *exec.Cmd {
 			return exec.Command(example(t, "recorder"), "-listen", sock, "-out", dir)
 		},
 	}
@@ -254,7 +259,7 @@ func TestGoProducerIntoRecorders(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			sock := filepath.Join(dir, "ring.sock")
-			cmd := rec(sock, dir)
+			cmd := rec(t, sock, dir)
 			out := lines(t, cmd)
 			spawn(t, cmd)
 			nextLine(t, out, "recorder ready")
@@ -268,11 +273,22 @@ func TestGoProducerIntoRecorders(t *testing.T) {
 			if sent["video"].Sent != frames || sent["audio"].Sent != packets {
 				t.Fatalf("producer: %s", js)
 			}
-			waitConsumed(t, sock, frames+packets)
+			// Every frame and packet, and the end of each stream (the producer ends
+			// its video and its audio stream).
+			waitConsumed(t, sock, frames+packets+2)
 			must(t, cmd.Process.Signal(syscall.SIGTERM))
-			for range out {
+			var last string
+			for l := range out {
+				last = l
 			}
 			must(t, cmd.Wait())
+			if name == "go recorder" {
+				var sum struct{ Frames, Packets, Ended uint64 }
+				must(t, json.Unmarshal([]byte(last), &sum))
+				if sum.Frames != frames || sum.Packets != packets || sum.Ended != 2 {
+					t.Fatalf("recorded %s", last)
+				}
+			}
 
 			y4m := filepath.Join(dir, "video-3.y4m")
 			checkY4M(t, y4m, w, h, frames)

@@ -10,6 +10,7 @@ package shmring
 import "C"
 
 import (
+	"fmt"
 	"syscall"
 	"unsafe"
 )
@@ -50,7 +51,8 @@ func (s *Segment) Fds() ([]int, error) {
 // AttachFds attaches to a ring from descriptors inherited from (or received from)
 // the process that created it, in the order Fds gives them: the sandbox-friendly
 // way, with no file system. The library owns the descriptors from the call on,
-// whether it succeeds or not: do not close them.
+// whether it succeeds or not: do not close them. A number that is no descriptor
+// (negative, or beyond a C int) is ErrInvalidArgument naming it.
 func AttachFds(fds ...int) (*Segment, error) {
 	if len(fds) == 0 || len(fds) > maxFds {
 		for _, fd := range fds {
@@ -60,6 +62,14 @@ func AttachFds(fds ...int) (*Segment, error) {
 	}
 	var raw [maxFds]C.int
 	for i, fd := range fds {
+		if err := fdArg(fmt.Sprintf("AttachFds: fds[%d]", i), fd); err != nil {
+			for _, fd := range fds {
+				if fdArg("", fd) == nil {
+					syscall.Close(fd)
+				}
+			}
+			return nil, err
+		}
 		raw[i] = C.int(fd)
 	}
 	var h *C.shmring_segment

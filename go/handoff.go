@@ -49,6 +49,13 @@ type Listener struct {
 // system path, or "@name" for an abstract socket). opts nil: the defaults. A
 // stale socket of a dead consumer is replaced; Close removes the socket.
 func Listen(s *Segment, path string, opts *ListenOptions) (*Listener, error) {
+	var hello uint32
+	if opts != nil {
+		var err error
+		if hello, err = millisArg("ListenOptions.HelloTimeout", opts.HelloTimeout); err != nil {
+			return nil, err
+		}
+	}
 	h, err := s.handle("Listen")
 	if err != nil {
 		return nil, err
@@ -67,7 +74,7 @@ func Listen(s *Segment, path string, opts *ListenOptions) (*Listener, error) {
 		co.allow_gids, co.n_allow_gids = cids(opts.AllowGIDs)
 		defer C.free(unsafe.Pointer(co.allow_gids))
 		co.max_pending = C.uint32_t(opts.MaxPending)
-		co.hello_timeout_ms = C.uint32_t(opts.HelloTimeout / time.Millisecond)
+		co.hello_timeout_ms = C.uint32_t(hello)
 	}
 	var l *C.shmring_listener
 	if err := check(func() int32 { return C.shmring_listen(h, p, co, &l) }); err != nil {

@@ -86,8 +86,15 @@ func TestListenOptionsAndErrors(t *testing.T) {
 	ps, err := Connect(path, time.Second)
 	must(t, err)
 	must(t, ps.Close())
-	if _, err := Connect(filepath.Join(t.TempDir(), "nobody.sock"), time.Second); !errors.Is(err, ErrNotFound) {
+	nobody := filepath.Join(t.TempDir(), "nobody.sock")
+	if _, err := Connect(nobody, time.Second); !errors.Is(err, ErrNotFound) ||
+		!strings.Contains(err.Error(), "socket "+nobody+" does not exist") || strings.Contains(err.Error(), "segment") {
 		t.Fatalf("no socket: %v", err)
+	}
+	// A socket that cannot be bound is named as a socket too.
+	if _, err := Listen(s, filepath.Join(nobody, "x.sock"), nil); !errors.Is(err, ErrOS) ||
+		!strings.Contains(err.Error(), "bind failed for socket ") {
+		t.Fatalf("bind: %v", err)
 	}
 	named, err := CreateNamed(ringName(t), nil)
 	must(t, err)

@@ -18,7 +18,8 @@ import (
 
 func snippets(t *testing.T) map[string]string {
 	out := map[string]string{}
-	for path, label := range map[string]string{"../README.md": "README.md", "README.md": "go/README.md"} {
+	top := peer(t, "../README.md", "the repository's README: run the tests in a checkout")
+	for path, label := range map[string]string{top: "README.md", "README.md": "go/README.md"} {
 		b, err := os.ReadFile(path)
 		must(t, err)
 		for i, m := range regexp.MustCompile("(?s)```go\n(.*?)```").FindAllSubmatch(b, -1) {

@@ -45,9 +45,15 @@ func DefaultTapOptions() TapOptions {
 	}
 }
 
-func (o *TapOptions) toC() *C.shmring_tap_options {
+func (o *TapOptions) toC() (*C.shmring_tap_options, error) {
 	if o == nil {
-		return nil
+		return nil, nil
+	}
+	if err := durationArg("TapOptions.PollInterval", o.PollInterval); err != nil {
+		return nil, err
+	}
+	if err := durationArg("TapOptions.SkipPendingAfter", o.SkipPendingAfter); err != nil {
+		return nil, err
 	}
 	return &C.shmring_tap_options{
 		every:                 C.uint32_t(o.Every),
@@ -55,7 +61,7 @@ func (o *TapOptions) toC() *C.shmring_tap_options {
 		stream:                C.int64_t(o.Stream),
 		poll_interval_ns:      C.uint64_t(durationNs(o.PollInterval)),
 		skip_pending_after_ns: C.uint64_t(durationNs(o.SkipPendingAfter)),
-	}
+	}, nil
 }
 
 // Tap is a read-only observer of a ring: it copies records as they go by into
@@ -69,9 +75,12 @@ type Tap struct {
 // OpenTapNamed opens a tap on the named ring /dev/shm/NAME, mapped read-only.
 // It starts at the newest record. opts nil: the defaults.
 func OpenTapNamed(name string, opts *TapOptions) (*Tap, error) {
+	co, err := opts.toC()
+	if err != nil {
+		return nil, err
+	}
 	n := cstring(name)
 	defer free(n)
-	co := opts.toC()
 	var h *C.shmring_tap
 	if err := check(func() int32 { return C.shmring_tap_open_named(n, co, &h) }); err != nil {
 		return nil, err
@@ -82,7 +91,14 @@ func OpenTapNamed(name string, opts *TapOptions) (*Tap, error) {
 // OpenTapFd opens a tap on a memfd ring from a read-only descriptor of it (the
 // library owns fd from the call on, whether it succeeds or not).
 func OpenTapFd(fd int, opts *TapOptions) (*Tap, error) {
-	co := opts.toC()
+	if err := fdArg("OpenTapFd: fd", fd); err != nil {
+		return nil, err
+	}
+	co, err := opts.toC()
+	if err != nil {
+		syscall.Close(fd)
+		return nil, err
+	}
 	var h *C.shmring_tap
 	if err := check(func() int32 { return C.shmring_tap_open_fd(C.int(fd), co, &h) }); err != nil {
 		return nil, err

@@ -25,6 +25,8 @@ export type ErrorCode =
   | 'SHMRING_DESCRIPTORS'
   | 'SHMRING_DETACHED'
   | 'SHMRING_NO_TETHER_LINE'
+  | 'SHMRING_REFUSED'
+  | 'SHMRING_HANDOFF'
   | 'SHMRING_INVALID_ARG'
   | 'SHMRING_RELEASED'
   | 'SHMRING_CLOSED'
@@ -93,7 +95,12 @@ export interface Health {
   oldestPending: { slot: number; ms: number } | null;
 }
 
-/** Options of `new Consumer()`. Anything absent is the core's default. */
+/**
+ * Options of `new Consumer()`. Anything absent is the core's default; any other key
+ * is an error (`SHMRING_INVALID_ARG`), as in every options object of the package.
+ * Integers are checked, never wrapped: out of range, fractional, NaN or beyond
+ * `Number.MAX_SAFE_INTEGER` is `SHMRING_INVALID_ARG` naming the option.
+ */
 export interface ConsumerInit {
   name?: string;
   /**

@@ -3,7 +3,18 @@
 // Node-API) plus the parts that are plain JavaScript: waiting in the event loop
 // (`nextAsync`, `for await`), and plane/sample views of media records.
 
-const native = require('./shmring.node');
+const native = (() => {
+  try {
+    return require('./shmring.node');
+  } catch (e) {
+    if (e.code !== 'MODULE_NOT_FOUND' || !String(e.message).includes('shmring.node')) throw e;
+    // A checkout (or a folder installed from one) whose add-on was never built.
+    e.message = `shmring: the native add-on ${require('node:path').join(__dirname, 'shmring.node')} is not built: `
+      + 'run `npm run build` in the package folder (node/ of a checkout; Rust needed), '
+      + 'or install the packed package (`make dist`: npm install ./dist/shmring-*.tgz)';
+    throw e;
+  }
+})();
 
 const { Consumer, Producer, Frame, Reservation } = native;
 

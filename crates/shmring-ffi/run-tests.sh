@@ -64,17 +64,59 @@ for t in test_api test_api_asan test_static test_handoff test_readers test_reade
     else count "$t (not built)" 1; fi
 done
 
-echo "== docs/C-API.md: the program of \"Several readers\""
-awk '/^## Several readers/ {s = 1} s && /^```c$/ {c = 1; next} c && /^```$/ {exit} c' \
-    "$root/docs/C-API.md" > "$log/readers_doc.c"
-if [ -s "$log/readers_doc.c" ] \
-    && ${CC:-cc} -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -I"$build/stage/include" \
-        "$log/readers_doc.c" -o "$log/readers_doc" -L"$build/stage/lib" -lshmring \
-        -Wl,-rpath,"$build/stage/lib" > "$log/readers_doc.txt" 2>&1 \
-    && "$log/readers_doc" >> "$log/readers_doc.txt" 2>&1; then
-    count "docs/C-API.md snippet: several readers" 0
+echo "== C programs of docs/C-API.md and README.md: compiled and run as written"
+# Each ```c block is a whole program: compiled with warnings as errors, run in a
+# directory of its own (sockets go there) with its ring names made unique, and it
+# must leave no ring behind.
+stage=$build/stage
+docs=$log/docs
+mkdir -p "$docs"
+n=0
+for doc in "$root/docs/C-API.md" "$root/README.md"; do
+    while IFS= read -r -d '' prog; do
+        n=$((n + 1))
+        name="shmring-doc-$$-$n"
+        dir=$docs/$n
+        mkdir -p "$dir"
+        printf '%s' "${prog#*$'\n'}" | sed "s/cam0/$name/g" > "$dir/prog.c"
+        [ "$doc" = "$root/README.md" ] && app=$dir/prog.c
+        label="${doc#"$root"/}, the program of \"${prog%%$'\n'*}\""
+        if ${CC:-cc} -std=c11 -Wall -Wextra -Werror -I"$stage/include" "$dir/prog.c" -o "$dir/prog" \
+                -L"$stage/lib" -lshmring -Wl,-rpath,"$stage/lib" > "$dir/out.txt" 2>&1 \
+            && (cd "$dir" && ./prog) >> "$dir/out.txt" 2>&1 \
+            && [ ! -e "/dev/shm/$name" ] && [ -z "$(find "$dir" -type s)" ]; then
+            count "$label" 0
+        else
+            cat "$dir/out.txt"; rm -f "/dev/shm/$name"; count "$label" 1
+        fi
+    done < <(awk '/^##/ {h = $0; sub(/^#+ /, "", h)} /^```c$/ {c = 1; p = h "\n"; next}
+                  c && /^```$/ {printf "%s%c", p, 0; c = 0; next} c {p = p $0 "\n"}' "$doc")
+done
+[ "$n" -ge 6 ] || count "C programs found in the docs ($n, want 6 or more)" 1
+
+echo "== docs/C-API.md: finding libshmring.so when the program starts"
+# The top-level README's program as app.c: linked with libshmring.so it does not
+# start unless the loader is told where the library is (LD_LIBRARY_PATH, an rpath);
+# linked with libshmring.a it needs nothing.
+app=${app:-}
+libdir=$stage/lib
+pc="$stage/lib/pkgconfig"
+cflags=$(PKG_CONFIG_PATH=$pc pkg-config --cflags shmring)
+libs=$(PKG_CONFIG_PATH=$pc pkg-config --libs shmring)
+static_l=$(PKG_CONFIG_PATH=$pc pkg-config --static --libs-only-l shmring | sed 's/-lshmring //')
+# shellcheck disable=SC2086
+if ${CC:-cc} $app $cflags $libs -o "$docs/app" > "$docs/ld.txt" 2>&1 \
+    && ! "$docs/app" >> "$docs/ld.txt" 2>&1 \
+    && grep -q 'libshmring.so.0: cannot open shared object file' "$docs/ld.txt" \
+    && LD_LIBRARY_PATH=$libdir "$docs/app" >> "$docs/ld.txt" 2>&1 \
+    && ${CC:-cc} $app $cflags $libs -Wl,-rpath,"$libdir" -o "$docs/app_rpath" >> "$docs/ld.txt" 2>&1 \
+    && "$docs/app_rpath" >> "$docs/ld.txt" 2>&1 \
+    && ${CC:-cc} $app $cflags "$libdir/libshmring.a" $static_l -o "$docs/app_static" >> "$docs/ld.txt" 2>&1 \
+    && "$docs/app_static" >> "$docs/ld.txt" 2>&1 \
+    && ! ldd "$docs/app_static" | grep -q libshmring; then
+    count "libshmring.so found through LD_LIBRARY_PATH, an rpath; libshmring.a needs nothing" 0
 else
-    cat "$log/readers_doc.txt"; count "docs/C-API.md snippet: several readers" 1
+    cat "$docs/ld.txt"; count "libshmring.so found through LD_LIBRARY_PATH, an rpath; libshmring.a needs nothing" 1
 fi
 
 echo "== test_sandbox (seccomp)"

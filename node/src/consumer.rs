@@ -7,71 +7,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use napi::bindgen_prelude::BigInt;
-use napi::{Env, JsFunction, JsObject, JsUnknown};
+use napi::{Env, JsFunction, JsObject, JsUnknown, ValueType};
 use napi_derive::napi;
 use shmring::media::{kind, EndOfStream, MediaHeader, MediaRecord};
 use shmring::{
-    Address, Config, Consumer, ConsumerSettings, RawFrame, Segment, Setting, SharedConsumer,
-    SharedFrame, Snapshot,
+    Address, Config, Consumer, ConsumerSettings, RawFrame, Segment, Setting, SettingKind,
+    SettingValue, SharedConsumer, SharedFrame, Snapshot,
 };
 
-use crate::errors::{core, error, millis, u32_arg, uint, OrThrow, CLOSED, INVALID_ARG, RELEASED};
+use crate::args::{self, js_name, Fd, Options};
+use crate::errors::{core, error, millis, OrThrow, CLOSED, INVALID_ARG, RELEASED};
 use crate::uvpoll::Watcher;
 use crate::views::{self, WeakView};
-
-/// Options of `new Consumer(options)`. Anything not given is the core's default
-/// (`shmring::Config::default()`, `shmring::ConsumerOptions::default()`).
-#[napi(object)]
-pub struct ConsumerInit {
-    /// A named ring (`/dev/shm/NAME`): attach, or create with `create: true`.
-    pub name: Option<String>,
-    /// The ring's address, the text every binding and the `shmring` command take
-    /// (the core's parser): `NAME`, `unix:PATH` (a consumer's socket),
-    /// `fd:SEG[,LOCK][,EVENTFD]` (taken over, as `fds`), `create:NAME[,OPTION...]`
-    /// (a stale ring of that name replaced), `memfd:[LABEL][,OPTION...]`. Excludes
-    /// `name`, `create`, `memfd`, the sizes and the descriptors.
-    pub address: Option<String>,
-    pub create: Option<bool>,
-    /// Create an anonymous sealed memfd ring instead of a named one.
-    pub memfd: Option<bool>,
-    pub capacity: Option<f64>,
-    pub max_record: Option<f64>,
-    pub log_entries: Option<f64>,
-    pub max_producers: Option<f64>,
-    /// Producers wake the consumer through an eventfd (needed by `for await`).
-    pub eventfd: Option<bool>,
-    /// Keep a named ring created here after the consumer is closed.
-    pub persist: Option<bool>,
-    /// Attach to a ring received as a descriptor (the consumer takes it over): a
-    /// named ring's file, with `eventfdFd` for an eventfd ring.
-    pub fd: Option<i32>,
-    pub eventfd_fd: Option<i32>,
-    /// Attach to a ring received as its descriptors, in the order
-    /// `consumer.descriptors` lists them (a memfd ring's include its lock file).
-    pub fds: Option<Vec<i32>>,
-    /// The core's consumer options, by the names every binding uses. Durations in
-    /// milliseconds: absent or 0 is the core's default, `Infinity` turns off what is
-    /// optional (overtaking, the latency budget, the claim timeout).
-    pub liveness_interval_ms: Option<f64>,
-    pub spin: Option<f64>,
-    pub overtake_after_ms: Option<f64>,
-    /// Report `SHMRING_CORRUPT` and wait for `reset()` instead of resetting by
-    /// itself.
-    pub manual_reset: Option<bool>,
-    /// The ring's consumer expels a tethered consumer that stays behind without
-    /// releasing this long.
-    pub tether_stall_limit_ms: Option<f64>,
-    /// Let a record wait up to this long, so one wake-up serves many.
-    pub latency_budget_ms: Option<f64>,
-    /// Take back a reservation still open this long after the consumer first saw
-    /// it (`Infinity`: never, for trusted producers).
-    pub claim_timeout_ms: Option<f64>,
-    /// The consumer's filter: only records of this kind, of this stream (absent:
-    /// any). The others are released at once, unread, and counted in
-    /// `stats().records_filtered`.
-    pub kind: Option<f64>,
-    pub stream: Option<f64>,
-}
 
 /// Takes ownership of a descriptor number given by JavaScript.
 pub fn own_fd(env: Env, fd: i32, what: &str) -> napi::Result<OwnedFd> {
@@ -143,6 +90,23 @@ impl Hold {
     }
 }
 
+/// The ring part of `new Consumer()`'s options, read and checked.
+struct Init {
+    name: Option<String>,
+    address: Option<String>,
+    create: Option<bool>,
+    memfd: Option<bool>,
+    capacity: Option<u64>,
+    max_record: Option<u64>,
+    log_entries: Option<u32>,
+    max_producers: Option<u32>,
+    eventfd: Option<bool>,
+    persist: Option<bool>,
+    fd: Option<i32>,
+    eventfd_fd: Option<i32>,
+    fds: Option<Vec<i32>>,
+}
+
 /// The consumer of a ring.
 #[napi(js_name = "Consumer")]
 pub struct JsConsumer {
@@ -194,25 +158,51 @@ impl JsConsumer {
 
 #[napi]
 impl JsConsumer {
+    /// `new Consumer(options)`: the ring (`name`, `address`, `create`, `memfd`, the
+    /// sizes, the descriptors) and the core's consumer options, by the names of the
+    /// core's table (`ConsumerSettings::OPTIONS`: camelCase, durations in
+    /// milliseconds with `Ms`). Anything absent is the core's default; a key that
+    /// is none of these is an error.
     #[napi(constructor)]
-    pub fn new(env: Env, init: ConsumerInit) -> napi::Result<Self> {
+    pub fn new(env: Env, init: Option<JsUnknown>) -> napi::Result<Self> {
         views::detect(env);
-        let setting = |v: Option<f64>, name: &str| {
-            Setting::from_f64(v, Duration::from_millis(1), name).map_err(|e| core(env, e))
-        };
-        let opts = ConsumerSettings {
-            liveness_interval: setting(init.liveness_interval_ms, "livenessIntervalMs")?,
-            spin: init.spin.map(|v| u32_arg(env, v, "spin")).transpose()?,
-            overtake_after: setting(init.overtake_after_ms, "overtakeAfterMs")?,
-            manual_reset: init.manual_reset.unwrap_or(false),
-            tether_stall_limit: setting(init.tether_stall_limit_ms, "tetherStallLimitMs")?,
-            latency_budget: setting(init.latency_budget_ms, "latencyBudgetMs")?,
-            claim_timeout: setting(init.claim_timeout_ms, "claimTimeoutMs")?,
-            kind: init.kind.map(|v| u32_arg(env, v, "kind")).transpose()?,
-            stream: init.stream.map(|v| u32_arg(env, v, "stream")).transpose()?,
+        let mut o = Options::new(env, init, "new Consumer()")?;
+        let mut settings = ConsumerSettings::default();
+        for (name, kind) in ConsumerSettings::OPTIONS {
+            let key = js_name(name, kind == SettingKind::Duration);
+            let value = match kind {
+                SettingKind::Duration => o
+                    .number(&key)?
+                    .map(|v| Setting::from_f64(Some(v), Duration::from_millis(1), &key))
+                    .transpose()
+                    .map_err(|e| core(env, e))?
+                    .map(SettingValue::Duration),
+                SettingKind::Count => o.int::<u32>(&key)?.map(SettingValue::Count),
+                SettingKind::Flag => o.boolean(&key)?.map(SettingValue::Flag),
+            };
+            if let Some(v) = value {
+                settings.set(name, v).map_err(|e| core(env, e))?;
+            }
         }
-        .options()
-        .map_err(|e| core(env, e))?;
+        let opts = settings.options().map_err(|e| core(env, e))?;
+        let init = Init {
+            name: o.string("name")?,
+            address: o.string("address")?,
+            create: o.boolean("create")?,
+            memfd: o.boolean("memfd")?,
+            capacity: o.int::<u64>("capacity")?,
+            max_record: o.int::<u64>("maxRecord")?,
+            log_entries: o.int::<u32>("logEntries")?,
+            max_producers: o.int::<u32>("maxProducers")?,
+            eventfd: o.boolean("eventfd")?,
+            persist: o.boolean("persist")?,
+            fd: o.int::<Fd>("fd")?.map(|f| f.0),
+            eventfd_fd: o.int::<Fd>("eventfdFd")?.map(|f| f.0),
+            fds: o
+                .ints::<Fd>("fds")?
+                .map(|v| v.into_iter().map(|f| f.0).collect::<Vec<_>>()),
+        };
+        o.finish()?;
         let create = init.create.unwrap_or(false);
         let seg = if let Some(text) = init.address.as_deref() {
             let sized = init.capacity.is_some()
@@ -248,24 +238,10 @@ impl JsConsumer {
         } else if create {
             let dc = Config::default();
             let cfg = Config {
-                capacity: match init.capacity {
-                    Some(v) => uint(env, v, "capacity")?,
-                    None => dc.capacity,
-                },
-                max_record: init
-                    .max_record
-                    .map(|v| uint(env, v, "maxRecord"))
-                    .transpose()?
-                    .or(dc.max_record),
-                log_entries: init
-                    .log_entries
-                    .map(|v| u32_arg(env, v, "logEntries"))
-                    .transpose()?
-                    .or(dc.log_entries),
-                max_producers: match init.max_producers {
-                    Some(v) => u32_arg(env, v, "maxProducers")?,
-                    None => dc.max_producers,
-                },
+                capacity: init.capacity.unwrap_or(dc.capacity),
+                max_record: init.max_record.or(dc.max_record),
+                log_entries: init.log_entries.or(dc.log_entries),
+                max_producers: init.max_producers.unwrap_or(dc.max_producers),
                 eventfd: init.eventfd.unwrap_or(dc.eventfd),
                 ..dc
             };
@@ -314,10 +290,10 @@ impl JsConsumer {
     /// The next frame, waiting up to `timeoutMs` (absent: forever). Blocks this
     /// thread while it waits; `null` on timeout.
     #[napi]
-    pub fn next(&self, env: Env, timeout_ms: Option<f64>) -> napi::Result<Option<Frame>> {
-        let t = timeout_ms
-            .map(|t| millis(env, t, "timeoutMs"))
-            .transpose()?;
+    pub fn next(&self, env: Env, timeout_ms: Option<JsUnknown>) -> napi::Result<Option<Frame>> {
+        let t = args::opt(timeout_ms, |v| {
+            millis(env, args::number(env, v, "timeoutMs")?, "timeoutMs")
+        })?;
         let f = self.shared.next_timeout(t).or_throw(env)?;
         self.frame(env, f)
     }
@@ -351,7 +327,16 @@ impl JsConsumer {
     /// The poll handle is made once, with the first callback given; later calls
     /// restart it (no allocation per wait).
     #[napi]
-    pub fn watch(&mut self, env: Env, callback: JsFunction) -> napi::Result<()> {
+    pub fn watch(&mut self, env: Env, callback: JsUnknown) -> napi::Result<()> {
+        if callback.get_type()? != ValueType::Function {
+            return Err(error(
+                env,
+                INVALID_ARG,
+                "watch: callback must be a function",
+            ));
+        }
+        // SAFETY: checked to be a function.
+        let callback = unsafe { callback.cast::<JsFunction>() };
         let seg = self.segment(env)?;
         let Some(fd) = seg.eventfd() else {
             return Err(error(

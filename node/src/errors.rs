@@ -84,31 +84,6 @@ impl<T> OrThrow<T> for shmring::Result<T> {
     }
 }
 
-/// A non-negative integer argument (JS numbers are doubles).
-pub fn uint(env: Env, v: f64, what: &str) -> napi::Result<u64> {
-    if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= 9_007_199_254_740_991.0 {
-        Ok(v as u64)
-    } else {
-        Err(error(
-            env,
-            INVALID_ARG,
-            &format!("{what} must be a non-negative integer, got {v}"),
-        ))
-    }
-}
-
-/// A `u32` argument.
-pub fn u32_arg(env: Env, v: f64, what: &str) -> napi::Result<u32> {
-    let n = uint(env, v, what)?;
-    u32::try_from(n).map_err(|_| {
-        error(
-            env,
-            INVALID_ARG,
-            &format!("{what} must be at most {}, got {n}", u32::MAX),
-        )
-    })
-}
-
 /// A duration in milliseconds (`f64`, non-negative).
 pub fn millis(env: Env, v: f64, what: &str) -> napi::Result<std::time::Duration> {
     std::time::Duration::try_from_secs_f64(v / 1000.0).map_err(|_| {

@@ -12,6 +12,7 @@
 //! * Where V8 refuses external array buffers (its memory cage, as in Electron),
 //!   views are copies instead: `zeroCopy` says which.
 
+mod args;
 mod consumer;
 mod errors;
 mod media;
@@ -51,8 +52,16 @@ pub fn layout_version() -> u32 {
 /// The address of a typed array's first byte in this process (to check that a
 /// view is zero-copy: inside `mapping()`).
 #[napi]
-pub fn address_of(view: napi::JsTypedArray) -> napi::Result<f64> {
-    let v = view.into_value()?;
+pub fn address_of(env: Env, view: napi::JsUnknown) -> napi::Result<f64> {
+    if view.get_type()? != napi::ValueType::Object || !view.is_typedarray()? {
+        return Err(errors::error(
+            env,
+            errors::INVALID_ARG,
+            "addressOf: view must be a typed array",
+        ));
+    }
+    // SAFETY: checked to be a typed array.
+    let v = unsafe { view.cast::<napi::JsTypedArray>() }.into_value()?;
     // Node-API's typed array data pointer already includes the byte offset.
     let bytes: &[u8] = v.as_ref();
     Ok(bytes.as_ptr() as usize as f64)

@@ -4,67 +4,59 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use napi::bindgen_prelude::{BigInt, Uint8Array};
-use napi::{sys, Env, JsObject, JsUnknown, NapiValue};
+use napi::{sys, Env, JsObject, JsTypedArray, JsUnknown, NapiValue, TypedArrayType, ValueType};
 use napi_derive::napi;
 use shmring::media::{kind, MediaHeader, SEQUENCE_AUTO};
 use shmring::{Address, FullPolicy, Meta, Producer, Segment};
 
+use crate::args::{self, Fd, Options};
 use crate::consumer::{address_of, descriptors, own_fd, stats_object, JsConsumer};
-use crate::errors::{error, millis, u32_arg, uint, OrThrow, CLOSED, INVALID_ARG, RELEASED};
+use crate::errors::{error, millis, OrThrow, CLOSED, INVALID_ARG, RELEASED};
 use crate::views::{self, WeakView};
 
-/// Options of the Producer factories.
-#[napi(object)]
-pub struct ProducerInit {
+/// Options of the Producer factories: `{ eventfdFd, onFull, timeoutMs }`.
+struct ProducerInit {
     /// The ring's eventfd (rings created with `eventfd: true`); taken over.
-    pub eventfd_fd: Option<i32>,
+    eventfd_fd: Option<i32>,
     /// When the ring is full: "block" (wait up to `timeoutMs`) or "fail" (throw
     /// `SHMRING_FULL` at once). Absent: the core's default policy.
-    pub on_full: Option<String>,
-    pub timeout_ms: Option<f64>,
+    on_full: Option<String>,
+    timeout_ms: Option<f64>,
 }
 
-/// A record's metadata; anything absent is 0, and the timestamp the commit time.
-#[napi(object)]
-pub struct MetaInit {
-    pub stream: Option<u32>,
-    pub kind: Option<u32>,
-    pub timestamp_ns: Option<BigInt>,
-    pub flags: Option<u32>,
+impl ProducerInit {
+    fn read(env: Env, v: Option<JsUnknown>, call: &'static str) -> napi::Result<ProducerInit> {
+        let mut o = Options::new(env, v, call)?;
+        let init = ProducerInit {
+            eventfd_fd: o.int::<Fd>("eventfdFd")?.map(|f| f.0),
+            on_full: o.string("onFull")?,
+            timeout_ms: o.number("timeoutMs")?,
+        };
+        o.finish()?;
+        Ok(init)
+    }
+
+    /// For a factory whose ring comes with its eventfd: `eventfdFd` is refused,
+    /// saying `why`.
+    fn without_eventfd(self, env: Env, why: &str) -> napi::Result<ProducerInit> {
+        if self.eventfd_fd.is_some() {
+            return Err(error(
+                env,
+                INVALID_ARG,
+                &format!("{why}; leave eventfdFd out"),
+            ));
+        }
+        Ok(self)
+    }
 }
 
-/// Per-call options of `reserve`/`send`.
-#[napi(object)]
-pub struct WaitInit {
-    /// Absent: the producer's policy; 0: fail at once if full; > 0: wait that long.
-    pub timeout_ms: Option<f64>,
-}
-
-#[napi(object)]
-pub struct VideoInit {
-    pub width: f64,
-    pub height: f64,
-    /// "i420" (default), "nv12" or "rgba".
-    pub format: Option<String>,
-    pub pts_ns: Option<BigInt>,
-    /// Absent: the producer numbers the stream's frames 0, 1, 2, ...
-    pub sequence: Option<BigInt>,
-    /// The nominal frame rate as [numerator, denominator]; absent: variable.
-    pub fps: Option<Vec<u32>>,
-    pub timeout_ms: Option<f64>,
-}
-
-#[napi(object)]
-pub struct AudioInit {
-    pub samples: f64,
-    pub channels: f64,
-    pub sample_rate: f64,
-    /// "pcm_s16" (default) or "pcm_f32".
-    pub format: Option<String>,
-    pub pts_ns: Option<BigInt>,
-    pub sequence: Option<BigInt>,
-    pub timeout_ms: Option<f64>,
+/// A call's `{ timeoutMs }`: absent, the producer's policy; 0: fail at once if
+/// full; > 0: wait that long.
+fn wait_of(env: Env, v: Option<JsUnknown>, call: &'static str) -> napi::Result<Option<f64>> {
+    let mut o = Options::new(env, v, call)?;
+    let t = o.number("timeoutMs")?;
+    o.finish()?;
+    Ok(t)
 }
 
 /// The producer and the seq of its open reservation, shared with reservations and
@@ -96,34 +88,18 @@ impl Drop for Hold {
     }
 }
 
-fn big_u64(env: Env, b: &BigInt, what: &str) -> napi::Result<u64> {
-    let (signed, v, lossless) = b.get_u64();
-    if signed || !lossless {
-        return Err(error(
-            env,
-            INVALID_ARG,
-            &format!("{what} must fit an unsigned 64-bit integer"),
-        ));
-    }
-    Ok(v)
-}
-
-fn meta_of(env: Env, m: Option<MetaInit>, kind_: u32) -> napi::Result<Meta> {
-    let m = m.unwrap_or(MetaInit {
-        stream: None,
-        kind: None,
-        timestamp_ns: None,
-        flags: None,
-    });
-    Ok(Meta {
-        stream: m.stream.unwrap_or(0),
-        kind: m.kind.unwrap_or(kind_),
-        timestamp_ns: match &m.timestamp_ns {
-            Some(b) => big_u64(env, b, "timestampNs")?,
-            None => shmring::now_ns(),
-        },
-        flags: m.flags.unwrap_or(0),
-    })
+/// A record's metadata, `{ stream, kind, timestampNs, flags }`: anything absent is
+/// 0 (the kind `kind_`), and the timestamp the commit time.
+fn meta_of(env: Env, v: Option<JsUnknown>, kind_: u32, call: &'static str) -> napi::Result<Meta> {
+    let mut o = Options::new(env, v, call)?;
+    let meta = Meta {
+        stream: o.int("stream")?.unwrap_or(0),
+        kind: o.int("kind")?.unwrap_or(kind_),
+        timestamp_ns: o.big_u64("timestampNs")?.unwrap_or_else(shmring::now_ns),
+        flags: o.int("flags")?.unwrap_or(0),
+    };
+    o.finish()?;
+    Ok(meta)
 }
 
 fn policy_of(
@@ -163,13 +139,11 @@ pub struct JsProducer {
 }
 
 impl JsProducer {
-    fn attach(env: Env, seg: Arc<Segment>, init: Option<ProducerInit>) -> napi::Result<JsProducer> {
+    fn attach(env: Env, seg: Arc<Segment>, init: ProducerInit) -> napi::Result<JsProducer> {
         views::detect(env);
         let mut p = Producer::new(seg).or_throw(env)?;
-        if let Some(i) = &init {
-            let pol = policy_of(env, i.on_full.as_deref(), i.timeout_ms, p.policy())?;
-            p.set_policy(pol);
-        }
+        let pol = policy_of(env, init.on_full.as_deref(), init.timeout_ms, p.policy())?;
+        p.set_policy(pol);
         Ok(JsProducer {
             core: Rc::new(Core {
                 producer: RefCell::new(Some(p)),
@@ -272,8 +246,10 @@ impl JsProducer {
 impl JsProducer {
     /// Attaches to the named ring `/dev/shm/NAME`.
     #[napi(factory)]
-    pub fn open(env: Env, name: String, init: Option<ProducerInit>) -> napi::Result<Self> {
-        let seg = match init.as_ref().and_then(|i| i.eventfd_fd) {
+    pub fn open(env: Env, name: JsUnknown, init: Option<JsUnknown>) -> napi::Result<Self> {
+        let name = args::string(env, &name, "name")?;
+        let init = ProducerInit::read(env, init, "Producer.open()")?;
+        let seg = match init.eventfd_fd {
             Some(e) => Segment::open_named_with_eventfd(&name, own_fd(env, e, "eventfdFd")?),
             None => Address::Named(name).open(),
         }
@@ -287,16 +263,14 @@ impl JsProducer {
     #[napi(factory)]
     pub fn from_address(
         env: Env,
-        address: String,
-        init: Option<ProducerInit>,
+        address: JsUnknown,
+        init: Option<JsUnknown>,
     ) -> napi::Result<Self> {
-        if init.as_ref().is_some_and(|i| i.eventfd_fd.is_some()) {
-            return Err(error(
-                env,
-                INVALID_ARG,
-                "an address lists the ring's eventfd itself (fd:SEG,EVENTFD); leave eventfdFd out",
-            ));
-        }
+        let address = args::string(env, &address, "address")?;
+        let init = ProducerInit::read(env, init, "Producer.fromAddress()")?.without_eventfd(
+            env,
+            "an address lists the ring's eventfd itself (fd:SEG,EVENTFD)",
+        )?;
         let seg = address_of(env, &address)?.open().or_throw(env)?;
         Self::attach(env, seg, init)
     }
@@ -305,9 +279,10 @@ impl JsProducer {
     /// the producer takes the descriptor (and `eventfdFd`) over. A memfd ring
     /// needs all its descriptors: [`Producer::from_fds`].
     #[napi(factory)]
-    pub fn from_fd(env: Env, fd: i32, init: Option<ProducerInit>) -> napi::Result<Self> {
-        let efd = init.as_ref().and_then(|i| i.eventfd_fd);
-        let fds = descriptors(env, Some(fd), efd, None)?.expect("fd given");
+    pub fn from_fd(env: Env, fd: JsUnknown, init: Option<JsUnknown>) -> napi::Result<Self> {
+        let Fd(fd) = args::int(env, &fd, "fd")?;
+        let init = ProducerInit::read(env, init, "Producer.fromFd()")?;
+        let fds = descriptors(env, Some(fd), init.eventfd_fd, None)?.expect("fd given");
         let seg = Address::Descriptors(fds).open().or_throw(env)?;
         Self::attach(env, seg, init)
     }
@@ -316,7 +291,13 @@ impl JsProducer {
     /// the segment, a memfd ring's lock file, an eventfd ring's eventfd, in that
     /// order); the producer takes them over.
     #[napi(factory)]
-    pub fn from_fds(env: Env, fds: Vec<i32>, init: Option<ProducerInit>) -> napi::Result<Self> {
+    pub fn from_fds(env: Env, fds: JsUnknown, init: Option<JsUnknown>) -> napi::Result<Self> {
+        let fds: Vec<i32> = args::array(env, &fds, "fds", |v, w| args::int::<Fd>(env, v, w))?
+            .into_iter()
+            .map(|f| f.0)
+            .collect();
+        let init = ProducerInit::read(env, init, "Producer.fromFds()")?
+            .without_eventfd(env, "fds already lists the ring's eventfd")?;
         let fds = descriptors(env, None, None, Some(&fds))?.expect("fds given");
         let seg = Address::Descriptors(fds).open().or_throw(env)?;
         Self::attach(env, seg, init)
@@ -327,7 +308,10 @@ impl JsProducer {
     /// sealed memfd (and eventfd). Throws `SHMRING_REFUSED` naming the rule the
     /// consumer's policy refused us by.
     #[napi(factory)]
-    pub fn connect(env: Env, path: String, init: Option<ProducerInit>) -> napi::Result<Self> {
+    pub fn connect(env: Env, path: JsUnknown, init: Option<JsUnknown>) -> napi::Result<Self> {
+        let path = args::string(env, &path, "path")?;
+        let init = ProducerInit::read(env, init, "Producer.connect()")?
+            .without_eventfd(env, "a consumer's socket hands the eventfd over")?;
         let seg = Address::Socket(path.into()).open().or_throw(env)?;
         Self::attach(env, seg, init)
     }
@@ -337,8 +321,10 @@ impl JsProducer {
     pub fn for_consumer(
         env: Env,
         consumer: &JsConsumer,
-        init: Option<ProducerInit>,
+        init: Option<JsUnknown>,
     ) -> napi::Result<Self> {
+        let init = ProducerInit::read(env, init, "Producer.forConsumer()")?
+            .without_eventfd(env, "the consumer's ring comes with its eventfd")?;
         let seg = consumer.segment(env)?;
         Self::attach(env, seg, init)
     }
@@ -349,35 +335,29 @@ impl JsProducer {
     pub fn reserve(
         &self,
         env: Env,
-        length: f64,
-        opts: Option<WaitInit>,
+        length: JsUnknown,
+        opts: Option<JsUnknown>,
     ) -> napi::Result<Reservation> {
-        let len = uint(env, length, "length")?;
-        self.reserve_impl(env, len, opts.and_then(|o| o.timeout_ms), None)
+        let len = args::int::<u64>(env, &length, "length")?;
+        let timeout = wait_of(env, opts, "reserve()")?;
+        self.reserve_impl(env, len, timeout, None)
     }
 
     /// Claims a video record and writes its media header; the planes follow it
     /// (`reservation.media.planes`: offset, stride, size of each).
     #[napi]
-    pub fn reserve_video(&self, env: Env, v: VideoInit) -> napi::Result<Reservation> {
-        let f = crate::media::parse_format(env, v.format.as_deref().unwrap_or("i420"))?;
-        let (w, h) = (
-            u32_arg(env, v.width, "width")?,
-            u32_arg(env, v.height, "height")?,
-        );
-        let pts = v
-            .pts_ns
-            .as_ref()
-            .map(|b| big_u64(env, b, "ptsNs"))
-            .transpose()?
-            .unwrap_or_else(shmring::now_ns);
-        let seq = v
-            .sequence
-            .as_ref()
-            .map(|b| big_u64(env, b, "sequence"))
-            .transpose()?
-            .unwrap_or(SEQUENCE_AUTO);
-        let (num, den) = match v.fps.as_deref() {
+    pub fn reserve_video(&self, env: Env, init: JsUnknown) -> napi::Result<Reservation> {
+        let mut o = Options::new(env, Some(init), "reserveVideo()")?;
+        let w = required(env, o.int::<u32>("width")?, "reserveVideo: width")?;
+        let h = required(env, o.int::<u32>("height")?, "reserveVideo: height")?;
+        let format = o.string("format")?;
+        let pts = o.big_u64("ptsNs")?.unwrap_or_else(shmring::now_ns);
+        let seq = o.big_u64("sequence")?.unwrap_or(SEQUENCE_AUTO);
+        let fps = o.ints::<u32>("fps")?;
+        let timeout = o.number("timeoutMs")?;
+        o.finish()?;
+        let f = crate::media::parse_format(env, format.as_deref().unwrap_or("i420"))?;
+        let (num, den) = match fps.as_deref() {
             None => (0, 1),
             Some(&[num, den]) => (num, den),
             Some(_) => {
@@ -392,39 +372,35 @@ impl JsProducer {
         let hd = MediaHeader::video(f, w, h, pts, seq)
             .and_then(|hd| hd.with_frame_rate(num, den))
             .map_err(|e| error(env, INVALID_ARG, &format!("reserveVideo: {e}")))?;
-        self.reserve_impl(env, hd.payload_len() as u64, v.timeout_ms, Some(hd))
+        self.reserve_impl(env, hd.payload_len() as u64, timeout, Some(hd))
     }
 
     /// Claims an audio record (interleaved samples) and writes its media header.
     #[napi]
-    pub fn reserve_audio(&self, env: Env, a: AudioInit) -> napi::Result<Reservation> {
-        let f = crate::media::parse_format(env, a.format.as_deref().unwrap_or("pcm_s16"))?;
-        let samples = u32_arg(env, a.samples, "samples")?;
-        let channels = u32_arg(env, a.channels, "channels")?;
-        let rate = u32_arg(env, a.sample_rate, "sampleRate")?;
-        let pts = a
-            .pts_ns
-            .as_ref()
-            .map(|b| big_u64(env, b, "ptsNs"))
-            .transpose()?
-            .unwrap_or_else(shmring::now_ns);
-        let seq = a
-            .sequence
-            .as_ref()
-            .map(|b| big_u64(env, b, "sequence"))
-            .transpose()?
-            .unwrap_or(SEQUENCE_AUTO);
+    pub fn reserve_audio(&self, env: Env, init: JsUnknown) -> napi::Result<Reservation> {
+        let mut o = Options::new(env, Some(init), "reserveAudio()")?;
+        let samples = required(env, o.int::<u32>("samples")?, "reserveAudio: samples")?;
+        let channels = required(env, o.int::<u32>("channels")?, "reserveAudio: channels")?;
+        let rate = required(env, o.int::<u32>("sampleRate")?, "reserveAudio: sampleRate")?;
+        let format = o.string("format")?;
+        let pts = o.big_u64("ptsNs")?.unwrap_or_else(shmring::now_ns);
+        let seq = o.big_u64("sequence")?.unwrap_or(SEQUENCE_AUTO);
+        let timeout = o.number("timeoutMs")?;
+        o.finish()?;
+        let f = crate::media::parse_format(env, format.as_deref().unwrap_or("pcm_s16"))?;
         // The core checks the format, rate, channels and size (one set of limits).
         let hd = MediaHeader::audio(f, rate, channels, samples, pts, seq)
             .map_err(|e| error(env, INVALID_ARG, &format!("reserveAudio: {e}")))?;
-        self.reserve_impl(env, hd.payload_len() as u64, a.timeout_ms, Some(hd))
+        self.reserve_impl(env, hd.payload_len() as u64, timeout, Some(hd))
     }
 
     /// Ends stream `stream` of `kind` (KIND_VIDEO or KIND_AUDIO): commits an
     /// end-of-stream record, numbered after the stream's last record from this
     /// producer. Readers end the stream there (`frame.end`).
     #[napi]
-    pub fn end_stream(&self, env: Env, stream: u32, kind: u32) -> napi::Result<()> {
+    pub fn end_stream(&self, env: Env, stream: JsUnknown, kind: JsUnknown) -> napi::Result<()> {
+        let stream: u32 = args::int(env, &stream, "stream")?;
+        let kind: u32 = args::int(env, &kind, "kind")?;
         if kind != kind::VIDEO && kind != kind::AUDIO {
             return Err(error(
                 env,
@@ -440,14 +416,16 @@ impl JsProducer {
     pub fn send(
         &self,
         env: Env,
-        bytes: Uint8Array,
-        meta: Option<MetaInit>,
-        opts: Option<WaitInit>,
+        bytes: JsUnknown,
+        meta: Option<JsUnknown>,
+        opts: Option<JsUnknown>,
     ) -> napi::Result<()> {
-        let meta = meta_of(env, meta, kind::RAW)?;
-        let src: &[u8] = &bytes;
+        let bytes = uint8_array(env, bytes, "bytes")?;
+        let meta = meta_of(env, meta, kind::RAW, "send()")?;
+        let timeout = wait_of(env, opts, "send()")?;
+        let src: &[u8] = bytes.as_ref();
         self.with(env, |p| {
-            let policy = policy_of(env, None, opts.and_then(|o| o.timeout_ms), p.policy())?;
+            let policy = policy_of(env, None, timeout, p.policy())?;
             let r = p.reserve_raw(src.len(), policy).or_throw(env)?;
             // SAFETY: r.ptr is r.len == src.len() writable bytes of our reservation.
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), r.ptr, r.len) };
@@ -461,9 +439,11 @@ impl JsProducer {
     pub fn set_policy(
         &self,
         env: Env,
-        on_full: String,
-        timeout_ms: Option<f64>,
+        on_full: JsUnknown,
+        timeout_ms: Option<JsUnknown>,
     ) -> napi::Result<()> {
+        let on_full = args::string(env, &on_full, "onFull")?;
+        let timeout_ms = args::opt(timeout_ms, |v| args::number(env, v, "timeoutMs"))?;
         self.with(env, |p| {
             let pol = policy_of(env, Some(&on_full), timeout_ms, p.policy())?;
             p.set_policy(pol);
@@ -529,6 +509,27 @@ impl JsProducer {
     pub fn closed(&self) -> bool {
         self.core.producer.borrow().is_none()
     }
+}
+
+/// A required option: `SHMRING_INVALID_ARG` naming it when absent.
+fn required<T>(env: Env, v: Option<T>, what: &str) -> napi::Result<T> {
+    v.ok_or_else(|| error(env, INVALID_ARG, &format!("{what} is required")))
+}
+
+/// A `Uint8Array` (a `Buffer` is one) argument.
+fn uint8_array(env: Env, v: JsUnknown, what: &str) -> napi::Result<napi::JsTypedArrayValue> {
+    if v.get_type()? == ValueType::Object && v.is_typedarray()? {
+        // SAFETY: checked to be a typed array.
+        let a = unsafe { v.cast::<JsTypedArray>() }.into_value()?;
+        if a.typedarray_type == TypedArrayType::Uint8 {
+            return Ok(a);
+        }
+    }
+    Err(error(
+        env,
+        INVALID_ARG,
+        &format!("{what} must be a Uint8Array (or a Buffer)"),
+    ))
 }
 
 /// The copy path's buffer: a JavaScript `Uint8Array` kept alive until commit.
@@ -612,13 +613,13 @@ impl Reservation {
     /// Publishes the record. `meta`: {stream, kind, timestampNs, flags}; the kind
     /// defaults to video/audio for media reservations, the timestamp to now.
     #[napi]
-    pub fn commit(&mut self, env: Env, meta: Option<MetaInit>) -> napi::Result<()> {
+    pub fn commit(&mut self, env: Env, meta: Option<JsUnknown>) -> napi::Result<()> {
         let default_kind = match self.media {
             Some(h) if h.format.is_video() => kind::VIDEO,
             Some(_) => kind::AUDIO,
             None => kind::RAW,
         };
-        let meta = meta_of(env, meta, default_kind)?;
+        let meta = meta_of(env, meta, default_kind, "commit()")?;
         if self.hold.is_none() {
             return Err(error(
                 env,

@@ -1,22 +1,26 @@
-//! `Consumer` and `Frame`.
+//! `Consumer` and `Frame`: usable from any thread. The consumer is the core's
+//! [`SharedConsumer`] (one receive at a time; releases from any thread, at any
+//! time); a frame keeps its [`SharedFrame`] behind a lock with its view count.
 
-use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 use shmring::media::{kind, EndOfStream, MediaHeader, MediaRecord};
 use shmring::{
-    Address, Config, Consumer, ConsumerSettings, Occupant, RawFrame, Segment, Setting,
-    SharedConsumer, SharedFrame, Snapshot,
+    Address, Config, Consumer, ConsumerSettings, Meta, Occupant, Segment, Setting, SharedConsumer,
+    SharedFrame, Snapshot,
 };
 
-use crate::errors::{BadMediaHeader, Closed, ConfigError, IntoPy, Released, WrongThread};
+use crate::args::{each, opt, Fd, Int};
+use crate::cleanup::{lock, CreatedRing};
+use crate::errors::{BadMediaHeader, ConfigError, IntoPy, Released};
 use crate::media::{format_name, header_dict, plane_layouts, read, Elem, PlaneLayout};
 use crate::views::{array_of, Plane, ViewGuard};
 
@@ -24,29 +28,36 @@ use crate::views::{array_of, Plane, ViewGuard};
 /// signals (Ctrl-C).
 pub const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 
+/// How long the next step of a wait until `deadline` (None: none) may last: up to
+/// [`SIGNAL_CHECK`], so that signals are checked between steps.
+pub fn step_until(deadline: Option<Instant>) -> Duration {
+    match deadline {
+        None => SIGNAL_CHECK,
+        Some(d) => d
+            .saturating_duration_since(Instant::now())
+            .min(SIGNAL_CHECK),
+    }
+}
+
 pub fn secs(s: f64, what: &str) -> PyResult<Duration> {
     Duration::try_from_secs_f64(s)
         .map_err(|_| ConfigError::new_err(format!("{what} must be >= 0 seconds, got {s}")))
 }
 
 /// Takes ownership of a descriptor number given by Python.
-pub fn own_fd(fd: i32, what: &str) -> PyResult<OwnedFd> {
-    if fd < 0 {
-        return Err(ConfigError::new_err(format!(
-            "{what} {fd} is not a descriptor"
-        )));
-    }
+pub fn own_fd(fd: &Int, what: &str) -> PyResult<OwnedFd> {
+    let Fd(fd) = fd.get(what)?;
     // SAFETY: the caller hands this descriptor over (documented on the classes).
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// The descriptors given for a ring, taken over: `fds` (the ring's, in the order
 /// of `Segment::descriptors`), or `fd` and the optional `eventfd_fd`; `None` if
-/// neither was given.
+/// neither was given. Every number is checked before any is taken.
 pub fn descriptors(
-    fd: Option<i32>,
-    eventfd_fd: Option<i32>,
-    fds: Option<Vec<i32>>,
+    fd: Option<Int>,
+    eventfd_fd: Option<Int>,
+    fds: Option<Vec<Int>>,
 ) -> PyResult<Option<Vec<OwnedFd>>> {
     match (fd, fds) {
         (Some(_), Some(_)) => Err(ConfigError::new_err("give either fd= or fds=, not both")),
@@ -56,14 +67,20 @@ pub fn descriptors(
                     "fds= already lists the ring's eventfd; leave eventfd_fd= out",
                 ));
             }
-            list.into_iter()
-                .map(|f| own_fd(f, "fds[]"))
+            each::<Fd>(&list, "fds")?;
+            list.iter()
+                .enumerate()
+                .map(|(i, f)| own_fd(f, &format!("fds[{i}]")))
                 .collect::<PyResult<Vec<_>>>()
                 .map(Some)
         }
         (Some(f), None) => {
-            let mut v = vec![own_fd(f, "fd")?];
-            if let Some(e) = eventfd_fd {
+            f.get::<Fd>("fd")?;
+            if let Some(e) = &eventfd_fd {
+                e.get::<Fd>("eventfd_fd")?;
+            }
+            let mut v = vec![own_fd(&f, "fd")?];
+            if let Some(e) = &eventfd_fd {
                 v.push(own_fd(e, "eventfd_fd")?);
             }
             Ok(Some(v))
@@ -77,10 +94,10 @@ pub fn descriptors(
 ///
 /// Consumer(name=None, *, create=False, capacity=None, max_record=None,
 ///          log_entries=None, max_producers=None, eventfd=False, memfd=False,
-///          persist=False, fd=None, eventfd_fd=None, liveness_interval=None, spin=None,
-///          overtake_after=None, manual_reset=False, role="owner",
+///          persist=False, fd=None, eventfd_fd=None, fds=None, liveness_interval=None,
+///          spin=None, overtake_after=None, manual_reset=False, role="owner",
 ///          tether_stall_limit=None, latency_budget=None, claim_timeout=None,
-///          replace_stale=False, address=None)
+///          kind=None, stream=None, replace_stale=False, address=None)
 ///
 /// Sizes and options left at None are the library's defaults (a 16 MiB ring, 64
 /// producer slots, a 50 ms liveness interval, ...). The options are the core's
@@ -90,7 +107,9 @@ pub fn descriptors(
 ///
 /// * ``Consumer("cam0")`` attaches to ``/dev/shm/cam0``.
 /// * ``Consumer("cam0", create=True, capacity=1 << 26)`` creates it (mode 0600),
-///   unlinked again when the consumer is closed unless ``persist=True``.
+///   removed again (its name; frames still held keep their memory) when the
+///   consumer is closed, garbage-collected or the interpreter exits, unless
+///   ``persist=True``.
 /// * ``Consumer("cam0", create=True, memfd=True)`` creates an anonymous sealed
 ///   memfd; hand ``fileno()`` (and ``eventfd_fileno()``) to producers.
 /// * ``Consumer(fds=[...])`` attaches to a ring received as its descriptors (the
@@ -127,96 +146,54 @@ pub fn descriptors(
 /// ``ring.try_next()`` does not wait, ``for frame in ring:`` waits forever.
 /// A frame is handed back to the ring by ``frame.release()``, at the end of
 /// ``with ring.next() as frame:``, or when the frame and every view of it are gone.
-/// One consumer per ring (plus tethered ones). A consumer and its frames belong to
-/// the thread that made the consumer: used from another thread, it raises
-/// ``WrongThread`` (make the consumer in the thread that reads it).
-#[pyclass(subclass, module = "shmring._shmring", name = "Consumer")]
+/// One consumer per ring (plus tethered ones). A consumer and its frames may be
+/// used from any thread: one receive runs at a time (others wait for it, without
+/// the GIL), and a frame may be released, or dropped, on any thread.
+#[pyclass(frozen, subclass, module = "shmring._shmring", name = "Consumer")]
 pub struct PyConsumer {
-    state: Owned<ConsumerState>,
-}
-
-/// What a [`PyConsumer`] holds: the core's shared consumer (it counts the frames
-/// handed out, and detaches once closed and the last is released).
-struct ConsumerState {
+    /// The core's shared consumer: it counts the frames handed out, and detaches
+    /// once closed and the last is released.
     shared: SharedConsumer,
     /// Resets already reported through the logger.
-    resets_logged: Cell<u64>,
+    resets_logged: AtomicU64,
+    /// The named ring this consumer created: its name goes at close.
+    created: Option<Arc<CreatedRing>>,
 }
 
-/// A value used only on the thread that made it: [`Owned::get`] checks the
-/// calling thread and raises `WrongThread` on any other, with both threads' names.
-struct Owned<T> {
-    thread: std::thread::ThreadId,
-    /// The Python name of that thread (for the error).
-    thread_name: String,
-    value: T,
-}
-
-// SAFETY: `value` is reached only through `get`, which returns it on the thread
-// that made it and nowhere else, so it is never used from two threads. Dropping it
-// elsewhere (the object's last reference went on another thread) is sound because
-// `T: Send` and no reference to it is left then.
-unsafe impl<T: Send> Sync for Owned<T> {}
-
-impl<T> Owned<T> {
-    fn new(py: Python<'_>, value: T) -> Owned<T> {
-        Owned {
-            thread: std::thread::current().id(),
-            thread_name: python_thread_name(py),
-            value,
-        }
+impl Drop for PyConsumer {
+    fn drop(&mut self) {
+        self.close_now();
     }
-
-    fn get(&self) -> PyResult<&T> {
-        if std::thread::current().id() == self.thread {
-            return Ok(&self.value);
-        }
-        Err(Python::attach(|py| {
-            WrongThread::new_err(format!(
-                "this consumer belongs to thread {:?}, which made it, and was used from \
-                 thread {:?}: a consumer keeps its place in the ring in state one thread \
-                 drives, and its frames point into the ring until that thread releases \
-                 them. Make the Consumer in the thread that reads it (pass bytes, e.g. \
-                 frame.tobytes(), to other threads)",
-                self.thread_name,
-                python_thread_name(py)
-            ))
-        }))
-    }
-}
-
-/// `threading.current_thread().name`, or "?" if it cannot be had.
-fn python_thread_name(py: Python<'_>) -> String {
-    py.import("threading")
-        .and_then(|t| t.call_method0("current_thread"))
-        .and_then(|t| t.getattr("name"))
-        .and_then(|n| n.extract::<String>())
-        .unwrap_or_else(|_| "?".into())
 }
 
 impl PyConsumer {
-    fn st(&self) -> PyResult<&ConsumerState> {
-        self.state.get()
+    /// Runs `f` on the consumer, waiting without the GIL for a receive on another
+    /// thread; `Closed` once closed.
+    fn with<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&Consumer) -> R + Send) -> PyResult<R> {
+        let shared = &self.shared;
+        py.detach(|| shared.with(f)).py_err()
     }
 
-    fn with<R>(&self, f: impl FnOnce(&Consumer) -> PyResult<R>) -> PyResult<R> {
-        let st = self.st()?;
-        if st.shared.is_closed() {
-            return Err(Closed::new_err("the consumer is closed"));
-        }
-        st.shared.with(f).py_err()?
-    }
-
-    /// The segment, for a producer in this process.
+    /// The ring (no need to wait for the consumer); `Closed` once closed.
     pub fn segment(&self) -> PyResult<Arc<Segment>> {
-        self.with(|c| Ok(c.segment().clone()))
+        match self.shared.segment() {
+            Some(seg) if !self.shared.is_closed() => Ok(seg),
+            _ => Err(crate::errors::to_py(shmring::Error::Closed(
+                self.shared.label().clone(),
+            ))),
+        }
     }
 
-    fn make_frame<'py>(
-        slf: &Bound<'py, Self>,
-        frame: SharedFrame,
-    ) -> PyResult<Option<Bound<'py, PyFrame>>> {
-        let py = slf.py();
+    /// Stops consuming and removes the name of a ring created here (frames still
+    /// held keep their memory).
+    fn close_now(&self) {
+        if let Some(c) = &self.created {
+            c.remove();
+        }
+        self.shared.close();
+    }
+
+    fn make_frame<'py>(py: Python<'py>, frame: SharedFrame) -> PyResult<Bound<'py, PyFrame>> {
         let raw = frame.raw();
         let (media, end, media_error) =
             if raw.meta.kind == kind::VIDEO || raw.meta.kind == kind::AUDIO {
@@ -229,34 +206,35 @@ impl PyConsumer {
                 (None, None, None)
             };
         let frame = PyFrame {
-            ring: slf.clone().unbind(),
-            frame: Cell::new(Some(frame)),
-            raw,
+            hold: Mutex::new(Hold {
+                frame: Some(frame),
+                state: State::Held,
+                views: 0,
+            }),
+            meta: raw.meta,
+            seq: raw.seq,
+            address: raw.ptr as usize,
             media,
             end,
             media_error,
-            state: Cell::new(State::Held),
-            views: Cell::new(0),
             len: raw.len as isize,
         };
-        match Bound::new(py, frame) {
-            Ok(f) => Ok(Some(f)),
-            Err(e) => Err(e), // the frame's Drop released the record
-        }
+        // On error the frame is dropped, and its record released.
+        Bound::new(py, frame)
     }
 
     /// Says through the ``shmring`` logger when the consumer reset the ring by
     /// itself since we last looked (a warning: corruption was found and recovered).
-    fn log_new_resets(slf: &Bound<'_, Self>) -> PyResult<()> {
-        let this = slf.borrow();
-        let health = this.with(|c| Ok(c.health()))?;
-        let st = this.st()?;
-        if health.resets == st.resets_logged.get() {
+    fn log_new_resets(&self, py: Python<'_>) -> PyResult<()> {
+        // Closed by another thread meanwhile: nothing more to report (the frame just
+        // received is still handed out).
+        let Ok(health) = self.with(py, |c| c.health()) else {
+            return Ok(());
+        };
+        let seen = self.resets_logged.swap(health.resets, Ordering::Relaxed);
+        if health.resets == seen {
             return Ok(());
         }
-        st.resets_logged.set(health.resets);
-        let name = this.with(|c| Ok(c.segment().name().to_owned()))?;
-        let py = slf.py();
         let logger = py
             .import("logging")?
             .call_method1("getLogger", ("shmring",))?;
@@ -264,7 +242,7 @@ impl PyConsumer {
             "warning",
             (
                 "ring %s: corruption found (%s); the ring was reset and consumption goes on (%d resets)",
-                name,
+                self.shared.label().to_string(),
                 health.last_corruption.unwrap_or("unknown"),
                 health.resets,
             ),
@@ -273,34 +251,23 @@ impl PyConsumer {
     }
 
     fn next_impl<'py>(
-        slf: &Bound<'py, Self>,
+        &self,
+        py: Python<'py>,
         timeout: Option<Duration>,
     ) -> PyResult<Option<Bound<'py, PyFrame>>> {
-        let py = slf.py();
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
-            let got = {
-                let this = slf.borrow();
-                let shared = this.st()?.shared.clone();
-                if shared.is_closed() {
-                    return Err(Closed::new_err("the consumer is closed"));
-                }
-                let step = match deadline {
-                    None => SIGNAL_CHECK,
-                    Some(d) => d
-                        .saturating_duration_since(Instant::now())
-                        .min(SIGNAL_CHECK),
-                };
-                if step.is_zero() {
-                    shared.try_next().py_err()?
-                } else {
-                    py.detach(move || shared.next_timeout(Some(step)))
-                        .py_err()?
-                }
-            };
-            Self::log_new_resets(slf)?;
+            let step = step_until(deadline);
+            let shared = &self.shared;
+            let got = if step.is_zero() {
+                py.detach(|| shared.try_next())
+            } else {
+                py.detach(|| shared.next_timeout(Some(step)))
+            }
+            .py_err()?;
+            self.log_new_resets(py)?;
             if let Some(frame) = got {
-                return Self::make_frame(slf, frame);
+                return Self::make_frame(py, frame).map(Some);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
@@ -323,26 +290,26 @@ impl PyConsumer {
     fn new(
         name: Option<&str>,
         create: bool,
-        capacity: Option<u64>,
-        max_record: Option<u64>,
-        log_entries: Option<u32>,
-        max_producers: Option<u32>,
+        capacity: Option<Int>,
+        max_record: Option<Int>,
+        log_entries: Option<Int>,
+        max_producers: Option<Int>,
         eventfd: bool,
         memfd: bool,
         persist: bool,
-        fd: Option<i32>,
-        eventfd_fd: Option<i32>,
-        fds: Option<Vec<i32>>,
+        fd: Option<Int>,
+        eventfd_fd: Option<Int>,
+        fds: Option<Vec<Int>>,
         liveness_interval: Option<f64>,
-        spin: Option<u32>,
+        spin: Option<Int>,
         overtake_after: Option<f64>,
         manual_reset: bool,
         role: &str,
         tether_stall_limit: Option<f64>,
         latency_budget: Option<f64>,
         claim_timeout: Option<f64>,
-        kind: Option<i64>,
-        stream: Option<i64>,
+        kind: Option<Int>,
+        stream: Option<Int>,
         replace_stale: bool,
         address: Option<&str>,
         py: Python<'_>,
@@ -353,18 +320,22 @@ impl PyConsumer {
         };
         let opts = ConsumerSettings {
             liveness_interval: setting(liveness_interval, "liveness_interval")?,
-            spin,
+            spin: opt(spin, "spin")?,
             overtake_after: setting(overtake_after, "overtake_after")?,
             manual_reset,
             tether_stall_limit: setting(tether_stall_limit, "tether_stall_limit")?,
             latency_budget: setting(latency_budget, "latency_budget")?,
             claim_timeout: setting(claim_timeout, "claim_timeout")?,
             // The filter, as a tap's: None takes any.
-            kind: crate::tap::filter(kind, "kind")?,
-            stream: crate::tap::filter(stream, "stream")?,
+            kind: opt(kind, "kind")?,
+            stream: opt(stream, "stream")?,
         }
         .options()
         .py_err()?;
+        let capacity = opt::<u64>(capacity, "capacity")?;
+        let max_record = opt::<u64>(max_record, "max_record")?;
+        let log_entries = opt::<u32>(log_entries, "log_entries")?;
+        let max_producers = opt::<u32>(max_producers, "max_producers")?;
         let tethered = match role {
             "owner" => false,
             "tethered" => true,
@@ -384,6 +355,8 @@ impl PyConsumer {
             || log_entries.is_some()
             || max_producers.is_some()
             || eventfd;
+        // Whether this call creates a named ring (its name is removed at close).
+        let mut creates_named = false;
         let seg: Arc<Segment> = if let Some(text) = address {
             if name.is_some()
                 || create
@@ -400,8 +373,9 @@ impl PyConsumer {
                 ));
             }
             let a = address_of(text)?;
+            creates_named = matches!(a, Address::Create { .. });
             py.detach(|| a.open()).py_err()?
-        } else if let Some(fds) = descriptors(fd, eventfd_fd, fds)? {
+        } else if let Some(fds) = descriptors(fd, eventfd_fd.clone(), fds)? {
             if create {
                 return Err(ConfigError::new_err(
                     "give either descriptors (fd=, fds=) or create=True, not both",
@@ -429,19 +403,24 @@ impl PyConsumer {
                 let name = name.ok_or_else(|| {
                     ConfigError::new_err("create=True needs a name (or memfd=True)")
                 })?;
+                creates_named = true;
                 create_named(py, name, &cfg, replace_stale)?
             }
         } else {
             let name = name.ok_or_else(|| {
                 ConfigError::new_err("give a ring name, address=, fd=, or create=True")
             })?;
-            match eventfd_fd {
+            match &eventfd_fd {
                 Some(e) => Segment::open_named_with_eventfd(name, own_fd(e, "eventfd_fd")?),
                 None => Address::Named(name.into()).open(),
             }
             .py_err()?
         };
+        let created = creates_named.then(|| CreatedRing::register(&seg));
         if persist {
+            if let Some(c) = &created {
+                c.keep();
+            }
             seg.persist();
         }
         let c = if tethered {
@@ -451,13 +430,9 @@ impl PyConsumer {
         }
         .py_err()?;
         Ok(PyConsumer {
-            state: Owned::new(
-                py,
-                ConsumerState {
-                    shared: SharedConsumer::new(c),
-                    resets_logged: Cell::new(0),
-                },
-            ),
+            shared: SharedConsumer::new(c),
+            resets_logged: AtomicU64::new(0),
+            created,
         })
     }
 
@@ -467,30 +442,31 @@ impl PyConsumer {
     /// None when the time runs out. The GIL is released while waiting.
     #[pyo3(signature = (timeout=None))]
     fn next<'py>(
-        slf: &Bound<'py, Self>,
+        &self,
+        py: Python<'py>,
         timeout: Option<f64>,
     ) -> PyResult<Option<Bound<'py, PyFrame>>> {
         let t = timeout.map(|t| secs(t, "timeout")).transpose()?;
-        Self::next_impl(slf, t)
+        self.next_impl(py, t)
     }
 
     /// try_next() -> Frame | None
     ///
     /// The next frame if one is ready, without waiting. Call it at least every
     /// ``liveness_interval`` while waiting so a dead producer's claim is skipped.
-    fn try_next<'py>(slf: &Bound<'py, Self>) -> PyResult<Option<Bound<'py, PyFrame>>> {
-        Self::next_impl(slf, Some(Duration::ZERO))
+    fn try_next<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyFrame>>> {
+        self.next_impl(py, Some(Duration::ZERO))
     }
 
     fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
         slf
     }
 
-    fn __next__<'py>(slf: &Bound<'py, Self>) -> PyResult<Option<Bound<'py, PyFrame>>> {
-        if slf.borrow().st()?.shared.is_closed() {
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyFrame>>> {
+        if self.shared.is_closed() {
             return Ok(None); // StopIteration
         }
-        Self::next_impl(slf, None)
+        self.next_impl(py, None)
     }
 
     /// arm() -> bool
@@ -499,39 +475,34 @@ impl PyConsumer {
     /// True if a frame is already there (then call try_next() instead of waiting).
     /// Pair every False return with disarm() after the wait.
     /// The ring's consumer only: a tethered one waits in next().
-    fn arm(&self) -> PyResult<bool> {
-        self.with(|c| {
-            ring_consumer_only(c)?;
-            Ok(c.arm())
-        })
+    fn arm(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with(py, |c| ring_consumer_only(c).map(|()| c.arm()))?
+            .map_err(ConfigError::new_err)
     }
 
     /// disarm(): ends a wait started with arm() and drains the eventfd.
-    fn disarm(&self) -> PyResult<()> {
-        self.with(|c| {
-            ring_consumer_only(c)?;
-            c.disarm();
-            Ok(())
-        })
+    fn disarm(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, |c| ring_consumer_only(c).map(|()| c.disarm()))?
+            .map_err(ConfigError::new_err)
     }
 
     /// True for a tethered consumer (``role="tethered"``).
     #[getter]
-    fn is_tethered(&self) -> PyResult<bool> {
-        self.with(|c| Ok(c.is_tethered()))
+    fn is_tethered(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with(py, |c| c.is_tethered())
     }
 
     /// The tethered consumers of the ring: a list of dicts (line, requested, pid,
     /// records_consumed, bytes_consumed, lost, lag_records, lag_bytes).
     fn tethers<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        self.with(|c| tether_dicts(py, &c.segment().tethers()))
+        tether_dicts(py, &self.segment()?.tethers())
     }
 
     /// A read-only descriptor of the ring, for taps (``Tap(fd=os.dup(n))``) in
     /// this process or another. Owned by the consumer; do not close it.
     fn read_only_fileno(&self) -> PyResult<i32> {
         use std::os::fd::AsRawFd;
-        self.with(|c| Ok(c.segment().read_only_fd().py_err()?.as_raw_fd()))
+        Ok(self.segment()?.read_only_fd().py_err()?.as_raw_fd())
     }
 
     /// The ring's descriptors, in the order a producer in another process needs
@@ -539,130 +510,119 @@ impl PyConsumer {
     /// eventfd ring's eventfd. Owned by the consumer; do not close them.
     fn descriptors(&self) -> PyResult<Vec<i32>> {
         use std::os::fd::AsRawFd;
-        self.with(|c| {
-            Ok(c.segment()
-                .descriptors()
-                .iter()
-                .map(|f| f.as_raw_fd())
-                .collect())
-        })
+        Ok(self
+            .segment()?
+            .descriptors()
+            .iter()
+            .map(|f| f.as_raw_fd())
+            .collect())
     }
 
     /// The eventfd that becomes readable when data is ready (rings created with
     /// eventfd=True), or None (it is also the last of ``descriptors()``).
     fn eventfd_fileno(&self) -> PyResult<Option<i32>> {
         use std::os::fd::AsRawFd;
-        self.with(|c| Ok(c.segment().eventfd().map(|f| f.as_raw_fd())))
+        Ok(self.segment()?.eventfd().map(|f| f.as_raw_fd()))
     }
 
     /// The segment's descriptor (a memfd for memfd rings; producers of a memfd
     /// ring need all of ``descriptors()``). Owned by the consumer; do not close it.
     fn fileno(&self) -> PyResult<i32> {
         use std::os::fd::AsRawFd;
-        self.with(|c| Ok(c.segment().fd().as_raw_fd()))
+        Ok(self.segment()?.fd().as_raw_fd())
     }
 
     /// mapping() -> (address, length) of the ring's shared-memory mapping in this
     /// process. Every frame's payload lies inside it.
     fn mapping(&self) -> PyResult<(usize, usize)> {
-        self.with(|c| {
-            let (p, l) = c.segment().mapping();
-            Ok((p as usize, l))
-        })
+        let (p, l) = self.segment()?.mapping();
+        Ok((p as usize, l))
     }
 
     /// The segment's name: "/name", "memfd:name" or "fd:N".
     #[getter]
     fn name(&self) -> PyResult<String> {
-        self.with(|c| Ok(c.segment().name().to_string()))
+        Ok(self.segment()?.name().to_string())
     }
 
     /// The ring's layout: capacity, max_record, log_entries, max_producers, eventfd.
     fn geometry<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        self.with(|c| {
-            let g = c.segment().geometry();
-            let d = PyDict::new(py);
-            d.set_item("capacity", g.capacity)?;
-            d.set_item("max_record", g.max_record)?;
-            d.set_item("log_entries", g.log_entries)?;
-            d.set_item("max_producers", g.max_producers)?;
-            d.set_item("eventfd", c.segment().uses_eventfd())?;
-            d.set_item("segment_size", g.total_size)?;
-            Ok(d)
-        })
+        geometry_dict(py, self.segment()?.geometry())
     }
 
     /// A snapshot of the ring's counters as a dict.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        self.with(|c| fields_dict(py, &c.segment().stats()))
+        fields_dict(py, &self.segment()?.stats())
     }
 
     /// Seconds between liveness checks of a pending producer claim.
     #[getter]
-    fn liveness_interval(&self) -> PyResult<f64> {
-        self.with(|c| Ok(c.options().liveness_interval.as_secs_f64()))
+    fn liveness_interval(&self, py: Python<'_>) -> PyResult<f64> {
+        self.with(py, |c| c.options().liveness_interval.as_secs_f64())
     }
 
     /// Frames handed out and not yet handed back to the ring.
     #[getter]
-    fn frames_alive(&self) -> PyResult<u64> {
-        Ok(self.st()?.shared.outstanding())
+    fn frames_alive(&self) -> u64 {
+        self.shared.outstanding()
     }
 
     /// Records the core counts as held (handed out, or released out of order and
     /// not yet passed by the read cursor).
-    fn outstanding(&self) -> PyResult<u64> {
-        self.with(|c| Ok(c.outstanding()))
+    fn outstanding(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |c| c.outstanding())
     }
 
     /// Frees the producer slots of dead producers that hold nothing.
-    fn reap(&self) -> PyResult<u32> {
-        self.with(|c| Ok(c.reap()))
+    fn reap(&self, py: Python<'_>) -> PyResult<u32> {
+        self.with(py, |c| c.reap())
     }
 
     /// Resets the ring by hand (the consumer does this by itself on corruption
     /// unless ``manual_reset=True``): forgets every claim in flight. Frames still
     /// alive stay valid. Raises Corrupt while frames from before an earlier reset
     /// are still alive.
-    fn reset(&self) -> PyResult<()> {
-        let st = self.st()?;
-        if st.shared.is_closed() {
-            return Err(Closed::new_err("the consumer is closed"));
-        }
-        st.shared.with_mut(|c| c.reset()).py_err()?.py_err()
+    fn reset(&self, py: Python<'_>) -> PyResult<()> {
+        let shared = &self.shared;
+        py.detach(|| shared.with_mut(|c| c.reset()))
+            .py_err()?
+            .py_err()
     }
 
     /// How many times this consumer reset the ring (by itself or through reset()).
     /// Each automatic reset is also logged as a warning on the ``shmring`` logger.
     #[getter]
-    fn resets(&self) -> PyResult<u64> {
-        self.with(|c| Ok(c.resets()))
+    fn resets(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |c| c.resets())
     }
 
     /// Why the last reset was made (None: no reset yet).
     #[getter]
-    fn last_reset_cause(&self) -> PyResult<Option<&'static str>> {
-        self.with(|c| Ok(c.health().last_corruption))
+    fn last_reset_cause(&self, py: Python<'_>) -> PyResult<Option<&'static str>> {
+        self.with(py, |c| c.health().last_corruption)
     }
 
-    /// Keep a named ring created here after the consumer is closed.
+    /// Keep a named ring created here after the consumer is closed (and after
+    /// this process).
     fn persist(&self) -> PyResult<()> {
-        self.with(|c| {
-            c.segment().persist();
-            Ok(())
-        })
-    }
-
-    /// close(): stops consuming. Frames still alive stay valid; the ring is
-    /// detached (and a named ring created here unlinked) once they are released.
-    fn close(&self) -> PyResult<()> {
-        self.st()?.shared.close();
+        let seg = self.segment()?;
+        if let Some(c) = &self.created {
+            c.keep();
+        }
+        seg.persist();
         Ok(())
     }
 
+    /// close(): stops consuming, and removes the name of a named ring created here
+    /// (unless kept with ``persist``). Frames still alive stay valid; the ring is
+    /// detached once they are released. Idempotent.
+    fn close(&self) {
+        self.close_now();
+    }
+
     #[getter]
-    fn closed(&self) -> PyResult<bool> {
-        Ok(self.st()?.shared.is_closed())
+    fn closed(&self) -> bool {
+        self.shared.is_closed()
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -670,24 +630,20 @@ impl PyConsumer {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, _args: &Bound<'_, PyTuple>) -> PyResult<()> {
-        self.close()
+    fn __exit__(&self, _args: &Bound<'_, PyTuple>) {
+        self.close_now();
     }
 
-    fn __repr__(&self) -> String {
-        let Ok(st) = self.st() else {
-            return format!("<shmring.Consumer of thread {:?}>", self.state.thread_name);
-        };
-        match self.with(|c| Ok(c.is_tethered())) {
-            Ok(tethered) => format!(
+    fn __repr__(&self, py: Python<'_>) -> String {
+        match self.with(py, |c| (c.is_tethered(), c.segment().geometry().capacity)) {
+            Ok((tethered, capacity)) => format!(
                 "<shmring.Consumer {}{} capacity={} frames_alive={}>",
-                st.shared.label(),
+                self.shared.label(),
                 if tethered { " tethered" } else { "" },
-                self.with(|c| Ok(c.segment().geometry().capacity))
-                    .unwrap_or(0),
-                st.shared.outstanding()
+                capacity,
+                self.shared.outstanding()
             ),
-            Err(_) => "<shmring.Consumer closed>".to_string(),
+            Err(_) => format!("<shmring.Consumer {} closed>", self.shared.label()),
         }
     }
 }
@@ -742,13 +698,13 @@ pub fn address_of(text: &str) -> PyResult<Address> {
     unsafe { Address::parse_taking(text) }.py_err()
 }
 
-/// The eventfd wakes the ring's consumer only.
-fn ring_consumer_only(c: &Consumer) -> PyResult<()> {
+/// The eventfd wakes the ring's consumer only (Err: the message of a ConfigError).
+fn ring_consumer_only(c: &Consumer) -> Result<(), String> {
     if c.is_tethered() {
-        return Err(ConfigError::new_err(format!(
+        return Err(format!(
             "a tethered consumer of {} does not wait on the eventfd; wait in next()",
             c.segment().name()
-        )));
+        ));
     }
     Ok(())
 }
@@ -758,6 +714,21 @@ pub fn tether_dicts<'py>(
     tethers: &[shmring::TetherInfo],
 ) -> PyResult<Vec<Bound<'py, PyDict>>> {
     tethers.iter().map(|t| fields_dict(py, t)).collect()
+}
+
+/// A ring's layout as a dict (`Consumer.geometry()`, `Observer.geometry()`).
+pub fn geometry_dict<'py>(
+    py: Python<'py>,
+    g: &shmring::layout::Geometry,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("capacity", g.capacity)?;
+    d.set_item("max_record", g.max_record)?;
+    d.set_item("log_entries", g.log_entries)?;
+    d.set_item("max_producers", g.max_producers)?;
+    d.set_item("eventfd", g.flags & shmring::layout::FLAG_EVENTFD != 0)?;
+    d.set_item("segment_size", g.total_size)?;
+    Ok(d)
 }
 
 /// A snapshot as a dict: the names are the core's (`Snapshot::fields`); flags
@@ -803,79 +774,90 @@ enum State {
 /// ``Released``) but the record is handed back to the ring only when the last view
 /// is gone, so no view ever points at memory a producer can reuse. Keeping views
 /// therefore keeps ring space; producers see a full ring if you keep too many.
-#[pyclass(unsendable, module = "shmring._shmring", name = "Frame")]
+/// Release and payload reads may come from any thread: the frame's state and its
+/// view count are behind a lock, which nothing holds while calling into Python.
+#[pyclass(frozen, module = "shmring._shmring", name = "Frame")]
 pub struct PyFrame {
-    /// Keeps the Python consumer (its thread check, its name) while the frame lives.
-    #[allow(dead_code)]
-    ring: Py<PyConsumer>,
-    /// The core's frame, until handed back (it keeps the mapping).
-    frame: Cell<Option<SharedFrame>>,
-    raw: RawFrame,
+    hold: Mutex<Hold>,
+    meta: Meta,
+    seq: u64,
+    /// The payload's address in this process (metadata: kept after release).
+    address: usize,
     media: Option<MediaHeader>,
     /// An end-of-stream record's contents.
     end: Option<EndOfStream>,
     media_error: Option<String>,
-    state: Cell<State>,
-    /// Live buffer exports and numpy views.
-    views: Cell<u32>,
     /// The payload length, pointed to by exported buffers' `shape`.
     len: isize,
 }
 
+/// A frame's record and the views of it.
+struct Hold {
+    /// The core's frame, until handed back (it keeps the mapping).
+    frame: Option<SharedFrame>,
+    state: State,
+    /// Live buffer exports and numpy views.
+    views: u32,
+}
+
 impl PyFrame {
-    fn check_held(&self) -> PyResult<()> {
-        if self.state.get() == State::Held {
-            Ok(())
-        } else {
-            Err(Released::new_err(format!(
-                "frame {} (stream {}) was released; its payload may have been reused",
-                self.raw.seq, self.raw.meta.stream
-            )))
+    fn released_error(&self) -> PyErr {
+        Released::new_err(format!(
+            "frame {} (stream {}) was released; its payload may have been reused",
+            self.seq, self.meta.stream
+        ))
+    }
+
+    /// Counts a new view of the payload and gives its address; `Released` once
+    /// released.
+    pub fn view_added(&self) -> PyResult<*mut u8> {
+        let mut h = lock(&self.hold);
+        match (&h.frame, h.state) {
+            (Some(f), State::Held) => {
+                let ptr = f.payload().as_ptr() as *mut u8;
+                h.views += 1;
+                Ok(ptr)
+            }
+            _ => Err(self.released_error()),
         }
     }
 
-    pub fn view_added(&self) -> PyResult<()> {
-        self.check_held()?;
-        self.views.set(self.views.get() + 1);
-        Ok(())
-    }
-
-    pub fn view_dropped(&self, py: Python<'_>) {
-        let v = self.views.get().saturating_sub(1);
-        self.views.set(v);
-        if v == 0 && self.state.get() == State::Pending {
-            self.hand_back(py);
-        }
-    }
-
-    fn hand_back(&self, _py: Python<'_>) {
-        if self.state.get() != State::Released {
-            self.state.set(State::Released);
-            drop(self.frame.take());
-        }
+    /// A view is gone: the last one of a released frame hands the record back.
+    pub fn view_dropped(&self) {
+        let frame = {
+            let mut h = lock(&self.hold);
+            h.views = h.views.saturating_sub(1);
+            if h.views == 0 && h.state == State::Pending {
+                h.state = State::Released;
+                h.frame.take()
+            } else {
+                None
+            }
+        };
+        // Released outside the frame's lock (it never waits for the consumer).
+        drop(frame);
     }
 
     fn media(&self, what: &str) -> PyResult<&MediaHeader> {
         self.media.as_ref().ok_or_else(|| {
             BadMediaHeader::new_err(match &self.media_error {
-                Some(e) => format!("frame {}: {what}: {e}", self.raw.seq),
+                Some(e) => format!("frame {}: {what}: {e}", self.seq),
                 None => format!(
                     "frame {}: {what} needs a media record (kind {} or {}), this one is kind {}",
-                    self.raw.seq,
+                    self.seq,
                     kind::VIDEO,
                     kind::AUDIO,
-                    self.raw.meta.kind
+                    self.meta.kind
                 ),
             })
         })
     }
 
     fn plane_array<'py>(
-        slf: &Bound<'py, Self>,
         guard: &Bound<'py, ViewGuard>,
+        base: *mut u8,
         p: &PlaneLayout,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let base = slf.borrow().raw.ptr as *mut u8;
         let plane = Plane {
             offset: p.offset,
             shape: &p.shape[..p.ndim],
@@ -895,14 +877,6 @@ impl PyFrame {
     }
 }
 
-impl Drop for PyFrame {
-    fn drop(&mut self) {
-        if self.state.get() != State::Released {
-            Python::attach(|py| self.hand_back(py));
-        }
-    }
-}
-
 #[pymethods]
 impl PyFrame {
     unsafe fn __getbuffer__(
@@ -916,8 +890,8 @@ impl PyFrame {
         if (flags & ffi::PyBUF_WRITABLE) == ffi::PyBUF_WRITABLE {
             return Err(PyBufferError::new_err("a frame is read-only"));
         }
-        let this = slf.borrow();
-        this.view_added()?;
+        let this = slf.get();
+        let ptr = this.view_added()?;
         // SAFETY: `view` is a valid Py_buffer to fill (checked non-null). The shape
         // and stride pointers stay valid while `obj` (the frame) is referenced by
         // the buffer, and the payload while the frame holds its record, which it
@@ -926,7 +900,7 @@ impl PyFrame {
             crate::views::fill_byte_view(
                 view,
                 slf.clone().into_any().into_ptr(),
-                this.raw.ptr as *mut c_void,
+                ptr as *mut c_void,
                 &this.len,
                 true,
                 flags,
@@ -936,29 +910,40 @@ impl PyFrame {
     }
 
     unsafe fn __releasebuffer__(slf: Bound<'_, Self>, _view: *mut ffi::Py_buffer) {
-        slf.borrow().view_dropped(slf.py());
+        slf.get().view_dropped();
     }
 
     /// release(): hands the record back to the ring, now, or when the last view
-    /// of it is gone (deferred release, see the class docs). Idempotent.
-    fn release(&self, py: Python<'_>) {
-        match self.state.get() {
-            State::Held if self.views.get() > 0 => self.state.set(State::Pending),
-            State::Held => self.hand_back(py),
-            _ => {}
-        }
+    /// of it is gone (deferred release, see the class docs). Idempotent; any
+    /// thread may call it.
+    fn release(&self) {
+        let frame = {
+            let mut h = lock(&self.hold);
+            match h.state {
+                State::Held if h.views > 0 => {
+                    h.state = State::Pending;
+                    None
+                }
+                State::Held => {
+                    h.state = State::Released;
+                    h.frame.take()
+                }
+                _ => None,
+            }
+        };
+        drop(frame);
     }
 
     /// True once release() was called (even if views still pin the record).
     #[getter]
     fn released(&self) -> bool {
-        self.state.get() != State::Held
+        lock(&self.hold).state != State::Held
     }
 
     /// Live views (buffer exports and numpy arrays) of this frame.
     #[getter]
     fn views(&self) -> u32 {
-        self.views.get()
+        lock(&self.hold).views
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -966,51 +951,51 @@ impl PyFrame {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) {
-        self.release(py);
+    fn __exit__(&self, _args: &Bound<'_, PyTuple>) {
+        self.release();
     }
 
     fn __len__(&self) -> usize {
-        self.raw.len
+        self.len as usize
     }
 
     #[getter]
     fn nbytes(&self) -> usize {
-        self.raw.len
+        self.len as usize
     }
 
     #[getter]
     fn stream(&self) -> u32 {
-        self.raw.meta.stream
+        self.meta.stream
     }
 
     /// The record's kind: a ``shmring.Kind`` (RAW, VIDEO, AUDIO), or an int for a
     /// kind that is none of those.
     #[getter]
     fn kind(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        crate::media::kind_object(py, self.raw.meta.kind)
+        crate::media::kind_object(py, self.meta.kind)
     }
 
     /// Capture time in nanoseconds (CLOCK_MONOTONIC unless the producer chose).
     #[getter]
     fn timestamp(&self) -> u64 {
-        self.raw.meta.timestamp_ns
+        self.meta.timestamp_ns
     }
 
     #[getter]
     fn timestamp_ns(&self) -> u64 {
-        self.raw.meta.timestamp_ns
+        self.meta.timestamp_ns
     }
 
     #[getter]
     fn flags(&self) -> u32 {
-        self.raw.meta.flags
+        self.meta.flags
     }
 
     /// The consumer's record number of this frame.
     #[getter]
     fn seq(&self) -> u64 {
-        self.raw.seq
+        self.seq
     }
 
     /// The media header's number within its stream and kind (an end of stream's
@@ -1020,7 +1005,7 @@ impl PyFrame {
         match (self.media, self.end) {
             (Some(m), _) => m.sequence,
             (None, Some(e)) => e.sequence,
-            _ => self.raw.seq,
+            _ => self.seq,
         }
     }
 
@@ -1043,7 +1028,7 @@ impl PyFrame {
     /// Payload address in this process (inside ``Consumer.mapping()``).
     #[getter]
     fn address(&self) -> usize {
-        self.raw.ptr as usize
+        self.address
     }
 
     /// Why the media header was rejected (None if valid or not a media record).
@@ -1117,17 +1102,15 @@ impl PyFrame {
 
     /// array() -> numpy.ndarray: the whole payload as a read-only uint8 view.
     fn array<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let guard = ViewGuard::new(py, slf)?;
-        let len = slf.borrow().raw.len;
+        let (guard, base) = ViewGuard::new(slf)?;
         let p = PlaneLayout {
             offset: 0,
             ndim: 1,
-            shape: [len, 0, 0],
+            shape: [slf.get().len as usize, 0, 0],
             strides: [1, 0, 0],
             elem: Elem::U8,
         };
-        Self::plane_array(slf, &guard, &p)
+        Self::plane_array(&guard, base, &p)
     }
 
     /// planes() -> tuple of numpy arrays (video): (Y, U, V) of shapes (h, w),
@@ -1135,51 +1118,60 @@ impl PyFrame {
     /// ((h, w, 4),) for RGBA. Row strides are the header's. Read-only views into
     /// the ring.
     fn planes<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
-        let py = slf.py();
-        let h = *slf.borrow().media("planes()")?;
+        let this = slf.get();
+        let h = *this.media("planes()")?;
         if !h.format.is_video() {
             return Err(BadMediaHeader::new_err(format!(
                 "planes() needs a video frame; frame {} is {} audio (use samples())",
-                slf.borrow().raw.seq,
+                this.seq,
                 format_name(h.format)
             )));
         }
-        let guard = ViewGuard::new(py, slf)?;
+        let (guard, base) = ViewGuard::new(slf)?;
         let (layouts, n) = plane_layouts(&h);
         let arrays = layouts[..n]
             .iter()
-            .map(|p| Self::plane_array(slf, &guard, p))
+            .map(|p| Self::plane_array(&guard, base, p))
             .collect::<PyResult<Vec<_>>>()?;
-        PyTuple::new(py, arrays)
+        PyTuple::new(slf.py(), arrays)
     }
 
     /// samples() -> numpy array (audio) of shape (samples, channels), dtype int16
     /// (pcm_s16) or float32 (pcm_f32). A read-only view into the ring.
     fn samples<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let h = *slf.borrow().media("samples()")?;
+        let this = slf.get();
+        let h = *this.media("samples()")?;
         if !h.format.is_audio() {
             return Err(BadMediaHeader::new_err(format!(
                 "samples() needs an audio frame; frame {} is {} video (use planes())",
-                slf.borrow().raw.seq,
+                this.seq,
                 format_name(h.format)
             )));
         }
-        let guard = ViewGuard::new(py, slf)?;
+        let (guard, base) = ViewGuard::new(slf)?;
         let (layouts, _) = plane_layouts(&h);
-        Self::plane_array(slf, &guard, &layouts[0])
+        Self::plane_array(&guard, base, &layouts[0])
     }
 
     /// tobytes() -> bytes: a copy of the payload.
-    fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
-        self.check_held()?;
-        // SAFETY: held record, ptr/len inside the ring.
-        let s = unsafe { std::slice::from_raw_parts(self.raw.ptr, self.raw.len) };
-        Ok(pyo3::types::PyBytes::new(py, s))
+    fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        // The copy is made under the frame's lock, so a release on another thread
+        // waits for it (the bytes object is allocated before: nothing in the copy
+        // calls into Python).
+        PyBytes::new_with(py, self.len as usize, |buf| {
+            let h = lock(&self.hold);
+            match (&h.frame, h.state) {
+                (Some(f), State::Held) => {
+                    buf.copy_from_slice(f.payload());
+                    Ok(())
+                }
+                _ => Err(self.released_error()),
+            }
+        })
     }
 
     fn __repr__(&self) -> String {
-        let state = match self.state.get() {
+        let state = match lock(&self.hold).state {
             State::Held => "",
             State::Pending => " released(pending views)",
             State::Released => " released",
@@ -1187,27 +1179,27 @@ impl PyFrame {
         match &self.media {
             Some(m) if m.format.is_video() => format!(
                 "<shmring.Frame seq={} stream={} {} {}x{} sequence={} {} bytes{state}>",
-                self.raw.seq,
-                self.raw.meta.stream,
+                self.seq,
+                self.meta.stream,
                 format_name(m.format),
                 m.width,
                 m.height,
                 m.sequence,
-                self.raw.len
+                self.len
             ),
             Some(m) => format!(
                 "<shmring.Frame seq={} stream={} {} {}Hz x{} samples={} {} bytes{state}>",
-                self.raw.seq,
-                self.raw.meta.stream,
+                self.seq,
+                self.meta.stream,
                 format_name(m.format),
                 m.sample_rate,
                 m.channels,
                 m.samples,
-                self.raw.len
+                self.len
             ),
             None => format!(
                 "<shmring.Frame seq={} stream={} kind={} {} bytes{state}>",
-                self.raw.seq, self.raw.meta.stream, self.raw.meta.kind, self.raw.len
+                self.seq, self.meta.stream, self.meta.kind, self.len
             ),
         }
     }

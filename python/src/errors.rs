@@ -1,9 +1,13 @@
 //! Python exceptions, one per thing that can go wrong, all under `shmring.Error`.
 //! Messages are the core's `Display` strings: they say what failed and where.
+//! `OSFailure` and `NotFound` are also `OSError`s (`FileNotFoundError` for the
+//! latter) with the `errno`: they are made at import, with two bases.
 
 use pyo3::create_exception;
-use pyo3::exceptions::PyException;
+use pyo3::exceptions::{PyException, PyFileNotFoundError, PyOSError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
 
 create_exception!(
     shmring,
@@ -13,18 +17,11 @@ create_exception!(
 );
 create_exception!(
     shmring,
-    OSFailure,
-    Error,
-    "A system call failed (mmap, shm_open, ...)."
-);
-create_exception!(
-    shmring,
     ConfigError,
     Error,
     "The ring configuration or an argument is invalid."
 );
 create_exception!(shmring, Exists, Error, "A named ring already exists.");
-create_exception!(shmring, NotFound, Error, "A named ring does not exist.");
 create_exception!(
     shmring,
     LayoutMismatch,
@@ -67,7 +64,8 @@ create_exception!(
     shmring,
     WrongThread,
     Error,
-    "A consumer was used from a thread other than the one that made it."
+    "No longer raised: every object may be used from any thread. Kept so that code \
+     naming it still runs."
 );
 create_exception!(
     shmring,
@@ -143,15 +141,45 @@ create_exception!(
     "The hand-off over a socket broke (closed early, not a shmring socket...)."
 );
 
+/// `shmring.OSFailure(Error, OSError)` and `shmring.NotFound(Error,
+/// FileNotFoundError)`, made once at import.
+static OS_FAILURE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static NOT_FOUND: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+/// An exception class named `name` with two bases, `shmring.Error` and the
+/// built-in `os_base`.
+fn two_bases<'py>(
+    py: Python<'py>,
+    name: &str,
+    os_base: Bound<'py, PyType>,
+    doc: &str,
+) -> PyResult<Py<PyType>> {
+    let dict = PyDict::new(py);
+    dict.set_item("__module__", "shmring")?;
+    dict.set_item("__doc__", doc)?;
+    let bases = PyTuple::new(py, [py.get_type::<Error>(), os_base])?;
+    let cls = py.get_type::<PyType>().call1((name, bases, dict))?;
+    Ok(cls.cast_into::<PyType>()?.unbind())
+}
+
+/// An exception of one of the two-base classes: `cls(errno, message)`, as
+/// `OSError` takes them (so `errno` and `strerror` are set).
+fn os_error(cell: &PyOnceLock<Py<PyType>>, errno: i32, msg: String) -> PyErr {
+    Python::attach(|py| match cell.get(py) {
+        Some(cls) => PyErr::from_type(cls.bind(py).clone(), (errno, msg)),
+        None => Error::new_err(msg),
+    })
+}
+
 /// Converts a core error into the Python exception named after it.
 pub fn to_py(e: shmring::Error) -> PyErr {
     use shmring::Error as E;
     let msg = e.to_string();
     match e {
-        E::Os { .. } => OSFailure::new_err(msg),
+        E::Os { source, .. } => os_error(&OS_FAILURE, source.raw_os_error().unwrap_or(0), msg),
         E::Config(_) => ConfigError::new_err(msg),
         E::Exists { .. } => Exists::new_err(msg),
-        E::NotFound(_) => NotFound::new_err(msg),
+        E::NotFound(_) => os_error(&NOT_FOUND, ENOENT, msg),
         E::LayoutMismatch { .. } => LayoutMismatch::new_err(msg),
         E::Unsealed(_) => Unsealed::new_err(msg),
         E::Full { .. } => Full::new_err(msg),
@@ -189,17 +217,37 @@ impl<T> IntoPy<T> for shmring::Result<T> {
     }
 }
 
+/// ENOENT (Linux), the errno of `NotFound`: the core's error carries none, as it
+/// is the one reason a name or a socket is not found.
+const ENOENT: i32 = 2;
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    let os_failure = two_bases(
+        py,
+        "OSFailure",
+        py.get_type::<PyOSError>(),
+        "A system call failed (mmap, shm_open, ...): an OSError with its errno.",
+    )?;
+    let not_found = two_bases(
+        py,
+        "NotFound",
+        py.get_type::<PyFileNotFoundError>(),
+        "A named ring (or a consumer's socket) does not exist: a FileNotFoundError \
+         (errno ENOENT).",
+    )?;
+    m.add("OSFailure", os_failure.bind(py))?;
+    m.add("NotFound", not_found.bind(py))?;
+    // Set once per process: the module is initialised once.
+    let _ = OS_FAILURE.set(py, os_failure);
+    let _ = NOT_FOUND.set(py, not_found);
     macro_rules! add {
         ($($t:ident),*) => { $( m.add(stringify!($t), py.get_type::<$t>())?; )* };
     }
     add!(
         Error,
-        OSFailure,
         ConfigError,
         Exists,
-        NotFound,
         LayoutMismatch,
         Unsealed,
         Full,

@@ -3,13 +3,16 @@
 //! is in `producer.rs`. The rules are the core's (`shmring::handoff`).
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use shmring::handoff::{ListenerOptions, ListenerThread, DEFAULT_CONNECT_TIMEOUT};
+use shmring::handoff::{ListenerOptions, DEFAULT_CONNECT_TIMEOUT};
 use shmring::{Address, Listener, ReadOnlySegment};
 
-use crate::consumer::{fields_dict, secs, PyConsumer};
+use crate::args::{each, opt, Int};
+use crate::cleanup::{lock, register_listener, ListenerSlot};
+use crate::consumer::{fields_dict, geometry_dict, secs, PyConsumer};
 use crate::errors::{Closed, IntoPy};
 
 /// Serves a consumer's ring on a Unix socket, from one background thread.
@@ -24,12 +27,28 @@ use crate::errors::{Closed, IntoPy};
 /// the memfd and the eventfd; observers (``Observer.connect(path)``) a read-only
 /// descriptor. ``max_pending`` / ``hello_timeout`` (seconds) bound waiting peers;
 /// None keeps the library's defaults. ``observers=False`` refuses every observer
-/// (rule ``role``). ``close()`` (or the end of a ``with`` block)
-/// stops the thread and removes the socket.
-#[pyclass(module = "shmring._shmring", name = "Listener")]
+/// (rule ``role``). ``close()`` (or the end of a ``with`` block, or the
+/// interpreter's exit) stops the thread and removes the socket.
+#[pyclass(frozen, module = "shmring._shmring", name = "Listener")]
 pub struct PyListener {
-    inner: Option<ListenerThread>,
+    /// Registered to be stopped at exit.
+    inner: Arc<ListenerSlot>,
     socket: String,
+}
+
+impl PyListener {
+    fn closed_error(&self) -> PyErr {
+        Closed::new_err(format!("listener {} is closed", self.socket))
+    }
+}
+
+impl Drop for PyListener {
+    fn drop(&mut self) {
+        // Stopping joins the listener's thread: without the GIL.
+        if let Some(l) = lock(&self.inner).take() {
+            Python::attach(|py| py.detach(|| drop(l)));
+        }
+    }
 }
 
 #[pymethods]
@@ -40,12 +59,15 @@ impl PyListener {
     fn new(
         ring: PyRef<'_, PyConsumer>,
         path: PathBuf,
-        allow_uids: Vec<u32>,
-        allow_gids: Vec<u32>,
-        max_pending: Option<usize>,
+        allow_uids: Vec<Int>,
+        allow_gids: Vec<Int>,
+        max_pending: Option<Int>,
         hello_timeout: Option<f64>,
         observers: bool,
     ) -> PyResult<Self> {
+        let allow_uids = each::<u32>(&allow_uids, "allow_uids")?;
+        let allow_gids = each::<u32>(&allow_gids, "allow_gids")?;
+        let max_pending = opt::<usize>(max_pending, "max_pending")?;
         let seg = ring.segment()?;
         let mut o = ListenerOptions::default();
         for u in allow_uids {
@@ -68,17 +90,14 @@ impl PyListener {
             .py_err()?;
         Ok(PyListener {
             socket: l.socket().to_string(),
-            inner: Some(l),
+            inner: register_listener(l),
         })
     }
 
     /// What the listener did: producers, observers, refused (and by rule), pending.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let l = self
-            .inner
-            .as_ref()
-            .ok_or_else(|| Closed::new_err(format!("listener {} is closed", self.socket)))?;
-        fields_dict(py, &l.stats())
+        let stats = lock(&self.inner).as_ref().map(|l| l.stats());
+        fields_dict(py, &stats.ok_or_else(|| self.closed_error())?)
     }
 
     /// The socket's path (or ``@name``).
@@ -89,15 +108,16 @@ impl PyListener {
 
     /// Stops the listener's thread and removes the socket. Connected producers
     /// keep producing. Idempotent.
-    fn close(&mut self, py: Python<'_>) {
-        if let Some(l) = self.inner.take() {
+    fn close(&self, py: Python<'_>) {
+        let l = lock(&self.inner).take();
+        if let Some(l) = l {
             py.detach(|| drop(l));
         }
     }
 
     #[getter]
     fn closed(&self) -> bool {
-        self.inner.is_none()
+        lock(&self.inner).is_none()
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -105,7 +125,7 @@ impl PyListener {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&mut self, py: Python<'_>, _args: &Bound<'_, PyTuple>) {
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) {
         self.close(py);
     }
 
@@ -113,7 +133,7 @@ impl PyListener {
         format!(
             "<shmring.Listener {}{}>",
             self.socket,
-            if self.inner.is_none() { " closed" } else { "" }
+            if self.closed() { " closed" } else { "" }
         )
     }
 }
@@ -122,18 +142,26 @@ impl PyListener {
 ///
 /// ``Observer.connect(path, timeout=None)``, or ``Observer.open(address,
 /// timeout=None)`` for any ring address. The ring is mapped read-only: nothing
-/// here can write into it.
-#[pyclass(module = "shmring._shmring", name = "Observer")]
+/// here can write into it. Usable from any thread.
+#[pyclass(frozen, module = "shmring._shmring", name = "Observer")]
 pub struct PyObserver {
-    inner: Option<ReadOnlySegment>,
+    /// None once closed.
+    inner: Mutex<Option<Arc<ReadOnlySegment>>>,
     socket: String,
 }
 
 impl PyObserver {
-    fn get(&self) -> PyResult<&ReadOnlySegment> {
-        self.inner
-            .as_ref()
+    fn get(&self) -> PyResult<Arc<ReadOnlySegment>> {
+        lock(&self.inner)
+            .clone()
             .ok_or_else(|| Closed::new_err(format!("observer of {} is closed", self.socket)))
+    }
+
+    fn new(obs: ReadOnlySegment, socket: String) -> PyObserver {
+        PyObserver {
+            inner: Mutex::new(Some(Arc::new(obs))),
+            socket,
+        }
     }
 }
 
@@ -152,10 +180,7 @@ impl PyObserver {
         let obs = py
             .detach(|| Address::Socket(path).open_read_only_timeout(t))
             .py_err()?;
-        Ok(PyObserver {
-            inner: Some(obs),
-            socket,
-        })
+        Ok(PyObserver::new(obs, socket))
     }
 
     /// Observer.open(address, timeout=None): maps the ring ``address`` names
@@ -172,10 +197,7 @@ impl PyObserver {
         let a = crate::consumer::address_of(address)?;
         let socket = a.describe();
         let obs = py.detach(|| a.open_read_only_timeout(t)).py_err()?;
-        Ok(PyObserver {
-            inner: Some(obs),
-            socket,
-        })
+        Ok(PyObserver::new(obs, socket))
     }
 
     /// A snapshot of the ring's counters as a dict (as ``Consumer.stats()``).
@@ -185,16 +207,7 @@ impl PyObserver {
 
     /// The ring's layout (as ``Consumer.geometry()``).
     fn geometry<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let o = self.get()?;
-        let g = o.geometry();
-        let d = PyDict::new(py);
-        d.set_item("capacity", g.capacity)?;
-        d.set_item("max_record", g.max_record)?;
-        d.set_item("log_entries", g.log_entries)?;
-        d.set_item("max_producers", g.max_producers)?;
-        d.set_item("eventfd", g.flags & shmring::layout::FLAG_EVENTFD != 0)?;
-        d.set_item("segment_size", g.total_size)?;
-        Ok(d)
+        geometry_dict(py, self.get()?.geometry())
     }
 
     /// The observer's descriptor (owned by it: do not close it): the read-only one
@@ -210,14 +223,15 @@ impl PyObserver {
         Ok((p as usize, n))
     }
 
-    /// Unmaps the ring. Idempotent.
-    fn close(&mut self) {
-        self.inner = None;
+    /// Unmaps the ring (once nothing on another thread still reads it). Idempotent.
+    fn close(&self) {
+        let obs = lock(&self.inner).take();
+        drop(obs);
     }
 
     #[getter]
     fn closed(&self) -> bool {
-        self.inner.is_none()
+        lock(&self.inner).is_none()
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -225,7 +239,7 @@ impl PyObserver {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&mut self, _args: &Bound<'_, PyTuple>) {
+    fn __exit__(&self, _args: &Bound<'_, PyTuple>) {
         self.close();
     }
 

@@ -4,16 +4,21 @@
 //! The bindings are thin: every ring operation is the core crate's. What lives
 //! here is lifetime bookkeeping between Python objects and ring memory:
 //!
-//! * A [`consumer::PyFrame`] holds a strong reference to its consumer and the
-//!   core's [`shmring::SharedFrame`]. Python views of its payload (buffer exports and numpy
-//!   arrays) are counted; the record is handed back to the ring only when the frame
-//!   is released *and* no view is left (deferred release), so a view never points at
-//!   memory a producer may reuse.
+//! * A [`consumer::PyFrame`] holds the core's [`shmring::SharedFrame`]. Python views
+//!   of its payload (buffer exports and numpy arrays) are counted; the record is
+//!   handed back to the ring only when the frame is released *and* no view is left
+//!   (deferred release), so a view never points at memory a producer may reuse.
 //! * A [`producer::PyReservation`] owns a core reservation; numpy arrays of it are
 //!   made read-only when it is committed or aborted.
+//! * Every class may be used from any thread (`frozen`, its state behind locks that
+//!   are taken without the GIL and never held while calling into Python); what the
+//!   process created (a named ring's name, a listener's socket) is removed at
+//!   `close()` and at exit ([`cleanup`]).
 
 use pyo3::prelude::*;
 
+mod args;
+mod cleanup;
 mod consumer;
 mod errors;
 mod handoff;
@@ -41,6 +46,7 @@ fn _shmring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The shared-memory layout version this build reads and writes (the core's): a
     // producer and a consumer of different releases work together when it is equal.
     m.add("LAYOUT_VERSION", shmring::layout::LAYOUT_VERSION)?;
+    cleanup::register(m)?;
     Ok(())
 }
 

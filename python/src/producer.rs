@@ -1,8 +1,9 @@
-//! `Producer` and `Reservation`.
+//! `Producer` and `Reservation`: usable from any thread. The core's producer is
+//! `Send`, not `Sync`: it lives behind a lock that a call takes without the GIL,
+//! and that nothing holds while calling into Python.
 
-use std::cell::{Cell, Ref, RefCell, RefMut};
 use std::ffi::{c_int, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
@@ -11,6 +12,8 @@ use pyo3::types::{PyDict, PyMemoryView, PyTuple, PyWeakrefMethods, PyWeakrefRefe
 use shmring::media::{kind, MediaHeader, SEQUENCE_AUTO};
 use shmring::{Address, FullPolicy, Meta, Producer, Segment};
 
+use crate::args::{opt, Int};
+use crate::cleanup::{lock, CreatedRing};
 use crate::consumer::{address_of, descriptors, fields_dict, own_fd, secs, PyConsumer};
 use crate::errors::{Closed, ConfigError, Error, IntoPy, Released};
 use crate::media::{parse_format, plane_layouts, Elem};
@@ -45,59 +48,105 @@ use crate::views::{array_of, make_readonly, Plane};
 /// aborted if it raises. ``reserve_video()`` / ``reserve_audio()`` write the shared
 /// media header and give numpy arrays of the planes / samples to fill.
 /// ``send(data)`` copies a bytes-like object in as one record.
-#[pyclass(unsendable, module = "shmring._shmring", name = "Producer")]
+///
+/// Threads: a producer may be used from any thread; its calls run one at a time
+/// (a call waits, without the GIL, for another thread's). It has at most one open
+/// reservation: ``reserve*()``, ``send()`` and ``end_stream()`` while one is open
+/// raise ``shmring.Error``, whichever thread asks. Give each thread a producer of
+/// its own to write concurrently.
+#[pyclass(frozen, module = "shmring._shmring", name = "Producer")]
 pub struct PyProducer {
     /// None once closed. A reservation open in it (from `reserve_raw`) belongs to
     /// the one live `PyReservation` that made it.
-    inner: RefCell<Option<Producer>>,
+    inner: Mutex<Option<Producer>>,
+    /// The ring, for what needs no producer (counters, mapping); None once closed.
+    seg: Mutex<Option<Arc<Segment>>>,
+    /// The ring's name, for messages.
+    label: String,
+    slot: u32,
+    /// A named ring this producer created (`address="create:..."`).
+    created: Option<Arc<CreatedRing>>,
+}
+
+/// Why a call on the producer failed, made into a Python exception once the GIL
+/// is back.
+enum Fail {
+    Closed,
+    /// A reservation is open: `shmring.Error` with this message.
+    Open(String),
+    Core(shmring::Error),
+    Config(String),
+}
+
+impl From<shmring::Error> for Fail {
+    fn from(e: shmring::Error) -> Fail {
+        Fail::Core(e)
+    }
 }
 
 impl PyProducer {
-    fn attach(seg: Arc<Segment>, policy: FullPolicy) -> PyResult<Self> {
-        let mut p = Producer::new(seg).py_err()?;
+    fn attach(seg: Arc<Segment>, policy: FullPolicy, created: bool) -> PyResult<Self> {
+        let mut p = Producer::new(seg.clone()).py_err()?;
         p.set_policy(policy);
         Ok(PyProducer {
-            inner: RefCell::new(Some(p)),
+            label: seg.name().to_string(),
+            slot: p.slot(),
+            created: created.then(|| CreatedRing::register(&seg)),
+            inner: Mutex::new(Some(p)),
+            seg: Mutex::new(Some(seg)),
         })
     }
-}
 
-fn policy_from(on_full: &str, timeout: f64) -> PyResult<FullPolicy> {
-    match on_full {
-        "block" => Ok(FullPolicy::Block(secs(timeout, "timeout")?)),
-        "fail" => Ok(FullPolicy::Fail),
-        _ => Err(ConfigError::new_err(format!(
-            "on_full must be \"block\" or \"fail\", got {on_full:?}"
-        ))),
-    }
-}
-
-impl PyProducer {
-    fn producer(&self) -> PyResult<Ref<'_, Producer>> {
-        let g = self
-            .inner
-            .try_borrow()
-            .map_err(|_| Error::new_err("the producer is in use"))?;
-        Ref::filter_map(g, Option::as_ref).map_err(|_| Closed::new_err("the producer is closed"))
-    }
-
-    /// Exclusive access for a new reservation (or a policy change, or a send).
-    fn take(&self, what: &str) -> PyResult<RefMut<'_, Producer>> {
-        let g = self
-            .inner
-            .try_borrow_mut()
-            .map_err(|_| Error::new_err(format!("{what}: the producer is in use")))?;
-        let p = RefMut::filter_map(g, Option::as_mut)
-            .map_err(|_| Closed::new_err("the producer is closed"))?;
-        if p.has_reservation() {
-            return Err(Error::new_err(format!(
-                "{what}: this producer has an open reservation; commit or abort it first"
-            )));
+    fn fail(&self, f: Fail) -> PyErr {
+        match f {
+            Fail::Closed => self.closed_error(),
+            Fail::Open(msg) => Error::new_err(msg),
+            Fail::Core(e) => crate::errors::to_py(e),
+            Fail::Config(msg) => ConfigError::new_err(msg),
         }
-        Ok(p)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    fn closed_error(&self) -> PyErr {
+        Closed::new_err(format!("ring {}: the producer is closed", self.label))
+    }
+
+    /// The ring; `Closed` once closed.
+    fn seg(&self) -> PyResult<Arc<Segment>> {
+        lock(&self.seg).clone().ok_or_else(|| self.closed_error())
+    }
+
+    /// Runs `f` on the producer, waiting without the GIL for another thread's call.
+    fn locked<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Producer) -> Result<R, Fail> + Send,
+    ) -> PyResult<R> {
+        let inner = &self.inner;
+        py.detach(|| match lock(inner).as_mut() {
+            Some(p) => f(p),
+            None => Err(Fail::Closed),
+        })
+        .map_err(|e| self.fail(e))
+    }
+
+    /// [`Self::locked`] for a call that needs no reservation open (a new
+    /// reservation, a send, an end of stream, a policy change).
+    fn exclusive<R: Send>(
+        &self,
+        py: Python<'_>,
+        what: &str,
+        f: impl FnOnce(&mut Producer) -> Result<R, Fail> + Send,
+    ) -> PyResult<R> {
+        self.locked(py, |p| {
+            if p.has_reservation() {
+                return Err(Fail::Open(format!(
+                    "{what}: this producer has an open reservation; commit or abort it first"
+                )));
+            }
+            f(p)
+        })
+    }
+
     /// [`Self::reserve_impl`] for a record holding the media header `h`.
     fn reserve_media<'py>(
         slf: &Bound<'py, Self>,
@@ -120,57 +169,87 @@ impl PyProducer {
         what: &str,
     ) -> PyResult<Bound<'py, PyReservation>> {
         let py = slf.py();
-        let this = slf.borrow();
-        let mut p = this.take(what)?;
-        let policy = match timeout {
-            None => p.policy(),
-            Some(t) if t <= 0.0 => FullPolicy::Fail,
-            Some(t) => FullPolicy::Block(secs(t, "timeout")?),
-        };
-        let prod: &mut Producer = &mut p;
+        let wait = wait_of(timeout)?;
+        let mapping = slf.get().seg()?;
         // The address crosses the GIL-free closure as an integer.
-        let (addr, len) = py
-            .detach(move || {
-                prod.reserve_raw(len, policy)
-                    .map(|r| (r.ptr as usize, r.len))
-            })
-            .map_err(crate::errors::to_py)?;
-        let ptr = addr as *mut u8;
-        if let Some(h) = &media {
-            // SAFETY: `ptr` points at `len` writable bytes of ring, ours until commit
-            // or abort; nothing else refers to them yet.
-            let payload = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
-            // The record is at least payload_len() bytes; write the header in place.
-            if let Err(e) = h.write_to(payload) {
-                p.abort_raw();
-                return Err(ConfigError::new_err(e.to_string()));
+        let (addr, len) = slf.get().exclusive(py, what, |p| {
+            let r = p.reserve_raw(len, wait.unwrap_or(p.policy()))?;
+            if let Some(h) = &media {
+                // SAFETY: `r.ptr` points at `r.len` writable bytes of ring, ours until
+                // commit or abort; nothing else refers to them yet.
+                let payload = unsafe { std::slice::from_raw_parts_mut(r.ptr, r.len) };
+                // The record is at least payload_len() bytes; write the header in place.
+                if let Err(e) = h.write_to(payload) {
+                    p.abort_raw();
+                    return Err(Fail::Config(e.to_string()));
+                }
             }
-        }
-        drop(p);
+            Ok((r.ptr as usize, r.len))
+        })?;
         let res = PyReservation {
-            open: Cell::new(true),
-            meta: Cell::new(meta),
+            state: Mutex::new(ResState {
+                open: true,
+                exports: 0,
+                arrays: Vec::new(),
+                entered: None,
+            }),
+            meta,
             stamp,
             media,
-            ptr,
+            addr,
             len: len as isize,
-            exports: Cell::new(0),
-            arrays: RefCell::new(Vec::new()),
-            entered: RefCell::new(None),
+            _mapping: mapping,
             producer: slf.clone().unbind(),
         };
+        // On error the reservation is dropped, and its claim aborted.
         Bound::new(py, res)
     }
 }
 
-fn meta_of(stream: u32, kind_: u32, timestamp: Option<u64>, flags: u32) -> (Meta, bool) {
+impl Drop for PyProducer {
+    fn drop(&mut self) {
+        if let Some(c) = &self.created {
+            c.remove();
+        }
+    }
+}
+
+fn policy_from(on_full: &str, timeout: f64) -> PyResult<FullPolicy> {
+    match on_full {
+        "block" => Ok(FullPolicy::Block(secs(timeout, "timeout")?)),
+        "fail" => Ok(FullPolicy::Fail),
+        _ => Err(ConfigError::new_err(format!(
+            "on_full must be \"block\" or \"fail\", got {on_full:?}"
+        ))),
+    }
+}
+
+/// A call's `timeout`: None follows the producer's policy, 0 (or less) fails fast,
+/// more blocks that long.
+fn wait_of(timeout: Option<f64>) -> PyResult<Option<FullPolicy>> {
+    Ok(match timeout {
+        None => None,
+        Some(t) if t <= 0.0 => Some(FullPolicy::Fail),
+        Some(t) => Some(FullPolicy::Block(secs(t, "timeout")?)),
+    })
+}
+
+/// A record's metadata from the arguments of `reserve`/`send`; the bool says to
+/// stamp the commit time.
+fn meta_of(
+    stream: &Int,
+    kind_: &Int,
+    timestamp: Option<Int>,
+    flags: &Int,
+) -> PyResult<(Meta, bool)> {
+    let timestamp = opt::<u64>(timestamp, "timestamp")?;
     let m = Meta {
-        stream,
-        kind: kind_,
+        stream: stream.get("stream")?,
+        kind: kind_.get("kind")?,
         timestamp_ns: timestamp.unwrap_or(0),
-        flags,
+        flags: flags.get("flags")?,
     };
-    (m, timestamp.is_none())
+    Ok((m, timestamp.is_none()))
 }
 
 /// A contiguous buffer of any bytes-like object, released on drop.
@@ -219,9 +298,9 @@ impl PyProducer {
     fn new(
         py: Python<'_>,
         name: Option<&str>,
-        fd: Option<i32>,
-        eventfd_fd: Option<i32>,
-        fds: Option<Vec<i32>>,
+        fd: Option<Int>,
+        eventfd_fd: Option<Int>,
+        fds: Option<Vec<Int>>,
         ring: Option<PyRef<'_, PyConsumer>>,
         on_full: &str,
         timeout: f64,
@@ -243,18 +322,19 @@ impl PyProducer {
             }
             let t = connect_timeout_of(connect_timeout)?;
             let a = address_of(text)?;
+            let creates_named = matches!(a, Address::Create { .. });
             let seg = py.detach(|| a.open_timeout(t)).py_err()?;
-            return Self::attach(seg, policy);
+            return Self::attach(seg, policy, creates_named);
         }
         let given = if fd.is_some() || fds.is_some() {
-            descriptors(fd, eventfd_fd, fds)?
+            descriptors(fd, eventfd_fd.clone(), fds)?
         } else {
             None
         };
         let seg: Arc<Segment> = match (name, given, ring) {
             (_, _, Some(r)) => r.segment()?,
             (_, Some(fds), None) => Address::Descriptors(fds).open().py_err()?,
-            (Some(name), None, None) => match eventfd_fd {
+            (Some(name), None, None) => match &eventfd_fd {
                 Some(e) => Segment::open_named_with_eventfd(name, own_fd(e, "eventfd_fd")?),
                 None => Address::Named(name.into()).open(),
             }
@@ -265,7 +345,7 @@ impl PyProducer {
                 ))
             }
         };
-        Self::attach(seg, policy)
+        Self::attach(seg, policy, false)
     }
 
     /// Producer.connect(path, *, on_full="block", timeout=1.0, connect_timeout=None)
@@ -290,7 +370,7 @@ impl PyProducer {
         let seg = py
             .detach(|| Address::Socket(path).open_timeout(t))
             .py_err()?;
-        Self::attach(seg, policy)
+        Self::attach(seg, policy, false)
     }
 
     /// reserve(n, *, stream=0, kind=0, timestamp=None, flags=0, timeout=None)
@@ -300,18 +380,20 @@ impl PyProducer {
     /// exception), or call ``commit()`` / ``abort()``. ``timeout``: None follows
     /// the producer's full-ring policy, 0 fails fast, > 0 blocks that long.
     /// ``timestamp`` (ns) defaults to the commit time.
-    #[pyo3(signature = (n, *, stream=0, kind=0, timestamp=None, flags=0, timeout=None))]
+    #[pyo3(signature = (n, *, stream=Int::of(0), kind=Int::of(0), timestamp=None,
+        flags=Int::of(0), timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn reserve<'py>(
         slf: &Bound<'py, Self>,
-        n: usize,
-        stream: u32,
-        kind: u32,
-        timestamp: Option<u64>,
-        flags: u32,
+        n: Int,
+        stream: Int,
+        kind: Int,
+        timestamp: Option<Int>,
+        flags: Int,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyReservation>> {
-        let (meta, stamp) = meta_of(stream, kind, timestamp, flags);
+        let n = n.get::<usize>("n")?;
+        let (meta, stamp) = meta_of(&stream, &kind, timestamp, &flags)?;
         Self::reserve_impl(slf, n, meta, stamp, timeout, None, "reserve")
     }
 
@@ -322,36 +404,44 @@ impl PyProducer {
     /// writable plane arrays: (Y, U, V) for i420, (Y, UV) for nv12, (RGBA,) for rgba.
     /// ``sequence=None``: the producer numbers the stream's frames 0, 1, 2, ...;
     /// ``fps=(num, den)``: the nominal frame rate (None: variable).
-    #[pyo3(signature = (width, height, *, format="i420", stream=0, pts_ns=None, sequence=None,
-        fps=None, timestamp=None, flags=0, timeout=None))]
+    #[pyo3(signature = (width, height, *, format="i420", stream=Int::of(0), pts_ns=None,
+        sequence=None, fps=None, timestamp=None, flags=Int::of(0), timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn reserve_video<'py>(
         slf: &Bound<'py, Self>,
-        width: u32,
-        height: u32,
+        width: Int,
+        height: Int,
         format: &str,
-        stream: u32,
-        pts_ns: Option<u64>,
-        sequence: Option<u64>,
-        fps: Option<(u32, u32)>,
-        timestamp: Option<u64>,
-        flags: u32,
+        stream: Int,
+        pts_ns: Option<Int>,
+        sequence: Option<Int>,
+        fps: Option<(Int, Int)>,
+        timestamp: Option<Int>,
+        flags: Int,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyReservation>> {
+        let (width, height) = (width.get("width")?, height.get("height")?);
         let f = parse_format(format)?;
-        let ts = timestamp.unwrap_or_else(shmring::now_ns);
-        let (num, den) = fps.unwrap_or((0, 1));
+        let (num, den) = match fps {
+            Some((n, d)) => (n.get("fps[0]")?, d.get("fps[1]")?),
+            None => (0, 1),
+        };
+        let pts_ns = opt::<u64>(pts_ns, "pts_ns")?;
+        let sequence = opt::<u64>(sequence, "sequence")?;
+        let (mut meta, stamp) = meta_of(&stream, &Int::of(kind::VIDEO.into()), timestamp, &flags)?;
+        if stamp {
+            meta.timestamp_ns = shmring::now_ns();
+        }
         let h = MediaHeader::video(
             f,
             width,
             height,
-            pts_ns.unwrap_or(ts),
+            pts_ns.unwrap_or(meta.timestamp_ns),
             sequence.unwrap_or(SEQUENCE_AUTO),
         )
         .and_then(|h| h.with_frame_rate(num, den))
         .map_err(|e| ConfigError::new_err(format!("reserve_video: {format}: {e}")))?;
-        let meta = meta_of(stream, kind::VIDEO, Some(ts), flags).0;
-        Self::reserve_media(slf, h, meta, timestamp.is_none(), timeout, "reserve_video")
+        Self::reserve_media(slf, h, meta, stamp, timeout, "reserve_video")
     }
 
     /// reserve_audio(samples, *, channels=2, sample_rate=48000, format="pcm_s16",
@@ -361,35 +451,43 @@ impl PyProducer {
     /// Claims an audio record and writes its media header. ``with`` yields the
     /// writable (samples, channels) array (int16 or float32). ``sequence=None``: the
     /// producer numbers the stream's packets 0, 1, 2, ...
-    #[pyo3(signature = (samples, *, channels=2, sample_rate=48000, format="pcm_s16", stream=0,
-        pts_ns=None, sequence=None, timestamp=None, flags=0, timeout=None))]
+    #[pyo3(signature = (samples, *, channels=Int::of(2), sample_rate=Int::of(48000),
+        format="pcm_s16", stream=Int::of(0), pts_ns=None, sequence=None, timestamp=None,
+        flags=Int::of(0), timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn reserve_audio<'py>(
         slf: &Bound<'py, Self>,
-        samples: u32,
-        channels: u32,
-        sample_rate: u32,
+        samples: Int,
+        channels: Int,
+        sample_rate: Int,
         format: &str,
-        stream: u32,
-        pts_ns: Option<u64>,
-        sequence: Option<u64>,
-        timestamp: Option<u64>,
-        flags: u32,
+        stream: Int,
+        pts_ns: Option<Int>,
+        sequence: Option<Int>,
+        timestamp: Option<Int>,
+        flags: Int,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyReservation>> {
+        let samples = samples.get("samples")?;
+        let channels = channels.get("channels")?;
+        let sample_rate = sample_rate.get("sample_rate")?;
         let f = parse_format(format)?;
-        let ts = timestamp.unwrap_or_else(shmring::now_ns);
+        let pts_ns = opt::<u64>(pts_ns, "pts_ns")?;
+        let sequence = opt::<u64>(sequence, "sequence")?;
+        let (mut meta, stamp) = meta_of(&stream, &Int::of(kind::AUDIO.into()), timestamp, &flags)?;
+        if stamp {
+            meta.timestamp_ns = shmring::now_ns();
+        }
         let h = MediaHeader::audio(
             f,
             sample_rate,
             channels,
             samples,
-            pts_ns.unwrap_or(ts),
+            pts_ns.unwrap_or(meta.timestamp_ns),
             sequence.unwrap_or(SEQUENCE_AUTO),
         )
         .map_err(|e| ConfigError::new_err(format!("reserve_audio: {format}: {e}")))?;
-        let meta = meta_of(stream, kind::AUDIO, Some(ts), flags).0;
-        Self::reserve_media(slf, h, meta, timestamp.is_none(), timeout, "reserve_audio")
+        Self::reserve_media(slf, h, meta, stamp, timeout, "reserve_audio")
     }
 
     /// send(data, *, stream=0, kind=0, timestamp=None, flags=0, timeout=None)
@@ -397,44 +495,36 @@ impl PyProducer {
     /// Copies a bytes-like object (bytes, bytearray, memoryview, contiguous numpy
     /// array) into the ring as one record. The GIL is released while waiting for
     /// space and while copying.
-    #[pyo3(signature = (data, *, stream=0, kind=0, timestamp=None, flags=0, timeout=None))]
+    #[pyo3(signature = (data, *, stream=Int::of(0), kind=Int::of(0), timestamp=None,
+        flags=Int::of(0), timeout=None))]
     #[allow(clippy::too_many_arguments)]
     fn send(
         &self,
         py: Python<'_>,
         data: &Bound<'_, PyAny>,
-        stream: u32,
-        kind: u32,
-        timestamp: Option<u64>,
-        flags: u32,
+        stream: Int,
+        kind: Int,
+        timestamp: Option<Int>,
+        flags: Int,
         timeout: Option<f64>,
     ) -> PyResult<()> {
+        let (mut meta, stamp) = meta_of(&stream, &kind, timestamp, &flags)?;
+        let wait = wait_of(timeout)?;
         let buf = BufferGuard::get(data)?;
         let (src, len) = buf.bytes();
-        let mut p = self.take("send")?;
-        let policy = match timeout {
-            None => p.policy(),
-            Some(t) if t <= 0.0 => FullPolicy::Fail,
-            Some(t) => FullPolicy::Block(secs(t, "timeout")?),
-        };
         let src = src as usize;
-        let prod: &mut Producer = &mut p;
-        let r = py.detach(move || -> shmring::Result<()> {
-            let mut r = prod.reserve_with(len, policy)?;
+        let r = self.exclusive(py, "send", |p| {
+            let mut r = p.reserve_with(len, wait.unwrap_or(p.policy()))?;
             // SAFETY: `src` is the exported buffer (held by `buf` until after this
             // call), `len` bytes; the reservation is `len` bytes of ring.
             unsafe { std::ptr::copy_nonoverlapping(src as *const u8, r.as_mut_ptr(), len) };
-            let ts = timestamp.unwrap_or_else(shmring::now_ns);
-            r.commit(Meta {
-                stream,
-                kind,
-                timestamp_ns: ts,
-                flags,
-            })
+            if stamp {
+                meta.timestamp_ns = shmring::now_ns();
+            }
+            Ok(r.commit(meta)?)
         });
-        drop(p);
         drop(buf);
-        r.py_err()
+        r
     }
 
     /// end_stream(*, stream=0, kind=KIND_VIDEO)
@@ -443,93 +533,103 @@ impl PyProducer {
     /// end-of-stream record, numbered after the stream's last record from this
     /// producer. Readers end the stream there (``Frame.is_end``; shmringsrc sends
     /// EOS, ``shmring record`` closes the stream's file).
-    #[pyo3(signature = (*, stream=0, kind=kind::VIDEO))]
-    fn end_stream(&self, py: Python<'_>, stream: u32, kind: u32) -> PyResult<()> {
+    #[pyo3(signature = (*, stream=Int::of(0), kind=Int::of(kind::VIDEO.into())))]
+    fn end_stream(&self, py: Python<'_>, stream: Int, kind: Int) -> PyResult<()> {
+        let stream: u32 = stream.get("stream")?;
+        let kind: u32 = kind.get("kind")?;
         if kind != kind::VIDEO && kind != kind::AUDIO {
             return Err(ConfigError::new_err(format!(
                 "end_stream: kind {kind} is not KIND_VIDEO or KIND_AUDIO"
             )));
         }
-        let mut p = self.take("end_stream")?;
-        let prod: &mut Producer = &mut p;
-        let r = py.detach(move || prod.end_stream(stream, kind));
-        drop(p);
-        r.py_err()
+        self.exclusive(py, "end_stream", |p| Ok(p.end_stream(stream, kind)?))
     }
 
     /// The full-ring policy: "block" or "fail".
     #[getter]
-    fn on_full(&self) -> PyResult<&'static str> {
-        Ok(match self.producer()?.policy() {
-            FullPolicy::Fail => "fail",
-            FullPolicy::Block(_) => "block",
+    fn on_full(&self, py: Python<'_>) -> PyResult<&'static str> {
+        self.locked(py, |p| {
+            Ok(match p.policy() {
+                FullPolicy::Fail => "fail",
+                FullPolicy::Block(_) => "block",
+            })
         })
     }
 
     /// Seconds a blocking reserve waits for space (policy "block").
     #[getter]
-    fn timeout(&self) -> PyResult<Option<f64>> {
-        Ok(match self.producer()?.policy() {
-            FullPolicy::Fail => None,
-            FullPolicy::Block(d) => Some(d.as_secs_f64()),
+    fn timeout(&self, py: Python<'_>) -> PyResult<Option<f64>> {
+        self.locked(py, |p| {
+            Ok(match p.policy() {
+                FullPolicy::Fail => None,
+                FullPolicy::Block(d) => Some(d.as_secs_f64()),
+            })
         })
     }
 
     /// set_policy(on_full, timeout=1.0): "block" (wait up to timeout seconds) or
     /// "fail" (raise Full at once).
     #[pyo3(signature = (on_full, timeout=1.0))]
-    fn set_policy(&self, on_full: &str, timeout: f64) -> PyResult<()> {
+    fn set_policy(&self, py: Python<'_>, on_full: &str, timeout: f64) -> PyResult<()> {
         let policy = policy_from(on_full, timeout)?;
-        self.take("set_policy")?.set_policy(policy);
-        Ok(())
+        self.exclusive(py, "set_policy", |p| {
+            p.set_policy(policy);
+            Ok(())
+        })
     }
 
     /// The producer slot this producer occupies in the ring.
     #[getter]
     fn slot(&self) -> PyResult<u32> {
-        Ok(self.producer()?.slot())
+        self.seg().map(|_| self.slot)
     }
 
     #[getter]
     fn name(&self) -> PyResult<String> {
-        Ok(self.producer()?.segment().name().to_string())
+        Ok(self.seg()?.name().to_string())
     }
 
     /// mapping() -> (address, length) of the ring's mapping in this process.
     fn mapping(&self) -> PyResult<(usize, usize)> {
-        let (p, l) = self.producer()?.segment().mapping();
+        let (p, l) = self.seg()?.mapping();
         Ok((p as usize, l))
     }
 
     /// A snapshot of the ring's counters as a dict.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        fields_dict(py, &self.producer()?.segment().stats())
+        fields_dict(py, &self.seg()?.stats())
     }
 
     /// The largest payload the ring accepts.
     #[getter]
     fn max_record(&self) -> PyResult<u64> {
-        Ok(self.producer()?.segment().geometry().max_record)
+        Ok(self.seg()?.geometry().max_record)
     }
 
-    /// close(): detaches from the ring (frees the producer slot).
-    fn close(&self) -> PyResult<()> {
-        let mut g = self
-            .inner
-            .try_borrow_mut()
-            .map_err(|_| Error::new_err("close: the producer is in use"))?;
-        if g.as_ref().is_some_and(Producer::has_reservation) {
-            return Err(Error::new_err(
-                "close: this producer has an open reservation; commit or abort it first",
-            ));
+    /// close(): detaches from the ring (frees the producer slot). Idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let inner = &self.inner;
+        let p = py.detach(|| {
+            let mut g = lock(inner);
+            if g.as_ref().is_some_and(Producer::has_reservation) {
+                return Err(Fail::Open(
+                    "close: this producer has an open reservation; commit or abort it first".into(),
+                ));
+            }
+            Ok(g.take())
+        });
+        let p = p.map_err(|e| self.fail(e))?;
+        drop(p);
+        drop(lock(&self.seg).take());
+        if let Some(c) = &self.created {
+            c.remove();
         }
-        drop(g.take());
         Ok(())
     }
 
     #[getter]
     fn closed(&self) -> bool {
-        self.inner.try_borrow().is_ok_and(|g| g.is_none())
+        lock(&self.seg).is_none()
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -537,19 +637,15 @@ impl PyProducer {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, _args: &Bound<'_, PyTuple>) -> PyResult<()> {
-        self.close()
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<()> {
+        self.close(py)
     }
 
     fn __repr__(&self) -> String {
-        match self.producer() {
-            Ok(p) => format!(
-                "<shmring.Producer {} slot={}>",
-                p.segment().name(),
-                p.slot()
-            ),
-            Err(_) => "<shmring.Producer closed>".to_string(),
+        if self.closed() {
+            return format!("<shmring.Producer {} closed>", self.label);
         }
+        format!("<shmring.Producer {} slot={}>", self.label, self.slot)
     }
 }
 
@@ -565,64 +661,76 @@ impl PyProducer {
 /// gone by then: commit/abort raise BufferError otherwise and the space stays
 /// claimed until the reservation object itself is gone (then it is aborted), so a
 /// view never writes into space that was handed on.
-#[pyclass(unsendable, module = "shmring._shmring", name = "Reservation")]
+#[pyclass(frozen, module = "shmring._shmring", name = "Reservation")]
 pub struct PyReservation {
-    /// The claim is still open in the producer (from `reserve_raw`).
-    open: Cell<bool>,
-    meta: Cell<Meta>,
+    state: Mutex<ResState>,
+    meta: Meta,
     /// Stamp the timestamp at commit.
     stamp: bool,
     media: Option<MediaHeader>,
-    ptr: *mut u8,
+    /// The claim's address in this process.
+    addr: usize,
     len: isize,
-    exports: Cell<u32>,
-    arrays: RefCell<Vec<Py<PyWeakrefReference>>>,
-    /// The memoryview handed out by `__enter__`.
-    entered: RefCell<Option<Py<PyAny>>>,
+    /// Keeps the mapping while arrays of the reservation (read-only once it ends)
+    /// may still be read, whatever becomes of the producer.
+    _mapping: Arc<Segment>,
     producer: Py<PyProducer>,
+}
+
+/// What changes as a reservation is used; nothing holds it while calling into
+/// Python.
+struct ResState {
+    /// The claim is still open in the producer (from `reserve_raw`).
+    open: bool,
+    exports: u32,
+    arrays: Vec<Py<PyWeakrefReference>>,
+    /// The memoryview handed out by `__enter__`.
+    entered: Option<Py<PyAny>>,
 }
 
 impl Drop for PyReservation {
     fn drop(&mut self) {
-        if self.open.replace(false) {
-            Python::attach(|py| {
-                if let Ok(p) = self.producer.bind(py).try_borrow() {
-                    // If the producer is busy right now, its next reservation (or its
-                    // close) aborts this claim.
-                    if let Ok(mut g) = p.inner.try_borrow_mut() {
-                        if let Some(p) = g.as_mut() {
-                            p.abort_raw();
-                        }
-                    }
-                }
-            });
+        let open = std::mem::replace(&mut lock(&self.state).open, false);
+        if open {
+            // The producer cannot be closed while this claim is open; its lock is
+            // held only by calls that never wait while a claim is open.
+            if let Some(p) = lock(&self.producer.get().inner).as_mut() {
+                p.abort_raw();
+            }
         }
     }
 }
 
 impl PyReservation {
+    fn released_error() -> PyErr {
+        Released::new_err("the reservation was already committed or aborted")
+    }
+
     fn check_open(&self) -> PyResult<()> {
-        if self.open.get() {
+        if lock(&self.state).open {
             Ok(())
         } else {
-            Err(Released::new_err(
-                "the reservation was already committed or aborted",
-            ))
+            Err(Self::released_error())
         }
     }
 
     fn track(&self, arr: &Bound<'_, PyAny>) -> PyResult<()> {
-        let w = PyWeakrefReference::new(arr)?;
-        self.arrays.borrow_mut().push(w.unbind());
+        let w = PyWeakrefReference::new(arr)?.unbind();
+        lock(&self.state).arrays.push(w);
         Ok(())
     }
 
     fn finish(&self, py: Python<'_>, commit: bool) -> PyResult<()> {
-        self.check_open()?;
-        let entered = self.entered.borrow_mut().take();
+        let entered = {
+            let mut st = lock(&self.state);
+            if !st.open {
+                return Err(Self::released_error());
+            }
+            st.entered.take()
+        };
         if let Some(mv) = entered {
             if let Err(e) = mv.bind(py).call_method0("release") {
-                *self.entered.borrow_mut() = Some(mv);
+                lock(&self.state).entered = Some(mv);
                 return Err(PyBufferError::new_err(format!(
                     "the reservation's memoryview is still exported ({}); delete the \
                      arrays made from it before the reservation ends",
@@ -630,42 +738,45 @@ impl PyReservation {
                 )));
             }
         }
-        if self.exports.get() > 0 {
-            return Err(PyBufferError::new_err(format!(
-                "{} buffer view(s) of the reservation still exist; delete them before the \
-                 reservation ends (it stays claimed until they and it are gone)",
-                self.exports.get()
-            )));
-        }
-        for w in self.arrays.borrow_mut().drain(..) {
+        let arrays = {
+            let mut st = lock(&self.state);
+            if !st.open {
+                return Err(Self::released_error());
+            }
+            if st.exports > 0 {
+                return Err(PyBufferError::new_err(format!(
+                    "{} buffer view(s) of the reservation still exist; delete them before \
+                     the reservation ends (it stays claimed until they and it are gone)",
+                    st.exports
+                )));
+            }
+            st.open = false;
+            std::mem::take(&mut st.arrays)
+        };
+        for w in arrays {
             if let Some(a) = w.bind(py).upgrade() {
                 make_readonly(&a);
             }
         }
-        let producer = self.producer.bind(py).borrow();
-        let mut g = producer
-            .inner
-            .try_borrow_mut()
-            .map_err(|_| Error::new_err("the producer is in use"))?;
-        self.open.set(false);
+        let mut meta = self.meta;
+        let len = self.len as usize;
+        let stamp = self.stamp;
         // The producer cannot be closed while this claim is open.
-        let Some(p) = g.as_mut() else {
-            return Err(Closed::new_err("the producer is closed"));
-        };
-        if commit {
-            let mut meta = self.meta.get();
-            if self.stamp {
-                meta.timestamp_ns = shmring::now_ns();
+        self.producer.get().locked(py, |p| {
+            if commit {
+                if stamp {
+                    meta.timestamp_ns = shmring::now_ns();
+                }
+                Ok(p.commit_raw(len, meta)?)
+            } else {
+                p.abort_raw();
+                Ok(())
             }
-            p.commit_raw(self.len as usize, meta).py_err()
-        } else {
-            p.abort_raw();
-            Ok(())
-        }
+        })
     }
 
     fn plane_arrays<'py>(slf: &Bound<'py, Self>) -> PyResult<Vec<Bound<'py, PyAny>>> {
-        let this = slf.borrow();
+        let this = slf.get();
         this.check_open()?;
         let Some(h) = this.media else {
             return Err(Error::new_err(
@@ -681,14 +792,15 @@ impl PyReservation {
                 byte_strides: &p.strides[..p.ndim],
             };
             let owner = slf.clone().into_any();
+            let base = this.addr as *mut u8;
             // SAFETY: the header was built for this reservation's length (payload_len),
             // so every plane lies inside it; the array keeps the reservation, hence the
-            // producer and the mapping, alive.
+            // mapping, alive.
             let a = unsafe {
                 match p.elem {
-                    Elem::U8 => array_of::<u8>(owner, this.ptr, &plane, true),
-                    Elem::I16 => array_of::<i16>(owner, this.ptr, &plane, true),
-                    Elem::F32 => array_of::<f32>(owner, this.ptr, &plane, true),
+                    Elem::U8 => array_of::<u8>(owner, base, &plane, true),
+                    Elem::I16 => array_of::<i16>(owner, base, &plane, true),
+                    Elem::F32 => array_of::<f32>(owner, base, &plane, true),
                 }
             }?;
             this.track(&a)?;
@@ -708,9 +820,14 @@ impl PyReservation {
         if view.is_null() {
             return Err(PyBufferError::new_err("View is null"));
         }
-        let this = slf.borrow();
-        this.check_open()?;
-        this.exports.set(this.exports.get() + 1);
+        let this = slf.get();
+        {
+            let mut st = lock(&this.state);
+            if !st.open {
+                return Err(Self::released_error());
+            }
+            st.exports += 1;
+        }
         // SAFETY: `view` is a valid Py_buffer to fill. The claim is ours until commit
         // or abort, which refuse to run while exports exist; shape/strides point at
         // fields of this object, which the buffer references.
@@ -718,7 +835,7 @@ impl PyReservation {
             crate::views::fill_byte_view(
                 view,
                 slf.clone().into_any().into_ptr(),
-                this.ptr as *mut c_void,
+                this.addr as *mut c_void,
                 &this.len,
                 false,
                 flags,
@@ -728,8 +845,8 @@ impl PyReservation {
     }
 
     unsafe fn __releasebuffer__(slf: Bound<'_, Self>, _view: *mut ffi::Py_buffer) {
-        let this = slf.borrow();
-        this.exports.set(this.exports.get().saturating_sub(1));
+        let mut st = lock(&slf.get().state);
+        st.exports = st.exports.saturating_sub(1);
     }
 
     /// commit(): publishes the record. Raises Abandoned if the claim was taken
@@ -746,7 +863,7 @@ impl PyReservation {
     /// True while the reservation can still be written and committed.
     #[getter]
     fn open(&self) -> bool {
-        self.open.get()
+        lock(&self.state).open
     }
 
     fn __len__(&self) -> usize {
@@ -756,12 +873,12 @@ impl PyReservation {
     /// Payload address in this process (inside ``Producer.mapping()``).
     #[getter]
     fn address(&self) -> usize {
-        self.ptr as usize
+        self.addr
     }
 
     /// array() -> writable uint8 numpy view of the whole payload.
     fn array<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let this = slf.borrow();
+        let this = slf.get();
         this.check_open()?;
         let n = this.len as usize;
         let plane = Plane {
@@ -770,7 +887,8 @@ impl PyReservation {
             byte_strides: &[1],
         };
         // SAFETY: the whole reservation; the array keeps it alive.
-        let a = unsafe { array_of::<u8>(slf.clone().into_any(), this.ptr, &plane, true) }?;
+        let a =
+            unsafe { array_of::<u8>(slf.clone().into_any(), this.addr as *mut u8, &plane, true) }?;
         this.track(&a)?;
         Ok(a)
     }
@@ -782,7 +900,7 @@ impl PyReservation {
 
     /// samples() -> writable (samples, channels) array (reserve_audio).
     fn samples<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let is_audio = slf.borrow().media.is_some_and(|m| m.format.is_audio());
+        let is_audio = slf.get().media.is_some_and(|m| m.format.is_audio());
         if !is_audio {
             return Err(Error::new_err(
                 "samples() needs a reservation from reserve_audio()",
@@ -794,13 +912,12 @@ impl PyReservation {
     /// ``with`` yields: the plane arrays (reserve_video), the samples array
     /// (reserve_audio), or a writable memoryview (reserve).
     fn __enter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let media = slf.borrow().media;
-        match media {
+        match slf.get().media {
             Some(h) if h.format.is_video() => Ok(Self::planes(slf)?.into_any()),
             Some(_) => Self::samples(slf),
             None => {
                 let mv = PyMemoryView::from(slf.as_any())?.into_any();
-                *slf.borrow().entered.borrow_mut() = Some(mv.clone().unbind());
+                lock(&slf.get().state).entered = Some(mv.clone().unbind());
                 Ok(mv)
             }
         }
@@ -827,8 +944,8 @@ impl PyReservation {
         format!(
             "<shmring.Reservation {} bytes stream={} kind={}{}>",
             self.len,
-            self.meta.get().stream,
-            self.meta.get().kind,
+            self.meta.stream,
+            self.meta.kind,
             if self.open() { "" } else { " closed" }
         )
     }

@@ -1,13 +1,16 @@
 //! `Tap`: a read-only observer that copies records as they go by
 //! (`shmring::Tap`), and the `TapFrame` it returns.
 
+use std::sync::Mutex;
 use std::time::Instant;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 use shmring::{Address, Filter, Tap, TapOptions};
 
-use crate::consumer::{address_of, fields_dict, own_fd, secs, SIGNAL_CHECK};
+use crate::args::{opt, Int};
+use crate::cleanup::lock;
+use crate::consumer::{address_of, fields_dict, own_fd, secs, step_until};
 use crate::errors::{Closed, ConfigError, IntoPy};
 
 /// A record a tap copied: ``data`` (bytes) and the record's metadata.
@@ -70,31 +73,25 @@ impl PyTapFrame {
 /// overwritten while it was copied is never returned: it is counted in
 /// ``stats()["lost"]`` and ``["torn"]``; a tap that falls a ring behind jumps to
 /// the newest record and counts what it skipped. The ring cannot list its taps:
-/// ``stats()`` is the tap's own.
-#[pyclass(module = "shmring._shmring", name = "Tap")]
+/// ``stats()`` is the tap's own. A tap may be used from any thread, one call at a
+/// time (a call waits, without the GIL, for another thread's).
+#[pyclass(frozen, module = "shmring._shmring", name = "Tap")]
 pub struct PyTap {
-    inner: Option<Tap>,
-    /// The copy of the record being read (its capacity kept between records).
-    buf: Vec<u8>,
+    inner: Mutex<TapState>,
     name: String,
 }
 
-impl PyTap {
-    fn get(&mut self) -> PyResult<&mut Tap> {
-        self.inner
-            .as_mut()
-            .ok_or_else(|| Closed::new_err(format!("tap of {} is closed", self.name)))
-    }
+struct TapState {
+    /// None once closed.
+    tap: Option<Tap>,
+    /// The copy of the record being read (its capacity kept between records).
+    buf: Vec<u8>,
 }
 
-/// A filter's kind or stream as Python gives it (a tap's and a consumer's): None
-/// takes any.
-pub(crate) fn filter(v: Option<i64>, what: &str) -> PyResult<Option<u32>> {
-    v.map(|v| {
-        u32::try_from(v)
-            .map_err(|_| ConfigError::new_err(format!("{what} must be 0..2**32-1, got {v}")))
-    })
-    .transpose()
+impl PyTap {
+    fn closed_error(&self) -> PyErr {
+        Closed::new_err(format!("tap of {} is closed", self.name))
+    }
 }
 
 #[pymethods]
@@ -106,20 +103,20 @@ impl PyTap {
     fn new(
         py: Python<'_>,
         name: Option<&str>,
-        fd: Option<i32>,
-        every: Option<u32>,
-        kind: Option<i64>,
-        stream: Option<i64>,
+        fd: Option<Int>,
+        every: Option<Int>,
+        kind: Option<Int>,
+        stream: Option<Int>,
         poll_interval: Option<f64>,
         skip_pending_after: Option<f64>,
         address: Option<&str>,
     ) -> PyResult<Self> {
         let d = TapOptions::default();
         let opts = TapOptions {
-            every: every.unwrap_or(d.every),
+            every: opt(every, "every")?.unwrap_or(d.every),
             filter: Filter {
-                kind: filter(kind, "kind")?,
-                stream: filter(stream, "stream")?,
+                kind: opt(kind, "kind")?,
+                stream: opt(stream, "stream")?,
             },
             poll_interval: match poll_interval {
                 Some(t) => secs(t, "poll_interval")?,
@@ -145,14 +142,16 @@ impl PyTap {
                 return Err(ConfigError::new_err("give a ring name, address= or fd="))
             }
             (Some(n), None, None) => Address::Named(n.into()),
-            (None, Some(f), None) => Address::Descriptors(vec![own_fd(f, "fd")?]),
+            (None, Some(f), None) => Address::Descriptors(vec![own_fd(&f, "fd")?]),
             (None, None, Some(text)) => address_of(text)?,
         };
         let ro = py.detach(|| address.open_read_only()).py_err()?;
         Ok(PyTap {
             name: ro.name().to_string(),
-            inner: Some(Tap::new(ro, opts)),
-            buf: Vec::new(),
+            inner: Mutex::new(TapState {
+                tap: Some(Tap::new(ro, opts)),
+                buf: Vec::new(),
+            }),
         })
     }
 
@@ -162,27 +161,35 @@ impl PyTap {
     /// (None: forever). None when the time runs out. The GIL is released while
     /// waiting and copying.
     #[pyo3(signature = (timeout=None))]
-    fn next(&mut self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyTapFrame>> {
+    fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyTapFrame>> {
         let deadline = timeout
             .map(|t| secs(t, "timeout"))
             .transpose()?
             .map(|t| Instant::now() + t);
         loop {
-            let step = match deadline {
-                None => SIGNAL_CHECK,
-                Some(d) => d
-                    .saturating_duration_since(Instant::now())
-                    .min(SIGNAL_CHECK),
-            };
-            let tap = self
-                .inner
-                .as_mut()
-                .ok_or_else(|| Closed::new_err(format!("tap of {} is closed", self.name)))?;
-            let buf = &mut self.buf;
-            let got = py.detach(|| tap.next_into(buf, Some(step))).py_err()?;
-            if let Some(f) = got {
+            let step = step_until(deadline);
+            let inner = &self.inner;
+            // The copy leaves the lock with its buffer, which comes back after the
+            // bytes object is made (the GIL is not taken under the lock).
+            let got = py.detach(|| {
+                let mut st = lock(inner);
+                let st = &mut *st;
+                let Some(tap) = st.tap.as_mut() else {
+                    return Ok(None);
+                };
+                let got = tap.next_into(&mut st.buf, Some(step))?;
+                Ok(Some(got.map(|f| (f, std::mem::take(&mut st.buf)))))
+            });
+            let got = got.py_err()?.ok_or_else(|| self.closed_error())?;
+            if let Some((f, buf)) = got {
+                let data = PyBytes::new(py, &buf).unbind();
+                let mut st = lock(&self.inner);
+                if st.buf.capacity() < buf.capacity() {
+                    st.buf = buf;
+                }
+                drop(st);
                 return Ok(Some(PyTapFrame {
-                    data: PyBytes::new(py, &self.buf).unbind(),
+                    data,
                     stream: f.meta.stream,
                     kind: crate::media::kind_object(py, f.meta.kind)?,
                     timestamp: f.meta.timestamp_ns,
@@ -201,8 +208,10 @@ impl PyTap {
     /// overwritten after they were copied), filtered (not taken because of every,
     /// kind or stream), skips (jumps to the newest record), lag (records between
     /// the tap and the newest now).
-    fn stats<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        fields_dict(py, &self.get()?.stats())
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let inner = &self.inner;
+        let stats = py.detach(|| lock(inner).tap.as_ref().map(Tap::stats));
+        fields_dict(py, &stats.ok_or_else(|| self.closed_error())?)
     }
 
     /// The ring's name, for messages.
@@ -212,13 +221,16 @@ impl PyTap {
     }
 
     /// Unmaps the ring. Idempotent.
-    fn close(&mut self) {
-        self.inner = None;
+    fn close(&self, py: Python<'_>) {
+        let inner = &self.inner;
+        let tap = py.detach(|| lock(inner).tap.take());
+        drop(tap);
     }
 
     #[getter]
-    fn closed(&self) -> bool {
-        self.inner.is_none()
+    fn closed(&self, py: Python<'_>) -> bool {
+        let inner = &self.inner;
+        py.detach(|| lock(inner).tap.is_none())
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -226,15 +238,15 @@ impl PyTap {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&mut self, _args: &Bound<'_, PyTuple>) {
-        self.close();
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) {
+        self.close(py);
     }
 
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> String {
         format!(
             "<shmring.Tap {}{}>",
             self.name,
-            if self.inner.is_none() { " closed" } else { "" }
+            if self.closed(py) { " closed" } else { "" }
         )
     }
 }

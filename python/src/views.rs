@@ -9,34 +9,27 @@ use crate::errors::BadMediaHeader;
 
 /// The `base` of numpy arrays made by `Frame.planes()`, `Frame.samples()` and
 /// `Frame.array()`: while one exists, its frame's record is not handed back to the
-/// ring (see `Frame.release`).
-#[pyclass(unsendable, module = "shmring._shmring", name = "_ViewGuard")]
+/// ring (see `Frame.release`). Dropped on any thread.
+#[pyclass(frozen, module = "shmring._shmring", name = "_ViewGuard")]
 pub struct ViewGuard {
     frame: Py<PyFrame>,
 }
 
 impl ViewGuard {
-    pub fn new<'py>(
-        py: Python<'py>,
-        frame: &Bound<'py, PyFrame>,
-    ) -> PyResult<Bound<'py, ViewGuard>> {
-        frame.borrow().view_added()?;
-        Bound::new(
-            py,
-            ViewGuard {
-                frame: frame.clone().unbind(),
-            },
-        )
+    /// A guard counted as a view of `frame`, and the payload's address.
+    pub fn new<'py>(frame: &Bound<'py, PyFrame>) -> PyResult<(Bound<'py, ViewGuard>, *mut u8)> {
+        let base = frame.get().view_added()?;
+        let guard = ViewGuard {
+            frame: frame.clone().unbind(),
+        };
+        // On error the guard is dropped, and the view uncounted.
+        Ok((Bound::new(frame.py(), guard)?, base))
     }
 }
 
 impl Drop for ViewGuard {
     fn drop(&mut self) {
-        Python::attach(|py| {
-            if let Ok(f) = self.frame.bind(py).try_borrow() {
-                f.view_dropped(py);
-            }
-        });
+        self.frame.get().view_dropped();
     }
 }
 

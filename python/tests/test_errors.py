@@ -55,6 +55,65 @@ def test_bad_config_and_arguments(ring_name: str) -> None:
         p.reserve_audio(100, format="i420")
 
 
+def test_integer_arguments_are_checked_and_named(ring_name: str) -> None:
+    """An integer out of its range (negative, too large, beyond 64 bits) raises
+    ConfigError naming the argument, its range and the value; a non-integer (a
+    float, a str) raises TypeError naming it. Nothing wraps."""
+    ring = shmring.Consumer(ring_name, create=True, capacity=1 << 16)
+    p = shmring.Producer(ring=ring)
+    u32 = "an integer from 0 to 4294967295"
+    for call, name, value in [
+        (lambda: p.send(b"x", stream=-1), "stream", "-1"),
+        (lambda: p.send(b"x", kind=2**32 + 1), "kind", str(2**32 + 1)),
+        (lambda: p.send(b"x", flags=2**40 + 7), "flags", str(2**40 + 7)),
+        (lambda: p.reserve(10, stream=-5), "stream", "-5"),
+        (lambda: p.reserve_video(-2, 16), "width", "-2"),
+        (lambda: p.reserve_video(16, 16, fps=(30, -1)), r"fps\[1\]", "-1"),
+        (lambda: p.reserve_audio(10, channels=2**33), "channels", str(2**33)),
+        (lambda: p.end_stream(stream=-1), "stream", "-1"),
+        (lambda: shmring.Consumer(ring_name, stream=-1), "stream", "-1"),
+        (lambda: shmring.Consumer(ring_name, spin=2**32), "spin", str(2**32)),
+        (lambda: shmring.Tap(ring_name, every=-1), "every", "-1"),
+        (lambda: shmring.Tap(ring_name, kind=2**32), "kind", str(2**32)),
+    ]:
+        with pytest.raises(shmring.ConfigError, match=f"^{name} must be {u32}, got {value}$"):
+            call()
+    u64 = "an integer from 0 to 18446744073709551615"
+    for call, name, value in [
+        (lambda: p.send(b"x", timestamp=-1), "timestamp", "-1"),
+        (lambda: p.reserve(-1), "n", "-1"),
+        (lambda: p.reserve_video(16, 16, sequence=2**64), "sequence", str(2**64)),
+        (lambda: shmring.Consumer("x", create=True, capacity=-1), "capacity", "-1"),
+        (lambda: shmring.Consumer("x", create=True, capacity=2**200), "capacity", str(2**200)),
+    ]:
+        with pytest.raises(shmring.ConfigError, match=f"^{name} must be {u64}, got {value}$"):
+            call()
+    fd = "an integer from 0 to 2147483647"
+    for call, name, value in [
+        (lambda: shmring.Consumer(fd=-1), "fd", "-1"),
+        (lambda: shmring.Producer(fds=[0, 2**31]), r"fds\[1\]", str(2**31)),
+        (lambda: shmring.Tap(fd=-3), "fd", "-3"),
+        (lambda: shmring.Producer("x", eventfd_fd=-1), "eventfd_fd", "-1"),
+    ]:
+        with pytest.raises(shmring.ConfigError, match=f"^{name} must be {fd}, got {value}$"):
+            call()
+    with pytest.raises(shmring.ConfigError, match=r"^allow_uids\[0\] must be"):
+        shmring.Listener(ring, "unused.sock", allow_uids=[-1])
+    for call, name in [
+        (lambda: p.send(b"x", stream=1.5), "stream"),
+        (lambda: p.reserve_video(16.0, 16), "width"),
+        (lambda: p.send(b"x", kind="video"), "kind"),
+        (lambda: shmring.Consumer("x", create=True, capacity=float("nan")), "capacity"),
+    ]:
+        with pytest.raises(TypeError, match=f"^{name} must be an integer"):
+            call()
+    # Nothing was sent, nothing left open.
+    assert ring.try_next() is None
+    assert p.reserve(1).abort() is None
+    p.close()
+    ring.close()
+
+
 def _persisted_ring(name: str) -> None:
     ring = shmring.Consumer(name, create=True, capacity=1 << 16, persist=True)
     ring.close()

@@ -6,6 +6,7 @@ with the rule named; the asyncio consumer works with ``shmring produce --connect
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import subprocess
 import sys
@@ -126,6 +127,32 @@ def test_no_consumer_and_bad_paths(sock: str) -> None:
     with pytest.raises(shmring.ConfigError, match="max_pending"):
         shmring.Listener(ring, sock, max_pending=0)
     ring.close()
+
+
+def test_a_socket_is_called_a_socket_and_os_errors_are_oserrors(sock: str) -> None:
+    """No socket at the path: NotFound, a FileNotFoundError with ENOENT; a socket
+    that cannot be bound: OSFailure, an OSError with its errno. Both name the
+    socket as a socket (never "segment")."""
+    with pytest.raises(FileNotFoundError) as e:
+        shmring.Producer.connect(sock, connect_timeout=1.0)
+    assert isinstance(e.value, shmring.NotFound) and e.value.errno == errno.ENOENT
+    assert f"socket {sock} does not exist" in str(e.value) and "segment" not in str(e.value)
+    with pytest.raises(shmring.NotFound, match=f"socket {sock}"):
+        shmring.Observer.connect(sock)
+    ring = shmring.Consumer(create=True, memfd=True, capacity=1 << 16)
+    nowhere = str(Path(sock).parent / "no-such-dir" / "ring.sock")
+    with pytest.raises(OSError) as e:
+        shmring.Listener(ring, nowhere)
+    assert isinstance(e.value, shmring.OSFailure) and e.value.errno == errno.ENOENT
+    assert f"bind failed for socket {nowhere}" in str(e.value), str(e.value)
+    assert "segment" not in str(e.value)
+    ring.close()
+    # A named ring that is not there is a FileNotFoundError too.
+    with pytest.raises(FileNotFoundError, match="segment /shmring-pytest-no-such-ring"):
+        shmring.Consumer("shmring-pytest-no-such-ring")
+    # Exceptions a caller catches as OSError, as shmring.Error, or both.
+    assert issubclass(shmring.OSFailure, OSError) and issubclass(shmring.OSFailure, shmring.Error)
+    assert issubclass(shmring.NotFound, shmring.Error)
 
 
 def test_asyncio_consumer_with_the_cli_producer(sock: str, children: Children) -> None:

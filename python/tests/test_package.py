@@ -1,6 +1,6 @@
 """The package as a user meets it: its version and layout version, record kinds as
 an IntEnum, type stubs that pass `mypy --strict` on the documentation's snippets,
-a consumer used from the wrong thread, and the ring a killed consumer leaves."""
+and the ring a killed consumer leaves (threads: test_threads.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -94,6 +93,24 @@ def test_the_stubs_name_what_the_module_exports() -> None:
     assert members == {k.name: k.value for k in shmring.Kind}
 
 
+def mypy_strict(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--python-version",
+            "3.12",
+            "--no-incremental",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=path.parent,
+    )
+
+
 def test_the_documentation_snippets_pass_mypy_strict(tmp_path: Path) -> None:
     """Every Python snippet of README.md and python/README.md, type-checked with
     `mypy --strict` against the installed package's stubs. Python 3.12 is the target:
@@ -104,21 +121,7 @@ def test_the_documentation_snippets_pass_mypy_strict(tmp_path: Path) -> None:
             (tmp_path / f"snippet_{n}.py").write_text(m.group(1))
             n += 1
     assert n >= 6
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--strict",
-            "--python-version",
-            "3.12",
-            "--no-incremental",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
+    r = mypy_strict(tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     # The package's own Python (the source), with the stubs beside it, also passes.
     r = subprocess.run(
@@ -130,44 +133,36 @@ def test_the_documentation_snippets_pass_mypy_strict(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_a_consumer_used_from_another_thread_says_why_not(ring_name: str) -> None:
-    ring = shmring.Consumer(ring_name, create=True, capacity=1 << 16)
-    errors: list[BaseException] = []
-
-    def use() -> None:
-        for call in (lambda: ring.next(timeout=0.01), ring.try_next, ring.stats, ring.close):
-            try:
-                call()
-            except BaseException as e:  # noqa: BLE001 - any other kind is the failure
-                errors.append(e)
-
-    t = threading.Thread(target=use, name="reader-thread")
-    t.start()
-    t.join()
-    assert len(errors) == 4, errors
-    for e in errors:
-        assert isinstance(e, shmring.WrongThread), repr(e)
-        assert "MainThread" in str(e) and "reader-thread" in str(e), str(e)
-        assert "Make the Consumer in the thread that reads it" in str(e)
-    # The thread that made it still uses it; made in a thread, it works there.
-    assert ring.try_next() is None and not ring.closed
+def test_the_stubs_hold_send_to_buffers(tmp_path: Path) -> None:
+    """`send` takes what has a buffer (bytes, bytearray, memoryview, numpy arrays, a
+    frame); a str, which has none and fails at run time, fails `mypy --strict`."""
+    good = tmp_path / "good.py"
+    good.write_text(
+        "import numpy as np\n"
+        "import shmring\n\n"
+        "def f(p: shmring.Producer, frame: shmring.Frame) -> None:\n"
+        "    p.send(b'bytes')\n"
+        "    p.send(bytearray(3))\n"
+        "    p.send(memoryview(b'view'))\n"
+        "    p.send(np.zeros(4, np.uint8))\n"
+        "    p.send(frame)\n"
+        "    shmring.parse_media_header(frame)\n"
+    )
+    r = mypy_strict(good)
+    assert r.returncode == 0, r.stdout + r.stderr
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import shmring\n\n"
+        "def f(p: shmring.Producer) -> None:\n"
+        "    p.send('text')\n"
+    )
+    r = mypy_strict(bad)
+    assert r.returncode == 1 and 'bad.py:4: error: Argument 1 to "send"' in r.stdout, r.stdout
+    # And at run time a str is refused too (it has no buffer).
+    ring = shmring.Consumer(create=True, memfd=True, capacity=1 << 16)
+    with pytest.raises(TypeError):
+        shmring.Producer(ring=ring).send("text")
     ring.close()
-
-    got: list[object] = []
-
-    def own() -> None:
-        r = shmring.Consumer(ring_name, create=True, capacity=1 << 16)
-        shmring.Producer(ring_name).send(b"x")
-        f = r.next(timeout=1.0)
-        assert f is not None
-        got.append(f.tobytes())
-        f.release()
-        r.close()
-
-    t = threading.Thread(target=own)
-    t.start()
-    t.join()
-    assert got == [b"x"]
 
 
 CHILD = """

@@ -4,7 +4,6 @@ counted)."""
 
 from __future__ import annotations
 
-import gc
 import os
 import threading
 
@@ -221,9 +220,6 @@ def test_tap_copies_are_never_torn(children: Children) -> None:
     the last record (sent once the race is over: a tap that fell behind jumps to
     the newest record)."""
     count = 3000
-    # Consumers belong to the thread that made them: collect earlier tests' garbage
-    # here, not in the tap's thread.
-    gc.collect()
     owner = shmring.Consumer("tap-torn", create=True, memfd=True, capacity=1 << 16)
     tap = shmring.Tap(fd=os.dup(owner.read_only_fileno()))
     stop = threading.Event()

@@ -10,8 +10,9 @@ pub type Name = Arc<str>;
 /// Everything that can go wrong in shmring.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A system call failed.
-    #[error("{op} failed for segment {segment}: {source}")]
+    /// A system call failed. `segment` names the segment, or the socket of a
+    /// hand-off ([`socket_name`]): the message says which.
+    #[error("{op} failed for {}: {source}", Subject(segment))]
     Os {
         op: &'static str,
         segment: Name,
@@ -26,8 +27,9 @@ pub enum Error {
     /// alive, one whose consumer is gone, a file that is no ring).
     #[error("segment {segment} already exists{}", occupant.words())]
     Exists { segment: Name, occupant: Occupant },
-    /// A named segment does not exist.
-    #[error("segment {0} does not exist")]
+    /// A named segment does not exist, or no socket is at a hand-off's path
+    /// ([`socket_name`]).
+    #[error("{} does not exist", Subject(.0))]
     NotFound(Name),
     /// The segment is not one of ours, or of another layout. `field` names what
     /// did not match (`magic`, `file size`, `layout version`, `segment size`, ...).
@@ -171,6 +173,27 @@ fn layout_words(field: &str, expected: &str, found: &str) -> String {
     }
 }
 
+/// How an error names a consumer's hand-off socket: `unix:PATH`, the socket's
+/// address, so that its message says "socket PATH" where a segment's says
+/// "segment NAME" (a segment's name never starts with `unix:`).
+pub(crate) fn socket_name(path: &str) -> Name {
+    format!("{SOCKET}{path}").into()
+}
+
+const SOCKET: &str = "unix:";
+
+/// A segment or a socket, by its name in an error, as a message calls it.
+struct Subject<'a>(&'a str);
+
+impl std::fmt::Display for Subject<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.strip_prefix(SOCKET) {
+            Some(path) => write!(f, "socket {path}"),
+            None => write!(f, "segment {}", self.0),
+        }
+    }
+}
+
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -179,5 +202,31 @@ pub(crate) fn os(op: &'static str, segment: &str, source: impl Into<std::io::Err
         op,
         segment: segment.into(),
         source: source.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_socket_is_called_a_socket_and_a_segment_a_segment() {
+        let sock = socket_name("/run/cam0.sock");
+        let e = os("bind", &sock, std::io::Error::from_raw_os_error(98));
+        assert!(
+            e.to_string()
+                .starts_with("bind failed for socket /run/cam0.sock: "),
+            "{e}"
+        );
+        let e = Error::NotFound(socket_name("ring.sock"));
+        assert_eq!(e.to_string(), "socket ring.sock does not exist");
+        let e = Error::NotFound("/cam0".into());
+        assert_eq!(e.to_string(), "segment /cam0 does not exist");
+        let e = os("mmap", "memfd:cam0", std::io::Error::from_raw_os_error(12));
+        assert!(
+            e.to_string()
+                .starts_with("mmap failed for segment memfd:cam0: "),
+            "{e}"
+        );
     }
 }

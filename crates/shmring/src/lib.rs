@@ -85,7 +85,7 @@ pub use filter::Filter;
 #[cfg(not(loom))]
 pub use handoff::{Listener, ListenerOptions};
 #[cfg(not(loom))]
-pub use options::{ConsumerOptions, ConsumerSettings, Setting};
+pub use options::{ConsumerOptions, ConsumerSettings, Setting, SettingKind, SettingValue};
 #[cfg(not(loom))]
 pub use producer::{FullPolicy, Meta, Producer, RawReservation, Reservation};
 #[cfg(not(loom))]

@@ -246,20 +246,96 @@ impl Default for ConsumerSettings {
     }
 }
 
+/// What the value of one of [`ConsumerSettings`]' options is, in every binding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingKind {
+    /// A duration: a [`Setting`], in the binding's unit (absent or 0 the default,
+    /// never where the option may be off).
+    Duration,
+    /// A whole number from 0 to `u32::MAX` (`spin`, and the filter's `kind` and
+    /// `stream`).
+    Count,
+    /// A flag (`manual_reset`).
+    Flag,
+}
+
+/// A value for one of [`ConsumerSettings`]' options, as a binding read it
+/// ([`ConsumerSettings::set`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingValue {
+    Duration(Setting),
+    Count(u32),
+    Flag(bool),
+}
+
 impl ConsumerSettings {
-    /// The names of the options, in this order, as the bindings take them (in their
-    /// own case, with their unit's suffix where the language has no duration type).
-    pub const NAMES: [&'static str; 9] = [
-        "liveness_interval",
-        "spin",
-        "overtake_after",
-        "manual_reset",
-        "tether_stall_limit",
-        "latency_budget",
-        "claim_timeout",
-        "kind",
-        "stream",
+    /// The options, in this order, with what each takes: the names the bindings
+    /// take them by (in their own case, with their unit's suffix where the
+    /// language has no duration type).
+    pub const OPTIONS: [(&'static str, SettingKind); 9] = [
+        ("liveness_interval", SettingKind::Duration),
+        ("spin", SettingKind::Count),
+        ("overtake_after", SettingKind::Duration),
+        ("manual_reset", SettingKind::Flag),
+        ("tether_stall_limit", SettingKind::Duration),
+        ("latency_budget", SettingKind::Duration),
+        ("claim_timeout", SettingKind::Duration),
+        ("kind", SettingKind::Count),
+        ("stream", SettingKind::Count),
     ];
+
+    /// The names of [`ConsumerSettings::OPTIONS`], in that order.
+    pub const NAMES: [&'static str; 9] = {
+        let mut names = [""; 9];
+        let mut i = 0;
+        while i < names.len() {
+            names[i] = Self::OPTIONS[i].0;
+            i += 1;
+        }
+        names
+    };
+
+    /// Sets the option `name` (one of [`ConsumerSettings::NAMES`]) to `value`, for
+    /// a binding that reads options by name. [`Error::Config`] for a name that is
+    /// none of them, or a value of another [`SettingKind`] than the option's.
+    ///
+    /// ```
+    /// use shmring::{ConsumerSettings, Setting, SettingValue};
+    /// let mut s = ConsumerSettings::default();
+    /// s.set("stream", SettingValue::Count(2))?;
+    /// s.set("claim_timeout", SettingValue::Duration(Setting::Never))?;
+    /// assert_eq!((s.stream, s.claim_timeout), (Some(2), Setting::Never));
+    /// assert!(s.set("strem", SettingValue::Count(2)).is_err());
+    /// # Ok::<(), shmring::Error>(())
+    /// ```
+    pub fn set(&mut self, name: &str, value: SettingValue) -> Result<(), Error> {
+        use SettingValue::{Count, Duration, Flag};
+        match (name, value) {
+            ("liveness_interval", Duration(d)) => self.liveness_interval = d,
+            ("spin", Count(n)) => self.spin = Some(n),
+            ("overtake_after", Duration(d)) => self.overtake_after = d,
+            ("manual_reset", Flag(f)) => self.manual_reset = f,
+            ("tether_stall_limit", Duration(d)) => self.tether_stall_limit = d,
+            ("latency_budget", Duration(d)) => self.latency_budget = d,
+            ("claim_timeout", Duration(d)) => self.claim_timeout = d,
+            ("kind", Count(n)) => self.kind = Some(n),
+            ("stream", Count(n)) => self.stream = Some(n),
+            (name, value) => {
+                return Err(Error::Config(
+                    match Self::OPTIONS.iter().find(|o| o.0 == name) {
+                        Some((_, kind)) => {
+                            format!("consumer option {name} takes a {kind:?}, not {value:?}")
+                        }
+                        None => format!(
+                            "{name:?} is not a consumer option (they are {})",
+                            Self::NAMES.join(", ")
+                        ),
+                    },
+                ))
+            }
+        }
+        Ok(())
+    }
 
     /// The core's options: what is not given is the library's default.
     ///
@@ -332,6 +408,44 @@ mod tests {
                 v
             });
         assert_eq!(core, bindings);
+    }
+
+    #[test]
+    fn every_option_is_set_by_its_name_and_kind() {
+        let mut s = ConsumerSettings::default();
+        for (name, kind) in ConsumerSettings::OPTIONS {
+            let value = match kind {
+                SettingKind::Duration => SettingValue::Duration(Setting::from_nanos(7)),
+                SettingKind::Count => SettingValue::Count(7),
+                SettingKind::Flag => SettingValue::Flag(true),
+            };
+            s.set(name, value).unwrap();
+            let wrong = match kind {
+                SettingKind::Flag => SettingValue::Count(1),
+                _ => SettingValue::Flag(true),
+            };
+            assert!(s.set(name, wrong).is_err(), "{name}");
+        }
+        let seven = Setting::from_nanos(7);
+        assert_eq!(
+            s,
+            ConsumerSettings {
+                liveness_interval: seven,
+                spin: Some(7),
+                overtake_after: seven,
+                manual_reset: true,
+                tether_stall_limit: seven,
+                latency_budget: seven,
+                claim_timeout: seven,
+                kind: Some(7),
+                stream: Some(7),
+            }
+        );
+        let e = s.set("strem", SettingValue::Count(1)).unwrap_err();
+        assert!(
+            e.to_string().contains("\"strem\" is not a consumer option"),
+            "{e}"
+        );
     }
 
     #[test]

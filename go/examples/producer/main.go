@@ -8,9 +8,11 @@
 // Video is I420 on -stream, audio 16-bit PCM in 10 ms packets on the same stream
 // id, each paced on the wall clock from one start; -fast does not wait. Exactly
 // seconds*fps frames and seconds*100 packets are sent (a late one is sent late);
-// a record that finds the ring full past -block-ms is dropped and counted. The
-// picture and sound are the package pattern's, so a reader can check every byte.
-// The last line on stdout is a JSON summary.
+// a record that finds the ring full past -block-ms is dropped and counted. Each
+// stream is ended at the end (Producer.EndStream: readers finish its file there),
+// also when a signal stops it early. The picture and sound are the package
+// pattern's, so a reader can check every byte. The last line on stdout is a JSON
+// summary.
 package main
 
 import (
@@ -97,7 +99,7 @@ func run(ring, connect, video, audio string, seconds float64, stream uint32, blo
 		go func() {
 			defer wg.Done()
 			vres = produce(seg, block, &stop, start, time.Second/time.Duration(fps), uint64(seconds*float64(fps)+0.5), fast,
-				func(p *shmring.Producer, n uint64) error { return videoFrame(p, stream, w, h, n) })
+				stream, shmring.KindVideo, func(p *shmring.Producer, n uint64) error { return videoFrame(p, stream, w, h, n) })
 		}()
 	}
 	if rate > 0 {
@@ -105,7 +107,7 @@ func run(ring, connect, video, audio string, seconds float64, stream uint32, blo
 		go func() {
 			defer wg.Done()
 			ares = produce(seg, block, &stop, start, 10*time.Millisecond, uint64(seconds*100+0.5), fast,
-				func(p *shmring.Producer, n uint64) error { return audioPacket(p, stream, rate, channels, n) })
+				stream, shmring.KindAudio, func(p *shmring.Producer, n uint64) error { return audioPacket(p, stream, rate, channels, n) })
 		}()
 	}
 	wg.Wait()
@@ -117,16 +119,23 @@ func run(ring, connect, video, audio string, seconds float64, stream uint32, blo
 	return nil
 }
 
-// produce sends count records, record n due at start + n*period, with one
-// producer of its own (one per goroutine).
+// produce sends count records of stream and kind, record n due at start +
+// n*period, with one producer of its own (one per goroutine), then ends the
+// stream.
 func produce(seg *shmring.Segment, block time.Duration, stop *atomic.Bool, start time.Time, period time.Duration,
-	count uint64, fast bool, write func(*shmring.Producer, uint64) error) (res result) {
+	count uint64, fast bool, stream uint32, kind shmring.Kind, write func(*shmring.Producer, uint64) error) (res result) {
 	p, err := seg.Producer()
 	if err != nil {
 		res.Error = err.Error()
 		return res
 	}
 	defer p.Close()
+	// Readers end the stream here (its file is finished), however the loop ends.
+	defer func() {
+		if err := p.EndStream(stream, kind); err != nil && res.Error == "" {
+			res.Error = "ending the stream: " + err.Error()
+		}
+	}()
 	if err := p.SetPolicy(shmring.PolicyBlock, block); err != nil {
 		res.Error = err.Error()
 		return res

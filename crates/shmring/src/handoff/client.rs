@@ -88,7 +88,7 @@ fn request_once(path: &Path, role: Role, timeout: Duration) -> Result<Received> 
         after: timeout,
     };
     rustix::net::connect(&sock, &addr).map_err(|e| match e {
-        Errno::NOENT => Error::NotFound(socket.as_str().into()),
+        Errno::NOENT => Error::NotFound(crate::error::socket_name(&socket)),
         Errno::CONNREFUSED => Error::NoConsumer(socket.as_str().into()),
         Errno::AGAIN => timed_out(WAIT_ACCEPT),
         e => os_err("connect", &socket, e),

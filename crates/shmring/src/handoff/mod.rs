@@ -73,7 +73,7 @@ pub const DEFAULT_HELLO_TIMEOUT: Duration = Duration::from_secs(1);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn os_err(op: &'static str, socket: &str, e: impl Into<std::io::Error>) -> Error {
-    crate::error::os(op, socket, e)
+    crate::error::os(op, &crate::error::socket_name(socket), e)
 }
 
 fn handoff_err(socket: &str, what: impl Into<String>) -> Error {
