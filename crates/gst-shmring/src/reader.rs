@@ -539,19 +539,20 @@ impl Reader {
     ) -> Result<Reader, gst::ErrorMessage> {
         let what = opts.location.describe();
         if opts.location.create && opts.mode != Mode::Consumer {
-            return Err(gst::error_msg!(
+            return Err(error_msg!(
                 gst::ResourceError::Settings,
-                (
-                    "{}: create=true makes a new ring, which only its own consumer (mode=consumer) reads; modes tethered and tap read a ring that another element or process consumes",
-                    element
-                )
+                "{}: create=true makes a new ring, which only its own consumer (mode=consumer) reads; modes tethered and tap read a ring that another element or process consumes",
+                element
             ));
         }
         let (ring, tap, geo) = if opts.mode == Mode::Tap {
             let ro = opts.location.open_read_only().map_err(|e| {
-                gst::error_msg!(
+                error_msg!(
                     gst::ResourceError::OpenRead,
-                    ("{}: cannot open ring {} read-only: {}", element, what, e)
+                    "{}: cannot open ring {} read-only: {}",
+                    element,
+                    what,
+                    e
                 )
             })?;
             let geo = *ro.geometry();
@@ -581,9 +582,12 @@ impl Reader {
                 _ => Consumer::with_options(seg.clone(), copts),
             }
             .map_err(|e| {
-                gst::error_msg!(
+                error_msg!(
                     gst::ResourceError::OpenRead,
-                    ("{}: cannot consume ring {}: {}", element, what, e)
+                    "{}: cannot consume ring {}: {}",
+                    element,
+                    what,
+                    e
                 )
             })?;
             let geo = *seg.geometry();
@@ -623,22 +627,21 @@ impl Reader {
     fn warn_malformed(&mut self, el: &gst::Element, what: &str) {
         self.counters.malformed.fetch_add(1, Ordering::Relaxed);
         self.discont = true;
-        gst::warning!(CAT, obj = el, "record dropped: {what}");
+        log!(CAT, Warning, el, "record dropped: {what}");
         let now = Instant::now();
         if self
             .last_warn
             .is_none_or(|t| now.duration_since(t) >= WARN_INTERVAL)
         {
             self.last_warn = Some(now);
-            gst::element_warning!(
+            post!(
                 el,
+                Warning,
                 gst::StreamError::Decode,
-                (
-                    "{}: record dropped: {} ({} malformed records so far)",
-                    el.name(),
-                    what,
-                    self.counters.malformed.load(Ordering::Relaxed)
-                )
+                "{}: record dropped: {} ({} malformed records so far)",
+                el.name(),
+                what,
+                self.counters.malformed.load(Ordering::Relaxed)
             );
         }
     }
@@ -731,14 +734,13 @@ impl Reader {
                         .fetch_add(resets - self.resets_seen, Ordering::Relaxed);
                     self.resets_seen = resets;
                     self.discont = true;
-                    gst::element_warning!(
+                    post!(
                         el,
+                        Warning,
                         gst::StreamError::Failed,
-                        (
-                            "{}: ring corrupted ({}); reset, continuing",
-                            el.name(),
-                            cause.unwrap_or("unknown")
-                        )
+                        "{}: ring corrupted ({}); reset, continuing",
+                        el.name(),
+                        cause.unwrap_or("unknown")
                     );
                 }
                 match next {
@@ -893,19 +895,18 @@ impl Reader {
         if let Some(d) = depth.filter(|&d| d + len > self.budget && !self.warned_copy) {
             self.warned_copy = true;
             let frames = d / len.max(1);
-            gst::element_warning!(
+            post!(
                 el,
+                Warning,
                 gst::ResourceError::NoSpaceLeft,
-                (
-                    "{}: downstream keeps frames while {} MB ({} frames like this one) pass through the ring, more than max-held allows ({} of the {} MB ring): copying frames from now on, so producers never wait for frames held downstream{}; a ring of at least {} MB (capacity) keeps them in place",
-                    el.name(),
-                    d >> 20,
-                    frames,
-                    self.budget >> 20,
-                    self.capacity >> 20,
-                    holder.name().map(|e| format!(" ({e} keeps frames: an encoder's look-ahead, or a muxer waiting for another stream)")).unwrap_or_default(),
-                    ((d + len) * 2).next_power_of_two() >> 20
-                )
+                "{}: downstream keeps frames while {} MB ({} frames like this one) pass through the ring, more than max-held allows ({} of the {} MB ring): copying frames from now on, so producers never wait for frames held downstream{}; a ring of at least {} MB (capacity) keeps them in place",
+                el.name(),
+                d >> 20,
+                frames,
+                self.budget >> 20,
+                self.capacity >> 20,
+                holder.name().map(|e| format!(" ({e} keeps frames: an encoder's look-ahead, or a muxer waiting for another stream)")).unwrap_or_default(),
+                ((d + len) * 2).next_power_of_two() >> 20
             );
         }
         self.counters.copies.fetch_add(1, Ordering::Relaxed);
@@ -957,9 +958,10 @@ impl Reader {
         let running = at - base;
         if running + (self.offset_ns as i128) < 0 {
             let shift = (-running) as u64;
-            gst::info!(
+            log!(
                 CAT,
-                obj = el,
+                Info,
+                el,
                 "a record captured {} ms before the pipeline started: timeline shifted",
                 shift / 1_000_000
             );
@@ -1000,16 +1002,15 @@ impl Reader {
             let since = *self.full_since.get_or_insert(now);
             if now.duration_since(since) >= STALL_WARN && !self.warned_stall {
                 self.warned_stall = true;
-                gst::element_warning!(
+                post!(
                     el,
+                    Warning,
                     gst::ResourceError::NoSpaceLeft,
-                    (
-                        "{}: the ring has been full for {} ms while downstream holds {} of its frames ({} MB): producers wait for space; lower max-held, or give the ring more capacity",
-                        el.name(),
-                        now.duration_since(since).as_millis(),
-                        held,
-                        self.tracker.held_bytes.load(Ordering::Relaxed) >> 20
-                    )
+                    "{}: the ring has been full for {} ms while downstream holds {} of its frames ({} MB): producers wait for space; lower max-held, or give the ring more capacity",
+                    el.name(),
+                    now.duration_since(since).as_millis(),
+                    held,
+                    self.tracker.held_bytes.load(Ordering::Relaxed) >> 20
                 );
             }
         } else {

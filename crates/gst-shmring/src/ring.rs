@@ -131,9 +131,12 @@ impl Location {
         kind: gst::ResourceError,
     ) -> Result<Arc<Segment>, gst::ErrorMessage> {
         self.open().map_err(|e| {
-            gst::error_msg!(
+            error_msg!(
                 kind,
-                ("{}: cannot open ring {}: {}", element, self.describe(), e)
+                "{}: cannot open ring {}: {}",
+                element,
+                self.describe(),
+                e
             )
         })
     }

@@ -212,7 +212,13 @@ impl ObjectImpl for ShmRingDemux {
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         if !lock(&self.settings).set_property(pspec.name(), value) {
-            gst::warning!(CAT, imp = self, "no writable property {}", pspec.name());
+            log!(
+                CAT,
+                Warning,
+                &*self.obj(),
+                "no writable property {}",
+                pspec.name()
+            );
         }
     }
 
@@ -221,7 +227,7 @@ impl ObjectImpl for ShmRingDemux {
             return v;
         }
         self.counters.property(pspec.name()).unwrap_or_else(|| {
-            gst::warning!(CAT, imp = self, "no property {}", pspec.name());
+            log!(CAT, Warning, &*self.obj(), "no property {}", pspec.name());
             pspec.default_value().clone()
         })
     }
@@ -306,9 +312,10 @@ impl ShmRingDemux {
             finished: false,
         }));
         lock(&self.combiner).reset();
-        gst::info!(
+        log!(
             CAT,
-            imp = self,
+            Info,
+            &*self.obj(),
             "reading ring {} as {:?}",
             s.location.describe(),
             s.mode
@@ -458,15 +465,14 @@ impl ShmRingDemux {
                 if let (false, Some(caps)) = (ok, caps) {
                     if pad.is_linked() && refused.as_ref() != Some(&caps) {
                         let accepted = pad.peer_query_caps(None);
-                        gst::element_imp_error!(
-                            self,
+                        post!(
+                            self.obj(),
+                            Error,
                             gst::CoreError::Negotiation,
-                            (
-                                "shmringdemux: downstream of {} refused caps {} (it accepts {}); a videorate, videoconvert or audioconvert between them may help",
-                                pad.name(),
-                                caps,
-                                accepted
-                            )
+                            "shmringdemux: downstream of {} refused caps {} (it accepts {}); a videorate, videoconvert or audioconvert between them may help",
+                            pad.name(),
+                            caps,
+                            accepted
                         );
                         *refused = Some(caps);
                     }
@@ -487,11 +493,13 @@ impl ShmRingDemux {
                         let _ = pad.pause_task();
                     }
                     Err(e) => {
-                        gst::element_imp_error!(
-                            self,
+                        post!(
+                            self.obj(),
+                            Error,
                             gst::StreamError::Failed,
-                            ("Internal data stream error."),
-                            ["{}: streaming stopped, reason {:?}", pad.name(), e]
+                            "shmringdemux: internal data stream error: {}: streaming stopped, reason {:?}",
+                            pad.name(),
+                            e
                         );
                         self.end_all();
                     }
@@ -513,10 +521,22 @@ impl ShmRingDemux {
             }
         });
         if started.is_err() {
-            gst::warning!(CAT, imp = self, "pad {}: no streaming thread", pad.name());
+            log!(
+                CAT,
+                Warning,
+                &*self.obj(),
+                "pad {}: no streaming thread",
+                pad.name()
+            );
         }
         if self.obj().add_pad(pad).is_err() {
-            gst::warning!(CAT, imp = self, "pad {} could not be added", pad.name());
+            log!(
+                CAT,
+                Warning,
+                &*self.obj(),
+                "pad {} could not be added",
+                pad.name()
+            );
         }
     }
 
@@ -568,9 +588,10 @@ impl ShmRingDemux {
                 let ends = matches!((st.eos_after, idle), (Some(l), Some(i)) if i >= l);
                 drop(guard);
                 if ends {
-                    gst::info!(
+                    log!(
                         CAT,
-                        imp = self,
+                        Info,
+                        &*self.obj(),
                         "no producer and no record for a while: EOS on every pad"
                     );
                     self.end_all();
@@ -579,7 +600,13 @@ impl ShmRingDemux {
             }
             Err(reader::ReadError(e)) => {
                 drop(guard);
-                gst::element_imp_error!(self, gst::ResourceError::Read, ("shmringdemux: {}", e));
+                post!(
+                    self.obj(),
+                    Error,
+                    gst::ResourceError::Read,
+                    "shmringdemux: {}",
+                    e
+                );
                 self.end_all();
                 let _ = task.pause();
                 return;
@@ -612,14 +639,13 @@ impl ShmRingDemux {
             }
         };
         if rec.second_producer {
-            gst::element_imp_warning!(
-                self,
+            post!(
+                self.obj(),
+                Warning,
                 gst::StreamError::Demux,
-                (
-                    "shmringdemux: two producers write stream {} ({}): their sequence numbers interleave; give each shmringsink (or producer) its own stream id",
-                    key.1,
-                    if key.0 == kind::VIDEO { "video" } else { "audio" }
-                )
+                "shmringdemux: two producers write stream {} ({}): their sequence numbers interleave; give each shmringsink (or producer) its own stream id",
+                key.1,
+                if key.0 == kind::VIDEO { "video" } else { "audio" }
             );
         }
         let queue = st.pads[idx].queue.clone();
@@ -631,7 +657,7 @@ impl ShmRingDemux {
                 st.reader.discard(rec);
                 drop(guard);
                 if !was {
-                    gst::info!(CAT, imp = self, "{name}: ended by its producer");
+                    log!(CAT, Info, &*self.obj(), "{name}: ended by its producer");
                     queue.put(Item::Event(gst::event::Eos::new()));
                 }
                 return;
@@ -671,10 +697,13 @@ impl ShmRingDemux {
                         st.reader.discard(rec);
                     }
                     self.counters.malformed.fetch_add(1, Ordering::Relaxed);
-                    gst::element_imp_warning!(
-                        self,
+                    post!(
+                        self.obj(),
+                        Warning,
                         gst::StreamError::Decode,
-                        ("shmringdemux: record dropped: {}: {}", pad.name(), e)
+                        "shmringdemux: record dropped: {}: {}",
+                        pad.name(),
+                        e
                     );
                     return;
                 }
@@ -699,9 +728,10 @@ impl ShmRingDemux {
             };
             for (p, holder) in holders {
                 if let reader::Holder::Always(m) = &holder {
-                    gst::info!(
+                    log!(
                         CAT,
-                        imp = self,
+                        Info,
+                        &*self.obj(),
                         "{}: {m} muxes it with another pad's stream: copies",
                         p.name()
                     );
@@ -748,7 +778,7 @@ impl ShmRingDemux {
         let layout = video_meta.then_some((&offsets[..planes], &strides[..planes]));
         let b = buffer.get_mut().expect("a new buffer is writable");
         if let Err(e) = crate::media::mark(b, &hd, (pts, duration), discont, layout) {
-            gst::warning!(CAT, imp = self, "video meta: {e}");
+            log!(CAT, Warning, &*self.obj(), "video meta: {e}");
         }
         drop(guard);
         let frame_ns = duration.map_or(0, |d| d.nseconds());

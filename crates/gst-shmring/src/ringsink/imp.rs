@@ -181,24 +181,20 @@ impl ShmRingSink {
             // given once, so it either works now or never.
             Err(e) if s.location.fd < 0 && e.contains("does not exist") => return Ok(None),
             Err(e) => {
-                return Err(gst::error_msg!(
+                return Err(error_msg!(
                     gst::ResourceError::OpenWrite,
-                    (
-                        "shmringsink: cannot open ring {}: {}",
-                        s.location.describe(),
-                        e
-                    )
+                    "shmringsink: cannot open ring {}: {}",
+                    s.location.describe(),
+                    e
                 ))
             }
         };
         let mut producer = seg.producer().map_err(|e| {
-            gst::error_msg!(
+            error_msg!(
                 gst::ResourceError::OpenWrite,
-                (
-                    "shmringsink: cannot write into ring {}: {}",
-                    s.location.describe(),
-                    e
-                )
+                "shmringsink: cannot write into ring {}: {}",
+                s.location.describe(),
+                e
             )
         })?;
         producer.set_policy(policy(s, &producer));
@@ -226,7 +222,7 @@ impl ShmRingSink {
                 "shmringsink: ring {ring} has no consumer: buffers are dropped at once until one attaches (wait-for-consumer=true waits instead)"
             ),
         };
-        gst::element_imp_warning!(self, gst::ResourceError::Write, ("{}", text));
+        post!(self.obj(), Warning, gst::ResourceError::Write, "{}", text);
     }
 
     /// The ring with a live consumer, waiting or not as the settings say. `None`:
@@ -251,9 +247,10 @@ impl ShmRingSink {
                     }
                 }
                 if st.conn.is_some() {
-                    gst::info!(
+                    log!(
                         CAT,
-                        imp = self,
+                        Info,
+                        &*self.obj(),
                         "ring {} is there",
                         st.settings.location.describe()
                     );
@@ -280,9 +277,10 @@ impl ShmRingSink {
                     if fresh.consumer
                         && !Arc::ptr_eq(&fresh.seg, &st.conn.as_ref().expect("stale").seg)
                     {
-                        gst::info!(
+                        log!(
                             CAT,
-                            imp = self,
+                            Info,
+                            &*self.obj(),
                             "ring {} has a new consumer",
                             st.settings.location.describe()
                         );
@@ -296,9 +294,10 @@ impl ShmRingSink {
             }
             if live {
                 if st.warned.take().is_some() {
-                    gst::info!(
+                    log!(
                         CAT,
-                        imp = self,
+                        Info,
+                        &*self.obj(),
                         "ring {} has a consumer again: writing",
                         st.settings.location.describe()
                     );
@@ -318,7 +317,7 @@ impl ShmRingSink {
         why: &dyn std::fmt::Display,
     ) -> Result<gst::FlowSuccess, gst::FlowError> {
         self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-        gst::debug!(CAT, imp = self, "buffer dropped: {why}");
+        log!(CAT, Debug, &*self.obj(), "buffer dropped: {why}");
         Ok(gst::FlowSuccess::Ok)
     }
 
@@ -341,13 +340,14 @@ impl ShmRingSink {
         };
         let meta = Meta::new(st.settings.stream, input.kind());
         match conn.producer.send(&end.to_bytes(), meta) {
-            Ok(()) => gst::info!(
+            Ok(()) => log!(
                 CAT,
-                imp = self,
+                Info,
+                &*self.obj(),
                 "end of stream {} written",
                 st.settings.stream
             ),
-            Err(e) => gst::warning!(CAT, imp = self, "end of stream not written: {e}"),
+            Err(e) => log!(CAT, Warning, &*self.obj(), "end of stream not written: {e}"),
         }
     }
 }
@@ -428,7 +428,7 @@ impl ObjectImpl for ShmRingSink {
             "full-policy" => s.full = value.get().expect(CHECKED),
             "timeout" => s.timeout_ms = value.get().expect(CHECKED),
             "wait-for-consumer" => s.wait_for_consumer = value.get().expect(CHECKED),
-            other => gst::warning!(CAT, imp = self, "no writable property {other}"),
+            other => log!(CAT, Warning, &*self.obj(), "no writable property {other}"),
         }
     }
 
@@ -448,7 +448,7 @@ impl ObjectImpl for ShmRingSink {
             "copies" => c.copies.load(Ordering::Relaxed).to_value(),
             "dropped" => c.dropped.load(Ordering::Relaxed).to_value(),
             other => {
-                gst::warning!(CAT, imp = self, "no property {other}");
+                log!(CAT, Warning, &*self.obj(), "no property {other}");
                 pspec.default_value().clone()
             }
         }
@@ -499,17 +499,18 @@ impl BaseSinkImpl for ShmRingSink {
         let settings = lock(&self.settings).clone();
         let what = settings.location.describe();
         if settings.location.fd < 0 && settings.location.name.as_deref().is_none_or(str::is_empty) {
-            return Err(gst::error_msg!(
+            return Err(error_msg!(
                 gst::ResourceError::Settings,
-                ("shmringsink: no ring: set the ring property (a name) or fd")
+                "shmringsink: no ring: set the ring property (a name) or fd"
             ));
         }
         let conn = Self::connect(&settings)?;
         match &conn {
-            Some(_) => gst::info!(CAT, imp = self, "writing into ring {what}"),
-            None => gst::info!(
+            Some(_) => log!(CAT, Info, &*self.obj(), "writing into ring {what}"),
+            None => log!(
                 CAT,
-                imp = self,
+                Info,
+                &*self.obj(),
                 "ring {what} is not there yet: waiting for it"
             ),
         }
@@ -583,18 +584,20 @@ impl BaseSinkImpl for ShmRingSink {
                 let mut refused = lock(&self.refused);
                 if refused.as_ref() != Some(caps) {
                     *refused = Some(caps.clone());
-                    gst::element_imp_error!(
-                        self,
+                    post!(
+                        self.obj(),
+                        Error,
                         gst::CoreError::Negotiation,
-                        ("shmringsink: {}", e)
+                        "shmringsink: {}",
+                        e
                     );
                 }
-                return Err(gst::loggable_error!(CAT, "shmringsink: {}", e));
+                return Err(loggable!(CAT, "shmringsink: {}", e));
             }
         };
         let mut guard = lock(&self.state);
         let State::Started(st) = &mut *guard else {
-            return Err(gst::loggable_error!(CAT, "shmringsink: caps before start"));
+            return Err(loggable!(CAT, "shmringsink: caps before start"));
         };
         st.input = Some(input);
         st.ended = false;
@@ -639,7 +642,12 @@ impl BaseSinkImpl for ShmRingSink {
                 let core = match Core::new(&conn.seg, size, policy(&st.settings, &conn.producer)) {
                     Ok(c) => Arc::new(c),
                     Err(e) => {
-                        gst::warning!(CAT, imp = self, "no pool, buffers will be copied: {e}");
+                        log!(
+                            CAT,
+                            Warning,
+                            &*self.obj(),
+                            "no pool, buffers will be copied: {e}"
+                        );
                         return Ok(());
                     }
                 };
@@ -648,7 +656,7 @@ impl BaseSinkImpl for ShmRingSink {
                 let mut config = pool.config();
                 config.set_params(Some(&caps), size as u32, 0, max as u32);
                 pool.set_config(config)
-                    .map_err(|e| gst::loggable_error!(CAT, "shmringsink: pool config: {}", e))?;
+                    .map_err(|e| loggable!(CAT, "shmringsink: pool config: {}", e))?;
                 conn.pool = Some((caps.clone(), core, pool.clone()));
                 (pool, max)
             }
@@ -685,7 +693,13 @@ impl BaseSinkImpl for ShmRingSink {
         ) {
             Ok(h) => h,
             Err(e) => {
-                gst::element_imp_error!(self, gst::StreamError::Format, ("shmringsink: {}", e));
+                post!(
+                    self.obj(),
+                    Error,
+                    gst::StreamError::Format,
+                    "shmringsink: {}",
+                    e
+                );
                 return Err(gst::FlowError::Error);
             }
         };
@@ -710,10 +724,12 @@ impl BaseSinkImpl for ShmRingSink {
                         Ok(false) => {}
                         Err(e) if is_drop(&e) => return self.drop_counted(&e),
                         Err(e) => {
-                            gst::element_imp_error!(
-                                self,
+                            post!(
+                                self.obj(),
+                                Error,
                                 gst::ResourceError::Write,
-                                ("shmringsink: {}", e)
+                                "shmringsink: {}",
+                                e
                             );
                             return Err(gst::FlowError::Error);
                         }
@@ -727,7 +743,13 @@ impl BaseSinkImpl for ShmRingSink {
             Ok(r) => r,
             Err(e) if is_drop(&e) => return self.drop_counted(&e),
             Err(e) => {
-                gst::element_imp_error!(self, gst::ResourceError::Write, ("shmringsink: {}", e));
+                post!(
+                    self.obj(),
+                    Error,
+                    gst::ResourceError::Write,
+                    "shmringsink: {}",
+                    e
+                );
                 return Err(gst::FlowError::Error);
             }
         };
@@ -742,10 +764,11 @@ impl BaseSinkImpl for ShmRingSink {
         });
         if copied.is_err() {
             conn.producer.abort_raw();
-            gst::element_imp_error!(
-                self,
+            post!(
+                self.obj(),
+                Error,
                 gst::ResourceError::Read,
-                ("shmringsink: cannot map buffer")
+                "shmringsink: cannot map buffer"
             );
             return Err(gst::FlowError::Error);
         }
@@ -757,7 +780,13 @@ impl BaseSinkImpl for ShmRingSink {
             }
             Err(e @ Error::Abandoned { .. }) => self.drop_counted(&e),
             Err(e) => {
-                gst::element_imp_error!(self, gst::ResourceError::Write, ("shmringsink: {}", e));
+                post!(
+                    self.obj(),
+                    Error,
+                    gst::ResourceError::Write,
+                    "shmringsink: {}",
+                    e
+                );
                 Err(gst::FlowError::Error)
             }
         }

@@ -143,7 +143,7 @@ impl ObjectImpl for ShmRingSrc {
         match pspec.name() {
             "stream" => s.stream = value.get().expect("type checked upstream"),
             "kind" => s.kind = value.get().expect("type checked upstream"),
-            other => gst::warning!(CAT, imp = self, "no writable property {other}"),
+            other => log!(CAT, Warning, &*self.obj(), "no writable property {other}"),
         }
     }
 
@@ -159,7 +159,7 @@ impl ObjectImpl for ShmRingSrc {
             "stream" => s.stream.to_value(),
             "kind" => s.kind.to_value(),
             other => {
-                gst::warning!(CAT, imp = self, "no property {other}");
+                log!(CAT, Warning, &*self.obj(), "no property {other}");
                 pspec.default_value().clone()
             }
         }
@@ -223,9 +223,10 @@ impl BaseSrcImpl for ShmRingSrc {
             refused: None,
         }));
         self.flushing.store(false, Ordering::Release);
-        gst::info!(
+        log!(
             CAT,
-            imp = self,
+            Info,
+            &*self.obj(),
             "reading ring {} as {:?}",
             s.reader.location.describe(),
             s.reader.mode
@@ -287,9 +288,10 @@ impl ShmRingSrc {
                 .peer_query_caps(None)
                 .can_intersect(&gst::Caps::new_empty_simple(media));
             if !ok {
-                gst::info!(
+                log!(
                     CAT,
-                    imp = self,
+                    Info,
+                    &*self.obj(),
                     "downstream takes no {media}: those records are skipped"
                 );
             }
@@ -330,20 +332,19 @@ impl ShmRingSrc {
     /// Sets new caps (if any); `false` when downstream refused them (said once).
     fn set_caps(&self, st: &mut Started, caps: Option<gst::Caps>) -> bool {
         let Some(caps) = caps else { return true };
-        gst::info!(CAT, imp = self, "caps {caps}");
+        log!(CAT, Info, &*self.obj(), "caps {caps}");
         if self.obj().set_caps(&caps).is_ok() {
             return true;
         }
         if st.refused.as_ref() != Some(&caps) {
             let accepted = self.obj().src_pad().peer_query_caps(None);
-            gst::element_imp_error!(
-                self,
+            post!(
+                self.obj(),
+                Error,
                 gst::CoreError::Negotiation,
-                (
-                    "shmringsrc: downstream refused caps {} (it accepts {}); a videorate, videoconvert or audioconvert between them may help",
-                    caps,
-                    accepted
-                )
+                "shmringsrc: downstream refused caps {} (it accepts {}); a videorate, videoconvert or audioconvert between them may help",
+                caps,
+                accepted
             );
             st.refused = Some(caps);
         }
@@ -366,10 +367,12 @@ impl ShmRingSrc {
                 let what = format!("stream {}: {e}", rec.meta.stream);
                 st.reader.discard(rec);
                 self.counters.malformed.fetch_add(1, Ordering::Relaxed);
-                gst::element_imp_warning!(
-                    self,
+                post!(
+                    self.obj(),
+                    Warning,
                     gst::StreamError::Decode,
-                    ("shmringsrc: record dropped: {}", what)
+                    "shmringsrc: record dropped: {}",
+                    what
                 );
                 return Ok(None);
             }
@@ -388,14 +391,13 @@ impl ShmRingSrc {
             }),
         }
         if rec.second_producer {
-            gst::element_imp_warning!(
-                self,
+            post!(
+                self.obj(),
+                Warning,
                 gst::StreamError::Demux,
-                (
-                    "shmringsrc: two producers write stream {} ({}): their sequence numbers interleave; give each shmringsink (or producer) its own stream id",
-                    rec.meta.stream,
-                    if rec.meta.kind == kind::VIDEO { "video" } else { "audio" }
-                )
+                "shmringsrc: two producers write stream {} ({}): their sequence numbers interleave; give each shmringsink (or producer) its own stream id",
+                rec.meta.stream,
+                if rec.meta.kind == kind::VIDEO { "video" } else { "audio" }
             );
         }
         let (capture, discont, fresh) = (rec.meta.timestamp_ns, rec.discont, rec.fresh());
@@ -415,14 +417,20 @@ impl ShmRingSrc {
         let layout = video_meta.then_some((&offsets[..planes], &strides[..planes]));
         let b = buffer.get_mut().expect("a new buffer is writable");
         if let Err(e) = crate::media::mark(b, &hd, (pts, duration), discont, layout) {
-            gst::warning!(CAT, imp = self, "video meta: {e}");
+            log!(CAT, Warning, &*self.obj(), "video meta: {e}");
         }
         let frame_ns = duration.map_or(0, |d| d.nseconds());
         // How long the ring holds at this rate: records like this one it fits.
         let len = (span.1 - span.0).max(1) as u64;
         let ring_ns = (st.reader.capacity() / len).saturating_mul(frame_ns);
         if self.latency.note(frame_ns, st.reader.max_age_ns, ring_ns) {
-            gst::debug!(CAT, imp = self, "latency now {:?}", self.latency.answer());
+            log!(
+                CAT,
+                Debug,
+                &*self.obj(),
+                "latency now {:?}",
+                self.latency.answer()
+            );
             let _ = obj.post_message(gst::message::Latency::builder().src(&*obj).build());
         }
         self.counters.frames.fetch_add(1, Ordering::Relaxed);
@@ -451,9 +459,10 @@ impl PushSrcImpl for ShmRingSrc {
                     let idle = st.reader.idle(el, st.eos_after.is_some());
                     if let (Some(limit), Some(idle)) = (st.eos_after, idle) {
                         if idle >= limit {
-                            gst::info!(
+                            log!(
                                 CAT,
-                                imp = self,
+                                Info,
+                                &*self.obj(),
                                 "no producer and no record for {} ms: EOS",
                                 limit.as_millis()
                             );
@@ -463,7 +472,13 @@ impl PushSrcImpl for ShmRingSrc {
                     continue;
                 }
                 Err(reader::ReadError(e)) => {
-                    gst::element_imp_error!(self, gst::ResourceError::Read, ("shmringsrc: {}", e));
+                    post!(
+                        self.obj(),
+                        Error,
+                        gst::ResourceError::Read,
+                        "shmringsrc: {}",
+                        e
+                    );
                     return Err(gst::FlowError::Error);
                 }
             };
@@ -481,9 +496,10 @@ impl PushSrcImpl for ShmRingSrc {
             match rec.media {
                 MediaRecord::End(_) => {
                     let all = Self::ended(st, &rec);
-                    gst::info!(
+                    log!(
                         CAT,
-                        imp = self,
+                        Info,
+                        &*self.obj(),
                         "stream {} ({}) ended by its producer",
                         rec.meta.stream,
                         if k == kind::VIDEO { "video" } else { "audio" }
