@@ -108,6 +108,7 @@ macro_rules! loggable {
 }
 
 mod media;
+mod notice;
 mod reader;
 mod ring;
 pub mod ringdemux;

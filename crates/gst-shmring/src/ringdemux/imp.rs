@@ -140,8 +140,13 @@ struct OutPad {
     queue: Arc<PadQueue>,
     kind: u32,
     stream: u32,
+    /// Which of the stream's pads this is: 1, then 2, ... for a participant who
+    /// comes back after its end (without `keep-running`).
+    appearance: u32,
     current: Option<(MediaHeader, Output, gst::Fraction)>,
     ended: bool,
+    /// Said on the bus that nothing is linked to it.
+    warned_unlinked: bool,
     last_video_pts: Option<gst::ClockTime>,
     /// What keeps frames downstream of this pad.
     holder: reader::Holder,
@@ -152,6 +157,8 @@ struct OutPad {
 struct Started {
     reader: Reader,
     eos_after: Option<Duration>,
+    /// A participant's end of stream ends none of its pads (`keep-running`).
+    keep_running: bool,
     pads: Vec<OutPad>,
     group: gst::GroupId,
     /// Every pad got EOS (eos-after): the task waits for a state change.
@@ -222,6 +229,12 @@ impl ObjectImpl for ShmRingDemux {
         }
     }
 
+    fn constructed(&self) {
+        self.parent_constructed();
+        // A source: a bin sends it the EOS an application sends the pipeline.
+        self.obj().set_element_flags(gst::ElementFlags::SOURCE);
+    }
+
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
         if let Some(v) = lock(&self.settings).property(pspec.name()) {
             return v;
@@ -255,24 +268,43 @@ impl ElementImpl for ShmRingDemux {
                 .filter(|s| s.name() == "audio/x-raw")
                 .map(|s| s.to_owned())
                 .collect::<gst::Caps>();
-            vec![
-                gst::PadTemplate::new(
-                    "video_%u",
-                    gst::PadDirection::Src,
-                    gst::PadPresence::Sometimes,
-                    &video,
-                )
-                .expect("valid template"),
-                gst::PadTemplate::new(
-                    "audio_%u",
-                    gst::PadDirection::Src,
-                    gst::PadPresence::Sometimes,
-                    &audio,
-                )
-                .expect("valid template"),
-            ]
+            // A stream's first pad (video_ID), and those of a participant who
+            // comes back after its end (video_ID_2, ...).
+            ["video_%u", "audio_%u", "video_%u_%u", "audio_%u_%u"]
+                .into_iter()
+                .map(|name| {
+                    let caps = if name.starts_with("video") {
+                        &video
+                    } else {
+                        &audio
+                    };
+                    gst::PadTemplate::new(
+                        name,
+                        gst::PadDirection::Src,
+                        gst::PadPresence::Sometimes,
+                        caps,
+                    )
+                    .expect("valid template")
+                })
+                .collect()
         });
         TEMPLATES.as_ref()
+    }
+
+    fn send_event(&self, event: gst::Event) -> bool {
+        // An EOS sent to the element (gst-launch-1.0 -e, an application ending
+        // the recording): EOS on every pad, after what is queued.
+        if let gst::EventView::Eos(_) = event.view() {
+            log!(
+                CAT,
+                Info,
+                &*self.obj(),
+                "EOS sent to the element: EOS on every pad"
+            );
+            self.end_all();
+            return true;
+        }
+        self.parent_send_event(event)
     }
 
     fn change_state(
@@ -303,10 +335,17 @@ impl ElementImpl for ShmRingDemux {
 impl ShmRingDemux {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
-        let reader = Reader::open("shmringdemux", s.options(None, None), self.counters.clone())?;
+        let obj = self.obj();
+        let reader = Reader::open(
+            obj.upcast_ref(),
+            "shmringdemux",
+            s.options(None, None),
+            self.counters.clone(),
+        )?;
         *lock(&self.state) = State::Started(Box::new(Started {
             reader,
             eos_after: s.eos_after(),
+            keep_running: s.keep_running,
             pads: Vec::new(),
             group: gst::GroupId::next(),
             finished: false,
@@ -381,19 +420,24 @@ impl ShmRingDemux {
         lock(&self.combiner).clear();
     }
 
-    /// A new pad for `kind` of stream `stream` (not added yet).
-    fn make_pad(&self, k: u32, stream: u32) -> gst::Pad {
-        let (templ, prefix) = if k == kind::VIDEO {
-            ("video_%u", "video")
+    /// A new pad for `kind` of stream `stream`, its `appearance`th (not added
+    /// yet): `video_ID`, then `video_ID_2`, ... for a participant who comes back.
+    fn make_pad(&self, k: u32, stream: u32, appearance: u32) -> gst::Pad {
+        let prefix = if k == kind::VIDEO { "video" } else { "audio" };
+        let (templ, name) = if appearance > 1 {
+            (
+                format!("{prefix}_%u_%u"),
+                format!("{prefix}_{stream}_{appearance}"),
+            )
         } else {
-            ("audio_%u", "audio")
+            (format!("{prefix}_%u"), format!("{prefix}_{stream}"))
         };
         let templ = self
             .obj()
-            .pad_template(templ)
+            .pad_template(&templ)
             .expect("the class has the template");
         gst::Pad::builder_from_template(&templ)
-            .name(format!("{prefix}_{stream}"))
+            .name(name)
             .query_function(|pad, parent, query| {
                 ShmRingDemux::catch_panic_pad_function(
                     parent,
@@ -598,39 +642,49 @@ impl ShmRingDemux {
                 }
                 return;
             }
-            Err(reader::ReadError(e)) => {
+            Err(e) => {
                 drop(guard);
-                post!(
-                    self.obj(),
-                    Error,
-                    gst::ResourceError::Read,
-                    "shmringdemux: {}",
-                    e
-                );
+                e.post(el);
                 self.end_all();
                 let _ = task.pause();
                 return;
             }
         };
         let key = (rec.meta.kind, rec.meta.stream);
-        let (idx, added) = match st.pads.iter().position(|p| (p.kind, p.stream) == key) {
-            Some(i) => (i, None),
-            None => {
+        // The stream's latest pad; a new one for a stream never seen, or for one
+        // that starts again after its end (its pad finished: downstream got EOS).
+        let latest = st.pads.iter().rposition(|p| (p.kind, p.stream) == key);
+        let (idx, added) = match latest {
+            Some(i) if !st.pads[i].ended || matches!(rec.media, MediaRecord::End(_)) => (i, None),
+            _ => {
                 if let MediaRecord::End(_) = rec.media {
                     // The end of a stream never seen: nothing to end.
                     st.reader.discard(rec);
                     return;
                 }
-                let pad = self.make_pad(key.0, key.1);
+                let appearance = latest.map_or(1, |i| st.pads[i].appearance + 1);
+                let pad = self.make_pad(key.0, key.1, appearance);
                 let queue = Arc::new(PadQueue::default());
                 lock(&self.combiner).add_pad(&pad);
+                if appearance > 1 {
+                    log!(
+                        CAT,
+                        Info,
+                        el,
+                        "stream {} is back after its end: pad {}",
+                        key.1,
+                        pad.name()
+                    );
+                }
                 st.pads.push(OutPad {
                     pad: pad.clone(),
                     queue: queue.clone(),
                     kind: key.0,
                     stream: key.1,
+                    appearance,
                     current: None,
                     ended: false,
+                    warned_unlinked: false,
                     last_video_pts: None,
                     holder: reader::Holder::None,
                     lane: Arc::default(),
@@ -651,13 +705,22 @@ impl ShmRingDemux {
         let queue = st.pads[idx].queue.clone();
         let hd = match rec.media {
             MediaRecord::End(_) => {
+                let keep = st.keep_running;
                 let p = &mut st.pads[idx];
-                let was = std::mem::replace(&mut p.ended, true);
                 let name = p.pad.name();
+                let was = p.ended;
+                p.ended |= !keep;
                 st.reader.discard(rec);
                 drop(guard);
-                if !was {
-                    log!(CAT, Info, &*self.obj(), "{name}: ended by its producer");
+                if keep {
+                    log!(
+                        CAT,
+                        Info,
+                        el,
+                        "{name}: ended by its producer; keep-running: the pad waits for it"
+                    );
+                } else if !was {
+                    log!(CAT, Info, el, "{name}: ended by its producer");
                     queue.put(Item::Event(gst::event::Eos::new()));
                 }
                 return;
@@ -665,13 +728,6 @@ impl ShmRingDemux {
             MediaRecord::Frame(hd) => hd,
         };
         let pad = st.pads[idx].pad.clone();
-        if st.pads[idx].ended {
-            // A stream that starts again after its end: its pad is finished
-            // (downstream got EOS), so its records go nowhere.
-            self.counters.skipped.fetch_add(1, Ordering::Relaxed);
-            st.reader.discard(rec);
-            return;
-        }
         let changed = st.pads[idx]
             .current
             .as_ref()
@@ -740,6 +796,9 @@ impl ShmRingDemux {
                     o.holder = holder;
                 }
             }
+            // What this pad's downstream hold was learned for the old caps says
+            // nothing of the new ones (and an encoder drains now).
+            st.pads[idx].lane.restart();
             st.pads[idx].current = Some((hd, out, rate));
         }
         self.queue_buffer(idx, rec, hd);
@@ -764,9 +823,27 @@ impl ShmRingDemux {
         let (offsets, strides, planes) = (out.offsets, out.strides, out.planes);
         let (holder, lane) = (p.holder.clone(), p.lane.clone());
         if !pad.is_linked() {
-            // Nobody takes this stream: back to the ring at once.
+            // Nobody takes this stream: back to the ring at once, said once.
             self.counters.skipped.fetch_add(1, Ordering::Relaxed);
             st.reader.discard(rec);
+            let p = &mut st.pads[idx];
+            if !std::mem::replace(&mut p.warned_unlinked, true) {
+                let what = if p.appearance > 1 {
+                    format!(", back after its end (pad {} of the stream)", p.appearance)
+                } else {
+                    String::new()
+                };
+                post!(
+                    el,
+                    Warning,
+                    gst::StreamError::Demux,
+                    "shmringdemux: nothing is linked to pad {} (stream {}'s {}{}): its records are dropped (counted in skipped)",
+                    pad.name(),
+                    p.stream,
+                    if p.kind == kind::VIDEO { "video" } else { "audio" },
+                    what
+                );
+            }
             return;
         }
         let mut buffer = st.reader.buffer(el, rec, span, &lane, &holder);

@@ -73,6 +73,8 @@ struct Started {
     reader: Reader,
     kind: KindFilter,
     eos_after: Option<Duration>,
+    /// An end of stream ends no output (`keep-running`).
+    keep_running: bool,
     current: Option<(MediaHeader, Output, gst::Fraction)>,
     /// Kind::Any: does downstream accept video, audio (asked once each)?
     accepts: [Option<bool>; 2],
@@ -205,7 +207,9 @@ impl BaseSrcImpl for ShmRingSrc {
             KindFilter::Video => Some(kind::VIDEO),
             KindFilter::Audio => Some(kind::AUDIO),
         };
+        let obj = self.obj();
         let reader = Reader::open(
+            obj.upcast_ref(),
             "shmringsrc",
             s.reader.options(u32::try_from(s.stream).ok(), tap_kind),
             self.counters.clone(),
@@ -214,6 +218,7 @@ impl BaseSrcImpl for ShmRingSrc {
             reader,
             kind: s.kind,
             eos_after: s.reader.eos_after(),
+            keep_running: s.reader.keep_running,
             current: None,
             accepts: [None, None],
             outputs: Vec::new(),
@@ -325,6 +330,9 @@ impl ShmRingSrc {
         let out = output_for(hd, rate)?;
         let caps = out.caps.clone();
         st.holder = downstream_holder(pad, &[]);
+        // What downstream's hold was learned for the old caps says nothing of
+        // the new ones (and an encoder drains now).
+        st.lane.restart();
         st.current = Some((*hd, out, rate));
         Ok(Some(caps))
     }
@@ -471,14 +479,8 @@ impl PushSrcImpl for ShmRingSrc {
                     }
                     continue;
                 }
-                Err(reader::ReadError(e)) => {
-                    post!(
-                        self.obj(),
-                        Error,
-                        gst::ResourceError::Read,
-                        "shmringsrc: {}",
-                        e
-                    );
+                Err(e) => {
+                    e.post(el);
                     return Err(gst::FlowError::Error);
                 }
             };
@@ -505,7 +507,14 @@ impl PushSrcImpl for ShmRingSrc {
                         if k == kind::VIDEO { "video" } else { "audio" }
                     );
                     st.reader.discard(rec);
-                    if all {
+                    if all && st.keep_running {
+                        log!(
+                            CAT,
+                            Info,
+                            &*self.obj(),
+                            "every stream output has ended: keep-running, waiting for the next"
+                        );
+                    } else if all {
                         return Err(gst::FlowError::Eos);
                     }
                 }
