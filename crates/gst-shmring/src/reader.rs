@@ -732,7 +732,7 @@ impl Reader {
             .src(el)
             .build();
         let _ = el.post_message(qos);
-        log!(CAT, Info, el, "{more} records {what}");
+        log!(CAT, Info, el, "{what}: {more}");
         let now = Instant::now();
         if self
             .last_loss_warn
@@ -745,7 +745,7 @@ impl Reader {
                 el,
                 Warning,
                 gst::StreamError::Failed,
-                "{}: {since} records {what} since the last warning ({lost} in all; counted in missing and lost, the next buffer DISCONT)",
+                "{}: {what}: {since} since the last warning, {lost} in all (counted in missing and lost; the next buffer is DISCONT)",
                 el.name()
             );
         }
@@ -804,7 +804,7 @@ impl Reader {
         if gap > 0 {
             self.counters.missing.fetch_add(gap, Ordering::Relaxed);
             let what = format!(
-                "missing from stream {} ({}): dropped by its producer before they reached the ring (a full ring, or no consumer)",
+                "records missing from stream {} ({}), dropped by its producer before they reached the ring (a full ring, or no consumer)",
                 meta.stream,
                 if meta.kind == kind::AUDIO { "audio" } else { "video" }
             );
@@ -835,7 +835,7 @@ impl Reader {
                 self.losses(
                     el,
                     more,
-                    "lost by this tap (overwritten while it read them, or passed by the producers)",
+                    "records lost by this tap (overwritten while it read them, or passed by the producers)",
                 );
                 match got {
                     Ok(Some(f)) => (f.meta, f.seq, Data::Copy(buf)),

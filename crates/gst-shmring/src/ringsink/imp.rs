@@ -396,7 +396,7 @@ impl ShmRingSink {
             obj,
             Warning,
             gst::ResourceError::NoSpaceLeft,
-            "shmringsink: {since} buffers dropped since the last warning ({dropped} in all): {why}; ring {ring}'s consumer does not keep up (a larger capacity on the consumer, or a slower producer)"
+            "shmringsink: buffers dropped: {since} since the last warning, {dropped} in all ({why}): ring {ring}'s consumer does not keep up (give it a larger capacity, or write less)"
         );
     }
 
