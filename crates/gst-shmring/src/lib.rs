@@ -27,7 +27,88 @@ macro_rules! element_metadata {
     };
 }
 
+/// The enclosing function's name alone (`render`, `buffer`), as GStreamer's debug
+/// lines and messages show it: the Rust path of a trait method takes a hundred
+/// characters or more.
+pub(crate) fn short_name(full: &'static str) -> &'static str {
+    let mut name = full;
+    while let Some(outer) = name.strip_suffix("::{{closure}}") {
+        name = outer;
+    }
+    name.rsplit("::").next().unwrap_or(name)
+}
+
+/// [`short_name`] of the function it is written in.
+macro_rules! here {
+    () => {
+        $crate::short_name(gst::glib::function_name!())
+    };
+}
+
+/// A debug line in category `$cat` at level `$level` (`Info`, `Debug`, ...) about
+/// `$obj`, naming the function alone (see [`short_name`]).
+macro_rules! log {
+    ($cat:expr, $level:ident, $obj:expr, $($args:tt)*) => {{
+        let cat: gst::DebugCategory = *$cat;
+        if cat.above_threshold(gst::DebugLevel::$level) {
+            let file = gst::glib::GStr::from_str_with_nul(concat!(file!(), "\0"))
+                .expect("a file name has no NUL");
+            cat.log(
+                Some($obj),
+                gst::DebugLevel::$level,
+                file,
+                here!(),
+                line!(),
+                format_args!($($args)*),
+            );
+        }
+    }};
+}
+
+/// Posts an element message (`Error` or `Warning`) from element `$el`, with the
+/// error `$err` and a formatted text, naming the function alone.
+macro_rules! post {
+    ($el:expr, $kind:ident, $err:expr, $($args:tt)*) => {{
+        use gst::prelude::ElementExtManual;
+        $el.message_full(
+            gst::ElementMessageType::$kind,
+            $err,
+            Some(&format!($($args)*)),
+            None,
+            file!(),
+            here!(),
+            line!(),
+        );
+    }};
+}
+
+/// A `gst::ErrorMessage` (what `start` returns) with the error `$err` and a
+/// formatted text, naming the function alone.
+macro_rules! error_msg {
+    ($err:expr, $($args:tt)*) => {
+        gst::ErrorMessage::new(
+            &$err,
+            Some(&format!($($args)*)),
+            None,
+            file!(),
+            here!(),
+            line!(),
+        )
+    };
+}
+
+/// A `gst::LoggableError` in category `$cat`, naming the function alone.
+macro_rules! loggable {
+    ($cat:expr, $($args:tt)*) => {
+        gst::LoggableError::new(
+            *$cat,
+            gst::glib::BoolError::new(format!($($args)*), file!(), here!(), line!()),
+        )
+    };
+}
+
 mod media;
+mod notice;
 mod reader;
 mod ring;
 pub mod ringdemux;

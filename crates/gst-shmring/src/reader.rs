@@ -135,6 +135,7 @@ pub struct Counters {
     pub resets: AtomicU64,
     pub skipped: AtomicU64,
     pub lost: AtomicU64,
+    pub missing: AtomicU64,
 }
 
 impl Counters {
@@ -147,6 +148,7 @@ impl Counters {
             "resets" => &self.resets,
             "skipped" => &self.skipped,
             "lost" => &self.lost,
+            "missing" => &self.missing,
             _ => return None,
         };
         Some(c.load(Ordering::Relaxed).to_value())
@@ -161,6 +163,7 @@ impl Counters {
             ("resets", "Resets", "Times the ring was reset after corruption"),
             ("skipped", "Skipped", "Records not output: other streams or kinds than the filters take, or a kind downstream does not accept"),
             ("lost", "Lost", "Mode tap: records lost (overwritten while read, or passed by the producers); 0 in the other modes, which lose nothing"),
+            ("missing", "Missing", "Records missing from their stream's numbering: dropped by their producer before they reached the ring (a full ring, no consumer; shmringsink's dropped). The next buffer is DISCONT; a QoS message and a warning (at most one a second) say so"),
         ]
         .into_iter()
         .map(|(name, nick, blurb)| {
@@ -177,19 +180,33 @@ impl Counters {
 /// How long one output's downstream (a pad's) keeps buffers, learned from the
 /// buffers it gives back. Each pad has its own: an audio encoder gives its input
 /// back at once while a video encoder beside it keeps fifty frames.
+///
+/// What is learned holds for one set of caps (a *generation*): at a caps change an
+/// encoder drains (gives back every frame it kept at once, which would teach a
+/// hold far shorter than its look-ahead) and the frames change size (a depth
+/// learned in bytes of small frames says nothing of large ones), so the lane
+/// starts again: copies until a buffer of the new caps comes back, and buffers of
+/// the old caps teach nothing.
 #[derive(Default)]
 pub struct Lane {
-    /// Largest ring traffic (bytes) seen to pass while downstream held a buffer,
-    /// decaying slowly (1/64 per buffer returned).
+    /// Largest ring traffic (bytes) seen to pass while downstream held a buffer of
+    /// this generation, decaying slowly (1/64 per buffer returned).
     depth: AtomicU64,
-    /// At least one buffer came back.
+    /// A buffer of this generation came back.
     returned: AtomicBool,
+    generation: AtomicU64,
 }
 
 impl Lane {
-    /// A buffer output when `at` bytes had been read came back, `now` read since.
-    fn returned(&self, at: u64, now: u64) {
-        // Relaxed: statistics guiding a choice, never memory safety.
+    /// A buffer of generation `generation`, output when `at` bytes had been read,
+    /// came back, `now` read since.
+    fn returned(&self, generation: u64, at: u64, now: u64) {
+        // Relaxed: statistics guiding a choice, never memory safety. (A buffer
+        // returning while the caps change may teach the new generation once: the
+        // next returns correct it.)
+        if generation != self.generation.load(Ordering::Relaxed) {
+            return;
+        }
         let span = now.saturating_sub(at);
         let _ = self
             .depth
@@ -197,6 +214,17 @@ impl Lane {
                 Some(span.max(d - d / 64))
             });
         self.returned.store(true, Ordering::Relaxed);
+    }
+
+    /// New caps: forget what was learned (see the type's documentation).
+    pub fn restart(&self) {
+        self.generation.fetch_add(1, Ordering::Relaxed);
+        self.returned.store(false, Ordering::Relaxed);
+        self.depth.store(0, Ordering::Relaxed);
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
     }
 
     /// Downstream's hold depth in bytes, if a buffer came back yet.
@@ -229,9 +257,10 @@ impl Tracker {
         }
     }
 
-    /// A buffer of `lane` output when `at` bytes had been read came back.
-    fn returned(&self, lane: &Lane, at: u64) {
-        lane.returned(at, self.consumed.load(Ordering::Relaxed));
+    /// A buffer of `lane`'s `generation` output when `at` bytes had been read
+    /// came back.
+    fn returned(&self, lane: &Lane, generation: u64, at: u64) {
+        lane.returned(generation, at, self.consumed.load(Ordering::Relaxed));
     }
 }
 
@@ -240,6 +269,7 @@ struct Held {
     frame: SharedFrame,
     tracker: Arc<Tracker>,
     lane: Arc<Lane>,
+    generation: u64,
     at: u64,
     /// Its place in the reader's list of frames held in place.
     place: usize,
@@ -257,7 +287,7 @@ impl Drop for Held {
         self.tracker
             .held_bytes
             .fetch_sub(self.frame.len() as u64, Ordering::Relaxed);
-        self.tracker.returned(&self.lane, self.at);
+        self.tracker.returned(&self.lane, self.generation, self.at);
         // Release: the reader that sees the flag may reuse the place.
         self.tracker.back[self.place].store(true, Ordering::Release);
         // The frame goes back to the ring as the field drops, after this.
@@ -271,6 +301,7 @@ struct Copied {
     home: Arc<ArrayQueue<Vec<u8>>>,
     tracker: Arc<Tracker>,
     lane: Arc<Lane>,
+    generation: u64,
     at: u64,
 }
 
@@ -282,7 +313,7 @@ impl AsRef<[u8]> for Copied {
 
 impl Drop for Copied {
     fn drop(&mut self) {
-        self.tracker.returned(&self.lane, self.at);
+        self.tracker.returned(&self.lane, self.generation, self.at);
         // A full queue drops the copy instead.
         let _ = self.home.push(std::mem::take(&mut self.buf));
     }
@@ -369,6 +400,7 @@ pub struct ReaderSettings {
     pub max_held_percent: u32,
     pub eos_after_ms: u32,
     pub tether_stall_ms: u32,
+    pub keep_running: bool,
 }
 
 impl Default for ReaderSettings {
@@ -380,6 +412,7 @@ impl Default for ReaderSettings {
             max_held_percent: 50,
             eos_after_ms: 0,
             tether_stall_ms: default_tether_stall_ms(),
+            keep_running: false,
         }
     }
 }
@@ -420,6 +453,12 @@ impl ReaderSettings {
                 .default_value(default_tether_stall_ms())
                 .mutable_ready()
                 .build(),
+            glib::ParamSpecBoolean::builder("keep-running")
+                .nick("Keep running")
+                .blurb("Participants come and go: a producer's end of stream does not end this element's output. shmringsrc then sends no EOS when every stream it output has ended, and shmringdemux sends none on a participant's pads: a participant who comes back (same stream id) continues on them, its first buffer DISCONT; eos-after, or an EOS sent to the pipeline (gst-launch-1.0 -e), ends it. false: shmringsrc sends EOS once every stream it output has ended; shmringdemux sends EOS on a participant's pads when it ends its streams, and one who comes back gets new pads (video_ID_2, audio_ID_2, then _3, ...)")
+                .default_value(false)
+                .mutable_ready()
+                .build(),
         ]);
         props
     }
@@ -436,6 +475,7 @@ impl ReaderSettings {
             "max-held" => self.max_held_percent = value.get().expect(CHECKED),
             "eos-after" => self.eos_after_ms = value.get().expect(CHECKED),
             "tether-stall-limit" => self.tether_stall_ms = value.get().expect(CHECKED),
+            "keep-running" => self.keep_running = value.get().expect(CHECKED),
             _ => return false,
         }
         true
@@ -452,6 +492,7 @@ impl ReaderSettings {
             "max-held" => self.max_held_percent.to_value(),
             "eos-after" => self.eos_after_ms.to_value(),
             "tether-stall-limit" => self.tether_stall_ms.to_value(),
+            "keep-running" => self.keep_running.to_value(),
             _ => return None,
         })
     }
@@ -490,6 +531,8 @@ struct SeqTrack {
     last: Option<u64>,
     back_at: Option<Instant>,
     warned: bool,
+    /// Its producer ended it: records after that start it again.
+    ended: bool,
 }
 
 /// Reads one ring for one element.
@@ -513,6 +556,9 @@ pub struct Reader {
     resets_seen: u64,
     last_reap: Option<Instant>,
     last_warn: Option<Instant>,
+    /// The last warning about records missing or lost, and those counted then.
+    last_loss_warn: Option<Instant>,
+    losses_warned: u64,
     discont: bool,
     seqs: Vec<SeqTrack>,
     /// Shift of the timeline (ns) so that a backlog captured before the pipeline
@@ -527,31 +573,54 @@ pub struct Reader {
     warned_stall: bool,
 }
 
-/// Why reading failed (already worded for the bus).
-pub struct ReadError(pub String);
+/// Why reading stopped (already worded for the bus).
+pub enum ReadError {
+    /// The ring failed.
+    Failed(String),
+    /// A producer's records do not fit the ring (a sink's notice).
+    TooLarge(String),
+}
+
+impl ReadError {
+    /// Posts the error from `el` (its factory's name first).
+    pub fn post(&self, el: &gst::Element) {
+        let who = el
+            .factory()
+            .map(|f| f.name().to_string())
+            .unwrap_or_default();
+        match self {
+            ReadError::Failed(e) => post!(el, Error, gst::ResourceError::Read, "{who}: {e}"),
+            ReadError::TooLarge(e) => {
+                post!(el, Error, gst::ResourceError::NoSpaceLeft, "{who}: {e}")
+            }
+        }
+    }
+}
 
 impl Reader {
     /// Opens the ring as `opts.mode` says. The error is the element error to post.
     pub fn open(
+        el: &gst::Element,
         element: &str,
         opts: Options,
         counters: Arc<Counters>,
     ) -> Result<Reader, gst::ErrorMessage> {
         let what = opts.location.describe();
         if opts.location.create && opts.mode != Mode::Consumer {
-            return Err(gst::error_msg!(
+            return Err(error_msg!(
                 gst::ResourceError::Settings,
-                (
-                    "{}: create=true makes a new ring, which only its own consumer (mode=consumer) reads; modes tethered and tap read a ring that another element or process consumes",
-                    element
-                )
+                "{}: create=true makes a new ring, which only its own consumer (mode=consumer) reads; modes tethered and tap read a ring that another element or process consumes",
+                element
             ));
         }
         let (ring, tap, geo) = if opts.mode == Mode::Tap {
             let ro = opts.location.open_read_only().map_err(|e| {
-                gst::error_msg!(
+                error_msg!(
                     gst::ResourceError::OpenRead,
-                    ("{}: cannot open ring {} read-only: {}", element, what, e)
+                    "{}: cannot open ring {} read-only: {}",
+                    element,
+                    what,
+                    e
                 )
             })?;
             let geo = *ro.geometry();
@@ -571,7 +640,7 @@ impl Reader {
         } else {
             let seg = opts
                 .location
-                .open_for(element, gst::ResourceError::OpenRead)?;
+                .open_for(el, element, gst::ResourceError::OpenRead)?;
             let copts = ConsumerOptions {
                 tether_stall_limit: Duration::from_millis(opts.tether_stall_ms as u64),
                 ..Default::default()
@@ -581,9 +650,12 @@ impl Reader {
                 _ => Consumer::with_options(seg.clone(), copts),
             }
             .map_err(|e| {
-                gst::error_msg!(
+                error_msg!(
                     gst::ResourceError::OpenRead,
-                    ("{}: cannot consume ring {}: {}", element, what, e)
+                    "{}: cannot consume ring {}: {}",
+                    element,
+                    what,
+                    e
                 )
             })?;
             let geo = *seg.geometry();
@@ -604,6 +676,8 @@ impl Reader {
             resets_seen: 0,
             last_reap: None,
             last_warn: None,
+            last_loss_warn: None,
+            losses_warned: 0,
             discont: true,
             seqs: Vec::with_capacity(TRACKED_STREAMS),
             offset_ns: 0,
@@ -623,28 +697,65 @@ impl Reader {
     fn warn_malformed(&mut self, el: &gst::Element, what: &str) {
         self.counters.malformed.fetch_add(1, Ordering::Relaxed);
         self.discont = true;
-        gst::warning!(CAT, obj = el, "record dropped: {what}");
+        log!(CAT, Warning, el, "record dropped: {what}");
         let now = Instant::now();
         if self
             .last_warn
             .is_none_or(|t| now.duration_since(t) >= WARN_INTERVAL)
         {
             self.last_warn = Some(now);
-            gst::element_warning!(
+            post!(
                 el,
+                Warning,
                 gst::StreamError::Decode,
-                (
-                    "{}: record dropped: {} ({} malformed records so far)",
-                    el.name(),
-                    what,
-                    self.counters.malformed.load(Ordering::Relaxed)
-                )
+                "{}: record dropped: {} ({} malformed records so far)",
+                el.name(),
+                what,
+                self.counters.malformed.load(Ordering::Relaxed)
+            );
+        }
+    }
+
+    /// Records missing (`missing`) or lost (`lost`) grew by `more`: a QoS message
+    /// with the counts, and a warning at most once per [`WARN_INTERVAL`].
+    fn losses(&mut self, el: &gst::Element, more: u64, what: &str) {
+        if more == 0 {
+            return;
+        }
+        let c = &self.counters;
+        let lost = c.missing.load(Ordering::Relaxed) + c.lost.load(Ordering::Relaxed);
+        let qos = gst::message::Qos::builder(true)
+            .stats(
+                gst::format::Buffers::from_u64(c.frames.load(Ordering::Relaxed)),
+                gst::format::Buffers::from_u64(lost),
+            )
+            .src(el)
+            .build();
+        let _ = el.post_message(qos);
+        log!(CAT, Info, el, "{what}: {more}");
+        let now = Instant::now();
+        if self
+            .last_loss_warn
+            .is_none_or(|t| now.duration_since(t) >= WARN_INTERVAL)
+        {
+            let since = lost - self.losses_warned;
+            self.last_loss_warn = Some(now);
+            self.losses_warned = lost;
+            post!(
+                el,
+                Warning,
+                gst::StreamError::Failed,
+                "{}: {what}: {since} since the last warning, {lost} in all (counted in missing and lost; the next buffer is DISCONT)",
+                el.name()
             );
         }
     }
 
     /// Follows the record's stream sequence: (lost before it, second producer seen).
-    fn follow(&mut self, meta: Meta, seq: u64, end: bool) -> (bool, bool) {
+    /// A gap is counted in `missing` (its records never reached the ring); a
+    /// stream that starts again after its end, or steps back (a producer that
+    /// started again), is not a loss, but its next buffer is DISCONT too.
+    fn follow(&mut self, el: &gst::Element, meta: Meta, seq: u64, end: bool) -> (bool, bool) {
         let key = (meta.kind, meta.stream);
         let i = match self.seqs.iter().position(|t| (t.kind, t.stream) == key) {
             Some(i) => i,
@@ -658,17 +769,22 @@ impl Reader {
                     last: None,
                     back_at: None,
                     warned: false,
+                    ended: false,
                 });
                 self.seqs.len() - 1
             }
         };
         let t = &mut self.seqs[i];
-        let (mut lost, mut second) = (false, false);
+        let (mut lost, mut second, mut gap) = (false, false, 0);
         match t.last {
-            // A stream starting: no gap (the element's first buffer is DISCONT).
-            None => {}
+            // A stream starting: no gap (the element's first buffer is DISCONT);
+            // starting again after its end (a participant back): DISCONT.
+            None => lost = std::mem::take(&mut t.ended),
             Some(last) if seq == last.wrapping_add(1) => {}
-            Some(last) if seq > last => lost = true,
+            Some(last) if seq > last => {
+                lost = true;
+                gap = seq - last - 1;
+            }
             Some(_) => {
                 lost = true;
                 let now = Instant::now();
@@ -684,6 +800,16 @@ impl Reader {
         }
         // After its end a stream may start again from 0.
         t.last = if end { None } else { Some(seq) };
+        t.ended = end;
+        if gap > 0 {
+            self.counters.missing.fetch_add(gap, Ordering::Relaxed);
+            let what = format!(
+                "records missing from stream {} ({}), dropped by its producer before they reached the ring (a full ring, or no consumer)",
+                meta.stream,
+                if meta.kind == kind::AUDIO { "audio" } else { "video" }
+            );
+            self.losses(el, gap, &what);
+        }
         (lost, second)
     }
 
@@ -696,10 +822,9 @@ impl Reader {
                 let mut buf = self.spare.pop().unwrap_or_default();
                 let got = t.tap.next_into(&mut buf, Some(POLL_IDLE));
                 let ts = t.tap.stats();
-                if ts.lost != t.lost_seen {
-                    self.counters
-                        .lost
-                        .fetch_add(ts.lost - t.lost_seen, Ordering::Relaxed);
+                let more = ts.lost - t.lost_seen;
+                if more > 0 {
+                    self.counters.lost.fetch_add(more, Ordering::Relaxed);
                     t.lost_seen = ts.lost;
                     self.discont = true;
                 }
@@ -707,13 +832,18 @@ impl Reader {
                     .skipped
                     .fetch_add(ts.filtered - t.filtered_seen, Ordering::Relaxed);
                 t.filtered_seen = ts.filtered;
+                self.losses(
+                    el,
+                    more,
+                    "records lost by this tap (overwritten while it read them, or passed by the producers)",
+                );
                 match got {
                     Ok(Some(f)) => (f.meta, f.seq, Data::Copy(buf)),
                     Ok(None) => {
                         let _ = self.spare.push(buf);
                         return Ok(None);
                     }
-                    Err(e) => return Err(ReadError(e.to_string())),
+                    Err(e) => return Err(ReadError::Failed(e.to_string())),
                 }
             }
             None => {
@@ -724,21 +854,20 @@ impl Reader {
                 fresh = asked.elapsed() >= FRESH;
                 let (resets, cause) = ring
                     .with(|c| (c.resets(), c.health().last_corruption))
-                    .map_err(|e| ReadError(e.to_string()))?;
+                    .map_err(|e| ReadError::Failed(e.to_string()))?;
                 if resets != self.resets_seen {
                     self.counters
                         .resets
                         .fetch_add(resets - self.resets_seen, Ordering::Relaxed);
                     self.resets_seen = resets;
                     self.discont = true;
-                    gst::element_warning!(
+                    post!(
                         el,
+                        Warning,
                         gst::StreamError::Failed,
-                        (
-                            "{}: ring corrupted ({}); reset, continuing",
-                            el.name(),
-                            cause.unwrap_or("unknown")
-                        )
+                        "{}: ring corrupted ({}); reset, continuing",
+                        el.name(),
+                        cause.unwrap_or("unknown")
                     );
                 }
                 match next {
@@ -752,7 +881,7 @@ impl Reader {
                         std::thread::sleep(POLL);
                         return Ok(None);
                     }
-                    Err(e) => return Err(ReadError(e.to_string())),
+                    Err(e) => return Err(ReadError::Failed(e.to_string())),
                 }
             }
         };
@@ -779,6 +908,20 @@ impl Reader {
             stream: self.opts.stream,
             ..Filter::ANY
         };
+        if let Some(n) =
+            crate::notice::TooLarge::read(meta.kind, rec.payload()).filter(|_| stream.takes(&meta))
+        {
+            self.discard(rec);
+            return Err(ReadError::TooLarge(format!(
+                "a producer of stream {} ({}) cannot write its records of {} bytes into ring {}, which takes records of at most {} bytes: {}",
+                meta.stream,
+                n.kind_name(),
+                n.len,
+                self.opts.location.describe(),
+                n.max,
+                crate::ring::capacity_advice(n.len)
+            )));
+        }
         let wanted = (meta.kind == kind::VIDEO || meta.kind == kind::AUDIO) && stream.takes(&meta);
         if !wanted {
             self.counters.skipped.fetch_add(1, Ordering::Relaxed);
@@ -798,7 +941,7 @@ impl Reader {
             MediaRecord::Frame(h) => (h.sequence, false),
             MediaRecord::End(e) => (e.sequence, true),
         };
-        let (lost, second) = self.follow(meta, sequence, end);
+        let (lost, second) = self.follow(el, meta, sequence, end);
         rec.discont = lost || std::mem::take(&mut self.discont);
         rec.second_producer = second;
         Ok(Some(rec))
@@ -853,6 +996,7 @@ impl Reader {
                     home: self.spare.clone(),
                     tracker: self.tracker.clone(),
                     lane: lane.clone(),
+                    generation: lane.generation(),
                     at,
                 };
                 return buffer_over(copy, first, end);
@@ -885,6 +1029,7 @@ impl Reader {
                 frame: f,
                 tracker: t.clone(),
                 lane: lane.clone(),
+                generation: lane.generation(),
                 at,
                 place,
             };
@@ -893,19 +1038,18 @@ impl Reader {
         if let Some(d) = depth.filter(|&d| d + len > self.budget && !self.warned_copy) {
             self.warned_copy = true;
             let frames = d / len.max(1);
-            gst::element_warning!(
+            post!(
                 el,
+                Warning,
                 gst::ResourceError::NoSpaceLeft,
-                (
-                    "{}: downstream keeps frames while {} MB ({} frames like this one) pass through the ring, more than max-held allows ({} of the {} MB ring): copying frames from now on, so producers never wait for frames held downstream{}; a ring of at least {} MB (capacity) keeps them in place",
-                    el.name(),
-                    d >> 20,
-                    frames,
-                    self.budget >> 20,
-                    self.capacity >> 20,
-                    holder.name().map(|e| format!(" ({e} keeps frames: an encoder's look-ahead, or a muxer waiting for another stream)")).unwrap_or_default(),
-                    ((d + len) * 2).next_power_of_two() >> 20
-                )
+                "{}: downstream keeps frames while {} MB ({} frames like this one) pass through the ring, more than max-held allows ({} of the {} MB ring): copying frames from now on, so producers never wait for frames held downstream{}; a ring of at least capacity={} keeps them in place",
+                el.name(),
+                d >> 20,
+                frames,
+                self.budget >> 20,
+                self.capacity >> 20,
+                holder.name().map(|e| format!(" ({e} keeps frames: an encoder's look-ahead, or a muxer waiting for another stream)")).unwrap_or_default(),
+                ((d + len) * 2).next_power_of_two()
             );
         }
         self.counters.copies.fetch_add(1, Ordering::Relaxed);
@@ -918,6 +1062,7 @@ impl Reader {
             home: self.spare.clone(),
             tracker: t.clone(),
             lane: lane.clone(),
+            generation: lane.generation(),
             at,
         };
         buffer_over(copy, first, end)
@@ -957,9 +1102,10 @@ impl Reader {
         let running = at - base;
         if running + (self.offset_ns as i128) < 0 {
             let shift = (-running) as u64;
-            gst::info!(
+            log!(
                 CAT,
-                obj = el,
+                Info,
+                el,
                 "a record captured {} ms before the pipeline started: timeline shifted",
                 shift / 1_000_000
             );
@@ -1000,16 +1146,15 @@ impl Reader {
             let since = *self.full_since.get_or_insert(now);
             if now.duration_since(since) >= STALL_WARN && !self.warned_stall {
                 self.warned_stall = true;
-                gst::element_warning!(
+                post!(
                     el,
+                    Warning,
                     gst::ResourceError::NoSpaceLeft,
-                    (
-                        "{}: the ring has been full for {} ms while downstream holds {} of its frames ({} MB): producers wait for space; lower max-held, or give the ring more capacity",
-                        el.name(),
-                        now.duration_since(since).as_millis(),
-                        held,
-                        self.tracker.held_bytes.load(Ordering::Relaxed) >> 20
-                    )
+                    "{}: the ring has been full for {} ms while downstream holds {} of its frames ({} MB): producers wait for space; lower max-held, or give the ring more capacity",
+                    el.name(),
+                    now.duration_since(since).as_millis(),
+                    held,
+                    self.tracker.held_bytes.load(Ordering::Relaxed) >> 20
                 );
             }
         } else {

@@ -3,12 +3,76 @@
 //! opening the ring they name: an [`Address`] of the core, opened by its one `open`.
 
 use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use gst::glib;
 use gst::prelude::*;
 use shmring::handoff::DEFAULT_CONNECT_TIMEOUT;
+use shmring::layout::{MAX_CAPACITY, MIN_CAPACITY};
+use shmring::media::{Format, MediaHeader};
 use shmring::{Address, Config, Occupant, ReadOnlySegment, Segment};
+
+static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "shmringring",
+        gst::DebugColorFlags::empty(),
+        Some("shmring elements: opening rings"),
+    )
+});
+
+/// The largest picture a ring the elements create takes by default: what a
+/// meeting's participants and screen shares carry.
+pub const DEFAULT_PICTURE: (u32, u32) = (1920, 1080);
+
+/// Payload bytes of the largest frame of any video format of the core at
+/// `width`x`height` (its media header included).
+pub fn largest_frame(width: u32, height: u32) -> u64 {
+    Format::ALL
+        .iter()
+        .filter(|f| f.is_video())
+        .filter_map(|&f| MediaHeader::video(f, width, height, 0, 0).ok())
+        .map(|h| h.payload_len() as u64)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The smallest ring that takes records of `len` bytes: the smallest capacity
+/// whose geometry, as the core makes it by default (`Config::with_capacity`: the
+/// largest record a quarter of the ring, so at least three such records fit in
+/// it), takes them. `None`: no ring takes them.
+pub fn capacity_for(len: u64) -> Option<u64> {
+    (0..u64::BITS).map(|shift| 1u64 << shift).find(|&c| {
+        Config::with_capacity(c)
+            .geometry()
+            .is_ok_and(|g| g.max_record >= len)
+    })
+}
+
+/// The capacity of the rings the elements create unless told (`capacity`): the
+/// core's default, or more, so that frames of any supported format up to
+/// [`DEFAULT_PICTURE`] fit (1920x1080 RGBA: 64 MiB).
+pub fn default_capacity() -> u64 {
+    let (w, h) = DEFAULT_PICTURE;
+    capacity_for(largest_frame(w, h))
+        .unwrap_or(MAX_CAPACITY)
+        .max(Config::DEFAULT_CAPACITY)
+}
+
+/// What to tell someone whose records of `len` bytes a ring refused: the
+/// `capacity` to create it with (of `shmringsrc`, `shmringdemux`, or `shmring
+/// record --capacity-mib`).
+pub fn capacity_advice(len: u64) -> String {
+    match capacity_for(len) {
+        Some(c) => format!(
+            "create the ring with capacity={c} ({} MiB) on its consumer (shmringsrc or shmringdemux capacity={c}, shmring record --capacity-mib {})",
+            c >> 20,
+            c >> 20
+        ),
+        None => format!(
+            "no ring takes records of {len} bytes (the largest ring is {MAX_CAPACITY} bytes)"
+        ),
+    }
+}
 
 /// Where an element finds its ring.
 #[derive(Debug, Clone)]
@@ -21,7 +85,7 @@ pub struct Location {
     pub lock_fd: RawFd,
     /// Create the named ring (source only).
     pub create: bool,
-    /// Ring bytes when creating; 0: the core's default.
+    /// Ring bytes when creating.
     pub capacity: u64,
 }
 
@@ -32,7 +96,7 @@ impl Default for Location {
             fd: -1,
             lock_fd: -1,
             create: false,
-            capacity: 0,
+            capacity: default_capacity(),
         }
     }
 }
@@ -81,8 +145,15 @@ pub fn properties(purpose: &str, note: &str, create: bool) -> Vec<glib::ParamSpe
                 .build(),
             glib::ParamSpecUInt64::builder("capacity")
                 .nick("Capacity")
-                .blurb("Ring bytes when creating (a power of two); 0: the library's default")
-                .default_value(0)
+                .blurb(&format!(
+                    "Ring bytes when creating: a power of two. The default takes frames of any supported format up to {}x{} (a quarter of the ring at most per record); a larger picture needs more (3840x2160 RGBA: {})",
+                    DEFAULT_PICTURE.0,
+                    DEFAULT_PICTURE.1,
+                    capacity_for(largest_frame(3840, 2160)).unwrap_or(MAX_CAPACITY)
+                ))
+                .minimum(MIN_CAPACITY)
+                .maximum(MAX_CAPACITY)
+                .default_value(default_capacity())
                 .mutable_ready()
                 .build(),
         ]);
@@ -124,16 +195,21 @@ impl Location {
             .unwrap_or_else(|| format!("fd {}", self.fd))
     }
 
-    /// The ring, or the element error `kind` naming `element`, the ring and the cause.
+    /// The ring, or the element error `kind` naming `element` (`el`'s factory), the
+    /// ring and the cause.
     pub fn open_for(
         &self,
+        el: &gst::Element,
         element: &str,
         kind: gst::ResourceError,
     ) -> Result<Arc<Segment>, gst::ErrorMessage> {
-        self.open().map_err(|e| {
-            gst::error_msg!(
+        self.open(el).map_err(|e| {
+            error_msg!(
                 kind,
-                ("{}: cannot open ring {}: {}", element, self.describe(), e)
+                "{}: cannot open ring {}: {}",
+                element,
+                self.describe(),
+                e
             )
         })
     }
@@ -170,14 +246,7 @@ impl Location {
             return Ok(address);
         }
         match address {
-            Address::Named(name) => {
-                let config = if self.capacity == 0 {
-                    Config::default()
-                } else {
-                    Config::with_capacity(self.capacity)
-                };
-                Ok(Address::create(name, config))
-            }
+            Address::Named(name) => Ok(Address::create(name, Config::with_capacity(self.capacity))),
             a @ (Address::Create { .. } | Address::Memfd { .. }) => Ok(a),
             a => Err(format!(
                 "create=true makes a named ring: ring must be a name, not {a}"
@@ -188,13 +257,15 @@ impl Location {
     /// The ring, or an error naming it and the cause. Creating replaces a ring of
     /// that name whose consumer is gone (left by a crash); one whose consumer is
     /// alive is an error.
-    pub fn open(&self) -> Result<Arc<Segment>, String> {
+    pub fn open(&self, el: &gst::Element) -> Result<Arc<Segment>, String> {
         let address = self.address(true)?;
         match address.open_detailed(DEFAULT_CONNECT_TIMEOUT) {
             Ok(o) => {
                 if o.replaced_stale {
-                    gst::warning!(
-                        gst::CAT_DEFAULT,
+                    log!(
+                        CAT,
+                        Warning,
+                        el,
                         "ring {} was left by a consumer that is gone: replaced it",
                         self.describe()
                     );

@@ -7,13 +7,13 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use gst::prelude::*;
 use gst_check::Harness;
 use shmring::media::{self, kind, Format, MediaHeader, MediaRecord, SEQUENCE_AUTO};
-use shmring::{Config, Meta, Segment};
+use shmring::{Config, FullPolicy, Meta, Segment};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -38,11 +38,7 @@ fn audio_record() -> Vec<u8> {
 
 /// Waits (bounded by LIMIT) until `done`.
 fn until(what: &str, done: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < LIMIT, "never: {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(what, LIMIT, done);
 }
 
 /// A harness around one source with `props`, playing.
@@ -615,4 +611,69 @@ fn the_ring_property_takes_a_ring_address() {
     let _ = bad.0.set_state(gst::State::Playing);
     let e = bad.wait_eos(LIMIT).expect_err("a bad address is an error");
     assert!(e.contains("\"x\" is not a descriptor number"), "{e}");
+}
+
+/// The README's default encoder (x264enc keeps about 50 frames for its
+/// look-ahead) behind a ring smaller than that look-ahead, across caps changes
+/// in both directions and frame-rate changes, alone and through a tee into two
+/// encoders: every frame is encoded and the producer never waits long enough to
+/// drop one. (The source learned how long the encoder keeps frames for one size;
+/// at a caps change the encoder gives every frame back at once and the frames
+/// grow: it went back to frames in place, which the encoder kept until the ring
+/// was full, and the producer stalled.)
+#[test]
+fn a_look_ahead_encoder_across_caps_changes_gets_every_frame() {
+    init();
+    // Small frames the encoder may keep in place, then frames so large that the
+    // frames it keeps fill the ring many times over, and back, at two rates.
+    let shapes = [
+        (Format::I420, 160, 120, 30),
+        (Format::I420, 1280, 720, 30),
+        (Format::I420, 160, 120, 10),
+        (Format::I420, 1280, 720, 10),
+    ];
+    const PER_SHAPE: usize = 40;
+    for chain in [
+        "queue ! x264enc",
+        "tee name=t ! queue ! x264enc ! fakesink t. ! queue ! x264enc",
+    ] {
+        let ring = RingName::new("lookahead-caps");
+        // The default ring: 23 frames of 1280x720, fewer than the encoder keeps.
+        let mut h = Harness::new_parse(&format!(
+            "shmringsrc name=src ring={} create=true ! {chain}",
+            ring.0
+        ));
+        h.play();
+        let seg = Segment::open_named(&ring.0).unwrap();
+        let mut prod = seg.producer().unwrap();
+        // Longer than any wait for an encoder working: only a stall times out.
+        prod.set_policy(FullPolicy::Block(Duration::from_secs(10)));
+        let feeder = std::thread::spawn(move || {
+            for (i, &shape) in shapes.iter().enumerate() {
+                for n in 0..PER_SHAPE {
+                    send_video(&mut prod, 0, shape, None, (i * PER_SHAPE + n) as u8, 0)
+                        .unwrap_or_else(|e| panic!("{chain}: shape {i}, frame {n}: {e}"));
+                }
+            }
+            prod.end_stream(0, kind::VIDEO).unwrap();
+        });
+        // Every frame encoded (the encoder gives its last ones at the producer's
+        // end of stream), then EOS.
+        for i in 0..shapes.len() * PER_SHAPE {
+            h.pull()
+                .unwrap_or_else(|e| panic!("{chain}: encoded frame {i}: {e}"));
+        }
+        feeder.join().expect("the producer never timed out");
+        loop {
+            let e = h.pull_event().expect("EOS after the last frame");
+            if e.type_() == gst::EventType::Eos {
+                break;
+            }
+        }
+        assert!(
+            h.try_pull().is_none(),
+            "{chain}: one encoded buffer per frame"
+        );
+        assert_eq!(seg.stats().drops_full, 0, "{chain}: no record dropped");
+    }
 }

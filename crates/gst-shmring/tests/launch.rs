@@ -144,6 +144,21 @@ fn probe(path: &Path) -> Vec<(String, u64, String)> {
     s.into_iter().map(|(_, c, n, r)| (c, n, r)).collect()
 }
 
+/// Video samples in a file, as its container counts them (no decoding).
+fn samples(path: &Path) -> u64 {
+    let out = Command::new("ffprobe")
+        .args(["-v", "error", "-select_streams", "v:0"])
+        .args(["-show_entries", "stream=nb_frames", "-of", "csv=p=0"])
+        .arg(path)
+        .output()
+        .expect("ffprobe runs (install ffmpeg)");
+    assert!(out.status.success(), "ffprobe {}", path.display());
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("ffprobe {}: {:?}", path.display(), out.stdout))
+}
+
 fn wait_for_ring(ring: &RingName) {
     let start = Instant::now();
     while !ring.exists() {
@@ -244,6 +259,64 @@ fn first_pipelines_as_users_write_them() {
     let (ok, out) = consumer.finish();
     assert!(ok, "{out}");
     assert_eq!(probe(&path)[0].1, 60);
+}
+
+/// Caps changes mid-stream (the resolution up and down, the frame rate down)
+/// from one producer, through the README's default encoder (x264enc with its
+/// look-ahead) into an MP4, alone and through a tee into two: every frame is in
+/// every file, the producer keeps its pace and ends, the recordings end.
+#[test]
+fn caps_changes_are_recorded_whole_through_the_default_encoder_and_a_tee() {
+    let plugin = PluginDir::new();
+    let dir = tempfile::tempdir().unwrap();
+    let encode = |name: &str| {
+        format!(
+            "queue ! videoconvert ! x264enc ! h264parse ! mp4mux ! filesink location={}",
+            file(dir.path(), name).display()
+        )
+    };
+    let cases = [
+        (encode("one.mp4"), vec!["one.mp4"]),
+        (
+            format!(
+                "tee name=t t. ! {} t. ! {}",
+                encode("a.mp4"),
+                encode("b.mp4")
+            ),
+            vec!["a.mp4", "b.mp4"],
+        ),
+    ];
+    // 45 frames of 320x240 at 30/1, 45 of 1280x720 (23 of them fill the default
+    // ring), 20 of 320x240 at 10/1.
+    let shapes = [(320, 240, 30, 45), (1280, 720, 30, 45), (320, 240, 10, 20)];
+    let frames: u64 = shapes.iter().map(|s| s.3).sum();
+    for (chain, files) in cases {
+        let ring = RingName::new("capschange");
+        let consumer = plugin.launch(
+            &format!("shmringsrc ring={} create=true ! {chain}", ring.0),
+            &[],
+        );
+        wait_for_ring(&ring);
+        let mut line = format!("concat name=c ! shmringsink ring={}", ring.0);
+        for (w, h, fps, n) in shapes {
+            line.push_str(&format!(
+                " videotestsrc num-buffers={n} ! video/x-raw,format=I420,width={w},height={h},framerate={fps}/1 ! c."
+            ));
+        }
+        let (ok, out) = plugin.launch(&line, &[]).finish();
+        assert!(ok, "{chain}: producer: {out}");
+        let (ok, out) = consumer.finish();
+        assert!(ok, "{chain}: consumer: {out}");
+        for name in files {
+            let path = file(dir.path(), name);
+            let p = probe(&path);
+            eprintln!("{chain}: {name}: {p:?}");
+            assert_eq!(p[0].0, "h264");
+            // The samples the file holds (ffmpeg's decoder stumbles on the frame
+            // after each size change of mp4mux's files, with or without a ring).
+            assert_eq!(samples(&path), frames, "{name}: every frame");
+        }
+    }
 }
 
 /// One gst-launch-1.0 line records a two-participant meeting: a pad per stream

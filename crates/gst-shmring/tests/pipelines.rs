@@ -48,7 +48,9 @@ fn two_processes_video_byte_for_byte_zero_copy_both_sides() {
     let ring = RingName::new("video");
     let desc = video("ball", N, "I420", 1920, 1080);
     let want = reference(&desc, N);
-    let p = src(&ring, "eos-after=2000");
+    // A ring that lets the appsink's queue, its last sample and the frame being
+    // checked stay in place (128 MiB: 20 1080p frames within max-held).
+    let p = src(&ring, "eos-after=2000 capacity=134217728");
     let child = ChildPipeline::spawn(&format!("{desc} ! shmringsink ring={}", ring.0));
     let got = pull(&p.appsink("out"), N, LIMIT);
     let (ok, out, err) = child.finish(LIMIT);

@@ -140,8 +140,13 @@ struct OutPad {
     queue: Arc<PadQueue>,
     kind: u32,
     stream: u32,
+    /// Which of the stream's pads this is: 1, then 2, ... for a participant who
+    /// comes back after its end (without `keep-running`).
+    appearance: u32,
     current: Option<(MediaHeader, Output, gst::Fraction)>,
     ended: bool,
+    /// Said on the bus that nothing is linked to it.
+    warned_unlinked: bool,
     last_video_pts: Option<gst::ClockTime>,
     /// What keeps frames downstream of this pad.
     holder: reader::Holder,
@@ -152,6 +157,8 @@ struct OutPad {
 struct Started {
     reader: Reader,
     eos_after: Option<Duration>,
+    /// A participant's end of stream ends none of its pads (`keep-running`).
+    keep_running: bool,
     pads: Vec<OutPad>,
     group: gst::GroupId,
     /// Every pad got EOS (eos-after): the task waits for a state change.
@@ -212,8 +219,20 @@ impl ObjectImpl for ShmRingDemux {
 
     fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
         if !lock(&self.settings).set_property(pspec.name(), value) {
-            gst::warning!(CAT, imp = self, "no writable property {}", pspec.name());
+            log!(
+                CAT,
+                Warning,
+                &*self.obj(),
+                "no writable property {}",
+                pspec.name()
+            );
         }
+    }
+
+    fn constructed(&self) {
+        self.parent_constructed();
+        // A source: a bin sends it the EOS an application sends the pipeline.
+        self.obj().set_element_flags(gst::ElementFlags::SOURCE);
     }
 
     fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
@@ -221,7 +240,7 @@ impl ObjectImpl for ShmRingDemux {
             return v;
         }
         self.counters.property(pspec.name()).unwrap_or_else(|| {
-            gst::warning!(CAT, imp = self, "no property {}", pspec.name());
+            log!(CAT, Warning, &*self.obj(), "no property {}", pspec.name());
             pspec.default_value().clone()
         })
     }
@@ -249,24 +268,43 @@ impl ElementImpl for ShmRingDemux {
                 .filter(|s| s.name() == "audio/x-raw")
                 .map(|s| s.to_owned())
                 .collect::<gst::Caps>();
-            vec![
-                gst::PadTemplate::new(
-                    "video_%u",
-                    gst::PadDirection::Src,
-                    gst::PadPresence::Sometimes,
-                    &video,
-                )
-                .expect("valid template"),
-                gst::PadTemplate::new(
-                    "audio_%u",
-                    gst::PadDirection::Src,
-                    gst::PadPresence::Sometimes,
-                    &audio,
-                )
-                .expect("valid template"),
-            ]
+            // A stream's first pad (video_ID), and those of a participant who
+            // comes back after its end (video_ID_2, ...).
+            ["video_%u", "audio_%u", "video_%u_%u", "audio_%u_%u"]
+                .into_iter()
+                .map(|name| {
+                    let caps = if name.starts_with("video") {
+                        &video
+                    } else {
+                        &audio
+                    };
+                    gst::PadTemplate::new(
+                        name,
+                        gst::PadDirection::Src,
+                        gst::PadPresence::Sometimes,
+                        caps,
+                    )
+                    .expect("valid template")
+                })
+                .collect()
         });
         TEMPLATES.as_ref()
+    }
+
+    fn send_event(&self, event: gst::Event) -> bool {
+        // An EOS sent to the element (gst-launch-1.0 -e, an application ending
+        // the recording): EOS on every pad, after what is queued.
+        if let gst::EventView::Eos(_) = event.view() {
+            log!(
+                CAT,
+                Info,
+                &*self.obj(),
+                "EOS sent to the element: EOS on every pad"
+            );
+            self.end_all();
+            return true;
+        }
+        self.parent_send_event(event)
     }
 
     fn change_state(
@@ -297,18 +335,26 @@ impl ElementImpl for ShmRingDemux {
 impl ShmRingDemux {
     fn start(&self) -> Result<(), gst::ErrorMessage> {
         let s = lock(&self.settings).clone();
-        let reader = Reader::open("shmringdemux", s.options(None, None), self.counters.clone())?;
+        let obj = self.obj();
+        let reader = Reader::open(
+            obj.upcast_ref(),
+            "shmringdemux",
+            s.options(None, None),
+            self.counters.clone(),
+        )?;
         *lock(&self.state) = State::Started(Box::new(Started {
             reader,
             eos_after: s.eos_after(),
+            keep_running: s.keep_running,
             pads: Vec::new(),
             group: gst::GroupId::next(),
             finished: false,
         }));
         lock(&self.combiner).reset();
-        gst::info!(
+        log!(
             CAT,
-            imp = self,
+            Info,
+            &*self.obj(),
             "reading ring {} as {:?}",
             s.location.describe(),
             s.mode
@@ -374,19 +420,24 @@ impl ShmRingDemux {
         lock(&self.combiner).clear();
     }
 
-    /// A new pad for `kind` of stream `stream` (not added yet).
-    fn make_pad(&self, k: u32, stream: u32) -> gst::Pad {
-        let (templ, prefix) = if k == kind::VIDEO {
-            ("video_%u", "video")
+    /// A new pad for `kind` of stream `stream`, its `appearance`th (not added
+    /// yet): `video_ID`, then `video_ID_2`, ... for a participant who comes back.
+    fn make_pad(&self, k: u32, stream: u32, appearance: u32) -> gst::Pad {
+        let prefix = if k == kind::VIDEO { "video" } else { "audio" };
+        let (templ, name) = if appearance > 1 {
+            (
+                format!("{prefix}_%u_%u"),
+                format!("{prefix}_{stream}_{appearance}"),
+            )
         } else {
-            ("audio_%u", "audio")
+            (format!("{prefix}_%u"), format!("{prefix}_{stream}"))
         };
         let templ = self
             .obj()
-            .pad_template(templ)
+            .pad_template(&templ)
             .expect("the class has the template");
         gst::Pad::builder_from_template(&templ)
-            .name(format!("{prefix}_{stream}"))
+            .name(name)
             .query_function(|pad, parent, query| {
                 ShmRingDemux::catch_panic_pad_function(
                     parent,
@@ -458,15 +509,14 @@ impl ShmRingDemux {
                 if let (false, Some(caps)) = (ok, caps) {
                     if pad.is_linked() && refused.as_ref() != Some(&caps) {
                         let accepted = pad.peer_query_caps(None);
-                        gst::element_imp_error!(
-                            self,
+                        post!(
+                            self.obj(),
+                            Error,
                             gst::CoreError::Negotiation,
-                            (
-                                "shmringdemux: downstream of {} refused caps {} (it accepts {}); a videorate, videoconvert or audioconvert between them may help",
-                                pad.name(),
-                                caps,
-                                accepted
-                            )
+                            "shmringdemux: downstream of {} refused caps {} (it accepts {}); a videorate, videoconvert or audioconvert between them may help",
+                            pad.name(),
+                            caps,
+                            accepted
                         );
                         *refused = Some(caps);
                     }
@@ -487,11 +537,13 @@ impl ShmRingDemux {
                         let _ = pad.pause_task();
                     }
                     Err(e) => {
-                        gst::element_imp_error!(
-                            self,
+                        post!(
+                            self.obj(),
+                            Error,
                             gst::StreamError::Failed,
-                            ("Internal data stream error."),
-                            ["{}: streaming stopped, reason {:?}", pad.name(), e]
+                            "shmringdemux: internal data stream error: {}: streaming stopped, reason {:?}",
+                            pad.name(),
+                            e
                         );
                         self.end_all();
                     }
@@ -513,10 +565,22 @@ impl ShmRingDemux {
             }
         });
         if started.is_err() {
-            gst::warning!(CAT, imp = self, "pad {}: no streaming thread", pad.name());
+            log!(
+                CAT,
+                Warning,
+                &*self.obj(),
+                "pad {}: no streaming thread",
+                pad.name()
+            );
         }
         if self.obj().add_pad(pad).is_err() {
-            gst::warning!(CAT, imp = self, "pad {} could not be added", pad.name());
+            log!(
+                CAT,
+                Warning,
+                &*self.obj(),
+                "pad {} could not be added",
+                pad.name()
+            );
         }
     }
 
@@ -568,42 +632,59 @@ impl ShmRingDemux {
                 let ends = matches!((st.eos_after, idle), (Some(l), Some(i)) if i >= l);
                 drop(guard);
                 if ends {
-                    gst::info!(
+                    log!(
                         CAT,
-                        imp = self,
+                        Info,
+                        &*self.obj(),
                         "no producer and no record for a while: EOS on every pad"
                     );
                     self.end_all();
                 }
                 return;
             }
-            Err(reader::ReadError(e)) => {
+            Err(e) => {
                 drop(guard);
-                gst::element_imp_error!(self, gst::ResourceError::Read, ("shmringdemux: {}", e));
+                e.post(el);
                 self.end_all();
                 let _ = task.pause();
                 return;
             }
         };
         let key = (rec.meta.kind, rec.meta.stream);
-        let (idx, added) = match st.pads.iter().position(|p| (p.kind, p.stream) == key) {
-            Some(i) => (i, None),
-            None => {
+        // The stream's latest pad; a new one for a stream never seen, or for one
+        // that starts again after its end (its pad finished: downstream got EOS).
+        let latest = st.pads.iter().rposition(|p| (p.kind, p.stream) == key);
+        let (idx, added) = match latest {
+            Some(i) if !st.pads[i].ended || matches!(rec.media, MediaRecord::End(_)) => (i, None),
+            _ => {
                 if let MediaRecord::End(_) = rec.media {
                     // The end of a stream never seen: nothing to end.
                     st.reader.discard(rec);
                     return;
                 }
-                let pad = self.make_pad(key.0, key.1);
+                let appearance = latest.map_or(1, |i| st.pads[i].appearance + 1);
+                let pad = self.make_pad(key.0, key.1, appearance);
                 let queue = Arc::new(PadQueue::default());
                 lock(&self.combiner).add_pad(&pad);
+                if appearance > 1 {
+                    log!(
+                        CAT,
+                        Info,
+                        el,
+                        "stream {} is back after its end: pad {}",
+                        key.1,
+                        pad.name()
+                    );
+                }
                 st.pads.push(OutPad {
                     pad: pad.clone(),
                     queue: queue.clone(),
                     kind: key.0,
                     stream: key.1,
+                    appearance,
                     current: None,
                     ended: false,
+                    warned_unlinked: false,
                     last_video_pts: None,
                     holder: reader::Holder::None,
                     lane: Arc::default(),
@@ -612,26 +693,34 @@ impl ShmRingDemux {
             }
         };
         if rec.second_producer {
-            gst::element_imp_warning!(
-                self,
+            post!(
+                self.obj(),
+                Warning,
                 gst::StreamError::Demux,
-                (
-                    "shmringdemux: two producers write stream {} ({}): their sequence numbers interleave; give each shmringsink (or producer) its own stream id",
-                    key.1,
-                    if key.0 == kind::VIDEO { "video" } else { "audio" }
-                )
+                "shmringdemux: two producers write stream {} ({}): their sequence numbers interleave; give each shmringsink (or producer) its own stream id",
+                key.1,
+                if key.0 == kind::VIDEO { "video" } else { "audio" }
             );
         }
         let queue = st.pads[idx].queue.clone();
         let hd = match rec.media {
             MediaRecord::End(_) => {
+                let keep = st.keep_running;
                 let p = &mut st.pads[idx];
-                let was = std::mem::replace(&mut p.ended, true);
                 let name = p.pad.name();
+                let was = p.ended;
+                p.ended |= !keep;
                 st.reader.discard(rec);
                 drop(guard);
-                if !was {
-                    gst::info!(CAT, imp = self, "{name}: ended by its producer");
+                if keep {
+                    log!(
+                        CAT,
+                        Info,
+                        el,
+                        "{name}: ended by its producer; keep-running: the pad waits for it"
+                    );
+                } else if !was {
+                    log!(CAT, Info, el, "{name}: ended by its producer");
                     queue.put(Item::Event(gst::event::Eos::new()));
                 }
                 return;
@@ -639,13 +728,6 @@ impl ShmRingDemux {
             MediaRecord::Frame(hd) => hd,
         };
         let pad = st.pads[idx].pad.clone();
-        if st.pads[idx].ended {
-            // A stream that starts again after its end: its pad is finished
-            // (downstream got EOS), so its records go nowhere.
-            self.counters.skipped.fetch_add(1, Ordering::Relaxed);
-            st.reader.discard(rec);
-            return;
-        }
         let changed = st.pads[idx]
             .current
             .as_ref()
@@ -671,10 +753,13 @@ impl ShmRingDemux {
                         st.reader.discard(rec);
                     }
                     self.counters.malformed.fetch_add(1, Ordering::Relaxed);
-                    gst::element_imp_warning!(
-                        self,
+                    post!(
+                        self.obj(),
+                        Warning,
                         gst::StreamError::Decode,
-                        ("shmringdemux: record dropped: {}: {}", pad.name(), e)
+                        "shmringdemux: record dropped: {}: {}",
+                        pad.name(),
+                        e
                     );
                     return;
                 }
@@ -699,9 +784,10 @@ impl ShmRingDemux {
             };
             for (p, holder) in holders {
                 if let reader::Holder::Always(m) = &holder {
-                    gst::info!(
+                    log!(
                         CAT,
-                        imp = self,
+                        Info,
+                        &*self.obj(),
                         "{}: {m} muxes it with another pad's stream: copies",
                         p.name()
                     );
@@ -710,6 +796,9 @@ impl ShmRingDemux {
                     o.holder = holder;
                 }
             }
+            // What this pad's downstream hold was learned for the old caps says
+            // nothing of the new ones (and an encoder drains now).
+            st.pads[idx].lane.restart();
             st.pads[idx].current = Some((hd, out, rate));
         }
         self.queue_buffer(idx, rec, hd);
@@ -734,9 +823,27 @@ impl ShmRingDemux {
         let (offsets, strides, planes) = (out.offsets, out.strides, out.planes);
         let (holder, lane) = (p.holder.clone(), p.lane.clone());
         if !pad.is_linked() {
-            // Nobody takes this stream: back to the ring at once.
+            // Nobody takes this stream: back to the ring at once, said once.
             self.counters.skipped.fetch_add(1, Ordering::Relaxed);
             st.reader.discard(rec);
+            let p = &mut st.pads[idx];
+            if !std::mem::replace(&mut p.warned_unlinked, true) {
+                let what = if p.appearance > 1 {
+                    format!(", back after its end (pad {} of the stream)", p.appearance)
+                } else {
+                    String::new()
+                };
+                post!(
+                    el,
+                    Warning,
+                    gst::StreamError::Demux,
+                    "shmringdemux: nothing is linked to pad {} (stream {}'s {}{}): its records are dropped (counted in skipped)",
+                    pad.name(),
+                    p.stream,
+                    if p.kind == kind::VIDEO { "video" } else { "audio" },
+                    what
+                );
+            }
             return;
         }
         let mut buffer = st.reader.buffer(el, rec, span, &lane, &holder);
@@ -748,7 +855,7 @@ impl ShmRingDemux {
         let layout = video_meta.then_some((&offsets[..planes], &strides[..planes]));
         let b = buffer.get_mut().expect("a new buffer is writable");
         if let Err(e) = crate::media::mark(b, &hd, (pts, duration), discont, layout) {
-            gst::warning!(CAT, imp = self, "video meta: {e}");
+            log!(CAT, Warning, &*self.obj(), "video meta: {e}");
         }
         drop(guard);
         let frame_ns = duration.map_or(0, |d| d.nseconds());

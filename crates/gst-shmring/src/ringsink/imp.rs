@@ -45,6 +45,9 @@ static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
 const CONSUMER_CHECK: Duration = Duration::from_millis(100);
 /// How long `wait-for-consumer` sleeps between looks (flushing interrupts it).
 const WAIT_STEP: Duration = Duration::from_millis(10);
+/// At most one warning about buffers the ring refused per this interval (each
+/// one is counted, and has its QoS message).
+const DROP_WARN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What the sink does when the ring is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, glib::Enum)]
@@ -102,6 +105,12 @@ struct Started {
     /// Why buffers are being dropped, already said on the bus.
     warned: Option<&'static str>,
     ended: bool,
+    /// A ring was found, or replaced, since upstream chose its buffers: ask it to
+    /// choose again (this ring's pool).
+    reconfigure: bool,
+    /// The last warning about buffers the ring refused, and the drops counted then.
+    last_drop_warn: Option<Instant>,
+    drops_warned: u64,
 }
 
 #[derive(Default)]
@@ -174,31 +183,27 @@ impl ShmRingSink {
     }
 
     /// Opens the ring (`None`: not there yet; `Err`: it cannot be written into).
-    fn connect(s: &Settings) -> Result<Option<Conn>, gst::ErrorMessage> {
-        let seg = match s.location.open() {
+    fn connect(&self, s: &Settings) -> Result<Option<Conn>, gst::ErrorMessage> {
+        let seg = match s.location.open(self.obj().upcast_ref()) {
             Ok(seg) => seg,
             // Not there yet: the consumer has not created it. A descriptor is
             // given once, so it either works now or never.
             Err(e) if s.location.fd < 0 && e.contains("does not exist") => return Ok(None),
             Err(e) => {
-                return Err(gst::error_msg!(
+                return Err(error_msg!(
                     gst::ResourceError::OpenWrite,
-                    (
-                        "shmringsink: cannot open ring {}: {}",
-                        s.location.describe(),
-                        e
-                    )
+                    "shmringsink: cannot open ring {}: {}",
+                    s.location.describe(),
+                    e
                 ))
             }
         };
         let mut producer = seg.producer().map_err(|e| {
-            gst::error_msg!(
+            error_msg!(
                 gst::ResourceError::OpenWrite,
-                (
-                    "shmringsink: cannot write into ring {}: {}",
-                    s.location.describe(),
-                    e
-                )
+                "shmringsink: cannot write into ring {}: {}",
+                s.location.describe(),
+                e
             )
         })?;
         producer.set_policy(policy(s, &producer));
@@ -226,7 +231,7 @@ impl ShmRingSink {
                 "shmringsink: ring {ring} has no consumer: buffers are dropped at once until one attaches (wait-for-consumer=true waits instead)"
             ),
         };
-        gst::element_imp_warning!(self, gst::ResourceError::Write, ("{}", text));
+        post!(self.obj(), Warning, gst::ResourceError::Write, "{}", text);
     }
 
     /// The ring with a live consumer, waiting or not as the settings say. `None`:
@@ -243,17 +248,18 @@ impl ShmRingSink {
                     .is_none_or(|t| now.duration_since(t) >= CONSUMER_CHECK)
             {
                 st.tried = Some(now);
-                match Self::connect(&st.settings) {
-                    Ok(c) => st.conn = c,
+                match self.connect(&st.settings) {
+                    Ok(c) => Self::replace_conn(st, c),
                     Err(e) => {
                         self.post_error_message(e);
                         return Err(gst::FlowError::Error);
                     }
                 }
                 if st.conn.is_some() {
-                    gst::info!(
+                    log!(
                         CAT,
-                        imp = self,
+                        Info,
+                        &*self.obj(),
                         "ring {} is there",
                         st.settings.location.describe()
                     );
@@ -276,17 +282,18 @@ impl ShmRingSink {
                     .is_none_or(|t| now.duration_since(t) >= CONSUMER_CHECK);
             if stale {
                 st.tried = Some(now);
-                if let Ok(Some(fresh)) = Self::connect(&st.settings) {
+                if let Ok(Some(fresh)) = self.connect(&st.settings) {
                     if fresh.consumer
                         && !Arc::ptr_eq(&fresh.seg, &st.conn.as_ref().expect("stale").seg)
                     {
-                        gst::info!(
+                        log!(
                             CAT,
-                            imp = self,
+                            Info,
+                            &*self.obj(),
                             "ring {} has a new consumer",
                             st.settings.location.describe()
                         );
-                        st.conn = Some(fresh);
+                        Self::replace_conn(st, Some(fresh));
                     }
                 }
             }
@@ -296,9 +303,10 @@ impl ShmRingSink {
             }
             if live {
                 if st.warned.take().is_some() {
-                    gst::info!(
+                    log!(
                         CAT,
-                        imp = self,
+                        Info,
+                        &*self.obj(),
                         "ring {} has a consumer again: writing",
                         st.settings.location.describe()
                     );
@@ -313,13 +321,83 @@ impl ShmRingSink {
         }
     }
 
-    fn drop_counted(
-        &self,
-        why: &dyn std::fmt::Display,
-    ) -> Result<gst::FlowSuccess, gst::FlowError> {
-        self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-        gst::debug!(CAT, imp = self, "buffer dropped: {why}");
-        Ok(gst::FlowSuccess::Ok)
+    /// The sink writes into `conn` from now on (a ring found, or one that replaced
+    /// the ring it wrote into). The old ring's pool is retired: upstream's buffers
+    /// from it are copied, never reserved in a ring nobody reads (which, full,
+    /// would make every buffer wait the full-ring timeout); upstream is asked to
+    /// choose its buffers again, and gets the new ring's pool.
+    fn replace_conn(st: &mut Started, conn: Option<Conn>) {
+        let found = conn.is_some();
+        if let Some((_, core, _)) = std::mem::replace(&mut st.conn, conn).and_then(|c| c.pool) {
+            core.retire();
+        }
+        st.reconfigure |= found;
+    }
+
+    /// A buffer dropped (`why`, after waiting `waited` for room): counted, a QoS
+    /// message on the bus and, after a wait, a QoS event upstream saying how late
+    /// it was (when `qos` is on, as by default), and for the
+    /// buffers the ring refused (`said`: not said otherwise) a warning at most once
+    /// per [`DROP_WARN_INTERVAL`]. Called without the state's lock.
+    fn dropped(&self, buffer: &gst::BufferRef, why: &str, waited: Duration, said: bool) {
+        let dropped = self.counters.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+        let obj = self.obj();
+        log!(CAT, Debug, &*obj, "buffer dropped: {why}");
+        if obj.is_qos() {
+            let pts = buffer.pts();
+            let segment = obj.segment();
+            let seg = segment.downcast_ref::<gst::ClockTime>();
+            let running = seg.and_then(|s| pts.and_then(|p| s.to_running_time(p)));
+            let stream = seg.and_then(|s| pts.and_then(|p| s.to_stream_time(p)));
+            let waited_ns = i64::try_from(waited.as_nanos()).unwrap_or(i64::MAX);
+            let msg = gst::message::Qos::builder(obj.is_sync())
+                .running_time_if_some(running)
+                .stream_time_if_some(stream)
+                .timestamp_if_some(pts)
+                .duration_if_some(buffer.duration())
+                .values(waited_ns, 1.0, 0)
+                .stats(
+                    gst::format::Buffers::from_u64(self.counters.committed.load(Ordering::Relaxed)),
+                    gst::format::Buffers::from_u64(dropped),
+                )
+                .src(&*obj)
+                .build();
+            let _ = obj.post_message(msg);
+            // Upstream produces more than the ring's consumer takes, and this
+            // buffer waited for room before it was dropped: it was that late.
+            // (Without a wait, the QoS event the base class sends for every
+            // buffer says as much.)
+            if waited_ns > 0 {
+                let event = gst::event::Qos::builder(gst::QOSType::Overflow, 1.0, waited_ns)
+                    .timestamp_if_some(running)
+                    .build();
+                let _ = obj.sink_pad().push_event(event);
+            }
+        }
+        if said {
+            return;
+        }
+        let mut guard = lock(&self.state);
+        let State::Started(st) = &mut *guard else {
+            return;
+        };
+        let now = Instant::now();
+        if st
+            .last_drop_warn
+            .is_some_and(|t| now.duration_since(t) < DROP_WARN_INTERVAL)
+        {
+            return;
+        }
+        st.last_drop_warn = Some(now);
+        let since = dropped - std::mem::replace(&mut st.drops_warned, dropped);
+        let ring = st.settings.location.describe();
+        drop(guard);
+        post!(
+            obj,
+            Warning,
+            gst::ResourceError::NoSpaceLeft,
+            "shmringsink: buffers dropped: {since} since the last warning, {dropped} in all ({why}): ring {ring}'s consumer does not keep up (give it a larger capacity, or write less)"
+        );
     }
 
     /// Commits the end-of-stream record of the stream (once).
@@ -341,13 +419,14 @@ impl ShmRingSink {
         };
         let meta = Meta::new(st.settings.stream, input.kind());
         match conn.producer.send(&end.to_bytes(), meta) {
-            Ok(()) => gst::info!(
+            Ok(()) => log!(
                 CAT,
-                imp = self,
+                Info,
+                &*self.obj(),
                 "end of stream {} written",
                 st.settings.stream
             ),
-            Err(e) => gst::warning!(CAT, imp = self, "end of stream not written: {e}"),
+            Err(e) => log!(CAT, Warning, &*self.obj(), "end of stream not written: {e}"),
         }
     }
 }
@@ -428,7 +507,7 @@ impl ObjectImpl for ShmRingSink {
             "full-policy" => s.full = value.get().expect(CHECKED),
             "timeout" => s.timeout_ms = value.get().expect(CHECKED),
             "wait-for-consumer" => s.wait_for_consumer = value.get().expect(CHECKED),
-            other => gst::warning!(CAT, imp = self, "no writable property {other}"),
+            other => log!(CAT, Warning, &*self.obj(), "no writable property {other}"),
         }
     }
 
@@ -448,7 +527,7 @@ impl ObjectImpl for ShmRingSink {
             "copies" => c.copies.load(Ordering::Relaxed).to_value(),
             "dropped" => c.dropped.load(Ordering::Relaxed).to_value(),
             other => {
-                gst::warning!(CAT, imp = self, "no property {other}");
+                log!(CAT, Warning, &*self.obj(), "no property {other}");
                 pspec.default_value().clone()
             }
         }
@@ -459,6 +538,8 @@ impl ObjectImpl for ShmRingSink {
         // The last sample would keep a reference to each buffer after its commit,
         // which forces a copy (a committed frame belongs to the ring's consumer).
         self.obj().set_enable_last_sample(false);
+        // Drops are said as sinks say them: QoS messages and events.
+        self.obj().set_qos(true);
     }
 }
 
@@ -499,17 +580,18 @@ impl BaseSinkImpl for ShmRingSink {
         let settings = lock(&self.settings).clone();
         let what = settings.location.describe();
         if settings.location.fd < 0 && settings.location.name.as_deref().is_none_or(str::is_empty) {
-            return Err(gst::error_msg!(
+            return Err(error_msg!(
                 gst::ResourceError::Settings,
-                ("shmringsink: no ring: set the ring property (a name) or fd")
+                "shmringsink: no ring: set the ring property (a name) or fd"
             ));
         }
-        let conn = Self::connect(&settings)?;
+        let conn = self.connect(&settings)?;
         match &conn {
-            Some(_) => gst::info!(CAT, imp = self, "writing into ring {what}"),
-            None => gst::info!(
+            Some(_) => log!(CAT, Info, &*self.obj(), "writing into ring {what}"),
+            None => log!(
                 CAT,
-                imp = self,
+                Info,
+                &*self.obj(),
                 "ring {what} is not there yet: waiting for it"
             ),
         }
@@ -521,6 +603,9 @@ impl BaseSinkImpl for ShmRingSink {
             sequence: 0,
             warned: None,
             ended: false,
+            reconfigure: false,
+            last_drop_warn: None,
+            drops_warned: 0,
         }));
         self.flushing.store(false, Ordering::Release);
         Ok(())
@@ -583,18 +668,20 @@ impl BaseSinkImpl for ShmRingSink {
                 let mut refused = lock(&self.refused);
                 if refused.as_ref() != Some(caps) {
                     *refused = Some(caps.clone());
-                    gst::element_imp_error!(
-                        self,
+                    post!(
+                        self.obj(),
+                        Error,
                         gst::CoreError::Negotiation,
-                        ("shmringsink: {}", e)
+                        "shmringsink: {}",
+                        e
                     );
                 }
-                return Err(gst::loggable_error!(CAT, "shmringsink: {}", e));
+                return Err(loggable!(CAT, "shmringsink: {}", e));
             }
         };
         let mut guard = lock(&self.state);
         let State::Started(st) = &mut *guard else {
-            return Err(gst::loggable_error!(CAT, "shmringsink: caps before start"));
+            return Err(loggable!(CAT, "shmringsink: caps before start"));
         };
         st.input = Some(input);
         st.ended = false;
@@ -639,7 +726,12 @@ impl BaseSinkImpl for ShmRingSink {
                 let core = match Core::new(&conn.seg, size, policy(&st.settings, &conn.producer)) {
                     Ok(c) => Arc::new(c),
                     Err(e) => {
-                        gst::warning!(CAT, imp = self, "no pool, buffers will be copied: {e}");
+                        log!(
+                            CAT,
+                            Warning,
+                            &*self.obj(),
+                            "no pool, buffers will be copied: {e}"
+                        );
                         return Ok(());
                     }
                 };
@@ -648,7 +740,7 @@ impl BaseSinkImpl for ShmRingSink {
                 let mut config = pool.config();
                 config.set_params(Some(&caps), size as u32, 0, max as u32);
                 pool.set_config(config)
-                    .map_err(|e| gst::loggable_error!(CAT, "shmringsink: pool config: {}", e))?;
+                    .map_err(|e| loggable!(CAT, "shmringsink: pool config: {}", e))?;
                 conn.pool = Some((caps.clone(), core, pool.clone()));
                 (pool, max)
             }
@@ -663,6 +755,69 @@ impl BaseSinkImpl for ShmRingSink {
         let State::Started(st) = &mut *guard else {
             return Err(gst::FlowError::Flushing);
         };
+        let written = self.write(st, buffer, capture);
+        let reconfigure = std::mem::take(&mut st.reconfigure);
+        drop(guard);
+        // Outside the lock: upstream may answer by asking for our pool at once.
+        if reconfigure {
+            log!(
+                CAT,
+                Info,
+                &*self.obj(),
+                "a ring to write into: upstream chooses its buffers again"
+            );
+            let _ = self
+                .obj()
+                .sink_pad()
+                .push_event(gst::event::Reconfigure::new());
+        }
+        match written? {
+            Written::Committed => Ok(gst::FlowSuccess::Ok),
+            Written::Dropped { why, waited, said } => {
+                self.dropped(buffer, &why, waited, said);
+                Ok(gst::FlowSuccess::Ok)
+            }
+        }
+    }
+}
+
+/// What became of a buffer.
+enum Written {
+    Committed,
+    /// Dropped (`why`), after waiting `waited` for room; `said`: said on the bus
+    /// already (no ring or no consumer).
+    Dropped {
+        why: String,
+        waited: Duration,
+        said: bool,
+    },
+}
+
+impl Written {
+    /// Dropped because the ring refused it (`e`: full, reset, its consumer gone
+    /// while waiting), after waiting as `policy` says.
+    fn refused(e: &Error, policy: FullPolicy) -> Written {
+        Written::Dropped {
+            why: e.to_string(),
+            waited: match (e, policy) {
+                (Error::Abandoned { .. }, _) => Duration::ZERO,
+                (_, FullPolicy::Block(t)) => t,
+                (_, FullPolicy::Fail) => Duration::ZERO,
+            },
+            said: false,
+        }
+    }
+}
+
+impl ShmRingSink {
+    /// Writes `buffer` into the ring (in place if it is one of our pool's
+    /// reservations, else one copy), or drops it.
+    fn write(
+        &self,
+        st: &mut Started,
+        buffer: &gst::Buffer,
+        capture: u64,
+    ) -> Result<Written, gst::FlowError> {
         let Some(input) = st.input.clone() else {
             return Err(gst::FlowError::NotNegotiated);
         };
@@ -672,7 +827,11 @@ impl BaseSinkImpl for ShmRingSink {
         st.sequence += 1;
         let stream = st.settings.stream;
         if !self.ready(st)? {
-            return self.drop_counted(&"no ring or no consumer");
+            return Ok(Written::Dropped {
+                why: "no ring or no consumer".into(),
+                waited: Duration::ZERO,
+                said: true,
+            });
         }
         let conn = st.conn.as_mut().expect("ready");
         let size = buffer.size();
@@ -685,7 +844,13 @@ impl BaseSinkImpl for ShmRingSink {
         ) {
             Ok(h) => h,
             Err(e) => {
-                gst::element_imp_error!(self, gst::StreamError::Format, ("shmringsink: {}", e));
+                post!(
+                    self.obj(),
+                    Error,
+                    gst::StreamError::Format,
+                    "shmringsink: {}",
+                    e
+                );
                 return Err(gst::FlowError::Error);
             }
         };
@@ -695,6 +860,7 @@ impl BaseSinkImpl for ShmRingSink {
             timestamp_ns: capture,
             flags: 0,
         };
+        let policy = conn.producer.policy();
         // In place: the buffer is one of our pool's reservations, and nobody else
         // holds it (after the commit the ring's consumer owns those bytes).
         if let Some((_, core, _)) = conn.pool.as_ref() {
@@ -705,15 +871,30 @@ impl BaseSinkImpl for ShmRingSink {
                         Ok(true) => {
                             self.counters.committed.fetch_add(1, Ordering::Relaxed);
                             self.counters.in_place.fetch_add(1, Ordering::Relaxed);
-                            return Ok(gst::FlowSuccess::Ok);
+                            return Ok(Written::Committed);
+                        }
+                        // The ring refused this buffer's reservation when upstream
+                        // took it (and the producer waited then): dropped, not
+                        // reserved (and waited for) a second time.
+                        Ok(false) if core.refused(map.as_ptr()) => {
+                            return Ok(Written::Dropped {
+                                why: "the ring was full when upstream took this buffer".into(),
+                                waited: match policy {
+                                    FullPolicy::Block(t) => t,
+                                    FullPolicy::Fail => Duration::ZERO,
+                                },
+                                said: false,
+                            });
                         }
                         Ok(false) => {}
-                        Err(e) if is_drop(&e) => return self.drop_counted(&e),
+                        Err(e) if is_drop(&e) => return Ok(Written::refused(&e, FullPolicy::Fail)),
                         Err(e) => {
-                            gst::element_imp_error!(
-                                self,
+                            post!(
+                                self.obj(),
+                                Error,
                                 gst::ResourceError::Write,
-                                ("shmringsink: {}", e)
+                                "shmringsink: {}",
+                                e
                             );
                             return Err(gst::FlowError::Error);
                         }
@@ -722,12 +903,21 @@ impl BaseSinkImpl for ShmRingSink {
             }
         }
         // One copy.
-        let policy = conn.producer.policy();
         let r = match conn.producer.reserve_raw(MEDIA_HEADER_SIZE + size, policy) {
             Ok(r) => r,
-            Err(e) if is_drop(&e) => return self.drop_counted(&e),
+            Err(e) if is_drop(&e) => return Ok(Written::refused(&e, policy)),
+            Err(Error::TooLarge { len, max, .. }) => {
+                self.too_large(st, &input, len, max);
+                return Err(gst::FlowError::Error);
+            }
             Err(e) => {
-                gst::element_imp_error!(self, gst::ResourceError::Write, ("shmringsink: {}", e));
+                post!(
+                    self.obj(),
+                    Error,
+                    gst::ResourceError::Write,
+                    "shmringsink: {}",
+                    e
+                );
                 return Err(gst::FlowError::Error);
             }
         };
@@ -742,10 +932,11 @@ impl BaseSinkImpl for ShmRingSink {
         });
         if copied.is_err() {
             conn.producer.abort_raw();
-            gst::element_imp_error!(
-                self,
+            post!(
+                self.obj(),
+                Error,
                 gst::ResourceError::Read,
-                ("shmringsink: cannot map buffer")
+                "shmringsink: cannot map buffer"
             );
             return Err(gst::FlowError::Error);
         }
@@ -753,12 +944,61 @@ impl BaseSinkImpl for ShmRingSink {
             Ok(()) => {
                 self.counters.committed.fetch_add(1, Ordering::Relaxed);
                 self.counters.copies.fetch_add(1, Ordering::Relaxed);
-                Ok(gst::FlowSuccess::Ok)
+                Ok(Written::Committed)
             }
-            Err(e @ Error::Abandoned { .. }) => self.drop_counted(&e),
+            Err(e @ Error::Abandoned { .. }) => Ok(Written::refused(&e, policy)),
             Err(e) => {
-                gst::element_imp_error!(self, gst::ResourceError::Write, ("shmringsink: {}", e));
+                post!(
+                    self.obj(),
+                    Error,
+                    gst::ResourceError::Write,
+                    "shmringsink: {}",
+                    e
+                );
                 Err(gst::FlowError::Error)
+            }
+        }
+    }
+
+    /// The ring refused a record of `len` bytes (it takes `max` at most): an
+    /// error saying what capacity the ring needs, and a notice in the ring, so
+    /// that its consumer says so too instead of waiting for records that never
+    /// come.
+    fn too_large(&self, st: &mut Started, input: &Input, len: u64, max: u64) {
+        let ring = st.settings.location.describe();
+        let what = match input {
+            Input::Video { info, .. } => format!(
+                "{}x{} {} frames",
+                info.width(),
+                info.height(),
+                info.format().to_str()
+            ),
+            Input::Audio { .. } => "audio buffers".into(),
+        };
+        post!(
+            self.obj(),
+            Error,
+            gst::ResourceError::NoSpaceLeft,
+            "shmringsink: ring {ring} takes records of at most {max} bytes, and these {what} need {len}: {}",
+            crate::ring::capacity_advice(len)
+        );
+        let notice = crate::notice::TooLarge {
+            kind: input.kind(),
+            len,
+            max,
+        };
+        if let Some(conn) = st.conn.as_mut() {
+            let sent = conn.producer.send(
+                &notice.to_bytes(),
+                crate::notice::TooLarge::meta(st.settings.stream),
+            );
+            if let Err(e) = sent {
+                log!(
+                    CAT,
+                    Warning,
+                    &*self.obj(),
+                    "the consumer could not be told: {e}"
+                );
             }
         }
     }

@@ -10,8 +10,15 @@
 //! upstream dropped the buffer). When every producer is busy, `acquire` waits for
 //! one, as a pool of fixed size does: so a `queue` before the sink holds pool
 //! buffers only, and every frame is written in place. When the ring has no room,
-//! no consumer, or the caller may not wait, the pool hands out an ordinary buffer
-//! instead, which `render` copies (and counts).
+//! no consumer, or the caller may not wait, the pool hands out a spare buffer
+//! instead, which `render` copies (and counts); one the ring refused after the
+//! producer waited for room is remembered ([`Core::refused`]), so `render` drops
+//! it instead of waiting a second time.
+//!
+//! A pool serves one ring. When the sink moves to another ring (its consumer
+//! was replaced), the old pool is *retired*: it reserves nothing more (its ring
+//! has no consumer to free the space), and upstream is asked to choose its
+//! buffers again.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -46,7 +53,12 @@ pub struct Core {
     policy: FullPolicy,
     /// The ring has no consumer (the sink says so): reserve without waiting.
     no_consumer: AtomicBool,
+    /// The sink writes into another ring now: reserve nothing.
+    retired: AtomicBool,
     flushing: AtomicBool,
+    /// Where the spare buffers handed out because the ring refused a reservation
+    /// (full, after the wait) begin.
+    refused: Mutex<Vec<usize>>,
 }
 
 impl Core {
@@ -70,7 +82,9 @@ impl Core {
             max,
             policy,
             no_consumer: AtomicBool::new(false),
+            retired: AtomicBool::new(false),
             flushing: AtomicBool::new(false),
+            refused: Mutex::new(Vec::new()),
         })
     }
 
@@ -85,6 +99,19 @@ impl Core {
         self.no_consumer.store(gone, Ordering::Relaxed);
     }
 
+    /// The sink writes into another ring now (see the module's documentation).
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+        let _g = lock(&self.slots);
+        self.freed.notify_all();
+    }
+
+    /// Was the buffer whose data begins at `data` handed out because the ring
+    /// refused its reservation (full, after the producer waited)?
+    pub fn refused(&self, data: *const u8) -> bool {
+        lock(&self.refused).contains(&(data as usize))
+    }
+
     fn set_flushing(&self, flushing: bool) {
         self.flushing.store(flushing, Ordering::Release);
         let _g = lock(&self.slots);
@@ -97,7 +124,7 @@ impl Core {
     fn take_slot(&self, wait: bool) -> Option<(usize, Producer)> {
         let mut slots = lock(&self.slots);
         loop {
-            if self.flushing.load(Ordering::Acquire) {
+            if self.flushing.load(Ordering::Acquire) || self.retired.load(Ordering::Acquire) {
                 return None;
             }
             if let Some(idx) = slots.iter().position(|s| !s.busy && s.producer.is_some()) {
@@ -126,9 +153,11 @@ impl Core {
         }
     }
 
-    /// A reservation for `size` bytes of frame (plus the header), or `None`.
-    fn reserve(self: &Arc<Self>, size: usize, wait: bool) -> Option<Chunk> {
-        let (idx, mut producer) = self.take_slot(wait)?;
+    /// A reservation for `size` bytes of frame (plus the header); `Err(true)`:
+    /// none because the ring refused it (full, after the wait), `Err(false)`:
+    /// none for another reason.
+    fn reserve(self: &Arc<Self>, size: usize, wait: bool) -> Result<Chunk, bool> {
+        let (idx, mut producer) = self.take_slot(wait).ok_or(false)?;
         let policy = if self.no_consumer.load(Ordering::Relaxed) {
             FullPolicy::Fail
         } else {
@@ -141,7 +170,7 @@ impl Core {
         match r {
             Ok(r) => {
                 slot.open = Some(r.ptr as usize);
-                Some(Chunk {
+                Ok(Chunk {
                     core: self.clone(),
                     idx,
                     // SAFETY: the reservation spans header + size bytes from r.ptr.
@@ -149,10 +178,14 @@ impl Core {
                     len: size,
                 })
             }
-            Err(_) => {
+            Err(e) => {
                 slot.busy = false;
                 self.freed.notify_one();
-                None
+                // Counted by the producer in the ring's drops_full.
+                Err(matches!(
+                    e,
+                    Error::Full { .. } | Error::Timeout { .. } | Error::NoConsumer(_)
+                ))
             }
         }
     }
@@ -224,6 +257,45 @@ impl AsMut<[u8]> for Chunk {
 impl Drop for Chunk {
     fn drop(&mut self) {
         self.core.free(self.idx);
+    }
+}
+
+/// A buffer's memory when the ring gave none: its own bytes, copied by `render`,
+/// or, when the ring refused it after the producer waited, remembered by the
+/// core as refused until it is freed.
+struct Spare {
+    buf: Vec<u8>,
+    refused_by: Option<Arc<Core>>,
+}
+
+impl Spare {
+    fn new(size: usize, refused_by: Option<Arc<Core>>) -> Spare {
+        let buf = vec![0u8; size];
+        if let Some(core) = &refused_by {
+            lock(&core.refused).push(buf.as_ptr() as usize);
+        }
+        Spare { buf, refused_by }
+    }
+}
+
+impl AsMut<[u8]> for Spare {
+    fn as_mut(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+}
+
+impl AsRef<[u8]> for Spare {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for Spare {
+    fn drop(&mut self) {
+        if let Some(core) = &self.refused_by {
+            let at = self.buf.as_ptr() as usize;
+            lock(&core.refused).retain(|&p| p != at);
+        }
     }
 }
 
@@ -304,13 +376,16 @@ mod imp {
             let size = self.size.load(Ordering::Acquire);
             let wait =
                 !params.is_some_and(|p| p.flags().contains(gst::BufferPoolAcquireFlags::DONTWAIT));
-            let chunk = self.core.get().and_then(|c| c.reserve(size, wait));
+            let core = self.core.get();
+            let chunk = core.map_or(Err(false), |c| c.reserve(size, wait));
             let mut buffer = gst::Buffer::new();
             let mem = match chunk {
-                Some(chunk) => gst::Memory::from_mut_slice(chunk),
-                // No room, no consumer, flushing or may not wait: an ordinary
-                // buffer, copied later (or dropped).
-                None => gst::Memory::with_size(size),
+                Ok(chunk) => gst::Memory::from_mut_slice(chunk),
+                // No room, no consumer, flushing, retired or may not wait: a
+                // spare buffer, copied later (or dropped: refused).
+                Err(refused) => {
+                    gst::Memory::from_mut_slice(Spare::new(size, core.filter(|_| refused).cloned()))
+                }
             };
             buffer
                 .get_mut()

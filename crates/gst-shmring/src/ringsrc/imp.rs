@@ -73,6 +73,8 @@ struct Started {
     reader: Reader,
     kind: KindFilter,
     eos_after: Option<Duration>,
+    /// An end of stream ends no output (`keep-running`).
+    keep_running: bool,
     current: Option<(MediaHeader, Output, gst::Fraction)>,
     /// Kind::Any: does downstream accept video, audio (asked once each)?
     accepts: [Option<bool>; 2],
@@ -143,7 +145,7 @@ impl ObjectImpl for ShmRingSrc {
         match pspec.name() {
             "stream" => s.stream = value.get().expect("type checked upstream"),
             "kind" => s.kind = value.get().expect("type checked upstream"),
-            other => gst::warning!(CAT, imp = self, "no writable property {other}"),
+            other => log!(CAT, Warning, &*self.obj(), "no writable property {other}"),
         }
     }
 
@@ -159,7 +161,7 @@ impl ObjectImpl for ShmRingSrc {
             "stream" => s.stream.to_value(),
             "kind" => s.kind.to_value(),
             other => {
-                gst::warning!(CAT, imp = self, "no property {other}");
+                log!(CAT, Warning, &*self.obj(), "no property {other}");
                 pspec.default_value().clone()
             }
         }
@@ -205,7 +207,9 @@ impl BaseSrcImpl for ShmRingSrc {
             KindFilter::Video => Some(kind::VIDEO),
             KindFilter::Audio => Some(kind::AUDIO),
         };
+        let obj = self.obj();
         let reader = Reader::open(
+            obj.upcast_ref(),
             "shmringsrc",
             s.reader.options(u32::try_from(s.stream).ok(), tap_kind),
             self.counters.clone(),
@@ -214,6 +218,7 @@ impl BaseSrcImpl for ShmRingSrc {
             reader,
             kind: s.kind,
             eos_after: s.reader.eos_after(),
+            keep_running: s.reader.keep_running,
             current: None,
             accepts: [None, None],
             outputs: Vec::new(),
@@ -223,9 +228,10 @@ impl BaseSrcImpl for ShmRingSrc {
             refused: None,
         }));
         self.flushing.store(false, Ordering::Release);
-        gst::info!(
+        log!(
             CAT,
-            imp = self,
+            Info,
+            &*self.obj(),
             "reading ring {} as {:?}",
             s.reader.location.describe(),
             s.reader.mode
@@ -287,9 +293,10 @@ impl ShmRingSrc {
                 .peer_query_caps(None)
                 .can_intersect(&gst::Caps::new_empty_simple(media));
             if !ok {
-                gst::info!(
+                log!(
                     CAT,
-                    imp = self,
+                    Info,
+                    &*self.obj(),
                     "downstream takes no {media}: those records are skipped"
                 );
             }
@@ -323,6 +330,9 @@ impl ShmRingSrc {
         let out = output_for(hd, rate)?;
         let caps = out.caps.clone();
         st.holder = downstream_holder(pad, &[]);
+        // What downstream's hold was learned for the old caps says nothing of
+        // the new ones (and an encoder drains now).
+        st.lane.restart();
         st.current = Some((*hd, out, rate));
         Ok(Some(caps))
     }
@@ -330,20 +340,19 @@ impl ShmRingSrc {
     /// Sets new caps (if any); `false` when downstream refused them (said once).
     fn set_caps(&self, st: &mut Started, caps: Option<gst::Caps>) -> bool {
         let Some(caps) = caps else { return true };
-        gst::info!(CAT, imp = self, "caps {caps}");
+        log!(CAT, Info, &*self.obj(), "caps {caps}");
         if self.obj().set_caps(&caps).is_ok() {
             return true;
         }
         if st.refused.as_ref() != Some(&caps) {
             let accepted = self.obj().src_pad().peer_query_caps(None);
-            gst::element_imp_error!(
-                self,
+            post!(
+                self.obj(),
+                Error,
                 gst::CoreError::Negotiation,
-                (
-                    "shmringsrc: downstream refused caps {} (it accepts {}); a videorate, videoconvert or audioconvert between them may help",
-                    caps,
-                    accepted
-                )
+                "shmringsrc: downstream refused caps {} (it accepts {}); a videorate, videoconvert or audioconvert between them may help",
+                caps,
+                accepted
             );
             st.refused = Some(caps);
         }
@@ -366,10 +375,12 @@ impl ShmRingSrc {
                 let what = format!("stream {}: {e}", rec.meta.stream);
                 st.reader.discard(rec);
                 self.counters.malformed.fetch_add(1, Ordering::Relaxed);
-                gst::element_imp_warning!(
-                    self,
+                post!(
+                    self.obj(),
+                    Warning,
                     gst::StreamError::Decode,
-                    ("shmringsrc: record dropped: {}", what)
+                    "shmringsrc: record dropped: {}",
+                    what
                 );
                 return Ok(None);
             }
@@ -388,14 +399,13 @@ impl ShmRingSrc {
             }),
         }
         if rec.second_producer {
-            gst::element_imp_warning!(
-                self,
+            post!(
+                self.obj(),
+                Warning,
                 gst::StreamError::Demux,
-                (
-                    "shmringsrc: two producers write stream {} ({}): their sequence numbers interleave; give each shmringsink (or producer) its own stream id",
-                    rec.meta.stream,
-                    if rec.meta.kind == kind::VIDEO { "video" } else { "audio" }
-                )
+                "shmringsrc: two producers write stream {} ({}): their sequence numbers interleave; give each shmringsink (or producer) its own stream id",
+                rec.meta.stream,
+                if rec.meta.kind == kind::VIDEO { "video" } else { "audio" }
             );
         }
         let (capture, discont, fresh) = (rec.meta.timestamp_ns, rec.discont, rec.fresh());
@@ -415,14 +425,20 @@ impl ShmRingSrc {
         let layout = video_meta.then_some((&offsets[..planes], &strides[..planes]));
         let b = buffer.get_mut().expect("a new buffer is writable");
         if let Err(e) = crate::media::mark(b, &hd, (pts, duration), discont, layout) {
-            gst::warning!(CAT, imp = self, "video meta: {e}");
+            log!(CAT, Warning, &*self.obj(), "video meta: {e}");
         }
         let frame_ns = duration.map_or(0, |d| d.nseconds());
         // How long the ring holds at this rate: records like this one it fits.
         let len = (span.1 - span.0).max(1) as u64;
         let ring_ns = (st.reader.capacity() / len).saturating_mul(frame_ns);
         if self.latency.note(frame_ns, st.reader.max_age_ns, ring_ns) {
-            gst::debug!(CAT, imp = self, "latency now {:?}", self.latency.answer());
+            log!(
+                CAT,
+                Debug,
+                &*self.obj(),
+                "latency now {:?}",
+                self.latency.answer()
+            );
             let _ = obj.post_message(gst::message::Latency::builder().src(&*obj).build());
         }
         self.counters.frames.fetch_add(1, Ordering::Relaxed);
@@ -451,9 +467,10 @@ impl PushSrcImpl for ShmRingSrc {
                     let idle = st.reader.idle(el, st.eos_after.is_some());
                     if let (Some(limit), Some(idle)) = (st.eos_after, idle) {
                         if idle >= limit {
-                            gst::info!(
+                            log!(
                                 CAT,
-                                imp = self,
+                                Info,
+                                &*self.obj(),
                                 "no producer and no record for {} ms: EOS",
                                 limit.as_millis()
                             );
@@ -462,8 +479,8 @@ impl PushSrcImpl for ShmRingSrc {
                     }
                     continue;
                 }
-                Err(reader::ReadError(e)) => {
-                    gst::element_imp_error!(self, gst::ResourceError::Read, ("shmringsrc: {}", e));
+                Err(e) => {
+                    e.post(el);
                     return Err(gst::FlowError::Error);
                 }
             };
@@ -481,15 +498,23 @@ impl PushSrcImpl for ShmRingSrc {
             match rec.media {
                 MediaRecord::End(_) => {
                     let all = Self::ended(st, &rec);
-                    gst::info!(
+                    log!(
                         CAT,
-                        imp = self,
+                        Info,
+                        &*self.obj(),
                         "stream {} ({}) ended by its producer",
                         rec.meta.stream,
                         if k == kind::VIDEO { "video" } else { "audio" }
                     );
                     st.reader.discard(rec);
-                    if all {
+                    if all && st.keep_running {
+                        log!(
+                            CAT,
+                            Info,
+                            &*self.obj(),
+                            "every stream output has ended: keep-running, waiting for the next"
+                        );
+                    } else if all {
                         return Err(gst::FlowError::Eos);
                     }
                 }

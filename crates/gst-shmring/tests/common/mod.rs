@@ -84,13 +84,24 @@ impl Pipeline {
         let Some(bus) = self.0.bus() else { return };
         let mut stash = self.1.borrow_mut();
         while let Some(msg) = bus.pop() {
-            let text = match msg.view() {
-                gst::MessageView::Error(e) => format!("{} ({:?})", e.error(), e.debug()),
-                gst::MessageView::Warning(w) => format!("{} ({:?})", w.error(), w.debug()),
-                _ => continue,
-            };
-            stash.push((msg.type_(), text));
+            if let Some(text) = stashed(&msg) {
+                stash.push((msg.type_(), text));
+            }
         }
+    }
+    /// The QoS messages element `el` posted so far: (processed, dropped) each,
+    /// in buffers.
+    pub fn qos(&self, el: &str) -> Vec<(u64, u64)> {
+        self.messages(gst::MessageType::Qos)
+            .iter()
+            .filter_map(|t| {
+                let mut f = t.split(' ');
+                (f.next() == Some(el)).then(|| {
+                    let mut n = || f.next().and_then(|v| v.parse().ok()).expect("counts");
+                    (n(), n())
+                })
+            })
+            .collect()
     }
     /// The first error message posted so far, if any.
     pub fn error(&self) -> Option<String> {
@@ -125,13 +136,32 @@ impl Pipeline {
                     self.1.borrow_mut().push((msg.type_(), text.clone()));
                     return Err(text);
                 }
-                gst::MessageView::Warning(w) => {
-                    let text = format!("{} ({:?})", w.error(), w.debug());
-                    self.1.borrow_mut().push((msg.type_(), text));
+                _ => {
+                    if let Some(text) = stashed(&msg) {
+                        self.1.borrow_mut().push((msg.type_(), text));
+                    }
                 }
-                _ => {}
             }
         }
+    }
+}
+
+/// What the stash keeps of a message: an error's or warning's text, a QoS
+/// message's source and counts ("NAME PROCESSED DROPPED", in buffers).
+fn stashed(msg: &gst::Message) -> Option<String> {
+    match msg.view() {
+        gst::MessageView::Error(e) => Some(format!("{} ({:?})", e.error(), e.debug())),
+        gst::MessageView::Warning(w) => Some(format!("{} ({:?})", w.error(), w.debug())),
+        gst::MessageView::Qos(q) => {
+            let n = |v: gst::GenericFormattedValue| match v {
+                gst::GenericFormattedValue::Buffers(Some(b)) => *b,
+                other => panic!("QoS counts in buffers, not {other:?}"),
+            };
+            let (processed, dropped) = q.stats();
+            let src = msg.src().map(|s| s.name().to_string()).unwrap_or_default();
+            Some(format!("{src} {} {}", n(processed), n(dropped)))
+        }
+        _ => None,
     }
 }
 
@@ -292,4 +322,41 @@ pub fn counter(out: &str, element: &str, prop: &str) -> u64 {
         .find_map(|l| l.strip_prefix(&key))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {key} in {out}"))
+}
+
+/// Writes one video record into the ring through `producer`: `format` at
+/// `w`x`h`, nominal rate `fps`/1 (0: variable), numbered by the producer unless
+/// `sequence` is given, every plane byte `fill`, captured at `ts` (0: now).
+pub fn send_video(
+    producer: &mut shmring::Producer,
+    stream: u32,
+    (format, w, h, fps): (shmring::media::Format, u32, u32, u32),
+    sequence: Option<u64>,
+    fill: u8,
+    ts: u64,
+) -> Result<(), shmring::Error> {
+    use shmring::media::{kind, MediaHeader, SEQUENCE_AUTO};
+    let hd = MediaHeader::video(format, w, h, 0, sequence.unwrap_or(SEQUENCE_AUTO))
+        .expect("a valid shape")
+        .with_frame_rate(fps, 1)
+        .expect("a valid rate");
+    let mut r = producer.reserve(hd.payload_len())?;
+    let payload = r.payload();
+    payload.fill(fill);
+    hd.write_to(payload).expect("the payload holds the header");
+    let meta = shmring::Meta::new(stream, kind::VIDEO);
+    r.commit(if ts == 0 {
+        meta
+    } else {
+        meta.with_timestamp(ts)
+    })
+}
+
+/// Waits (bounded by `limit`) until `done`, failing with `what`.
+pub fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "never: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }

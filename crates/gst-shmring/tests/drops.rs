@@ -1,0 +1,113 @@
+//! Drops said as GStreamer users expect: a sink facing a full ring posts a QoS
+//! message per buffer dropped (with the counts), sends QoS events upstream and
+//! warns at most once a second; the ring counts each drop once (`shmring stat`'s
+//! drops_full); a source finding records missing from a stream counts them and
+//! says so the same way.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use gst::prelude::*;
+use shmring::media::Format;
+use shmring::{Config, Segment};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+#[test]
+fn a_sink_facing_a_full_ring_says_each_drop_and_the_ring_counts_it_once() {
+    init();
+    const N: u64 = 40;
+    for policy in ["full-policy=drop", "full-policy=block timeout=50"] {
+        let ring = RingName::new("full");
+        // A consumer that reads nothing: 1 MiB takes a few 320x240 frames.
+        let seg = Segment::create_named(&ring.0, &Config::with_capacity(1 << 20)).unwrap();
+        let _consumer = seg.consumer().unwrap();
+        let s = Pipeline::launch(&format!(
+            "videotestsrc num-buffers={N} ! video/x-raw,format=I420,width=320,height=240,framerate=30/1 ! identity name=up ! shmringsink name=sink ring={} sync=false {policy}",
+            ring.0
+        ));
+        // QoS events reaching upstream that say how long a dropped buffer waited.
+        let late = Arc::new(AtomicU64::new(0));
+        let seen = late.clone();
+        s.by_name("up").static_pad("src").unwrap().add_probe(
+            gst::PadProbeType::EVENT_UPSTREAM,
+            move |_, info| {
+                if let Some(gst::PadProbeData::Event(e)) = &info.data {
+                    if let gst::EventView::Qos(q) = e.view() {
+                        let (kind, _, diff, _) = q.get();
+                        if kind == gst::QOSType::Overflow && diff == 50_000_000 {
+                            seen.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                gst::PadProbeReturn::Ok
+            },
+        );
+        s.play();
+        s.wait_eos(LIMIT).expect("the producer ends");
+        let (committed, dropped) = (s.u64("sink", "committed"), s.u64("sink", "dropped"));
+        assert_eq!(committed + dropped, N, "{policy}");
+        assert!(
+            dropped >= N / 2,
+            "{policy}: {committed} committed, {dropped} dropped"
+        );
+        // The ring counted each drop once (the producer waited once for it).
+        assert_eq!(
+            seg.stats().drops_full,
+            dropped,
+            "{policy}: shmring stat's drops_full"
+        );
+        let qos = s.qos("sink");
+        assert_eq!(
+            qos.len() as u64,
+            dropped,
+            "{policy}: a QoS message per drop"
+        );
+        assert_eq!(qos.last(), Some(&(committed, dropped)), "{policy}");
+        let waited = if policy.contains("block") { dropped } else { 0 };
+        assert_eq!(
+            late.load(Ordering::Relaxed),
+            waited,
+            "{policy}: QoS events upstream"
+        );
+        let warnings = s.messages(gst::MessageType::Warning);
+        assert!(
+            !warnings.is_empty() && (warnings.len() as u64) < dropped,
+            "{policy}: rate-limited warnings: {warnings:?}"
+        );
+        assert!(warnings[0].contains("dropped"), "{warnings:?}");
+    }
+}
+
+#[test]
+fn records_missing_from_a_stream_are_counted_and_said_by_the_source() {
+    init();
+    let ring = RingName::new("missing");
+    let p = Pipeline::launch(&format!(
+        "shmringsrc name=src ring={} create=true ! appsink name=out sync=false",
+        ring.0
+    ));
+    p.play();
+    let seg = Segment::open_named(&ring.0).unwrap();
+    let mut prod = seg.producer().unwrap();
+    // Numbers 0, 1, 2, then 6, 7, then 10: 3 and 2 records the producer dropped.
+    for seq in [0u64, 1, 2, 6, 7, 10] {
+        send_video(&mut prod, 0, (Format::I420, 64, 48, 25), Some(seq), 1, 0).unwrap();
+    }
+    let got = pull(&p.appsink("out"), 6, LIMIT);
+    let discont: Vec<bool> = got.iter().map(|g| g.discont).collect();
+    assert_eq!(discont, [true, false, false, true, false, true]);
+    assert_eq!(p.u64("src", "missing"), 5);
+    let qos = p.qos("src");
+    assert_eq!(qos.len(), 2, "a QoS message per gap: {qos:?}");
+    assert_eq!(qos.last().unwrap().1, 5, "{qos:?}");
+    let warnings = p.messages(gst::MessageType::Warning);
+    assert!(
+        warnings.iter().any(|w| w.contains("missing from stream 0")),
+        "{warnings:?}"
+    );
+}
