@@ -28,8 +28,9 @@ deps-deb:
 deps-dist:
 	@$(if $(SKIP_DEPS),true,scripts/deps.sh dist)
 
-## Release packages into dist/ (scripts/dist.sh): the Debian package and its -dbgsym
-## package, the Python wheel (abi3, manylinux), the npm package with the prebuilt
+## Release packages into dist/ (scripts/dist.sh): the Debian packages (shmring,
+## libshmring0, libshmring-dev, gstreamer1.0-shmring and their -dbgsym packages, from
+## debian/), the Python wheel (abi3, manylinux), the npm package with the prebuilt
 ## add-on.
 dist: deps-dist
 	scripts/dist.sh
@@ -40,7 +41,7 @@ man:
 	$(CARGO) build --release -p shmring-cli
 	./target/release/shmring manpages target/man
 
-## The Debian package alone (what the container recipe, Dockerfile, builds).
+## The Debian packages alone (what the container recipe, Dockerfile, builds).
 dist-deb: deps-deb
 	scripts/dist.sh deb
 
