@@ -281,10 +281,14 @@ fn render(cmd: &clap::Command, page_name: &str, out: &mut Vec<u8>) -> std::io::R
     if let Some(p) = page.filter(|p| !p.examples.is_empty()) {
         writeln!(out, ".SH EXAMPLES")?;
         for (line, what) in p.examples {
+            let mut what = what.chars();
+            let what: String = what.next().map_or_else(String::new, |c| {
+                c.to_uppercase().chain(what).collect::<String>() + ":"
+            });
             writeln!(
                 out,
                 ".PP\n{}\n.RS 4\n.nf\n{}\n.fi\n.RE",
-                roff_text(what),
+                roff_text(&what),
                 roff_text(line)
             )?;
         }
