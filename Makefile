@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 
-.PHONY: demo deps-demo deps-test deps-deb deps-dist dist dist-deb test-dist build test lint test-rust test-loom test-hostile test-c test-python test-gst test-node test-go gst-plugin install-gst venv bench bench-node fuzz clean
+.PHONY: demo deps-demo deps-test deps-deb deps-dist dist dist-deb man test-dist build test lint test-rust test-loom test-hostile test-c test-python test-gst test-node test-go gst-plugin install-gst venv bench bench-node fuzz clean
 
 ## Where `make demo` writes its recording (about 0.93 GB): `make demo DEMO_OUT=/tmp/demo`.
 DEMO_OUT ?=
@@ -28,13 +28,20 @@ deps-deb:
 deps-dist:
 	@$(if $(SKIP_DEPS),true,scripts/deps.sh dist)
 
-## Release packages into dist/ (scripts/dist.sh): the Debian package and its -dbgsym
-## package, the Python wheel (abi3, manylinux), the npm package with the prebuilt
+## Release packages into dist/ (scripts/dist.sh): the Debian packages (shmring,
+## libshmring0, libshmring-dev, gstreamer1.0-shmring and their -dbgsym packages, from
+## debian/), the Python wheel (abi3, manylinux), the npm package with the prebuilt
 ## add-on.
 dist: deps-dist
 	scripts/dist.sh
 
-## The Debian package alone (what the container recipe, Dockerfile, builds).
+## The man pages, generated from the command's options, into target/man
+## (`man -l target/man/shmring-record.1`).
+man:
+	$(CARGO) build --release -p shmring-cli
+	./target/release/shmring manpages target/man
+
+## The Debian packages alone (what the container recipe, Dockerfile, builds).
 dist-deb: deps-deb
 	scripts/dist.sh deb
 

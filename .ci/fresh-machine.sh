@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
 # The fresh-machine check: builds a minimal Debian 12 root with debootstrap (git, make,
 # gcc and CA certificates; nothing else), mounts only this machine's Rust toolchain
-# into it (read-only), clones the repository there and runs `make demo` as a new user
-# would. `make demo` must install whatever else it needs by itself.
+# into it (read-only), clones the repository there and runs the README's commands as
+# a new user would. They must install whatever else they need by themselves
+# (scripts/deps.sh: apt-get inside the root; pip, npm, cargo and Go fetch from their
+# registries as they do on this machine, with its settings for reaching them copied
+# in: apt's Acquire options, pip's and npm's configuration files, Go's environment
+# file, cargo's configuration, the proxy and registry variables of the environment,
+# and the certificate authorities added locally).
 #
 #   .ci/fresh-machine.sh [COMMAND]     COMMAND defaults to "make demo"
+#
+# What the tests need of a machine is mounted: /proc, /sys, /dev with its own /dev/pts,
+# and a tmpfs /dev/shm (network namespaces, seccomp and tmpfs mounts of their own
+# work as root inside). The packaging tools' cache (scripts/tools.sh) is this
+# machine's, mounted in, as a developer's clones share it.
 #
 # Needs root (debootstrap, chroot, mounts). The Debian mirror is the one this
 # machine's apt sources name. Everything is mounted in a private mount namespace, so
@@ -37,8 +47,27 @@ if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then
   cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
   chroot "$root" update-ca-certificates >/dev/null 2>&1
 fi
+# apt's settings for reaching the mirror (debian-root.sh copied them); pip's, npm's,
+# Go's and cargo's, each where the root's user (root, HOME=/root) reads them.
+copy_in() { # FILE DEST
+  if [ -f "$1" ]; then mkdir -p "$(dirname "$2")" && cp "$1" "$2"; fi
+}
+copy_in /etc/pip.conf "$root/etc/pip.conf"
+copy_in "${PIP_CONFIG_FILE:-$HOME/.config/pip/pip.conf}" "$root/root/.config/pip/pip.conf"
+copy_in "$HOME/.npmrc" "$root/root/.npmrc"
+copy_in /etc/npmrc "$root/etc/npmrc"
+if command -v go >/dev/null; then copy_in "$(go env GOENV)" "$root/root/.config/go/env"; fi
+for f in config.toml config; do copy_in "${CARGO_HOME:-$HOME/.cargo}/$f" "$root/root/.cargo/$f"; done
+# The environment's settings for the registries and proxies (names, not values,
+# are listed here).
+passed=()
+while IFS= read -r name; do
+  passed+=("$name=${!name}")
+done < <(compgen -e | grep -E '^(PIP_[A-Z_]+|npm_config_[a-z_]+|NPM_CONFIG_[A-Z_]+|GOPROXY|GOSUMDB|GONOSUMDB|GOPRIVATE|GONOPROXY|GOFLAGS|CARGO_REGISTRIES_[A-Z_]+|CARGO_REGISTRY_[A-Z_]+|CARGO_HTTP_[A-Z_]+|CARGO_NET_[A-Z_]+|(HTTP|HTTPS|NO|ALL)_PROXY|(http|https|no|all)_proxy|CI)$' || true)
 rm -rf "$root/work"
-mkdir -p "$root/work" "$root/opt/rustup" "$root/opt/cargo-bin"
+tools_cache=${SHMRING_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/shmring-tools}
+mkdir -p "$root/work" "$root/opt/rustup" "$root/opt/cargo-bin" "$tools_cache" \
+  "$root/root/.cache/shmring-tools"
 # The committed tree, plus uncommitted changes when run from a working copy.
 git clone -q "$repo" "$root/work/shmring"
 git -C "$repo" diff HEAD --binary | git -C "$root/work/shmring" apply --allow-empty
@@ -47,8 +76,9 @@ git -C "$repo" ls-files -z --others --exclude-standard | (cd "$repo" && xargs -0
 # Inside a private mount namespace: /proc, a tmpfs /dev/shm, /dev, and the toolchain.
 status=0
 unshare --mount --propagation private bash -euo pipefail -c '
-  root=$1 rustup_home=$2 cargo_bin=$3 cmd=$4
+  root=$1 rustup_home=$2 cargo_bin=$3 cmd=$4 tools=$5; shift 5
   mount -t proc proc "$root/proc"
+  mount -t sysfs sysfs "$root/sys"
   mount --bind /dev "$root/dev"
   mount -t tmpfs -o mode=1777 shm "$root/dev/shm"
   mount -t devpts -o newinstance,ptmxmode=0666 devpts "$root/dev/pts" 2>/dev/null || true
@@ -56,11 +86,12 @@ unshare --mount --propagation private bash -euo pipefail -c '
   mount -o remount,bind,ro "$root/opt/rustup"
   mount --bind "$cargo_bin" "$root/opt/cargo-bin"
   mount -o remount,bind,ro "$root/opt/cargo-bin"
+  mount --bind "$tools" "$root/root/.cache/shmring-tools"
   exec chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
     PATH=/opt/cargo-bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    RUSTUP_HOME=/opt/rustup CARGO_HOME=/root/.cargo \
+    RUSTUP_HOME=/opt/rustup CARGO_HOME=/root/.cargo "$@" \
     bash -c "cd /work/shmring && $cmd"
-' fresh "$root" "$rustup_home" "$cargo_bin" "$cmd" || status=$?
+' fresh "$root" "$rustup_home" "$cargo_bin" "$cmd" "$tools_cache" "${passed[@]}" || status=$?
 echo "fresh-machine: '$cmd' exited $status after $(( $(date +%s) - start )) s in all"
 if [ "${FRESH_KEEP:-1}" = 0 ]; then rm -rf "$root"; fi
 exit $status

@@ -81,6 +81,9 @@ const (
 	// ErrDescriptors: the descriptors given are not the ring's (a memfd ring's
 	// lock file missing, one of the wrong kind, or too many).
 	ErrDescriptors Status = C.SHMRING_ERR_DESCRIPTORS
+	// ErrNoSpace: no room for the ring's memory (/dev/shm for a named ring, the
+	// creating process's memory for a memfd ring); the message says how much.
+	ErrNoSpace Status = C.SHMRING_ERR_NO_SPACE
 )
 
 // sentinels lists every status above: the test compares it with the statuses
@@ -91,6 +94,7 @@ var sentinels = []Status{
 	ErrTooLarge, ErrNoSlot, ErrConsumerBusy, ErrNoConsumer, ErrCorrupt, ErrAbandoned,
 	ErrTooManyHeld, ErrNotHeld, ErrEventfdRequired, ErrMedia, ErrPanic, ErrRefused,
 	ErrHandoff, ErrDetached, ErrNoTetherLine, ErrBufferTooSmall, ErrDescriptors,
+	ErrNoSpace,
 }
 
 // Name is the C constant's name, e.g. "SHMRING_ERR_FULL".

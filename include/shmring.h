@@ -223,6 +223,12 @@ typedef enum shmring_status {
   // missing (producers need every descriptor of shmring_segment_descriptors, in
   // its order), one is of the wrong kind, or there are too many.
   SHMRING_ERR_DESCRIPTORS = -29,
+  // There is no room for the ring's memory: `/dev/shm` (a named ring) or the
+  // creating process's memory (a memfd ring) is smaller than the ring. The
+  // message says the size needed, the room free and how to make more. A ring
+  // reserves its memory when it is created, so this comes from the call that
+  // creates it.
+  SHMRING_ERR_NO_SPACE = -30,
 } shmring_status;
 
 // The consumer of a ring (opaque). One thread at a time, except

@@ -12,14 +12,14 @@
 #                            (promtool alone, unpacked from Debian's prometheus
 #                            package into target/tools/bin: no Prometheus server is
 #                            installed or started)
-#   scripts/deps.sh deb      what `make dist-deb` needs besides `demo`'s: dpkg-dev
-#                            (dpkg-shlibdeps) and cargo-deb (cargo install --locked,
-#                            into target/tools/bin)
+#   scripts/deps.sh deb      what `make dist-deb` needs besides `demo`'s: debhelper
+#                            (which brings dpkg-dev) and lintian
 #   scripts/deps.sh dist     what `make dist` and `make test-dist` need: `deb`'s, plus
-#                            Python 3.9+ with venv (maturin, auditwheel, zig (the
-#                            ziglang package) and PyYAML in target/tools/venv),
-#                            Node.js 18+ with npm, and debootstrap (the clean root
-#                            of the Debian package's test)
+#                            Python 3.9+ with venv, Node.js 18+ with npm, debootstrap
+#                            (the clean roots of the Debian packages' test), and in
+#                            the tool cache outside the clone (scripts/tools.sh):
+#                            maturin, auditwheel, zig (the ziglang package) and PyYAML
+#                            in a venv, and cargo-zigbuild (cargo install --locked)
 #   scripts/deps.sh --print test   only say what is missing and how to install it
 #
 # On Debian 12 and Ubuntu 22.04/24.04 it runs apt-get (as root, or through sudo).
@@ -42,7 +42,7 @@ if [ "$profile" = test ]; then
          gstreamer1.0-plugins-good gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly
          gstreamer1.0-libav iproute2 procps man-db)
 fi
-case "$profile" in deb|dist) pkgs+=(dpkg-dev binutils) ;; esac
+case "$profile" in deb|dist) pkgs+=(dpkg-dev binutils debhelper lintian) ;; esac
 [ "$profile" = dist ] && pkgs+=(debootstrap)
 
 # A tool that may come from elsewhere: installed from Debian only when the command
@@ -127,27 +127,18 @@ if [ "$profile" = test ] && ! command -v promtool >/dev/null && [ ! -x "$tools/p
     notes+=("promtool: put Prometheus' promtool on PATH or in $tools (Debian: apt-get download prometheus; dpkg-deb -x prometheus_*.deb DIR; cp DIR/usr/bin/promtool $tools/)")
   fi
 fi
-# Tools of `make dist` that come from the language registries, kept in target/tools:
-# cargo-deb (crates), maturin and auditwheel (PyPI).
-want_cargo_deb=0 want_venv=0
-case "$profile" in deb|dist)
-  [ -x "$repo/target/tools/bin/cargo-deb" ] || want_cargo_deb=1 ;;
-esac
-if [ "$profile" = dist ] && ! "$repo/target/tools/venv/bin/python" -c 'import ziglang, yaml' 2>/dev/null; then want_venv=1; fi
-if [ $print_only = 1 ]; then
-  [ $want_cargo_deb = 1 ] && notes+=("cargo-deb: cargo install cargo-deb --locked --root target/tools")
-  [ $want_venv = 1 ] && notes+=("maturin, auditwheel, zig: python3 -m venv target/tools/venv; target/tools/venv/bin/pip install maturin auditwheel ziglang pyyaml")
+# Tools of `make dist` that come from the language registries (maturin, auditwheel
+# and zig from PyPI, cargo-zigbuild from crates.io), kept in the tool cache outside
+# the clone (scripts/tools.sh).
+# shellcheck source=scripts/tools.sh
+. "$repo/scripts/tools.sh"
+want_tools=0
+if [ "$profile" = dist ] && { ! tools_venv_ok || [ ! -x "$TOOLS_ZIGBUILD" ]; }; then want_tools=1; fi
+if [ $print_only = 1 ] && [ $want_tools = 1 ]; then
+  notes+=("maturin, auditwheel, zig and cargo-zigbuild in $TOOLS_DIR: scripts/deps.sh dist")
 fi
 fetch_tools() {
-  if [ $want_cargo_deb = 1 ]; then
-    say "cargo install cargo-deb --locked --root target/tools"
-    cargo install -q cargo-deb --locked --root "$repo/target/tools"
-  fi
-  if [ $want_venv = 1 ]; then
-    say "maturin, auditwheel, zig and PyYAML in target/tools/venv"
-    python3 -m venv "$repo/target/tools/venv"
-    "$repo/target/tools/venv/bin/pip" install -q "maturin>=1.5,<2" auditwheel ziglang pyyaml
-  fi
+  if [ $want_tools = 1 ]; then tools_install; fi
   if [ $want_promtool = 1 ]; then fetch_promtool; fi
 }
 fetch_promtool() {

@@ -1,92 +1,141 @@
 #!/usr/bin/env bash
 # Builds the release packages into dist/ (`make dist`):
 #
-#   shmring_VERSION-1_ARCH.deb           the Debian package: the command (and the bench's
-#                                        worker program), the C library
-#                                        (shared, static, header, pkg-config file), the
-#                                        GStreamer plugin, man pages, completions,
-#                                        licence files (cargo-deb, from the metadata in
-#                                        crates/shmring-cli/Cargo.toml)
+#   shmring_VERSION-1_ARCH.deb                the command, its man pages and completions
+#   libshmring0_VERSION-1_ARCH.deb            the shared C library (shlibs, symbols,
+#                                             ldconfig trigger)
+#   libshmring-dev_VERSION-1_ARCH.deb         header, C++ wrapper, pkg-config file,
+#                                             static library
+#   gstreamer1.0-shmring_VERSION-1_ARCH.deb   the GStreamer plugin
+#   NAME-dbgsym_VERSION-1_ARCH.deb            each one's debug information, split off
+#                                             (found by build id under /usr/lib/debug)
+#       the Debian packages, built by debhelper from debian/ (`debian/rules build
+#       binary`), checked by lintian (no error or warning but the overrides each
+#       package documents in debian/NAME.lintian-overrides)
 #   shmring-VERSION-cp311-abi3-manylinux_2_17_ARCH.whl   the Python wheel (maturin,
-#                                        linked by zig against glibc 2.17, so one wheel
-#                                        installs on every Linux with glibc 2.17 or
-#                                        newer and CPython 3.11 or newer; stripped;
-#                                        `auditwheel show` checks the tag)
-#   shmring-VERSION.tgz                  the npm package with the prebuilt add-on
-#   debug/NAME.debug                     the debug information (line tables) of each
-#                                        shipped program and library, split off with
-#                                        objcopy; each stripped file names its own
-#                                        (gnu-debuglink): gdb finds it beside the file
-#                                        or under /usr/lib/debug
+#       linked by zig against glibc 2.17, so one wheel installs on every Linux with
+#       glibc 2.17 or newer and CPython 3.11 or newer; stripped; `auditwheel show`
+#       checks the tag)
+#   shmring-VERSION.tgz                       the npm package with the prebuilt add-on,
+#       linked by zig against glibc 2.17 too (cargo-zigbuild), for this machine's
+#       CPU (`cpu` in its package.json) and Linux with glibc (`os`, `libc`)
+#   debug/NAME.debug                          the debug information (line tables) of
+#       the wheel's module and the add-on, split off with objcopy; each stripped
+#       file names its own (gnu-debuglink): gdb finds it beside the file or under
+#       /usr/lib/debug
 #
 #   scripts/dist.sh [deb] [wheel] [npm]   (default: all three)
 #
-# The tools come from `scripts/deps.sh dist` (cargo-deb in target/tools/bin, maturin
-# and auditwheel in target/tools/venv). The version is the workspace's.
+# The tools come from `scripts/deps.sh deb` / `scripts/deps.sh dist`: debhelper and
+# lintian from apt; maturin, auditwheel and zig (PyPI) and cargo-zigbuild (crates.io)
+# in the tool cache outside the clone (scripts/tools.sh). The version is the
+# workspace's.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 cargo=${CARGO:-cargo}
 dist=${DIST:-$repo/dist}
-tools=$repo/target/tools
 target=${CARGO_TARGET_DIR:-$repo/target}
 version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' Cargo.toml)
+# shellcheck source=scripts/tools.sh
+. "$repo/scripts/tools.sh"
 say() { echo "dist: $*" >&2; }
-# SRC DEST NAME: DEST is SRC without its debug information, which goes to
-# dist/debug/NAME.debug (named in DEST, with its checksum, by a gnu-debuglink).
+# SRC DEST NAME: DEST is SRC without its debug information and symbol table, which
+# go to dist/debug/NAME.debug (named in DEST, with its checksum, by a
+# gnu-debuglink).
 strip_split() {
   mkdir -p "$dist/debug"
   objcopy --only-keep-debug "$1" "$dist/debug/$3.debug"
-  objcopy --strip-debug --add-gnu-debuglink="$dist/debug/$3.debug" "$1" "$2"
+  objcopy --strip-unneeded --add-gnu-debuglink="$dist/debug/$3.debug" "$1" "$2"
 }
-need() { [ -x "$1" ] || { say "$1 is missing: run scripts/deps.sh dist"; exit 1; }; }
+need() { command -v "$1" >/dev/null || { say "$1 is missing: run scripts/deps.sh $2"; exit 1; }; }
 mkdir -p "$dist"
 
 deb() {
-  need "$tools/bin/cargo-deb"
-  command -v dpkg-shlibdeps >/dev/null || { say "dpkg-shlibdeps is missing: run scripts/deps.sh dist"; exit 1; }
-  "$cargo" build --release -p shmring-cli -p shmring-ffi -p gst-shmring
-  # What the package holds besides the build products, generated from this build.
-  local assets=$target/release/dist-assets
-  rm -rf "$assets"
-  mkdir -p "$assets/completions" "$assets/bin" "$assets/lib"
-  strip_split "$target/release/shmring" "$assets/bin/shmring" shmring
-  strip_split "$target/release/shmring-bench-worker" "$assets/bin/shmring-bench-worker" shmring-bench-worker
-  strip_split "$target/release/libshmring_ffi.so" "$assets/lib/libshmring.so.0" libshmring.so.0
-  strip_split "$target/release/libgstshmring.so" "$assets/lib/libgstshmring.so" libgstshmring.so
-  # The archive: its objects without debug information (no separate file: a
-  # program linked with it carries its own).
-  objcopy --strip-debug "$target/release/libshmring_ffi.a" "$assets/lib/libshmring.a"
-  "$target/release/shmring" manpages "$assets/man"
-  "$target/release/shmring" completions bash > "$assets/completions/shmring.bash"
-  "$target/release/shmring" completions zsh > "$assets/completions/_shmring"
-  "$target/release/shmring" completions fish > "$assets/completions/shmring.fish"
-  make -s -C crates/shmring-ffi pc PC="$assets/shmring.pc" PREFIX=/usr \
-    LIBDIR="/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)"
-  rm -f "$dist"/shmring_*.deb
-  # --multiarch=foreign: usr/lib becomes usr/lib/TUPLE (GStreamer's plugin directory, the
-  # library directory); the command serves every architecture.
-  "$tools/bin/cargo-deb" -p shmring-cli --no-build --multiarch=foreign --output "$dist" >&2
+  need dh deb
+  need lintian deb
+  rm -f "$dist"/*.deb
+  # debhelper's own files (debian/tmp, debian/PACKAGE/, debian/files) start afresh.
+  DEB_RULES_REQUIRES_ROOT=no debian/rules clean >&2
+  # Rules-Requires-Root: no: files in the packages are owned by root whoever builds.
+  DEB_RULES_REQUIRES_ROOT=no DEB_DESTDIR="$dist" CARGO="$cargo" debian/rules build binary >&2
+  DEB_RULES_REQUIRES_ROOT=no debian/rules clean >&2
+  lint
+}
+
+# lintian over the Debian packages: no error, no warning (what it tolerates is
+# each package's debian/NAME.lintian-overrides, with the reason).
+lint() {
+  local out
+  out=$(lintian --fail-on error,warning --display-level ">=warning" --info "$dist"/*.deb 2>&1) || {
+    echo "$out" >&2
+    say "lintian found errors or warnings in the Debian packages"
+    exit 1
+  }
+  [ -z "$out" ] || echo "$out" >&2
+  say "lintian: no error, no warning in $(cd "$dist" && echo *.deb)"
 }
 
 wheel() {
-  need "$tools/venv/bin/maturin"
+  tools_venv
   rm -f "$dist"/shmring-*.whl
   # --zig: linked against glibc 2.17's symbols (zig, from the ziglang package),
   # whatever this machine's glibc; maturin checks the module against the tag.
   # --strip: no debug information in the wheel.
-  PATH=$tools/venv/bin:$PATH "$tools/venv/bin/maturin" build --release --strip --zig \
+  PATH=$TOOLS_VENV/bin:$PATH "$TOOLS_VENV/bin/maturin" build --release --strip --zig \
     --compatibility manylinux_2_17 -m python/Cargo.toml --out "$dist" >&2
-  "$tools/venv/bin/auditwheel" show "$dist"/shmring-"$version"-*.whl >&2
+  local whl
+  whl=$(ls "$dist"/shmring-"$version"-*.whl)
+  # Its metadata says the Pythons its tag does: the abi3 module needs CPython 3.11
+  # (pyproject.toml's floor, 3.9, is a source build's, without the abi3 feature).
+  retag_python "$whl"
+  "$TOOLS_VENV/bin/auditwheel" show "$whl" >&2
+}
+
+# WHEEL: its Requires-Python made the floor of its cpXY-abi3 tag (the wheel's
+# RECORD rewritten by `wheel pack`).
+retag_python() {
+  local tag floor tmp
+  tag=$(basename "$1" | sed -n 's/.*-cp\([0-9]\)\([0-9]*\)-abi3-.*/\1.\2/p')
+  [ -n "$tag" ] || { say "$1: not an abi3 wheel"; exit 1; }
+  floor=">=$tag"
+  tmp=$(mktemp -d)
+  "$TOOLS_VENV/bin/python" -m wheel unpack -d "$tmp" "$1" >/dev/null
+  sed -i "s/^Requires-Python: .*/Requires-Python: $floor/" "$tmp"/*/*.dist-info/METADATA
+  rm -f "$1"
+  "$TOOLS_VENV/bin/python" -m wheel pack -d "$(dirname "$1")" "$tmp"/* >/dev/null
+  rm -rf "$tmp"
+  say "$(basename "$1"): Requires-Python: $floor"
 }
 
 npm_package() {
-  command -v npm >/dev/null || { say "npm is missing: run scripts/deps.sh dist"; exit 1; }
-  (cd node && node scripts/build.js >&2)
+  need npm dist
+  tools_venv
+  tools_zigbuild
+  # The add-on linked by zig against glibc 2.17's symbols, as the wheel is.
+  local arch lib stage
+  arch=$(uname -m)
+  PATH=$TOOLS_VENV/bin:$PATH "$TOOLS_ZIGBUILD" zigbuild --release --locked -p shmring-node --lib \
+    --target "$arch-unknown-linux-gnu.$GLIBC_FLOOR" >&2
+  lib=$target/$arch-unknown-linux-gnu/release/libshmring_node.so
+  # Packed from a copy of node/, whose package.json says which CPU and C library
+  # the add-on is for (node/ itself builds for whatever machine it is on).
+  stage=$target/npm-stage
+  rm -rf "$stage"
+  mkdir -p "$stage/node/scripts"
+  cp LICENSE-MIT LICENSE-APACHE "$stage/"
+  cp node/index.js node/index.d.ts node/README.md node/package.json "$stage/node/"
+  cp node/scripts/prepack.js "$stage/node/scripts/"
   # The add-on without its debug information (in dist/debug).
-  strip_split node/shmring.node node/shmring.node shmring.node
+  strip_split "$lib" "$stage/node/shmring.node" shmring.node
+  (cd "$stage/node" && node -e '
+    const fs = require("node:fs");
+    const p = JSON.parse(fs.readFileSync("package.json", "utf8"));
+    p.cpu = [process.arch];
+    p.libc = ["glibc"];
+    fs.writeFileSync("package.json", JSON.stringify(p, null, 2) + "\n");')
   rm -f "$dist"/shmring-*.tgz
-  (cd node && npm pack --silent --pack-destination "$dist" >&2)
+  (cd "$stage/node" && npm pack --silent --pack-destination "$dist" >&2)
 }
 
 [ $# -eq 0 ] && set -- deb wheel npm

@@ -34,6 +34,7 @@ pub fn code_of(e: &shmring::Error) -> &'static str {
         E::Handoff { .. } => "SHMRING_HANDOFF",
         E::Detached { .. } => "SHMRING_DETACHED",
         E::NoTetherLine { .. } => "SHMRING_NO_TETHER_LINE",
+        E::NoSpace { .. } => "SHMRING_NO_SPACE",
     }
 }
 

@@ -130,6 +130,12 @@ create_exception!(
 
 create_exception!(
     shmring,
+    NoSpace,
+    Error,
+    "There is no room for the ring's memory (/dev/shm, or the creating process's memory for a memfd ring); the message says how much is needed and free."
+);
+create_exception!(
+    shmring,
     Refused,
     Error,
     "A consumer serving its ring on a socket refused this peer; the message names the rule."
@@ -203,6 +209,7 @@ pub fn to_py(e: shmring::Error) -> PyErr {
         E::Handoff { .. } => HandoffError::new_err(msg),
         E::Detached { .. } => Detached::new_err(msg),
         E::NoTetherLine { .. } => NoTetherLine::new_err(msg),
+        E::NoSpace { .. } => NoSpace::new_err(msg),
     }
 }
 
@@ -268,7 +275,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         BadMediaHeader,
         Refused,
         HandoffError,
-        WrongThread
+        WrongThread,
+        NoSpace
     );
     Ok(())
 }

@@ -1,7 +1,8 @@
 #!/bin/sh
-# Runs inside the clean Debian 12 root of scripts/test-dist.sh, after the image's RUN
-# commands of the Dockerfile installed dist/shmring_*.deb, and uses what they
-# installed as a user would. Arguments: the version and layout version expected.
+# Runs inside a clean root of scripts/test-dist.sh (Debian 12, Debian 13 or Ubuntu
+# 24.04), after the image's RUN commands of the Dockerfile installed the packages of
+# dist/ (shmring, libshmring0, libshmring-dev, gstreamer1.0-shmring), and uses what
+# they installed as a user would. Arguments: the version and layout version expected.
 # Input files in /tmp: ring.c (a C program), deploy.sh (the Compose sample's two
 # services, from docs/DEPLOY.md).
 set -eu
@@ -9,6 +10,20 @@ version=$1 layout=$2
 export DEBIAN_FRONTEND=noninteractive
 ok() { echo "test-dist deb: ok: $*"; }
 fail() { echo "test-dist deb: FAILED: $*" >&2; exit 1; }
+
+# Four packages, each with its own files, and the library known to the dynamic
+# linker (its ldconfig trigger ran).
+for p in shmring libshmring0 libshmring-dev gstreamer1.0-shmring; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || fail "$p is not installed"
+  [ -s "/usr/share/doc/$p/copyright" ] || fail "no /usr/share/doc/$p/copyright"
+  [ -s "/usr/share/doc/$p/changelog.Debian.gz" ] || fail "no /usr/share/doc/$p/changelog.Debian.gz"
+done
+[ "$(dpkg -S /usr/bin/shmring | cut -d: -f1)" = shmring ] || fail "/usr/bin/shmring: $(dpkg -S /usr/bin/shmring)"
+dpkg -S libshmring.so.0 | grep -q '^libshmring0:' || fail "libshmring.so.0: $(dpkg -S libshmring.so.0)"
+dpkg -S /usr/include/shmring.h | grep -q '^libshmring-dev:' || fail "shmring.h: $(dpkg -S /usr/include/shmring.h)"
+dpkg -S libgstshmring.so | grep -q '^gstreamer1.0-shmring:' || fail "libgstshmring.so: $(dpkg -S libgstshmring.so)"
+ldconfig -p | grep -q 'libshmring.so.0 ' || fail "ldconfig does not know libshmring.so.0"
+ok "shmring, libshmring0, libshmring-dev, gstreamer1.0-shmring installed; ldconfig knows libshmring.so.0"
 
 out=$(shmring --version)
 [ "$out" = "shmring $version (layout version $layout)" ] || fail "shmring --version said: $out"
@@ -27,6 +42,7 @@ grep -q "Version *$version" /tmp/inspect.txt || fail "plugin version: $(grep 'Ve
 gst-inspect-1.0 shmringsink > /dev/null || fail "gst-inspect-1.0 shmringsink"
 ok "gst-inspect-1.0 finds shmringsrc and shmringsink in $(sed -n 's/^ *Filename *//p' /tmp/inspect.txt)"
 
+[ -z "${LD_LIBRARY_PATH:-}" ] || fail "LD_LIBRARY_PATH is set"
 cc -Wall -Werror /tmp/ring.c $(pkg-config --cflags --libs shmring) -o /tmp/ring-shared
 ldd /tmp/ring-shared | grep -q "libshmring.so.0 => /.*lib/" || fail "ring-shared is not linked with libshmring.so.0: $(ldd /tmp/ring-shared)"
 /tmp/ring-shared | grep -q "^libshmring $version layout version $layout:" || fail "ring-shared"
@@ -38,7 +54,8 @@ ok "cc \$(pkg-config --static ...): linked with libshmring.a, $(wc -c < /tmp/rin
 
 page=$(man -w shmring) || fail "man -w shmring"
 MANPAGER=cat MANWIDTH=100 man shmring-record 2>/dev/null | grep -q -- "--listen" || fail "man shmring-record"
-for sub in demo record produce stat tap top exporter rm bench; do
+MANPAGER=cat MANWIDTH=100 man shmring-top 2>/dev/null | grep -q "EXAMPLES" || fail "man shmring-top has no examples"
+for sub in demo record produce stat tap top exporter rm bench completions manpages; do
   man -w "shmring-$sub" > /dev/null || fail "no man page shmring-$sub"
 done
 ok "man shmring: $page, and one page per subcommand"
@@ -47,10 +64,11 @@ ok "man shmring: $page, and one page per subcommand"
 bash -c '. /usr/share/bash-completion/bash_completion; _completion_loader shmring; complete -p shmring' \
   | grep -q _shmring || fail "bash completion"
 ok "bash-completion loads shmring's completion from /usr/share/bash-completion/completions/shmring"
-for f in copyright LICENSE-MIT LICENSE-APACHE; do
-  [ -s "/usr/share/doc/shmring/$f" ] || fail "no /usr/share/doc/shmring/$f"
-done
-ok "licence files in /usr/share/doc/shmring"
+c=/usr/share/doc/shmring/copyright
+head -1 "$c" | grep -q '^Format: .*copyright-format/1.0' || fail "$c is not in DEP-5 format"
+grep -q '^License: MIT$' "$c" && grep -q '^License: Apache-2.0$' "$c" && grep -q '^Upstream-Name: shmring$' "$c" \
+  || fail "$c does not name shmring and carry both licences"
+ok "copyright files (DEP-5, MIT and Apache-2.0) and changelog.Debian.gz in /usr/share/doc of each package"
 
 # The Compose sample: the recorder and the camera under their own uids, sharing only
 # the socket directory, the recording on its volume; stopped as `docker compose

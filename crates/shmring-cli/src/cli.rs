@@ -46,8 +46,8 @@ pub enum Cmd {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Write the man pages (shmring.1, shmring-SUBCOMMAND.1) into DIR.
-    #[command(hide = true)]
+    /// Write the man pages (shmring.1, shmring-SUBCOMMAND.1) into DIR, generated
+    /// from this build's options (`make man`: into target/man).
     Manpages {
         /// Directory for the pages (created if missing).
         dir: PathBuf,
@@ -67,6 +67,38 @@ pub fn version() -> &'static str {
         )
     });
     &VERSION
+}
+
+/// The parser of a whole-number option: a negative number, a fraction or a number
+/// out of `lo..=` the type's largest is refused with the range it takes (clap
+/// names the option: `invalid value '-30' for '--fps <FPS>': expected a whole
+/// number from 1 to 4294967295`). Options that use it also take `-N` as their
+/// value (`allow_negative_numbers`), so a negative number is not mistaken for
+/// flags (`--fps -30` for `-3 -0`).
+fn whole<T>(lo: u64) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
+where
+    T: TryFrom<u64> + Bounded + Clone + Send + Sync + 'static,
+{
+    move |text: &str| {
+        let hi = T::MAX;
+        text.trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|n| (lo..=hi).contains(n))
+            .and_then(|n| T::try_from(n).ok())
+            .ok_or_else(|| format!("expected a whole number from {lo} to {hi}"))
+    }
+}
+
+/// The largest value of a whole-number option's type.
+trait Bounded {
+    const MAX: u64;
+}
+impl Bounded for u32 {
+    const MAX: u64 = u32::MAX as u64;
+}
+impl Bounded for u64 {
+    const MAX: u64 = u64::MAX;
 }
 
 /// The core's default stall limit for tethered readers, in ms.
@@ -102,10 +134,10 @@ pub struct RecordArgs {
     #[arg(long, value_name = "PATH")]
     pub listen: Option<PathBuf>,
     /// With --listen: also let this uid connect (repeatable; default: this user only).
-    #[arg(long, value_name = "UID", requires = "listen")]
+    #[arg(long, value_name = "UID", requires = "listen", value_parser = whole::<u32>(0), allow_negative_numbers = true)]
     pub allow_uid: Vec<u32>,
     /// With --listen: also let this gid connect (repeatable).
-    #[arg(long, value_name = "GID", requires = "listen")]
+    #[arg(long, value_name = "GID", requires = "listen", value_parser = whole::<u32>(0), allow_negative_numbers = true)]
     pub allow_gid: Vec<u32>,
     /// Directory for the files (created if missing).
     #[arg(long, value_name = "DIR")]
@@ -121,20 +153,22 @@ pub struct RecordArgs {
     #[arg(long, value_name = "PATH")]
     pub ready_file: Option<PathBuf>,
     /// Ring capacity in MiB (a power of two).
-    #[arg(long, value_name = "MIB", default_value_t = shmring::Config::DEFAULT_CAPACITY >> 20)]
+    #[arg(long, value_name = "MIB", default_value_t = shmring::Config::DEFAULT_CAPACITY >> 20,
+          value_parser = whole::<u64>(1), allow_negative_numbers = true)]
     pub capacity_mib: u64,
     /// Frame rate written into the Y4M headers.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_parser = whole::<u32>(1), allow_negative_numbers = true)]
     pub fps: u32,
     /// Deliver records behind a producer's reservation that stays open this long
     /// (ms), so one stuck capture thread does not stop the other streams (the
     /// library's default); 0 keeps strict claim order across producers.
-    #[arg(long, value_name = "MS", default_value_t = default_overtake_ms())]
+    #[arg(long, value_name = "MS", default_value_t = default_overtake_ms(), value_parser = whole::<u64>(0), allow_negative_numbers = true)]
     pub overtake_after_ms: u64,
     /// As the ring's consumer: expel a tethered reader (`record --tethered`, a
     /// tethered `shmringsrc`) that releases nothing for this long (ms), so a stuck
     /// reader holds the ring at most this long (the library's default).
-    #[arg(long, value_name = "MS", default_value_t = default_tether_stall_ms(), conflicts_with = "tethered")]
+    #[arg(long, value_name = "MS", default_value_t = default_tether_stall_ms(), conflicts_with = "tethered",
+          value_parser = whole::<u64>(0), allow_negative_numbers = true)]
     pub tether_stall_ms: u64,
     /// Encode instead of writing Y4M and WAV: one MP4 per stream id with its H.264
     /// video and AAC audio muxed, timed by the records' capture timestamps (built
@@ -185,20 +219,20 @@ pub struct TapArgs {
     #[command(flatten)]
     pub ring: RingSource,
     /// Take every N-th record that matches --kind and --stream.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = whole::<u32>(1), allow_negative_numbers = true)]
     pub every: u32,
     /// Only records of this kind.
     #[arg(long, value_enum)]
     pub kind: Option<TapKind>,
     /// Only records of this stream.
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", value_parser = whole::<u32>(0), allow_negative_numbers = true)]
     pub stream: Option<u32>,
     /// Write a PNG thumbnail of every video frame taken into this directory
     /// (created if missing): NNNNNN-video-STREAM.png.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Largest thumbnail width in pixels (frames are scaled down by a whole factor).
-    #[arg(long, value_name = "PX", default_value_t = 320)]
+    #[arg(long, value_name = "PX", default_value_t = 320, value_parser = whole::<u32>(1), allow_negative_numbers = true)]
     pub thumb_width: u32,
     /// Stop after this many seconds (default: at SIGINT/SIGTERM).
     #[arg(
@@ -209,7 +243,7 @@ pub struct TapArgs {
     )]
     pub seconds: Option<f64>,
     /// Stop after taking this many records.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = whole::<u64>(1), allow_negative_numbers = true)]
     pub count: Option<u64>,
 }
 
@@ -264,14 +298,16 @@ pub struct ProduceArgs {
     /// its own audio (a thread each), ids --first-stream.. (the shape of `shmring
     /// bench --workload meeting`: two such processes with --video 1280x720@30 make
     /// its meeting). The "audio" of the summary is then a list.
-    #[arg(long, value_name = "N", conflicts_with = "streams")]
+    #[arg(long, value_name = "N", conflicts_with = "streams", value_parser = whole::<u32>(0), allow_negative_numbers = true)]
     pub participants: Option<u32>,
     /// With --participants: the first stream id.
     #[arg(
         long,
         value_name = "ID",
         default_value_t = 0,
-        requires = "participants"
+        requires = "participants",
+        value_parser = whole::<u32>(0),
+        allow_negative_numbers = true
     )]
     pub first_stream: u32,
     /// How long to produce, in wall-clock seconds (frames the producer cannot draw
@@ -282,7 +318,7 @@ pub struct ProduceArgs {
     #[arg(long, value_enum, default_value_t = Policy::Block)]
     pub policy: Policy,
     /// Longest wait for space with --policy block.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = whole::<u64>(0), allow_negative_numbers = true)]
     pub block_ms: u64,
 }
 
@@ -296,7 +332,7 @@ pub struct MediaArgs {
     #[arg(long, default_value = "48000x2")]
     pub audio: String,
     /// Video streams (one thread each; streams 0..N).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = whole::<u32>(0), allow_negative_numbers = true)]
     pub streams: u32,
 }
 
@@ -329,10 +365,10 @@ pub struct StatArgs {
     #[arg(long, conflicts_with = "json")]
     pub prometheus: bool,
     /// Seconds between updates.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub interval: f64,
     /// Stop after this many updates (default: until Ctrl-C).
-    #[arg(long)]
+    #[arg(long, value_parser = whole::<u64>(0), allow_negative_numbers = true)]
     pub count: Option<u64>,
 }
 
@@ -395,7 +431,7 @@ pub struct TopArgs {
     #[arg(long, conflicts_with = "once")]
     pub json: bool,
     /// Seconds between refreshes.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub interval: f64,
     /// Sort by this column (the `s` key cycles through them, `r` reverses).
     #[arg(long, value_enum, default_value_t = SortKey::Name)]

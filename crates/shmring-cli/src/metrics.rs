@@ -2,7 +2,8 @@
 //! by the `prometheus` crate: the format every Prometheus-compatible scraper reads and
 //! `promtool check metrics` checks. The metric names, kinds and help texts are the
 //! core's ([`shmring::Stats::fields`]): a counter `records_committed` becomes
-//! `shmring_records_committed_total`, a gauge `occupancy` becomes `shmring_occupancy`;
+//! `shmring_records_committed_total`, a gauge `producers` becomes `shmring_producers`;
+//! a gauge in bytes ends in `_bytes` (`occupancy` becomes `shmring_occupancy_bytes`);
 //! a field in nanoseconds is served in seconds, Prometheus' base unit
 //! (`oldest_pending_age_ns` becomes the gauge `shmring_oldest_pending_age_seconds`).
 //! Every sample has the label `ring`. Each tethered consumer's fields (the core's
@@ -42,6 +43,11 @@ impl Metric {
             (FieldKind::Gauge, Field::NANOSECONDS) => {
                 let stem = f.name.strip_suffix("_ns").unwrap_or(f.name);
                 GaugeVec::new(opts(format!("{stem}_seconds")), labels).map(Metric::Seconds)
+            }
+            // A size ends in its unit, as Prometheus names them (`occupancy` is
+            // served as `shmring_occupancy_bytes`).
+            (FieldKind::Gauge, Field::BYTES) if !f.name.ends_with("_bytes") => {
+                IntGaugeVec::new(opts(format!("{}_bytes", f.name)), labels).map(Metric::Gauge)
             }
             (FieldKind::Gauge | FieldKind::Flag, _) => {
                 IntGaugeVec::new(opts(f.name.to_string()), labels).map(Metric::Gauge)

@@ -168,7 +168,25 @@ pub fn named_error(name: &str, e: shmring::Error) -> String {
              --connect PATH)",
             name.trim_start_matches('/')
         ),
-        e => format!("ring {name:?}: {e}"),
+        e => with_hint(format!("ring {name:?}: {e}"), &e),
+    }
+}
+
+/// `msg` (an error about a named ring), with what to do when the error is a
+/// refused permission: named rings belong to the user who made them (mode 0600).
+pub fn with_hint(msg: String, e: &shmring::Error) -> String {
+    match e {
+        shmring::Error::Os { source, .. }
+            if source.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            format!(
+                "{msg} (a named ring in /dev/shm can be opened only by the user who \
+                 created it; to share a ring with other users, the consumer serves it on \
+                 a socket: `shmring record --listen PATH --allow-uid UID`, and producers \
+                 `--connect PATH`)"
+            )
+        }
+        _ => msg,
     }
 }
 

@@ -132,7 +132,9 @@ impl RingSource for NamedRings {
             .filter_map(|ring| {
                 let result = match Address::Named(ring.clone()).open() {
                     Err(e) if listed && not_a_ring(&e) => return None,
-                    r => r.map_err(named_error).and_then(|seg| read(&seg)),
+                    r => r
+                        .map_err(|e| named_error(e, &ring, listed))
+                        .and_then(|seg| read(&seg)),
                 };
                 Some(Reading {
                     result,
@@ -156,11 +158,16 @@ fn not_a_ring(e: &shmring::Error) -> bool {
     )
 }
 
-/// An open's error, in words for a row (the ring is named by the row).
-fn named_error(e: shmring::Error) -> String {
+/// An open's error, in words for a row (the ring is named by the row): a ring
+/// that was `listed` in /dev/shm and is gone now vanished; one named on the
+/// command line that is not there was not found.
+fn named_error(e: shmring::Error, ring: &str, listed: bool) -> String {
     match e {
-        shmring::Error::NotFound(_) => "vanished (removed while being read)".to_string(),
-        e => e.to_string(),
+        shmring::Error::NotFound(_) if listed => "vanished (removed while being read)".into(),
+        shmring::Error::NotFound(_) => {
+            format!("not found (no {SHM_DIR}/{})", ring.trim_start_matches('/'))
+        }
+        e => crate::ringref::with_hint(e.to_string(), &e),
     }
 }
 
@@ -172,9 +179,9 @@ pub fn read(seg: &Segment) -> Result<RingInfo, String> {
         max_producers: seg.geometry().max_producers,
         tethers: seg.tethers(),
     };
-    if seg.truncated() {
-        return Err(shmring::Error::Truncated(seg.label()).to_string());
-    }
+    // A mapping that faulted says why: a peer truncated the file, or /dev/shm
+    // could not provide a page.
+    seg.check_size().map_err(|e| e.to_string())?;
     Ok(info)
 }
 

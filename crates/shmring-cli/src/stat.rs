@@ -11,6 +11,11 @@ use crate::cli::StatArgs;
 use crate::ringref::Watched;
 use crate::{fail, mb, stop_flag, CmdError};
 
+/// The version of `stat --json`'s object (its `schema_version` key; the schema is
+/// in docs/OPERATIONS.md). Keys may be added within a version; a key removed or
+/// renamed, or a meaning changed, makes a new one.
+pub const STAT_JSON_SCHEMA: u32 = 1;
+
 /// Every counter of `s`, as JSON (the core's field list), after the ring's name.
 pub fn stats_json(name: &str, s: &Stats) -> serde_json::Value {
     let mut m = serde_json::Map::new();
@@ -61,6 +66,7 @@ pub fn run(a: StatArgs) -> Result<(), CmdError> {
     };
     if a.json {
         let mut j = stats_json(&label, &seg.stats());
+        j["schema_version"] = json!(STAT_JSON_SCHEMA);
         j["tethers"] = tethers_json(&seg.tethers());
         println!("{j}");
         return Ok(());

@@ -290,6 +290,18 @@ pub fn run(a: TopArgs) -> Result<(), CmdError> {
         let mut o = std::io::stdout().lock();
         let _ = o.write_all(text.as_bytes());
         let _ = o.flush();
+        // The report is whole; the exit status says whether every ring in it
+        // could be read.
+        let bad = rows.iter().filter(|r| r.reading.result.is_err()).count();
+        if bad > 0 {
+            return Err(fail(
+                1,
+                format!(
+                    "{bad} of {} rings could not be read (the error is on its row)",
+                    rows.len()
+                ),
+            ));
+        }
         return Ok(());
     }
     if !std::io::stdout().is_terminal() {
@@ -346,6 +358,45 @@ fn live(sampler: &mut Sampler, a: &TopArgs, interval: Duration) -> Result<(), Cm
     result
 }
 
+/// Width of each column of the live view (the ring's own is [`RING_MIN`] or more).
+const WIDTHS: [u16; NCOLS] = [0, 8, 8, 14, 6, 9, 10, 7, 9, 7, 6, 7, 22, 12, 8];
+
+/// The narrowest the ring's name is shown: enough for the end of a socket's path.
+const RING_MIN: u16 = 24;
+
+/// The columns a narrow terminal keeps, most wanted first (the ring's name is
+/// always shown).
+const PRIORITY: [usize; NCOLS - 1] = [14, 1, 2, 3, 7, 5, 9, 10, 8, 4, 11, 6, 12, 13];
+
+/// The columns that fit in `width` (in table order) and the width left for the
+/// ring's name: whole columns are dropped, least wanted first, rather than every
+/// column cut.
+fn fit_columns(width: u16) -> (u16, Vec<usize>) {
+    let mut used = RING_MIN;
+    let mut shown = vec![0];
+    for &i in &PRIORITY {
+        // One space between columns.
+        if used + 1 + WIDTHS[i] <= width {
+            used += 1 + WIDTHS[i];
+            shown.push(i);
+        }
+    }
+    shown.sort_unstable();
+    (RING_MIN + width.saturating_sub(used), shown)
+}
+
+/// `name` in `width` characters: a longer one keeps its end (a socket's file
+/// name, a ring's distinguishing suffix) after an ellipsis.
+fn tail(name: String, width: u16) -> String {
+    let n = name.chars().count();
+    let width = usize::from(width);
+    if n <= width || width == 0 {
+        return name;
+    }
+    let keep: String = name.chars().skip(n - (width - 1)).collect();
+    format!("…{keep}")
+}
+
 fn draw(
     f: &mut ratatui::Frame<'_>,
     rows: &[TopRow],
@@ -353,7 +404,19 @@ fn draw(
     reverse: bool,
     interval: Duration,
 ) {
-    let header = TRow::new(HEADERS.map(Cell::from))
+    // Inside the border: the columns that fit, the ring's name the rest.
+    let (ring_w, shown) = fit_columns(f.area().width.saturating_sub(2));
+    let pick = |c: [String; NCOLS]| -> Vec<Cell> {
+        let mut c = c.map(Some);
+        shown
+            .iter()
+            .map(|&i| match i {
+                0 => Cell::from(tail(c[0].take().unwrap_or_default(), ring_w)),
+                i => Cell::from(c[i].take().unwrap_or_default()),
+            })
+            .collect()
+    };
+    let header = TRow::new(pick(HEADERS.map(String::from)))
         .style(Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED));
     let mut errors: Vec<Line> = Vec::new();
     let mut body: Vec<TRow> = Vec::new();
@@ -368,7 +431,7 @@ fn draw(
                         || s.resets > 0
                         || s.stalled_claims > 0
                 });
-                let row = TRow::new(c.map(Cell::from));
+                let row = TRow::new(pick(c));
                 body.push(if bad {
                     row.style(Style::default().fg(Color::Yellow))
                 } else {
@@ -378,36 +441,28 @@ fn draw(
             // The error in full, below the table: a table cell would cut it.
             Err((name, e)) => {
                 body.push(
-                    TRow::new([Cell::from(name.clone()), Cell::from("error")])
+                    TRow::new([Cell::from(tail(name.clone(), ring_w)), Cell::from("error")])
                         .style(Style::default().fg(Color::Red)),
                 );
                 errors.push(Line::from(format!("{name}: {e}")).style(Color::Red));
             }
         }
     }
-    let widths = [
-        Constraint::Min(16),
-        Constraint::Length(8),
-        Constraint::Length(8),
-        Constraint::Length(14),
-        Constraint::Length(6),
-        Constraint::Length(9),
-        Constraint::Length(10),
-        Constraint::Length(7),
-        Constraint::Length(9),
-        Constraint::Length(7),
-        Constraint::Length(6),
-        Constraint::Length(7),
-        Constraint::Length(22),
-        Constraint::Length(12),
-        Constraint::Length(8),
-    ];
+    let widths: Vec<Constraint> = shown
+        .iter()
+        .map(|&i| Constraint::Length(if i == 0 { ring_w } else { WIDTHS[i] }))
+        .collect();
+    let hidden = NCOLS - shown.len();
     let title = format!(
-        " shmring top: {} rings, every {:.1} s, sorted by {}{} ",
+        " shmring top: {} rings, every {:.1} s, sorted by {}{}{} ",
         rows.len(),
         interval.as_secs_f64(),
         sort.label(),
-        if reverse { " (reversed)" } else { "" }
+        if reverse { " (reversed)" } else { "" },
+        match hidden {
+            0 => String::new(),
+            n => format!(", {n} columns hidden (a wider terminal shows them)"),
+        }
     );
     let table = Table::new(body, widths).header(header).block(
         Block::bordered()
@@ -491,6 +546,54 @@ mod tests {
                 },
             ]
         }
+    }
+
+    /// The live view drawn on a terminal of `width` columns, as text.
+    fn screen(rows: &[TopRow], width: u16) -> String {
+        let mut term =
+            ratatui::Terminal::new(ratatui::backend::TestBackend::new(width, 16)).unwrap();
+        term.draw(|f| draw(f, rows, SortKey::Name, false, Duration::from_secs(1)))
+            .unwrap();
+        let buf = term.backend().buffer().clone();
+        (0..buf.area.height)
+            .map(|y| {
+                (0..buf.area.width)
+                    .map(|x| buf[(x, y)].symbol().to_string())
+                    .collect::<String>()
+                    + "\n"
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_narrow_terminal_drops_whole_columns_and_keeps_names_readable() {
+        let sock = "/run/user/1000/shmring-sockets/meeting-room-camera-0.sock";
+        let mut rows = Sampler::new(vec![Box::new(Fake(Cell::new(0)))]).sample();
+        rows[0].reading.ring = sock.into();
+        let narrow = screen(&rows, 80);
+        // Every column shown is whole: the consumer's state, the ring's name by
+        // its end, and the error row's name too.
+        let row = narrow.lines().find(|l| l.contains("…")).expect(&narrow);
+        assert!(row.contains("meeting-room-camera-0.sock"), "{narrow}");
+        assert!(row.contains(" alive "), "{narrow}");
+        assert!(narrow.contains("b-bad"), "{narrow}");
+        for h in [
+            "RING",
+            "REC/S",
+            "MB/S",
+            "OCCUPANCY MiB",
+            "DROPS",
+            "CONSUMER",
+        ] {
+            assert!(narrow.contains(h), "{h} missing at 80 columns:\n{narrow}");
+        }
+        assert!(narrow.contains("columns hidden"), "{narrow}");
+        // Wide enough, every column and the whole name.
+        let wide = screen(&rows, 240);
+        for h in HEADERS {
+            assert!(wide.contains(h), "{h} missing at 240 columns:\n{wide}");
+        }
+        assert!(wide.contains(sock) && !wide.contains("hidden"), "{wide}");
     }
 
     #[test]

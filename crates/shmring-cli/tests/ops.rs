@@ -134,8 +134,19 @@ fn top_shows_every_ring_and_the_error_of_each_bad_one_and_no_other_file() {
         .set_len(4096)
         .unwrap();
 
+    // The truncated ring's row has an error: the report is whole, the exit status 1.
     let o = run(&["top", "--json", "--interval", "0.3", "--prefix", &prefix()]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("1 of 3 rings could not be read"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let rows: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
     let h = by_ring(&rows, &healthy);
     assert_eq!(h["error"], Value::Null);
@@ -168,7 +179,12 @@ fn top_shows_every_ring_and_the_error_of_each_bad_one_and_no_other_file() {
 
     // The plain table: one row per ring, errors on their own row.
     let o = run(&["top", "--once", "--interval", "0.1", "--prefix", &prefix()]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let table = String::from_utf8(o.stdout).unwrap();
     let line = |r: &Ring| {
         table
@@ -188,7 +204,12 @@ fn top_shows_every_ring_and_the_error_of_each_bad_one_and_no_other_file() {
 
     // Named, a file that is not a ring says so.
     let o = run(&["top", "--json", "--interval", "0.1", "--ring", &garbage.0]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let rows: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
     let g = by_ring(&rows, &garbage);
     assert!(
@@ -312,7 +333,13 @@ fn top_observes_rings_on_sockets_beside_named_rings() {
         "top --json --interval 0.1 --ring {} --sockets {}",
         named.0, sockets
     ));
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Two rows have errors: the report is whole, the exit status 1.
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let rows: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(rows.len(), 4, "{rows:?}");
     let n = by_ring(&rows, &named);
@@ -348,7 +375,12 @@ fn top_observes_rings_on_sockets_beside_named_rings() {
         "top --once --interval 0.1 --sort claim --ring {} --sockets {}",
         named.0, sockets
     ));
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let table = String::from_utf8(o.stdout).unwrap();
     let lines: Vec<&str> = table.lines().collect();
     assert!(
@@ -376,17 +408,105 @@ fn top_observes_rings_on_sockets_beside_named_rings() {
 }
 
 #[test]
-fn top_names_a_ring_that_vanished() {
-    let gone = new_ring("vanished");
-    let o = run(&["top", "--json", "--interval", "0.05", "--ring", &gone.0]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+fn top_says_a_ring_that_never_existed_is_not_found_and_exits_1() {
+    let never = new_ring("never");
+    let o = run(&["top", "--json", "--interval", "0.05", "--ring", &never.0]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let rows: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(
-        by_ring(&rows, &gone)["error"]
-            .as_str()
-            .unwrap()
-            .starts_with("vanished"),
+    let e = by_ring(&rows, &never)["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        e,
+        format!("not found (no /dev/shm/{})", never.0),
         "{rows:?}"
+    );
+    let o = run(&["top", "--once", "--interval", "0.05", "--ring", &never.0]);
+    assert_eq!(o.status.code(), Some(1));
+    let table = String::from_utf8(o.stdout).unwrap();
+    assert!(table.contains("error: not found"), "{table}");
+    // Every ring readable: status 0.
+    let (_seg, _c, _p) = with_records(&never, 1, b"x");
+    let o = run(&["top", "--once", "--interval", "0.05", "--ring", &never.0]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn a_negative_or_fractional_number_names_the_option_and_its_range() {
+    for (line, option, range) in [
+        (
+            "record --create x --out /nonexistent --fps -30",
+            "--fps",
+            "from 1 to 4294967295",
+        ),
+        (
+            "record --create x --out /nonexistent --capacity-mib -1",
+            "--capacity-mib",
+            "from 1 to",
+        ),
+        (
+            "record --create x --out /nonexistent --capacity-mib 1.5",
+            "--capacity-mib",
+            "from 1 to",
+        ),
+        ("tap x --every -1", "--every", "from 1 to 4294967295"),
+        ("tap x --stream -2", "--stream", "from 0 to 4294967295"),
+        ("produce --ring x --block-ms -5", "--block-ms", "from 0 to"),
+        ("produce --ring x --streams -1", "--streams", "from 0 to"),
+        ("stat x --count -1", "--count", "from 0 to"),
+    ] {
+        let o = run_line(line);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{line}: {err}");
+        let value = line.rsplit(' ').next().unwrap();
+        assert!(
+            err.contains(&format!("invalid value '{value}' for '{option}"))
+                && err.contains(&format!("expected a whole number {range}")),
+            "{line}: {err}"
+        );
+    }
+    // A negative number of seconds is a value too (and refused by its own check).
+    let o = run_line("top --once --interval -1");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--interval -1"));
+}
+
+#[test]
+fn a_named_ring_of_another_user_says_how_to_share_a_ring() {
+    let ring = new_ring("perm");
+    let (_seg, _c, _p) = with_records(&ring, 1, b"x");
+    // As root, another uid; otherwise a file this user may not open.
+    // SAFETY: geteuid has no preconditions.
+    let o = if unsafe { libc::geteuid() } == 0 {
+        std::process::Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+            .arg(common::EXE)
+            .args(["stat", "--json", &ring.0])
+            .output()
+            .unwrap()
+    } else {
+        std::fs::set_permissions(
+            ring.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o000),
+        )
+        .unwrap();
+        run(&["stat", "--json", &ring.0])
+    };
+    assert_fails(
+        &o,
+        1,
+        &[
+            &ring.0,
+            "Permission denied",
+            "--listen",
+            "--allow-uid",
+            "--connect",
+        ],
     );
 }
 
@@ -453,7 +573,7 @@ fn stat_prometheus_prints_the_cores_counters_with_the_ring_label() {
         ("shmring_records_consumed_total", 1),
         ("shmring_records_in_flight", 4),
         ("shmring_consumer_attached", 1),
-        ("shmring_capacity", 1 << 20),
+        ("shmring_capacity_bytes", 1 << 20),
         ("shmring_ring_readable", 1),
     ] {
         let want = format!("{name}{label} {v}\n");
@@ -468,6 +588,12 @@ fn stat_prometheus_prints_the_cores_counters_with_the_ring_label() {
         };
         let name = match f.unit {
             shmring::Field::NANOSECONDS => format!("{}_seconds", &f.name[..f.name.len() - 3]),
+            // A gauge in bytes says so in its name, as Prometheus names units.
+            shmring::Field::BYTES
+                if f.kind == shmring::FieldKind::Gauge && !f.name.ends_with("_bytes") =>
+            {
+                format!("{}_bytes", f.name)
+            }
             _ => f.name.to_string(),
         };
         // Prometheus' text format: a counter's family is named as its samples.
@@ -848,4 +974,81 @@ fn every_command_takes_a_ring_address() {
         &["unknown form \"cam\"", "shm:cam:0"],
     );
     assert_fails(&run(&["stat", "create:x"]), 1, &["reads an existing ring"]);
+}
+
+#[test]
+fn stat_json_has_a_schema_version_and_its_keys_are_documented() {
+    let ring = new_ring("schema");
+    let (seg, _consumer, _producer) = with_records(&ring, 2, b"xy");
+    let o = run(&["stat", "--json", &ring.0]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["schema_version"], 1, "{v}");
+    assert_eq!(v["ring"], ring.0.as_str());
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/OPERATIONS.md"),
+    )
+    .unwrap();
+    let schema = doc
+        .split("### The schema of `stat --json`")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("docs/OPERATIONS.md has the schema of stat --json");
+    let tether_keys: Vec<&str> = shmring::TetherInfo::default()
+        .fields()
+        .map(|f| f.name)
+        .collect();
+    for key in v
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .chain(seg.stats().fields().map(|f| f.name))
+        .chain(tether_keys)
+    {
+        assert!(
+            schema.contains(&format!("`{key}`")),
+            "{key} is not in the schema of docs/OPERATIONS.md"
+        );
+    }
+}
+
+#[test]
+fn a_ring_too_big_for_dev_shm_is_refused_at_once_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().display().to_string();
+    let mut cmd = match shmring_testkit::small_shm::command(20, 60, common::EXE) {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("SKIPPED a_ring_too_big_for_dev_shm_is_refused_at_once_saying_why: {why}");
+            return;
+        }
+    };
+    // /dev/shm is 20 MiB: a 64 MiB ring does not fit.
+    let o = cmd
+        .args([
+            "record",
+            "--create",
+            "big",
+            "--capacity-mib",
+            "64",
+            "--out",
+            &out,
+        ])
+        .args(["--seconds", "5"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_fails(
+        &o,
+        1,
+        &[
+            "cannot create ring \"big\"",
+            "not enough room in /dev/shm",
+            "needs 64.",
+            "20.0 MiB free of 20.0 MiB",
+            "--shm-size",
+            "medium: Memory",
+        ],
+    );
 }

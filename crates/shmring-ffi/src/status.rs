@@ -87,6 +87,12 @@ pub enum shmring_status {
     /// missing (producers need every descriptor of shmring_segment_descriptors, in
     /// its order), one is of the wrong kind, or there are too many.
     SHMRING_ERR_DESCRIPTORS = -29,
+    /// There is no room for the ring's memory: `/dev/shm` (a named ring) or the
+    /// creating process's memory (a memfd ring) is smaller than the ring. The
+    /// message says the size needed, the room free and how to make more. A ring
+    /// reserves its memory when it is created, so this comes from the call that
+    /// creates it.
+    SHMRING_ERR_NO_SPACE = -30,
 }
 
 use shmring_status::*;
@@ -116,6 +122,7 @@ pub(crate) fn status_of(e: &Error) -> shmring_status {
         Error::Handoff { .. } => SHMRING_ERR_HANDOFF,
         Error::Detached { .. } => SHMRING_ERR_DETACHED,
         Error::NoTetherLine { .. } => SHMRING_ERR_NO_TETHER_LINE,
+        Error::NoSpace { .. } => SHMRING_ERR_NO_SPACE,
     }
 }
 
@@ -253,6 +260,7 @@ pub extern "C" fn shmring_status_name(status: i32) -> *const c_char {
         -27 => c"SHMRING_ERR_NO_TETHER_LINE",
         -28 => c"SHMRING_ERR_BUFFER_TOO_SMALL",
         -29 => c"SHMRING_ERR_DESCRIPTORS",
+        -30 => c"SHMRING_ERR_NO_SPACE",
         _ => c"(unknown status)",
     };
     s.as_ptr()

@@ -3,7 +3,8 @@
 //! removed on drop ([`ShmName`]), the hostile peer that writes a ring by field
 //! ([`Peer`]), the one-write liveness matrix ([`matrix`]), and the checked record
 //! every cross-process test in every language writes and checks ([`record`]; the
-//! `ring-peer` program writes it).
+//! `ring-peer` program writes it), and a process with a small `/dev/shm` of its own
+//! ([`small_shm`]).
 //! The child supervisor ([`ChildGuard`]: killed and reaped on drop, even when a test
 //! panics) is the tools' own, from `shmring_host`, re-exported here for the suites.
 //!
@@ -15,6 +16,8 @@ pub mod matrix;
 pub mod peer;
 pub mod record;
 mod rng;
+#[cfg(not(loom))]
+pub mod small_shm;
 
 #[cfg(not(loom))]
 pub use peer::{Peer, Target};

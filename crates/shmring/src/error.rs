@@ -86,6 +86,20 @@ pub enum Error {
         "segment {0} was truncated by a peer; its mapping now reads zeros: create a new segment"
     )]
     Truncated(Name),
+    /// There is no room for the ring's memory where it lives ([`Room`]: `/dev/shm`
+    /// for a named ring; the memory this process may use for a memfd ring). A ring
+    /// reserves every page when it is created, so this comes at once from the call
+    /// that creates it, with the size needed, the room free and how to make more.
+    /// `later`: a page of a named ring that was not reserved (made by an older
+    /// release, or a peer gave pages back) could not be provided when it was
+    /// first touched; the mapping then reads zeros, as after [`Error::Truncated`].
+    #[error("ring {segment}: {}", no_space_words(*.needed, .room, *.later))]
+    NoSpace {
+        segment: Name,
+        needed: u64,
+        room: Room,
+        later: bool,
+    },
     /// A claim was taken from its producer (judged dead, or the ring was reset).
     #[error("ring {segment}: claim {seq} was abandoned (the ring was reset or this producer was judged dead)")]
     Abandoned { segment: Name, seq: u64 },
@@ -157,6 +171,60 @@ impl Occupant {
                 format!(" and is not a ring this library can use ({why}); it is left alone")
             }
         }
+    }
+}
+
+/// Where a ring's memory comes from, and how much of it is left (see
+/// [`Error::NoSpace`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Room {
+    /// `/dev/shm`, the tmpfs of named rings: `free` of `size` bytes.
+    ShmDir { free: u64, size: u64 },
+    /// The memory a memfd ring's pages are charged to: `free` bytes left under the
+    /// process's memory cgroup `limit`, or available on the system (no limit).
+    Memory { free: u64, limit: Option<u64> },
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+/// [`Error::NoSpace`] in words: what is missing, where, and how to make room.
+fn no_space_words(needed: u64, room: &Room, later: bool) -> String {
+    match (room, later) {
+        (Room::ShmDir { free, size }, false) => format!(
+            "not enough room in /dev/shm: the ring needs {}, /dev/shm has {} free of {}; \
+             make /dev/shm larger (Docker: `docker run --shm-size=...`, Compose: `shm_size`; \
+             Kubernetes: an emptyDir with `medium: Memory` and a `sizeLimit`, mounted at \
+             /dev/shm), or make the ring smaller",
+            mib(needed),
+            mib(*free),
+            mib(*size)
+        ),
+        (Room::ShmDir { free, size }, true) => format!(
+            "/dev/shm is full ({} free of {}): the kernel could not provide a page of this \
+             {} ring, which was not reserved when it was made (an older release made it, \
+             or a peer gave its pages back); its mapping now reads zeros: make room in \
+             /dev/shm (or make it larger) and create a new ring",
+            mib(*free),
+            mib(*size),
+            mib(needed)
+        ),
+        (Room::Memory { free, limit }, _) => format!(
+            "not enough memory for the ring: it needs {}, and {}; a memfd ring's pages \
+             count against the memory of the process that creates it (not /dev/shm, so \
+             Docker's --shm-size does not apply): raise its memory limit (Docker: \
+             `--memory`; Kubernetes: `resources.limits.memory`), or make the ring smaller",
+            mib(needed),
+            match limit {
+                Some(l) => format!(
+                    "this process's memory cgroup has {} left of its {} limit",
+                    mib(*free),
+                    mib(*l)
+                ),
+                None => format!("the system has {} available", mib(*free)),
+            }
+        ),
     }
 }
 

@@ -77,7 +77,7 @@ pub use address::{Address, Opened};
 #[cfg(not(loom))]
 pub use consumer::{Consumer, Frame, Health, RawFrame, SharedConsumer, SharedFrame};
 #[cfg(not(loom))]
-pub use error::{Error, Name, Occupant, Result};
+pub use error::{Error, Name, Occupant, Result, Room};
 #[cfg(not(loom))]
 pub use fields::{Field, FieldKind, Snapshot};
 #[cfg(not(loom))]

@@ -9,7 +9,7 @@ use rustix::fs::{MemfdFlags, Mode, SealFlags};
 use rustix::mm::ProtFlags;
 
 use super::mapping::Mapping;
-use super::{files, Backing, Config, Segment};
+use super::{files, reserve, Backing, Config, Segment};
 use crate::error::{os, Error, Result};
 use crate::layout::{Control, Geometry, CONTROL_SIZE, FLAG_EVENTFD, FLAG_LOCK_FILE};
 
@@ -37,7 +37,8 @@ fn shm_name(name: &str) -> Result<String> {
 
 impl Segment {
     /// Creates an anonymous segment backed by a memfd sealed against shrinking and
-    /// growing, with its lock file (a second sealed memfd that holds no bytes). Hand
+    /// growing, its memory reserved (a ring that does not fit is
+    /// [`Error::NoSpace`]), with its lock file (a second sealed memfd that holds no bytes). Hand
     /// producers every descriptor of [`Segment::descriptors`] (inherit them, or
     /// [`Segment::send`] them; a [`crate::Listener`] does it for you).
     pub fn create_memfd(name: &str, cfg: &Config) -> Result<Arc<Segment>> {
@@ -47,6 +48,7 @@ impl Segment {
         let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
             .map_err(|e| os("memfd_create", &label, e))?;
         rustix::fs::ftruncate(&fd, geo.total_size).map_err(|e| os("ftruncate", &label, e))?;
+        reserve::reserve(fd.as_fd(), geo.total_size, &label, reserve::Place::Memory)?;
         rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
             .map_err(|e| os("add seals", &label, e))?;
         let locks = rustix::fs::memfd_create(
@@ -71,7 +73,9 @@ impl Segment {
         Ok(Arc::new(seg))
     }
 
-    /// Creates a named segment (`/dev/shm/NAME`, mode 0600). It is unlinked when
+    /// Creates a named segment (`/dev/shm/NAME`, mode 0600), its memory reserved in
+    /// `/dev/shm` (a ring that does not fit there is [`Error::NoSpace`], and no
+    /// file is left). It is unlinked when
     /// this `Segment` is dropped, unless [`Segment::persist`] is called. Its lock
     /// file is the segment file itself (see [`Segment::descriptors`]).
     pub fn create_named(name: &str, cfg: &Config) -> Result<Arc<Segment>> {
@@ -95,6 +99,8 @@ impl Segment {
         };
         rustix::fs::ftruncate(&fd, geo.total_size)
             .map_err(|e| cleanup(os("ftruncate", &path, e)))?;
+        reserve::reserve(fd.as_fd(), geo.total_size, &path, reserve::Place::ShmDir)
+            .map_err(cleanup)?;
         let locks = files::register(fd, true, &path).map_err(cleanup)?;
         let mut seg = Self::map_file(
             Some(locks),

@@ -13,6 +13,7 @@ pub(crate) mod files;
 mod identity;
 mod mapping;
 mod read_only;
+mod reserve;
 
 pub use config::Config;
 pub use read_only::ReadOnlySegment;
@@ -194,8 +195,19 @@ impl Segment {
         }
     }
 
-    /// The error for a truncated segment (see [`Segment::truncated`]).
+    /// The error for a segment whose mapping faulted (see [`Segment::truncated`]):
+    /// [`Error::Truncated`] when its file is shorter than the ring; when it is
+    /// not, the kernel could not provide a page of it (a full `/dev/shm`):
+    /// [`Error::NoSpace`].
     pub(crate) fn truncated_error(&self) -> Error {
+        if self.backing != Backing::Memfd {
+            if let Ok(st) = rustix::fs::fstat(self.fd()) {
+                if st.st_size as u64 >= self.geo.total_size {
+                    let room = reserve::shm_room(self.fd());
+                    return reserve::no_space(&self.name, self.geo.total_size, room, true);
+                }
+            }
+        }
         Error::Truncated(self.label())
     }
 
