@@ -493,3 +493,51 @@ fn tether_mask_bits_past_the_last_line_are_repaired() {
     let mut producer = seg.producer().unwrap();
     records_flow(&owner, &mut producer, 1, 20);
 }
+
+/// Counters only the ring's consumer writes, scribbled by another process, are
+/// written back at its next audit (counted as a repair), so `stat` shows the
+/// consumer's counts, not the peer's.
+#[test]
+fn the_consumers_counters_a_peer_scribbled_are_repaired() {
+    let seg = Segment::create_memfd("bounds-counters", &small()).unwrap();
+    let owner = Consumer::with_options(seg.clone(), fast(Default::default())).unwrap();
+    let mut producer = seg.producer().unwrap();
+    for i in 0..5u64 {
+        producer.send(&payload(i), Meta::new(0, i as u32)).unwrap();
+        drop(owner.recv().unwrap());
+    }
+    let before = seg.stats();
+    assert_eq!(before.records_consumed, 5);
+    let peer = Peer::new(&seg);
+    let c = &peer.control().counters.0;
+    for f in [
+        &c.records_consumed,
+        &c.bytes_consumed,
+        &c.corruption,
+        &c.resets,
+        &c.peak_occupancy,
+    ] {
+        f.store(u64::MAX, Ordering::Relaxed);
+    }
+    peer.control()
+        .health
+        .0
+        .expired_claims
+        .store(7, Ordering::Relaxed);
+    let _ = owner.audit().unwrap();
+    let after = seg.stats();
+    assert_eq!(
+        (
+            after.records_consumed,
+            after.bytes_consumed,
+            after.resets,
+            after.expired_claims
+        ),
+        (5, before.bytes_consumed, 0, 0)
+    );
+    assert_eq!(after.peak_occupancy, before.peak_occupancy);
+    // The rewrites are the peer's doing, said as repairs (and corruption).
+    assert!(after.repairs > before.repairs);
+    assert!(after.corruption > 0 && after.corruption < 100);
+    records_flow(&owner, &mut producer, 100, 10);
+}

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::layout::{cursor_seq, seq_diff, ClaimState, RecordHeader, SEQ_MASK, UNIT};
-use crate::producer::{bump, Meta};
+use crate::producer::Meta;
 use crate::protocol::{is_forged, ConsumerCursor, Poll};
 use crate::slots;
 use crate::sync::Ordering;
@@ -176,8 +176,8 @@ impl Consumer {
                     // owner instead, as for any pending claim.
                     if parked.is_none() && self.unpoll_forged_commit(cur, seq) {
                         let h = &self.seg.control().health.0;
-                        bump(&h.forged_claims, 1);
-                        bump(&self.seg.control().counters.0.corruption, 1);
+                        self.count(&h.forged_claims, 1);
+                        self.count(&self.seg.control().counters.0.corruption, 1);
                         return Ok(Step::Wait);
                     }
                     let _ = self.release_in(cur, seq);
@@ -196,7 +196,7 @@ impl Consumer {
                     // One bad record in a ring whose claims still add up: skip it
                     // (counted), no reset, so the records after it are not lost.
                     if let Some(cc) = counters {
-                        bump(&cc.corruption, 1);
+                        self.count(&cc.corruption, 1);
                     }
                     let mut health = self.health.get();
                     health.last_corruption = Some(what);
@@ -216,7 +216,7 @@ impl Consumer {
                         self.publish(cur);
                         self.wake_producers(cur);
                     }
-                    bump(self.role.filtered(&self.seg), 1);
+                    self.count(self.role.filtered(&self.seg), 1);
                     return Ok(Step::Again);
                 }
                 if self.role.is_owner() {
@@ -230,8 +230,8 @@ impl Consumer {
                     }
                 }
                 let (records, bytes) = self.role.consumed(&self.seg);
-                bump(records, 1);
-                bump(bytes, h.len);
+                self.count(records, 1);
+                self.count(bytes, h.len);
                 // SAFETY: the payload follows the header inside the record (len <= room).
                 let ptr = unsafe { self.seg.data().add(((rec_off + 1) * UNIT) as usize) };
                 Ok(Step::Frame(RawFrame {
@@ -261,7 +261,7 @@ impl Consumer {
                     }
                 }
                 if let (Some(cc), true) = (counters, state != ClaimState::Abandoned) {
-                    bump(&cc.skipped_aborted, 1);
+                    self.count(&cc.skipped_aborted, 1);
                 }
                 self.publish(cur);
                 self.wake_producers(cur);
@@ -378,12 +378,12 @@ impl Consumer {
             if ConsumerCursor::abandon_at(&sh, w.seq, value) {
                 let h = &self.seg.control().health.0;
                 if !alive {
-                    bump(&self.seg.control().counters.0.abandoned, 1);
+                    self.count(&self.seg.control().counters.0.abandoned, 1);
                 } else if forged {
-                    bump(&h.forged_claims, 1);
-                    bump(&self.seg.control().counters.0.corruption, 1);
+                    self.count(&h.forged_claims, 1);
+                    self.count(&self.seg.control().counters.0.corruption, 1);
                 } else {
-                    bump(&h.expired_claims, 1);
+                    self.count(&h.expired_claims, 1);
                 }
                 let mut pins = self.pins.borrow_mut();
                 if orphan {
@@ -420,7 +420,7 @@ impl Consumer {
                         self.wake_producers(cur);
                     }
                     if owner {
-                        bump(&self.seg.control().health.0.stalled_claims, 1);
+                        self.count(&self.seg.control().health.0.stalled_claims, 1);
                     }
                     let mut h = self.health.get();
                     h.stalled_claims += 1;

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::layout::{cursor_pos, cursor_seq, pack_cursor, pos_diff, seq_diff, UNIT};
-use crate::producer::bump;
 use crate::protocol::ConsumerCursor;
 use crate::sync::Ordering;
 use crate::{slots, tether};
@@ -71,7 +70,7 @@ impl Consumer {
                 what,
             });
         }
-        bump(&self.seg.control().counters.0.corruption, 1);
+        self.count(&self.seg.control().counters.0.corruption, 1);
         if self.opts.auto_reset && cur.can_reset() {
             self.reset_cursor(cur, what);
             return Ok(Step::Again);
@@ -111,7 +110,7 @@ impl Consumer {
         };
         let lost = seq_diff(cursor_seq(w), cur.peek_seq);
         if lost <= self.seg.geometry().log_entries as u64 {
-            bump(&tether::counters(&self.seg, j).lost, lost);
+            self.count(&tether::counters(&self.seg, j).lost, lost);
         }
         cur.rebase(cursor_seq(w), cursor_pos(w));
         self.parked.borrow_mut().clear();
@@ -133,9 +132,7 @@ impl Consumer {
         let w = sh.write.load(Ordering::Relaxed);
         let ahead = pos_diff(cursor_pos(w), cur.peek_pos);
         let occ = (cur.held_units() + ahead.min(sh.cap_units)).min(sh.cap_units) * UNIT;
-        if occ > cc.peak_occupancy.load(Ordering::Relaxed) {
-            cc.peak_occupancy.store(occ, Ordering::Relaxed);
-        }
+        self.own.raise(&self.seg, &cc.peak_occupancy, occ);
     }
 
     /// Runs [`Consumer::audit`] if a liveness interval has passed since the last one.
@@ -162,8 +159,8 @@ impl Consumer {
         }
         let c = self.seg.control();
         let repair = |what: &'static str| {
-            bump(&c.health.0.repairs, 1);
-            bump(&c.counters.0.corruption, 1);
+            self.count(&c.health.0.repairs, 1);
+            self.count(&c.counters.0.corruption, 1);
             let mut h = self.health.get();
             h.last_corruption = Some(what);
             self.health.set(h);
@@ -217,6 +214,10 @@ impl Consumer {
         }
         if self.pins.borrow_mut().repair(&self.seg) {
             repair("pin table changed");
+        }
+        // Our counters as we counted them (a peer's writes there are rewritten).
+        if self.own.repair(&self.seg) > 0 {
+            repair("consumer counters changed");
         }
         // Records pinned for claims taken back: back once their holders settled
         // them or died.
@@ -284,7 +285,7 @@ impl Consumer {
         c.data.0.waiting.store(0, Ordering::Relaxed);
         c.data.0.need.store(0, Ordering::Relaxed);
         c.space.0.need.store(0, Ordering::Relaxed);
-        bump(&c.counters.0.resets, 1);
+        self.count(&c.counters.0.resets, 1);
         self.parked.borrow_mut().clear();
         self.pending.set(None);
         self.publish_oldest_pending();

@@ -5,6 +5,7 @@
 //! handed out between read and peek stay valid until released, in any order.
 
 mod claims;
+mod counters;
 mod frame;
 mod health;
 mod pins;
@@ -46,6 +47,8 @@ pub struct Consumer {
     pending: Cell<Option<Watched>>,
     /// Pending claims the peek cursor stepped over, oldest first.
     parked: RefCell<Vec<Watched>>,
+    /// The ring's consumer's counters (see `counters.rs`).
+    own: counters::OwnCounters,
     /// The records producers place around (the ring's consumer's; see `pins.rs`).
     pins: RefCell<Box<pins::Pins>>,
     /// When claims were first seen in flight (see `claims::ClaimClock`).
@@ -200,6 +203,7 @@ impl Consumer {
     fn with_role(seg: Arc<Segment>, role: Role, read: u64, opts: ConsumerOptions) -> Consumer {
         let cur = ConsumerCursor::new(seg.geometry().log_entries as usize, read);
         let resets = seg_resets(&seg);
+        let own = counters::OwnCounters::new(&seg);
         Consumer {
             seg,
             joined: Cell::new(role.is_owner()),
@@ -208,6 +212,7 @@ impl Consumer {
             opts,
             pending: Cell::new(None),
             parked: RefCell::new(Vec::with_capacity(PARKED_PREALLOC)),
+            own,
             pins: RefCell::new(Box::new(pins::Pins::new())),
             clock: RefCell::new(claims::ClaimClock::new()),
             found: Cell::new(false),
@@ -464,11 +469,16 @@ impl Consumer {
         Ok(moved)
     }
 
+    /// Adds `n` to a counter of ours (see `counters.rs`).
+    fn count(&self, field: &crate::sync::AtomicU64, n: u64) {
+        self.own.bump(&self.seg, field, n)
+    }
+
     /// A pin went: producers waiting for space, which may have been short of room
     /// around it, look again (the usual hysteresis does not see pins).
     fn pins_changed(&self) {
         if crate::wake::notify(&self.seg.control().space.0, true, None) {
-            crate::producer::bump(&self.seg.control().counters.0.wakes_sent, 1);
+            self.count(&self.seg.control().counters.0.wakes_sent, 1);
         }
     }
 
@@ -493,7 +503,7 @@ impl Consumer {
         if let crate::protocol::Poll::Skipped { .. } = cur.poll(&sh) {
             self.publish(cur);
             if let Some(cc) = self.role.counters(&self.seg) {
-                crate::producer::bump(&cc.placements, 1);
+                self.count(&cc.placements, 1);
             }
         }
     }

@@ -4,7 +4,6 @@
 use std::time::{Duration, Instant};
 
 use crate::layout::{cursor_pos, cursor_seq, pos_diff, seq_diff, ClaimState, SEQ_MASK};
-use crate::producer::bump;
 use crate::protocol::ConsumerCursor;
 use crate::sync::{fence, Ordering};
 use crate::{slots, tether, wake};
@@ -69,7 +68,7 @@ impl Consumer {
             tether::poke_consumer(&self.seg);
         }
         if let Some(cc) = self.role.counters(&self.seg) {
-            bump(&cc.waits, 1);
+            self.count(&cc.waits, 1);
         }
         // Woken or timed out, the caller looks again.
         match self.role.eventfd(&self.seg) {
@@ -126,7 +125,7 @@ impl Consumer {
         }
         if wake::notify(f, true, None) {
             f.need.store(0, Ordering::Relaxed);
-            bump(&self.seg.control().counters.0.wakes_sent, 1);
+            self.count(&self.seg.control().counters.0.wakes_sent, 1);
         }
     }
 
