@@ -89,6 +89,8 @@ test-hostile:
 	SHMRING_MATRIX=full $(CARGO) test --release -p shmring --test matrix
 	$(CARGO) build --release -p shmring-verify
 	./target/release/shmring-verify chaos --seconds $(CHAOS_SECONDS)
+	./target/release/shmring-verify hold --held 32 --retake --seconds 10
+	./target/release/shmring-verify hold --held 32 --retake --strict --seconds 10
 
 ## Both fuzz targets for FUZZ_SECONDS each, with the matrix's boundary values as a
 ## dictionary (needs cargo-fuzz and a nightly toolchain). Crashes land in fuzz/artifacts.

@@ -4,6 +4,8 @@
 //!
 //! * `chaos`: honest producers killed, stopped and stalled at random while three
 //!   readers log what they get; a checker proves the invariants over the logs.
+//! * `hold`: a meeting's traffic while other producers hold claims (and take new
+//!   ones when theirs are taken back): the rate kept, the longest gap.
 //! * `killstorm`: SIGKILL random producer processes at random moments.
 //! * `scribble`: a live process writes random bytes over the ring.
 //! * `forgeries`: one forgery per class of shared state; records must flow again.
@@ -17,6 +19,7 @@ mod child;
 mod common;
 mod crash;
 mod forgery;
+mod hold;
 mod killstorm;
 mod perms;
 mod scribble;
@@ -37,6 +40,8 @@ enum Cmd {
     /// Honest producers killed, stopped and stalled at random; a checker over the
     /// logs of the consumer, a tethered consumer and a tap proves the invariants.
     Chaos(chaos::Args),
+    /// A meeting's traffic while other producers hold claims: the rate kept.
+    Hold(hold::Args),
     /// SIGKILL random producer processes at random moments (many mid-reservation).
     Killstorm(killstorm::Args),
     /// A process scribbles random bytes over a live ring; the consumer must survive.
@@ -98,6 +103,7 @@ fn main() {
         Cmd::Chaos(a) => chaos::run(a),
         Cmd::ChildChaosProducer(a) => chaos::producer(a),
         Cmd::ChildChaosReader(a) => chaos::reader(a),
+        Cmd::Hold(a) => hold::run(a),
         Cmd::Killstorm(a) => killstorm::run(a),
         Cmd::Scribble(a) => scribble::run(a),
         Cmd::Forgeries(a) => forgery::run(a),
