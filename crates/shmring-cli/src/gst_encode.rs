@@ -49,6 +49,7 @@ use gst_video::prelude::*;
 use shmring::media::{kind, Format, MediaHeader};
 
 use crate::output::{FileReport, WriteCounters};
+use crate::recorder::{taken, MAX_PARTS};
 
 /// How long (capture time) a participant's first records wait for its other kind.
 pub const GRACE_NS: u64 = 500_000_000;
@@ -66,6 +67,9 @@ const ENCODER_WAIT: Duration = Duration::from_secs(60);
 /// How far the audio's samples may run from its capture timestamps before
 /// `audiorate` fills or drops (half a 25 fps frame).
 pub const AUDIO_TOLERANCE_NS: u64 = 20_000_000;
+/// Ticks per second of the video track's clock (the MPEG clock: every common
+/// frame rate is a whole number of ticks).
+const VIDEO_TIMESCALE: u32 = 90_000;
 /// AAC encoders in order of preference, then Opus.
 const AUDIO_ENCODERS: [&str; 4] = ["avenc_aac", "voaacenc", "fdkaacenc", "opusenc"];
 
@@ -248,6 +252,10 @@ impl Muxed {
         let pad = mux
             .request_pad_simple("video_%u")
             .ok_or_else(|| err("mp4mux gave no video pad"))?;
+        // The track's clock: mp4mux derives one from the nominal rate, which is 0
+        // (an unplayable track) for rates below 1 frame per second; frames are
+        // timed by their capture times anyway.
+        pad.set_property("trak-timescale", VIDEO_TIMESCALE);
         parse
             .static_pad("src")
             .expect("h264parse has a src pad")
@@ -570,6 +578,9 @@ pub struct Participant {
     dir: PathBuf,
     preset: &'static str,
     parts: u32,
+    /// Skip file names already taken (a stream id that left the recorder's table
+    /// and came back).
+    skip_taken: bool,
     state: State,
     /// Files whose tracks have all ended, waiting for the muxer to finish them.
     closing: Vec<Muxed>,
@@ -577,30 +588,34 @@ pub struct Participant {
 }
 
 impl Participant {
-    /// The files of stream id `id` in `dir`, encoded at x264 `preset`.
-    pub fn new(id: u32, dir: &Path, preset: &'static str) -> Participant {
+    /// The files of stream id `id` in `dir`, encoded at x264 `preset`
+    /// (`skip_taken`: file names already there are skipped, not replaced).
+    pub fn new(id: u32, dir: &Path, preset: &'static str, skip_taken: bool) -> Participant {
         Participant {
             id,
             dir: dir.to_path_buf(),
             preset,
             parts: 0,
+            skip_taken,
             state: State::Idle,
             closing: Vec::new(),
             files: Vec::new(),
         }
     }
 
-    /// Adds one record (`k` video or audio, validated `hd` over `payload`).
+    /// Adds one record (`k` video or audio, validated `hd` over `payload`);
+    /// false when it would start a file past [`MAX_PARTS`] (it is not taken).
     pub fn push(
         &mut self,
         k: u32,
         capture_ns: u64,
         hd: &MediaHeader,
         payload: &[u8],
-    ) -> io::Result<()> {
+    ) -> io::Result<bool> {
         self.poll_closing();
         loop {
             match &mut self.state {
+                State::Idle if self.parts >= MAX_PARTS => return Ok(false),
                 State::Idle => self.state = State::Pending(Pending::default()),
                 State::Pending(p) => {
                     let fits = |p: &Pending| match k {
@@ -632,10 +647,10 @@ impl Participant {
                     {
                         self.start()?;
                     }
-                    return Ok(());
+                    return Ok(true);
                 }
                 State::Recording(m) => match Self::add(m, k, capture_ns, hd, payload)? {
-                    Pushed::Written => return Ok(()),
+                    Pushed::Written => return Ok(true),
                     Pushed::NewPart => {
                         self.end_file();
                         continue;
@@ -678,12 +693,10 @@ impl Participant {
             return Ok(());
         }
         self.parts += 1;
-        let suffix = if self.parts == 1 {
-            String::new()
-        } else {
-            format!("-{}", self.parts)
-        };
-        let path = self.dir.join(format!("stream-{}{suffix}.mp4", self.id));
+        while self.skip_taken && self.parts < MAX_PARTS && taken(&self.part_name(self.parts)) {
+            self.parts += 1;
+        }
+        let path = self.part_name(self.parts);
         let t0 = p.records.iter().map(|r| r.capture_ns).min().unwrap_or(0);
         let mut m = Muxed::new(path, p.video, p.audio, t0, self.preset)?;
         // In capture order, so the muxer sees each track's records in time.
@@ -761,6 +774,21 @@ impl Participant {
 
     pub fn id(&self) -> u32 {
         self.id
+    }
+
+    /// No file open or being finished.
+    pub fn is_idle(&self) -> bool {
+        matches!(self.state, State::Idle) && self.closing.is_empty()
+    }
+
+    /// The name of the participant's file number `part` (1: no suffix).
+    fn part_name(&self, part: u32) -> PathBuf {
+        let suffix = if part == 1 {
+            String::new()
+        } else {
+            format!("-{part}")
+        };
+        self.dir.join(format!("stream-{}{suffix}.mp4", self.id))
     }
 
     /// The file being written, for error messages.

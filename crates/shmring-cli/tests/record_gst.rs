@@ -514,3 +514,139 @@ fn a_full_disk_stops_the_recording_and_leaves_a_playable_file() {
     assert_eq!(p[0].codec, "h264");
     assert!(p[0].frames >= 25, "a second of video at least: {p:?}");
 }
+
+/// Every `*.mp4` and `*.mp4.part` in `dir`, sorted.
+fn mp4s(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.to_string_lossy();
+            n.ends_with(".mp4") || n.ends_with(".mp4.part")
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// A producer of the recorder's ring that waits for space rather than drop.
+fn blocking_producer(ring: &Ring) -> (std::sync::Arc<Segment>, shmring::Producer) {
+    let seg = Segment::open_named(&ring.0).unwrap();
+    let mut p = seg.producer().unwrap();
+    p.set_policy(FullPolicy::Block(Duration::from_secs(30)));
+    (seg, p)
+}
+
+/// A video frame of `w`x`h` at `fps`, numbered by the producer.
+fn video_of(w: u32, h: u32, fps: (u32, u32)) -> Vec<u8> {
+    let hd = MediaHeader::video(Format::I420, w, h, 0, SEQUENCE_AUTO)
+        .unwrap()
+        .with_frame_rate(fps.0, fps.1)
+        .unwrap();
+    let mut b = vec![0x80u8; hd.payload_len()];
+    hd.write_to(&mut b).unwrap();
+    b
+}
+
+/// A stream whose frames alternate between two sizes makes at most the recorder's
+/// parts per stream, not a file per frame; the frames past them are counted, and
+/// every file it made plays.
+#[test]
+fn encode_bounds_its_files_per_stream() {
+    let ring = ring_name("gst-parts");
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = recorder(&ring, dir.path(), &[]);
+    let (seg, mut p) = blocking_producer(&ring);
+    let (a, b) = (video_of(64, 48, (30, 1)), video_of(96, 64, (30, 1)));
+    let t0 = shmring::now_ns();
+    for i in 0..300u64 {
+        let f = if i % 2 == 0 { &a } else { &b };
+        let ts = t0 + i * 33_333_333;
+        p.send(f, Meta::new(0, kind::VIDEO).with_timestamp(ts))
+            .unwrap();
+    }
+    p.end_stream(0, kind::VIDEO).unwrap();
+    drop((p, seg));
+    rec.signal(SIGINT);
+    let (done, err) = rec.finish("recorded");
+    let files = mp4s(dir.path());
+    let parts = done["parts_per_stream"].as_u64().expect("the bound");
+    assert_eq!(files.len() as u64, parts, "{err}");
+    let v = done["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == "video")
+        .unwrap();
+    assert_eq!(v["received"], parts, "one frame in each file: {err}");
+    assert_eq!(v["unsupported"], 300 - parts, "{err}");
+    for f in &files {
+        let got = probe(f).unwrap_or_else(|e| panic!("{e}\n{err}"));
+        assert_eq!((got[0].codec.as_str(), got[0].frames), ("h264", 1), "{f:?}");
+    }
+}
+
+/// Nominal frame rates outside 1/1000 to 1000 frames per second are refused by
+/// `--encode` (counted, said once); the bounds themselves and the other streams
+/// are recorded, and every file plays.
+#[test]
+fn encode_refuses_frame_rates_outside_its_bounds() {
+    let ring = ring_name("gst-rates");
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = recorder(&ring, dir.path(), &[]);
+    let (seg, mut p) = blocking_producer(&ring);
+    // Stream 0: 1/2147483647 fps; 1: 1/1001 fps; 2: the slowest, 1/1000; 3: the
+    // fastest, 1000/1; 4: 30/1.
+    let rates = [
+        (1, i32::MAX as u32),
+        (1, 1001),
+        (1, 1000),
+        (1000, 1),
+        (30, 1),
+    ];
+    let t0 = shmring::now_ns();
+    for i in 0..10u64 {
+        for (s, &fps) in rates.iter().enumerate() {
+            let ts = t0 + i * 40_000_000;
+            p.send(
+                &video_of(64, 48, fps),
+                Meta::new(s as u32, kind::VIDEO).with_timestamp(ts),
+            )
+            .unwrap();
+        }
+    }
+    for s in 0..rates.len() as u32 {
+        p.end_stream(s, kind::VIDEO).unwrap();
+    }
+    drop((p, seg));
+    rec.signal(SIGINT);
+    let (done, err) = rec.finish("recorded");
+    let video = |id: u64| {
+        done["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["kind"] == "video" && s["stream"] == id)
+            .unwrap_or_else(|| panic!("stream {id}: {err}"))
+            .clone()
+    };
+    for id in [0, 1] {
+        assert_eq!(video(id)["received"], 0, "{err}");
+        assert_eq!(video(id)["unsupported"], 10, "{err}");
+        assert!(!dir.path().join(format!("stream-{id}.mp4")).exists());
+    }
+    for id in [2, 3, 4] {
+        assert_eq!(video(id)["received"], 10, "{err}");
+        let got = probe(&dir.path().join(format!("stream-{id}.mp4")))
+            .unwrap_or_else(|e| panic!("{e}\n{err}"));
+        assert_eq!(
+            (got[0].codec.as_str(), got[0].frames),
+            ("h264", 10),
+            "stream {id}: {got:?}"
+        );
+    }
+    assert_eq!(mp4s(dir.path()).len(), 3, "{err}");
+    assert!(!err.contains("CRITICAL"), "{err}");
+    let said = err.lines().filter(|l| l.contains("frame rate")).count();
+    assert_eq!(said, 1, "said once: {err}");
+}

@@ -117,6 +117,8 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     .map_err(|m| fail(1, m))?;
     let cfg = usable_ring_config(a.capacity_mib)?;
     let src = source::open(&a, &cfg)?;
+    let seg = src.seg.clone();
+    rec.set_liveness(move |slot| seg.producer_alive(slot));
     let consumer = source::consumer(&a, &src.seg, &stop)?;
     source::announce(&src, &consumer, a.ready_file.as_deref())?;
 

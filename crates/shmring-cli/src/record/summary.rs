@@ -8,7 +8,7 @@ use shmring::{Stats, TetherInfo};
 
 use super::source::Source;
 use super::{emit, handoff_json, Read};
-use crate::recorder::{StreamReport, Summary};
+use crate::recorder::{StreamReport, Summary, MAX_STREAMS, STREAMS_PER_SLOT};
 use crate::{mb, procinfo};
 
 /// The run's figures, taken when the receiving ended.
@@ -107,7 +107,7 @@ fn print_head(e: &mut impl Write, src: &Source, t: &Totals) {
 fn print_stream(e: &mut impl Write, s: &StreamReport) {
     let _ = writeln!(
         e,
-        "  {} stream {}: {} records, {} lost upstream, {} malformed{}",
+        "  {} stream {}: {} records, {} lost upstream, {} malformed{}{}",
         s.kind,
         s.stream,
         s.received,
@@ -115,6 +115,11 @@ fn print_stream(e: &mut impl Write, s: &StreamReport) {
         s.malformed,
         if s.restarts > 0 {
             format!(", sequence restarted {} times", s.restarts)
+        } else {
+            String::new()
+        },
+        if s.foreign > 0 {
+            format!(", {} foreign", s.foreign)
         } else {
             String::new()
         }
@@ -147,6 +152,37 @@ fn print_tail(e: &mut impl Write, src: &Source, summary: &Summary, t: &Totals, c
             "  {} malformed media headers skipped (first: {})",
             summary.malformed,
             summary.first_malformed.as_deref().unwrap_or("?")
+        );
+    }
+    if summary.refused_foreign > 0 {
+        let _ = writeln!(
+            e,
+            "  {} records refused as foreign: another producer slot wrote to a stream that \
+             belongs to a live one (counted per stream)",
+            summary.refused_foreign
+        );
+    }
+    if summary.refused_streams > 0 {
+        let _ = writeln!(
+            e,
+            "  {} records of streams refused for lack of room ({} streams per producer slot, \
+             {} in all)",
+            summary.refused_streams, STREAMS_PER_SLOT, MAX_STREAMS
+        );
+    }
+    if summary.streams_unlisted > 0 {
+        let _ = writeln!(
+            e,
+            "  {} more streams ended and left the table without being listed here",
+            summary.streams_unlisted
+        );
+    }
+    if summary.unattributed > 0 {
+        let _ = writeln!(
+            e,
+            "  {} records refused: their claim named no producer slot when read (the ring's \
+             claim log was written by a peer)",
+            summary.unattributed
         );
     }
     if t.st.abandoned > 0 {

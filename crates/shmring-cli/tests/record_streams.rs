@@ -1,0 +1,148 @@
+//! `shmring record` against producers that lie about streams: a stream belongs to
+//! the producer slot that started it, and each slot has room of its own. The
+//! producers here are in this process, one slot each (`Segment::producer`).
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+use shmring::media::{kind, Format, MediaHeader, SEQUENCE_AUTO};
+use shmring::{FullPolicy, Meta, Producer, Segment};
+
+const SIGINT: i32 = 2;
+
+/// `shmring record --create RING --out DIR`, ready.
+fn recorder(ring: &Ring, dir: &Path) -> Proc {
+    let out = dir.to_str().unwrap();
+    let p = Proc::spawn(&["record", "--create", &ring.0, "--out", out]);
+    p.expect("ready");
+    p
+}
+
+/// A producer of `seg` that waits for space rather than drop.
+fn producer(seg: &std::sync::Arc<Segment>) -> Producer {
+    let mut p = seg.producer().expect("a producer slot");
+    p.set_policy(FullPolicy::Block(Duration::from_secs(30)));
+    p
+}
+
+/// 10 ms of 48 kHz stereo, numbered by the producer.
+fn packet() -> Vec<u8> {
+    let hd = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, 0, SEQUENCE_AUTO).unwrap();
+    let mut b = vec![0u8; hd.payload_len()];
+    hd.write_to(&mut b).unwrap();
+    b
+}
+
+/// A 64x48 I420 frame, numbered by the producer.
+fn frame() -> Vec<u8> {
+    let hd = MediaHeader::video(Format::I420, 64, 48, 0, SEQUENCE_AUTO).unwrap();
+    let mut b = vec![0x80u8; hd.payload_len()];
+    hd.write_to(&mut b).unwrap();
+    b
+}
+
+/// The summary's entry for `kind` stream `id`.
+fn stream<'a>(done: &'a Value, k: &str, id: u64) -> &'a Value {
+    done["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == k && s["stream"] == id)
+        .unwrap_or_else(|| panic!("no {k} stream {id} in {done}"))
+}
+
+/// Another producer's 300 end-of-stream records on a stream it did not start
+/// (interleaved with the stream's own packets) are refused and counted: the
+/// stream's owner keeps one file with every packet, and the message names the
+/// slot that sent them.
+#[test]
+fn ends_from_another_slot_are_refused_and_counted() {
+    let ring = ring_name("forged-ends");
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = recorder(&ring, dir.path());
+    let seg = Segment::open_named(&ring.0).unwrap();
+    let (mut owner, mut forger) = (producer(&seg), producer(&seg));
+    let pcm = packet();
+    for _ in 0..300 {
+        owner.send(&pcm, Meta::new(0, kind::AUDIO)).unwrap();
+        forger.end_stream(0, kind::AUDIO).unwrap();
+    }
+    owner.send(&pcm, Meta::new(0, kind::AUDIO)).unwrap();
+    owner.end_stream(0, kind::AUDIO).unwrap();
+    let forger_slot = forger.slot();
+    // The producers stay attached until the recorder has read everything: a
+    // stream whose owner is gone passes to the next slot that writes it.
+    rec.signal(SIGINT);
+    let (done, err) = rec.finish("recorded");
+    drop((owner, forger, seg));
+    let s = stream(&done, "audio", 0);
+    assert_eq!(s["received"], 301, "every packet of the owner: {err}");
+    assert_eq!(s["ends"], 1, "the owner's own end: {err}");
+    assert_eq!(s["foreign"], 300, "{err}");
+    assert_eq!(done["refused_foreign"], 300, "{err}");
+    let files = s["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{err}");
+    assert_eq!(files[0]["units"], 301 * 480);
+    assert!(dir.path().join("audio-0.wav").exists());
+    assert!(!dir.path().join("audio-0-2.wav").exists());
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("shmring record: refused"))
+        .collect();
+    assert_eq!(said.len(), 1, "said once: {err}");
+    assert!(
+        said[0].contains(&format!("slot {forger_slot}")),
+        "names the slot that sent them: {err}"
+    );
+}
+
+/// One producer starting 200 stream ids uses its own room only: a producer that
+/// starts later is still recorded, and the streams refused are counted.
+#[test]
+fn one_slots_junk_streams_leave_room_for_others() {
+    let ring = ring_name("junk-ids");
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = recorder(&ring, dir.path());
+    let seg = Segment::open_named(&ring.0).unwrap();
+    let mut junk = producer(&seg);
+    let pcm = packet();
+    for id in 1000..1200 {
+        junk.send(&pcm, Meta::new(id, kind::AUDIO)).unwrap();
+    }
+    let mut late = producer(&seg);
+    let v = frame();
+    for _ in 0..10 {
+        late.send(&v, Meta::new(0, kind::VIDEO)).unwrap();
+        late.send(&pcm, Meta::new(0, kind::AUDIO)).unwrap();
+    }
+    late.end_stream(0, kind::VIDEO).unwrap();
+    late.end_stream(0, kind::AUDIO).unwrap();
+    rec.signal(SIGINT);
+    let (done, err) = rec.finish("recorded");
+    drop((junk, late, seg));
+    assert_eq!(stream(&done, "video", 0)["received"], 10, "{err}");
+    assert_eq!(stream(&done, "audio", 0)["received"], 10, "{err}");
+    let room = done["streams_per_slot"]
+        .as_u64()
+        .expect("the room per slot");
+    assert!(room < 200);
+    assert_eq!(done["refused_streams"], 200 - room, "{err}");
+    let junk_streams = done["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["stream"].as_u64().unwrap() >= 1000)
+        .count() as u64;
+    assert_eq!(junk_streams, room, "{err}");
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.contains("new streams refused"))
+            .count(),
+        1,
+        "said once: {err}"
+    );
+}
