@@ -293,8 +293,14 @@ impl Drop for Segment {
         unsafe {
             let _ = rustix::mm::munmap(self.base.as_ptr().cast(), self.len);
         }
+        // Only while the name is still this ring's file: a file that replaced it
+        // (removed by `shmring rm`, then made again by another recorder) is left
+        // alone.
         if self.backing == (Backing::Named { created: true })
             && !self.persist.load(std::sync::atomic::Ordering::Relaxed)
+            && attach::named_file(&self.name).is_ok_and(|st| {
+                Some(files::key_of_stat(&st)) == self.locks.as_ref().map(|l| l.key())
+            })
         {
             let _ = rustix::shm::unlink(self.name.as_str());
         }
