@@ -14,7 +14,11 @@
 //! audio's capture timestamps, filling a gap with silence and dropping an overlap
 //! past [`AUDIO_TOLERANCE_NS`], so an audio device whose clock runs apart from the
 //! capture clock does not drift from the video over a long meeting. The header's
-//! nominal frame rate goes into the caps (0/1 when variable).
+//! nominal frame rate goes into the caps (0/1 when variable). Two things players
+//! do are made up for: they play the AAC encoder's priming (the muxer writes no
+//! edit list), so audio goes into the encoder that much ahead of its capture time
+//! ([`AUDIO_ENCODERS`]); and the muxer starts every track at the file's start, so
+//! a video that starts after its audio has its first frame shown from there.
 //!
 //! **Tracks.** The muxer needs every track before it writes, so a participant's
 //! first records are kept (copied) until both kinds have arrived, or for
@@ -70,8 +74,17 @@ pub const AUDIO_TOLERANCE_NS: u64 = 20_000_000;
 /// Ticks per second of the video track's clock (the MPEG clock: every common
 /// frame rate is a whole number of ticks).
 const VIDEO_TIMESCALE: u32 = 90_000;
-/// AAC encoders in order of preference, then Opus.
-const AUDIO_ENCODERS: [&str; 4] = ["avenc_aac", "voaacenc", "fdkaacenc", "opusenc"];
+/// AAC encoders in order of preference, then Opus, each with the priming it puts
+/// before the first sample it is given, in samples: players play it (mp4mux
+/// writes no edit list to skip it), so the video is put that much later to stay
+/// with the audio. Measured for `avenc_aac` and `voaacenc` (at 44.1 and 48 kHz);
+/// `fdkaacenc` unmeasured (0: not corrected); Opus's pre-skip is in the file.
+const AUDIO_ENCODERS: [(&str, u64); 4] = [
+    ("avenc_aac", 1024),
+    ("voaacenc", 1600),
+    ("fdkaacenc", 0),
+    ("opusenc", 0),
+];
 
 fn err(what: impl std::fmt::Display) -> io::Error {
     io::Error::other(format!("GStreamer encoder: {what}"))
@@ -142,6 +155,8 @@ struct AudioTrack {
     /// A pool of packet-sized buffers, made for the first packet's size.
     pool: Option<(usize, gst::BufferPool)>,
     ended: bool,
+    /// What the encoder puts before the first sample (see [`AUDIO_ENCODERS`]).
+    priming: gst::ClockTime,
 }
 
 /// One MP4 being written.
@@ -298,13 +313,17 @@ impl Muxed {
         rate.set_property("tolerance", AUDIO_TOLERANCE_NS);
         let convert = make("audioconvert")?;
         let resample = make("audioresample")?;
-        let enc = AUDIO_ENCODERS
+        let (enc, priming) = AUDIO_ENCODERS
             .iter()
-            .find_map(|n| gst::ElementFactory::make(n).build().ok())
+            .find_map(|(n, priming)| {
+                let e = gst::ElementFactory::make(n).build().ok()?;
+                Some((e, *priming))
+            })
             .ok_or_else(|| {
+                let names: Vec<&str> = AUDIO_ENCODERS.iter().map(|(n, _)| *n).collect();
                 err(format!(
                     "no AAC or Opus encoder ({}): install gstreamer1.0-libav",
-                    AUDIO_ENCODERS.join(", ")
+                    names.join(", ")
                 ))
             })?;
         let chain = [appsrc.upcast_ref(), &rate, &convert, &resample, &enc];
@@ -322,6 +341,9 @@ impl Muxed {
             shape,
             pool: None,
             ended: false,
+            priming: gst::ClockTime::SECOND
+                .mul_div_round(priming, shape.rate as u64)
+                .unwrap_or(gst::ClockTime::ZERO),
         })
     }
 
@@ -389,6 +411,25 @@ impl Muxed {
             }
         }
         let mut buffer = frame.into_buffer();
+        // The muxer starts every track at the file's start: a first frame captured
+        // after it (its participant's audio came first) is shown from the start,
+        // as a player shows a first frame, so that every frame keeps its time.
+        if v.last.is_none() {
+            if pts < MIN_FRAME_GAP {
+                pts = gst::ClockTime::ZERO;
+            } else {
+                let mut lead = buffer.copy();
+                {
+                    let b = lead.get_mut().expect("a new copy is ours");
+                    b.set_pts(gst::ClockTime::ZERO);
+                    b.set_duration(pts);
+                }
+                v.appsrc
+                    .push_buffer(lead)
+                    .map_err(|e| err(format!("the video encoder stopped ({e:?})")))?;
+                v.last = Some((gst::ClockTime::ZERO, pts));
+            }
+        }
         // Frames keep their order, a track tick apart at least: a capture time at or
         // before the previous one (a producer that started again), or within
         // [`MIN_FRAME_GAP`] of it (a late producer catching up), is moved after it,
@@ -421,11 +462,31 @@ impl Muxed {
     }
 
     fn push_audio(&mut self, capture_ns: u64, hd: &MediaHeader, payload: &[u8]) -> io::Result<()> {
-        let pts = self.pts(capture_ns);
         let a = self.audio.as_mut().expect("checked by the caller");
+        let rate = a.shape.rate as u64;
+        // The encoder's priming plays before the first sample given: each sample
+        // goes in that much earlier than it was captured, so it plays when it was
+        // captured; the samples that would go in before the file's start are cut.
+        let at = (capture_ns as i128 - self.t0 as i128 - a.priming.nseconds() as i128)
+            .max(i64::MIN as i128);
+        let skip = if at < 0 {
+            ((-at) as u128 * rate as u128).div_ceil(1_000_000_000) as usize
+        } else {
+            0
+        };
+        if skip >= hd.samples as usize {
+            return Ok(());
+        }
+        let pts = gst::ClockTime::from_nseconds(
+            (at + (skip as u128 * 1_000_000_000 / rate as u128) as i128).max(0) as u64,
+        );
         let plane = hd.plane(payload, 0);
         let samples = hd.plane_table()[0];
-        let (frame, bytes) = (samples.row_bytes() as usize, samples.bytes() as usize);
+        let frame = samples.row_bytes() as usize;
+        let (count, bytes) = (
+            hd.samples as usize - skip,
+            (hd.samples as usize - skip) * frame,
+        );
         if a.pool.is_none() {
             let pool = gst::BufferPool::new();
             let mut config = pool.config();
@@ -444,23 +505,21 @@ impl Muxed {
                 let mut map = b.map_writable().map_err(err)?;
                 let stride = hd.stride[0] as usize;
                 if stride == frame {
-                    map.copy_from_slice(&plane[..bytes]);
+                    map.copy_from_slice(&plane[skip * frame..skip * frame + bytes]);
                 } else {
-                    for s in 0..hd.samples as usize {
-                        map[s * frame..(s + 1) * frame]
-                            .copy_from_slice(&plane[s * stride..s * stride + frame]);
+                    for s in 0..count {
+                        let from = (skip + s) * stride;
+                        map[s * frame..(s + 1) * frame].copy_from_slice(&plane[from..from + frame]);
                     }
                 }
             }
             b.set_pts(pts);
-            b.set_duration(
-                gst::ClockTime::SECOND.mul_div_floor(hd.samples as u64, a.shape.rate as u64),
-            );
+            b.set_duration(gst::ClockTime::SECOND.mul_div_floor(count as u64, rate));
         }
         a.appsrc
             .push_buffer(buffer)
             .map_err(|e| err(format!("the audio encoder stopped ({e:?})")))?;
-        self.samples += hd.samples as u64;
+        self.samples += count as u64;
         self.check()
     }
 
