@@ -35,13 +35,16 @@
 //! **Copies.** The recorder is the ring's consumer and releases each record when
 //! it returns, while the encoder keeps frames for its look-ahead: each frame is
 //! copied once, from the ring into a buffer of a pool the encoder reads. The video
-//! input queue is bounded ([`VIDEO_QUEUE`] of media, at most [`VIDEO_QUEUE_BYTES`]):
-//! a slow encoder makes the recorder wait, as a full pipe did. It holds half a second,
-//! not a few frames, because the muxer waits for both tracks: while the recorder
-//! waits for a participant's video encoder, that participant's audio stays in the
-//! ring behind the frame it waits to push, and the encoder, blocked by the muxer,
-//! waits for that audio. Half a second of video is far more than audio ever lags behind
-//! it (the AAC encoder's delay and the producers' order, tens of milliseconds).
+//! input queue is bounded (two seconds of frames, at most [`VIDEO_QUEUE_BYTES`])
+//! and a live frame never waits for it: one that finds it full is dropped,
+//! counted (the stream's `dropped`) and said once per participant, so an encoder
+//! that falls behind (too many participants for the cores, a starved host) costs
+//! frames of its own file, never the ring: the recorder keeps reading, and
+//! producers never find the ring full because of it. (Frames stamped ahead of the
+//! clock, written faster than real time by a producer that can wait, wait for the
+//! encoder while it takes frames.) The queue holds seconds, not a few frames,
+//! because the muxer waits for both tracks: far more than audio ever lags behind
+//! video (the AAC encoder's delay and the producers' order, tens of milliseconds).
 //! Audio is small and queues unbounded.
 
 use std::io;
@@ -59,13 +62,14 @@ use crate::recorder::{taken, MAX_PARTS};
 pub const GRACE_NS: u64 = 500_000_000;
 /// Most bytes kept while waiting (a hostile producer cannot make the recorder keep more).
 const GRACE_BYTES: usize = 64 << 20;
-/// Video queued for the encoder (in capture time) before the recorder waits.
-const VIDEO_QUEUE: gst::ClockTime = gst::ClockTime::from_mseconds(500);
 /// At most this many bytes of it.
 const VIDEO_QUEUE_BYTES: u64 = 64 << 20;
 /// Least time between two frames' timestamps (several ticks of the MP4 track's
 /// time scale, so two frames never round to one time).
 const MIN_FRAME_GAP: gst::ClockTime = gst::ClockTime::from_mseconds(1);
+/// How long the video encoder may take no frame before a frame that waits for it
+/// is dropped (see [`Muxed::room_for_video`]).
+const ENCODER_STUCK: Duration = Duration::from_secs(1);
 /// Longest wait for the encoder to take a frame, or to finish a file.
 const ENCODER_WAIT: Duration = Duration::from_secs(60);
 /// How far the audio's samples may run from its capture timestamps before
@@ -91,19 +95,30 @@ fn err(what: impl std::fmt::Display) -> io::Error {
 }
 
 fn make(name: &str) -> io::Result<gst::Element> {
-    gst::ElementFactory::make(name).build().map_err(|_| {
-        err(format!(
-            "element {name} is missing (install the GStreamer plugin sets: base, good, bad, ugly, libav)"
-        ))
-    })
+    gst::ElementFactory::make(name)
+        .build()
+        .map_err(|_| missing(name))
 }
 
 /// What a record adds to a participant's file.
-pub enum Pushed {
+enum Pushed {
     Written,
+    /// A video frame the encoder had no room for: dropped.
+    Dropped,
     /// The record ended the file (a new kind, or a new format): the caller finishes
     /// it and gives the record to the next part.
     NewPart,
+}
+
+/// What became of a record given to a participant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// In its file (or kept until its file starts).
+    Yes,
+    /// A video frame its encoder had no room for: dropped, counted.
+    Dropped,
+    /// It would start a file past [`MAX_PARTS`]: not taken.
+    NoParts,
 }
 
 /// The video track's shape: what must stay the same within one file.
@@ -147,6 +162,9 @@ struct VideoTrack {
     /// PTS and duration of the last frame pushed.
     last: Option<(gst::ClockTime, gst::ClockTime)>,
     ended: bool,
+    /// The queue's level (bytes) when the encoder was found to take no frame: it
+    /// is taken as stuck until the level goes below.
+    stuck_at: Option<u64>,
 }
 
 struct AudioTrack {
@@ -170,6 +188,8 @@ struct Muxed {
     path: PathBuf,
     frames: u64,
     samples: u64,
+    /// Video frames dropped: the encoder's queue was full.
+    dropped: u64,
     failed: Option<String>,
 }
 
@@ -205,6 +225,19 @@ impl Muxed {
             Some(shape) => Some(Self::audio_track(&pipeline, &mux, shape)?),
             None => None,
         };
+        // Every thread of the pipeline (and x264's, which inherit it) runs below
+        // the thread that reads the ring, so encoders that fall behind take what
+        // CPU is left and drop frames, and never slow the reading.
+        if let Some(bus) = pipeline.bus() {
+            bus.set_sync_handler(|_, m| {
+                if let gst::MessageView::StreamStatus(s) = m.view() {
+                    if s.type_() == gst::StreamStatusType::Enter {
+                        lower_this_thread();
+                    }
+                }
+                gst::BusSyncReply::Pass
+            });
+        }
         pipeline.set_state(gst::State::Playing).map_err(err)?;
         Ok(Muxed {
             pipeline,
@@ -215,6 +248,7 @@ impl Muxed {
             path,
             frames: 0,
             samples: 0,
+            dropped: 0,
             failed: None,
         })
     }
@@ -241,9 +275,17 @@ impl Muxed {
             .build()
             .map_err(err)?;
         let caps = info.to_caps().map_err(err)?;
+        // Two seconds of frames at the nominal rate (of a variable rate: at 30
+        // fps), never fewer than 60: an encoder descheduled for a moment on a busy
+        // host loses nothing, and a participant's first records (half a second)
+        // go in at once.
+        let max_frames = match shape.fps {
+            (0, _) => 60,
+            (n, d) => (2 * n as u64).div_ceil(d.max(1) as u64).max(60),
+        };
         let appsrc = timed_source(&caps)
             .max_bytes(VIDEO_QUEUE_BYTES)
-            .max_time(Some(VIDEO_QUEUE))
+            .max_buffers(max_frames)
             .build();
         let enc = make("x264enc")?;
         // Constant quality 20 at the preset (veryfast by default), as `ffmpeg -crf
@@ -288,6 +330,7 @@ impl Muxed {
             pool: pool.upcast(),
             last: None,
             ended: false,
+            stuck_at: None,
         })
     }
 
@@ -319,13 +362,7 @@ impl Muxed {
                 let e = gst::ElementFactory::make(n).build().ok()?;
                 Some((e, *priming))
             })
-            .ok_or_else(|| {
-                let names: Vec<&str> = AUDIO_ENCODERS.iter().map(|(n, _)| *n).collect();
-                err(format!(
-                    "no AAC or Opus encoder ({}): install gstreamer1.0-libav",
-                    names.join(", ")
-                ))
-            })?;
+            .ok_or_else(no_audio_encoder)?;
         let chain = [appsrc.upcast_ref(), &rate, &convert, &resample, &enc];
         pipeline.add_many(chain).map_err(err)?;
         gst::Element::link_many(chain).map_err(err)?;
@@ -368,31 +405,73 @@ impl Muxed {
         gst::ClockTime::from_nseconds(capture_ns.saturating_sub(self.t0))
     }
 
-    fn push_video(&mut self, capture_ns: u64, hd: &MediaHeader, payload: &[u8]) -> io::Result<()> {
-        let mut pts = self.pts(capture_ns);
+    /// Is there room in the video encoder's queue for a frame captured at
+    /// `capture_ns`? A live frame (captured by now) never waits: waiting would
+    /// only make every record behind it later, and hold the ring; it finds room or
+    /// is dropped. A frame stamped ahead of the clock (records written faster than
+    /// real time, which can wait) waits while the encoder takes frames, and is
+    /// dropped once it takes none for [`ENCODER_STUCK`] with the audio queue
+    /// empty (its muxer waiting for audio, which is in the ring behind this
+    /// frame), as are the frames after it until it takes one again.
+    fn room_for_video(&mut self, capture_ns: u64) -> io::Result<bool> {
+        let live = capture_ns <= shmring::now_ns();
         let v = self.video.as_mut().expect("checked by the caller");
-        // Bounded queue: wait for the encoder (and watch for its errors).
-        let since = Instant::now();
-        while v.appsrc.current_level_bytes() + v.info.size() as u64 > VIDEO_QUEUE_BYTES
-            || v.appsrc
-                .current_level_time()
-                .unwrap_or(gst::ClockTime::ZERO)
-                >= VIDEO_QUEUE
-        {
-            if let Some(bus) = self.pipeline.bus() {
-                if let Some(m) = bus.timed_pop_filtered(
-                    gst::ClockTime::from_mseconds(2),
-                    &[gst::MessageType::Error],
-                ) {
-                    if let gst::MessageView::Error(e) = m.view() {
-                        self.failed = Some(e.error().to_string());
-                    }
-                    return self.check();
-                }
+        let size = v.info.size() as u64;
+        let full = |v: &VideoTrack| {
+            v.appsrc.current_level_bytes() + size > VIDEO_QUEUE_BYTES
+                || v.appsrc.current_level_buffers() >= v.appsrc.max_buffers()
+        };
+        if !full(v) {
+            v.stuck_at = None;
+            return Ok(true);
+        }
+        if live {
+            return self.check().map(|()| false);
+        }
+        let (mut level, mut moved) = (v.appsrc.current_level_bytes(), Instant::now());
+        if let Some(at) = v.stuck_at {
+            if level >= at {
+                return self.check().map(|()| false);
             }
-            if since.elapsed() > ENCODER_WAIT {
+        }
+        loop {
+            self.check()?;
+            // The muxer waits for audio that has not come: it is in the ring,
+            // behind this frame.
+            let starved = self
+                .audio
+                .as_ref()
+                .is_some_and(|a| !a.ended && a.appsrc.current_level_buffers() == 0);
+            let v = self.video.as_mut().expect("checked by the caller");
+            if !full(v) {
+                v.stuck_at = None;
+                return Ok(true);
+            }
+            let now = v.appsrc.current_level_bytes();
+            if now < level {
+                (level, moved) = (now, Instant::now());
+            } else if starved && moved.elapsed() >= ENCODER_STUCK {
+                v.stuck_at = Some(now);
+                return Ok(false);
+            } else if moved.elapsed() >= ENCODER_WAIT {
                 return Err(err("the video encoder took no frame for 60 s"));
             }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Pushes a frame to the encoder; false when its queue was full (the frame is
+    /// dropped and counted).
+    fn push_video(
+        &mut self,
+        capture_ns: u64,
+        hd: &MediaHeader,
+        payload: &[u8],
+    ) -> io::Result<bool> {
+        let mut pts = self.pts(capture_ns);
+        if !self.room_for_video(capture_ns)? {
+            self.dropped += 1;
+            return Ok(false);
         }
         let v = self.video.as_mut().expect("checked by the caller");
         let buffer = v.pool.acquire_buffer(None).map_err(err)?;
@@ -458,7 +537,7 @@ impl Muxed {
             .push_buffer(buffer)
             .map_err(|e| err(format!("the video encoder stopped ({e:?})")))?;
         self.frames += 1;
-        self.check()
+        self.check().map(|()| true)
     }
 
     fn push_audio(&mut self, capture_ns: u64, hd: &MediaHeader, payload: &[u8]) -> io::Result<()> {
@@ -643,6 +722,8 @@ pub struct Participant {
     state: State,
     /// Files whose tracks have all ended, waiting for the muxer to finish them.
     closing: Vec<Muxed>,
+    /// Video frames dropped in files no longer being written.
+    dropped_before: u64,
     files: Vec<FileReport>,
 }
 
@@ -658,23 +739,23 @@ impl Participant {
             skip_taken,
             state: State::Idle,
             closing: Vec::new(),
+            dropped_before: 0,
             files: Vec::new(),
         }
     }
 
-    /// Adds one record (`k` video or audio, validated `hd` over `payload`);
-    /// false when it would start a file past [`MAX_PARTS`] (it is not taken).
+    /// Adds one record (`k` video or audio, validated `hd` over `payload`).
     pub fn push(
         &mut self,
         k: u32,
         capture_ns: u64,
         hd: &MediaHeader,
         payload: &[u8],
-    ) -> io::Result<bool> {
+    ) -> io::Result<Taken> {
         self.poll_closing();
         loop {
             match &mut self.state {
-                State::Idle if self.parts >= MAX_PARTS => return Ok(false),
+                State::Idle if self.parts >= MAX_PARTS => return Ok(Taken::NoParts),
                 State::Idle => self.state = State::Pending(Pending::default()),
                 State::Pending(p) => {
                     let fits = |p: &Pending| match k {
@@ -706,10 +787,11 @@ impl Participant {
                     {
                         self.start()?;
                     }
-                    return Ok(true);
+                    return Ok(Taken::Yes);
                 }
                 State::Recording(m) => match Self::add(m, k, capture_ns, hd, payload)? {
-                    Pushed::Written => return Ok(true),
+                    Pushed::Written => return Ok(Taken::Yes),
+                    Pushed::Dropped => return Ok(Taken::Dropped),
                     Pushed::NewPart => {
                         self.end_file();
                         continue;
@@ -729,7 +811,9 @@ impl Participant {
         match k {
             kind::VIDEO => match &m.video {
                 Some(v) if !v.ended && v.shape == video_shape(hd) => {
-                    m.push_video(capture_ns, hd, payload)?
+                    if !m.push_video(capture_ns, hd, payload)? {
+                        return Ok(Pushed::Dropped);
+                    }
                 }
                 _ => return Ok(Pushed::NewPart),
             },
@@ -797,6 +881,7 @@ impl Participant {
     fn end_file(&mut self) {
         if let State::Recording(mut m) = std::mem::replace(&mut self.state, State::Idle) {
             m.end_all();
+            self.dropped_before += std::mem::take(&mut m.dropped);
             self.closing.push(*m);
         }
     }
@@ -835,6 +920,15 @@ impl Participant {
         self.id
     }
 
+    /// Video frames dropped so far because the encoder fell behind.
+    pub fn dropped(&self) -> u64 {
+        self.dropped_before
+            + match &self.state {
+                State::Recording(m) => m.dropped,
+                _ => 0,
+            }
+    }
+
     /// No file open or being finished.
     pub fn is_idle(&self) -> bool {
         matches!(self.state, State::Idle) && self.closing.is_empty()
@@ -857,6 +951,58 @@ impl Participant {
             _ => self.dir.join(format!("stream-{}.mp4", self.id)),
         }
     }
+}
+
+/// How much lower than the recorder's own the encoding threads' priority is
+/// (nice levels: each takes about a fifth off a thread's share of a busy CPU).
+const ENCODER_NICE: i32 = 5;
+
+/// Lowers the calling thread's priority by [`ENCODER_NICE`] (on Linux a nice
+/// value is a thread's own; threads it starts inherit it).
+fn lower_this_thread() {
+    use rustix::process::{getpriority_process, setpriority_process};
+    if let Ok(now) = getpriority_process(None) {
+        let _ = setpriority_process(None, (now + ENCODER_NICE).min(19));
+    }
+}
+
+/// Loads GStreamer and every element `--encode` uses, so that a missing plugin is
+/// said before recording starts and no participant's first file waits for the
+/// plugins to load (the first load takes most of a second).
+pub fn prepare() -> io::Result<()> {
+    gst::init().map_err(err)?;
+    for name in [
+        "appsrc",
+        "x264enc",
+        "h264parse",
+        "mp4mux",
+        "filesink",
+        "audiorate",
+        "audioconvert",
+        "audioresample",
+    ] {
+        let f = gst::ElementFactory::find(name).ok_or_else(|| missing(name))?;
+        f.load().map_err(|_| missing(name))?;
+    }
+    let audio = AUDIO_ENCODERS
+        .iter()
+        .find_map(|(n, _)| gst::ElementFactory::find(n)?.load().ok());
+    audio.ok_or_else(no_audio_encoder)?;
+    Ok(())
+}
+
+fn missing(name: &str) -> io::Error {
+    err(format!(
+        "element {name} is missing (install the GStreamer plugin sets: base, good, bad, ugly, libav)"
+    ))
+}
+
+fn no_audio_encoder() -> io::Error {
+    let names: Vec<&str> = AUDIO_ENCODERS.iter().map(|(n, _)| *n).collect();
+    err(format!(
+        "no AAC or Opus encoder ({}): install gstreamer1.0-libav",
+        names.join(", ")
+    ))
 }
 
 /// An appsrc of `caps` fed with buffers timed by capture time (not live), which

@@ -33,6 +33,8 @@ use shmring::layout::MAX_PRODUCERS;
 use shmring::media::{self, kind, Format, MediaRecord, MAX_FRAME_RATE, MEDIA_HEADER_SIZE};
 use shmring::Meta;
 
+#[cfg(feature = "gst")]
+use crate::gst_encode::Taken;
 use crate::output::{FileReport, OutFile, WriteCounters};
 
 /// Streams one producer slot may hold at once (a stream id's video and its audio
@@ -134,6 +136,7 @@ struct Stream {
     malformed: u64,
     unsupported: u64,
     foreign: u64,
+    dropped: u64,
     files: Vec<FileReport>,
 }
 
@@ -155,6 +158,7 @@ impl Stream {
             malformed: 0,
             unsupported: 0,
             foreign: 0,
+            dropped: 0,
             files: Vec::new(),
         }
     }
@@ -182,6 +186,7 @@ impl Stream {
             malformed: self.malformed,
             unsupported: self.unsupported,
             foreign: self.foreign,
+            dropped: self.dropped,
             files: std::mem::take(&mut self.files),
         }
     }
@@ -205,6 +210,8 @@ pub struct StreamReport {
     /// Records and ends of stream refused: they came from a slot other than the
     /// stream's owner while the owner was alive.
     pub foreign: u64,
+    /// Video frames dropped because the encoder fell behind (`--encode`).
+    pub dropped: u64,
     pub files: Vec<FileReport>,
 }
 
@@ -245,8 +252,10 @@ pub struct Recorder {
     /// Streams that left the table (ended, files finished), for the summary.
     retired: Vec<StreamReport>,
     retired_unlisted: u64,
-    /// Streams have left the table: a new stream's files must not reuse names.
-    evicted: bool,
+    /// Files already in the directory are kept: a new file takes the next free
+    /// name (streams have left the table, or files a killed recorder left were
+    /// finished).
+    keep_existing: bool,
     malformed: u64,
     first_malformed: Option<String>,
     other_kinds: u64,
@@ -293,6 +302,10 @@ impl Recorder {
     /// A recorder writing into `opts.dir` (checked writable).
     pub fn new(opts: RecorderOptions) -> Result<Recorder, String> {
         check_output_dir(&opts.dir)?;
+        #[cfg(feature = "gst")]
+        if opts.encode {
+            crate::gst_encode::prepare().map_err(|e| format!("--encode: {e}"))?;
+        }
         Ok(Recorder {
             opts,
             streams: Vec::with_capacity(8),
@@ -302,7 +315,7 @@ impl Recorder {
             alive: Box::new(|_| true),
             retired: Vec::new(),
             retired_unlisted: 0,
-            evicted: false,
+            keep_existing: false,
             malformed: 0,
             first_malformed: None,
             other_kinds: 0,
@@ -324,6 +337,12 @@ impl Recorder {
     /// to the next slot that writes it, and a gone owner's room is given back.
     pub fn set_liveness(&mut self, alive: impl FnMut(u32) -> bool + 'static) {
         self.alive = Box::new(alive);
+    }
+
+    /// Files already in the output directory are kept: each new file takes the
+    /// next name that is free (`video-0-2.y4m`, ...).
+    pub fn keep_existing_files(&mut self) {
+        self.keep_existing = true;
     }
 
     /// Housekeeping between records: names the encoded files whose muxer finished
@@ -626,7 +645,7 @@ impl Recorder {
                     .extend(self.participants.swap_remove(pi).finish(None));
             }
         }
-        self.evicted = true;
+        self.keep_existing = true;
         if self.retired.len() < MAX_RETIRED {
             let r = s.report();
             self.retired.push(r);
@@ -701,28 +720,44 @@ impl Recorder {
                     id,
                     &self.opts.dir,
                     self.opts.preset.name(),
-                    self.evicted,
+                    self.keep_existing,
                 ));
                 self.participants.len() - 1
             }
         };
         let p = &mut self.participants[pi];
+        let dropped = p.dropped();
         let taken = p
             .push(meta.kind, meta.timestamp_ns, hd, payload)
             .map_err(|source| WriteError {
                 path: p.path(),
                 source,
             })?;
+        // Frames dropped by this record's push: this frame, or the participant's
+        // first frames, given to the encoder when its file started.
+        let dropped = p.dropped() - dropped;
+        if dropped > 0 {
+            self.note_dropped(id, dropped, taken != Taken::Dropped);
+        }
         let s = &mut self.streams[si];
-        if !taken {
-            s.unsupported += 1;
-            if s.unsupported == 1 && self.opts.verbose {
-                eprintln!(
-                    "shmring record: stream {id} needed more than {MAX_PARTS} files (format \
-                     changes, ends and restarts); its records that would start another are skipped"
-                );
+        match taken {
+            Taken::Yes => {}
+            Taken::Dropped => {
+                // It came: not a record lost upstream.
+                s.count_sequence(hd.sequence);
+                return Ok(Outcome::Skipped);
             }
-            return Ok(Outcome::Skipped);
+            Taken::NoParts => {
+                s.unsupported += 1;
+                if s.unsupported == 1 && self.opts.verbose {
+                    eprintln!(
+                        "shmring record: stream {id} needed more than {MAX_PARTS} files (format \
+                         changes, ends and restarts); its records that would start another are \
+                         skipped"
+                    );
+                }
+                return Ok(Outcome::Skipped);
+            }
         }
         s.count_sequence(hd.sequence);
         s.received += 1;
@@ -732,6 +767,28 @@ impl Recorder {
             self.audio_packets += 1;
         }
         Ok(Outcome::Written)
+    }
+
+    /// `n` video frames of stream id `id` dropped: its encoder fell behind
+    /// (`earlier`: frames counted as received when they were kept for the file's
+    /// start). Said the first time for each stream.
+    #[cfg(feature = "gst")]
+    fn note_dropped(&mut self, id: u32, n: u64, earlier: bool) {
+        let Some(&si) = self.index.get(&(kind::VIDEO, id)) else {
+            return;
+        };
+        let s = &mut self.streams[si];
+        if earlier {
+            s.received -= n.min(s.received);
+            self.video_frames -= n.min(self.video_frames);
+        }
+        if s.dropped == 0 && self.opts.verbose {
+            eprintln!(
+                "shmring record: video stream {id}: its encoder fell behind; frames it has no \
+                 room for are dropped (counted), so that the ring is never held"
+            );
+        }
+        s.dropped += n;
     }
 
     /// Finishes the stream's current file (if any) and opens the next one.
@@ -757,8 +814,8 @@ impl Recorder {
         };
         s.parts += 1;
         // A stream that left the table and came back starts its numbering again:
-        // the names its files took are skipped.
-        while self.evicted && s.parts < MAX_PARTS && taken(&name(s.parts)) {
+        // the names its files took are skipped (as are files found finished).
+        while self.keep_existing && s.parts < MAX_PARTS && taken(&name(s.parts)) {
             s.parts += 1;
         }
         let path = name(s.parts);
@@ -865,6 +922,7 @@ impl Summary {
                     "malformed": s.malformed,
                     "unsupported": s.unsupported,
                     "foreign": s.foreign,
+                    "dropped": s.dropped,
                     "files": s.files.iter().map(|f| json!({
                         "path": f.path.display().to_string(), "units": f.units,
                         "bytes": f.bytes, "note": f.note, "write_calls": f.writes.calls,

@@ -108,6 +108,12 @@ const H: u32 = 48;
 /// Writes every source's records into the ring, merged in capture order, as fast
 /// as the ring takes them; capture times start at now.
 fn produce(ring: &str, sources: &[Source]) -> Vec<Sent> {
+    produce_at(ring, sources, None)
+}
+
+/// [`produce`], each record written when its capture time comes at `speed` times
+/// real time (`None`: as fast as the ring takes them).
+fn produce_at(ring: &str, sources: &[Source], speed: Option<f64>) -> Vec<Sent> {
     let seg = Segment::open_named(ring).expect("the recorder's ring");
     let mut p = seg.producer().expect("a producer");
     p.set_policy(FullPolicy::Block(Duration::from_secs(30)));
@@ -141,8 +147,13 @@ fn produce(ring: &str, sources: &[Source]) -> Vec<Sent> {
         }
     }
     let mut last_video = vec![base; sources.len()];
+    let start = Instant::now();
     while let Some(at) = (0..next.len()).min_by_key(|&j| next[j].0) {
         let (ts, si, audio, k) = next[at];
+        if let Some(speed) = speed {
+            let due = start + Duration::from_secs_f64((ts - base) as f64 / 1e9 / speed);
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        }
         let s = &sources[si];
         if audio {
             let pts = ts - base;
@@ -774,4 +785,189 @@ fn audio_and_video_captured_together_play_together() {
             (tone - flash) * 1000.0
         );
     }
+}
+
+/// `record --encode` killed with SIGKILL mid-recording leaves `stream-0.mp4.part`;
+/// the next recorder on the same directory cuts it back to its last whole
+/// fragment and names it `stream-0.mp4`, which plays.
+#[test]
+fn the_next_recorder_finishes_a_killed_encode() {
+    let (ring, next) = (ring_name("gst-killed"), ring_name("gst-after-kill"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = recorder(&ring, dir.path(), &[]);
+    fn fps25(_: u64) -> u64 {
+        at(40)
+    }
+    // 20 s of capture at 4 times real time (an encoder of these frames keeps
+    // up), not ended: the muxer writes a fragment a second, and its file sink
+    // writes 64 KiB at a time.
+    let source = Source {
+        stream: 0,
+        fps: (25, 1),
+        interval: fps25,
+        frames: 500,
+        audio_step_ns: Some(at(10)),
+        end: false,
+    };
+    produce_at(&ring.0, std::slice::from_ref(&source), Some(4.0));
+    let part = dir.path().join("stream-0.mp4.part");
+    // Wait for the writes to stop (the frames the encoder still holds stay there).
+    let until = Instant::now() + PATIENCE;
+    let mut last = (0, Instant::now());
+    loop {
+        let len = std::fs::metadata(&part).map_or(0, |m| m.len());
+        if len != last.0 {
+            last = (len, Instant::now());
+        } else if len > 0 && last.1.elapsed() > Duration::from_secs(1) {
+            break;
+        }
+        assert!(Instant::now() < until, "the encoder wrote nothing");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    rec.kill();
+    let mut again = recorder(&next, dir.path(), &["--seconds", "0.5"]);
+    let (done, err) = again.finish("recorded");
+    assert!(err.contains("finished 1 file(s)"), "{err}");
+    assert!(!part.exists(), "{err}");
+    let p = probe(&dir.path().join("stream-0.mp4")).unwrap_or_else(|e| panic!("{e}\n{err}"));
+    assert_eq!((p[0].codec.as_str(), p[1].codec.as_str()), ("h264", "aac"));
+    assert!(p[0].frames >= 25, "a second at least: {p:?}");
+    assert!(
+        p[0].frames < 500,
+        "the frames past the last whole fragment are cut: {p:?}"
+    );
+    assert_eq!(done["streams"].as_array().unwrap().len(), 0);
+}
+
+/// Three live 1080p30 participants (stamped with the clock, written as the clock
+/// goes) at x264's `medium` preset: more than two cores encode. The recorder
+/// drops the frames an encoder has no room for (counted, said once per
+/// participant) instead of waiting for it, which held the ring (the recording
+/// stalled with the ring full): every frame is either in its file or counted, the
+/// audio is all there, and every file plays.
+#[test]
+fn an_encoder_that_falls_behind_drops_frames_and_never_holds_the_ring() {
+    let ring = ring_name("gst-behind");
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = recorder(&ring, dir.path(), &["--preset", "medium"]);
+    let (seg, mut p) = blocking_producer(&ring);
+    let (w, h) = (1920, 1080);
+    let vhd = MediaHeader::video(Format::I420, w, h, 0, SEQUENCE_AUTO)
+        .unwrap()
+        .with_frame_rate(30, 1)
+        .unwrap();
+    let ahd = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, 0, SEQUENCE_AUTO).unwrap();
+    let (mut v, mut a) = (vec![0u8; vhd.payload_len()], vec![0u8; ahd.payload_len()]);
+    vhd.write_to(&mut v).unwrap();
+    ahd.write_to(&mut a).unwrap();
+    let (frames, packets) = (90u64, 300u64);
+    let start = Instant::now();
+    for k in 0..packets {
+        std::thread::sleep(
+            (start + Duration::from_millis(10 * k)).saturating_duration_since(Instant::now()),
+        );
+        let ts = shmring::now_ns();
+        for stream in 0..3 {
+            if k % 10 < 3 && k * 3 / 10 < frames {
+                // A bar that moves, so that every frame is worth encoding.
+                let o = vhd.offset[0] as usize + (k as usize * 64) % (w as usize * 8);
+                v[o..o + 64].fill(235);
+                p.send(&v, Meta::new(stream, kind::VIDEO).with_timestamp(ts))
+                    .unwrap();
+            }
+            p.send(&a, Meta::new(stream, kind::AUDIO).with_timestamp(ts))
+                .unwrap();
+        }
+    }
+    for stream in 0..3 {
+        p.end_stream(stream, kind::VIDEO).unwrap();
+        p.end_stream(stream, kind::AUDIO).unwrap();
+    }
+    drop((p, seg));
+    rec.signal(SIGINT);
+    let (done, err) = rec.finish("recorded");
+    let find = |k: &str, id: u64| {
+        done["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["kind"] == k && s["stream"] == id)
+            .unwrap_or_else(|| panic!("{k} stream {id}: {err}"))
+            .clone()
+    };
+    let mut behind = 0;
+    for id in 0..3u64 {
+        let (video, audio) = (find("video", id), find("audio", id));
+        let received = video["received"].as_u64().unwrap();
+        let dropped = video["dropped"].as_u64().expect("frames dropped, counted");
+        assert_eq!(
+            received + dropped,
+            frames,
+            "every frame written or counted: {err}"
+        );
+        behind += (dropped > 0) as usize;
+        assert_eq!(audio["received"], packets, "{err}");
+        let got = probe(&dir.path().join(format!("stream-{id}.mp4")))
+            .unwrap_or_else(|e| panic!("{e}\n{err}"));
+        assert_eq!(
+            (got[0].codec.as_str(), got[0].frames),
+            ("h264", received),
+            "{err}"
+        );
+        assert_eq!(got[1].codec, "aac");
+    }
+    eprintln!("{err}");
+    assert!(behind > 0, "no encoder fell behind: {err}");
+    let said = err.lines().filter(|l| l.contains("fell behind;")).count();
+    assert_eq!(said, behind, "once per participant that fell behind: {err}");
+}
+
+/// A participant's video comes into the ring well ahead of its audio (4 s of
+/// video, then its audio), stamped ahead of the clock: the muxer waits for the
+/// audio, which is in the ring behind the video the recorder holds. The recorder
+/// drops the frames the stuck encoder has no room for instead of waiting for it
+/// (which ended the recording with an error after 60 s), reads on, and the file
+/// has every audio packet and the frames it counted.
+#[test]
+fn video_far_ahead_of_its_audio_does_not_stall_the_recorder() {
+    let ring = ring_name("gst-ahead");
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = recorder(&ring, dir.path(), &[]);
+    let (seg, mut p) = blocking_producer(&ring);
+    let t0 = shmring::now_ns() + 1_000_000;
+    let v = video_of(W, H, (25, 1));
+    let ahd = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, 0, SEQUENCE_AUTO).unwrap();
+    let mut a = vec![0u8; ahd.payload_len()];
+    ahd.write_to(&mut a).unwrap();
+    let audio = |p: &mut shmring::Producer, k: u64| {
+        let meta = Meta::new(0, kind::AUDIO).with_timestamp(t0 + k * 10_000_000);
+        p.send(&a, meta).unwrap()
+    };
+    // The file starts with both tracks (its first 40 ms of audio), then the video
+    // runs 4 s ahead of the rest.
+    for k in 0..4 {
+        audio(&mut p, k);
+    }
+    for k in 0..100u64 {
+        let meta = Meta::new(0, kind::VIDEO).with_timestamp(t0 + k * 40_000_000);
+        p.send(&v, meta).unwrap();
+    }
+    for k in 4..400 {
+        audio(&mut p, k);
+    }
+    p.end_stream(0, kind::VIDEO).unwrap();
+    p.end_stream(0, kind::AUDIO).unwrap();
+    drop((p, seg));
+    rec.signal(SIGINT);
+    let (done, err) = rec.finish("recorded");
+    let streams = done["streams"].as_array().unwrap();
+    let video = streams.iter().find(|s| s["kind"] == "video").unwrap();
+    let audio = streams.iter().find(|s| s["kind"] == "audio").unwrap();
+    let received = video["received"].as_u64().unwrap();
+    eprintln!("{err}");
+    assert_eq!(received + video["dropped"].as_u64().unwrap(), 100, "{err}");
+    assert_eq!(audio["received"], 400, "{err}");
+    let got = probe(&dir.path().join("stream-0.mp4")).unwrap_or_else(|e| panic!("{e}\n{err}"));
+    assert_eq!((got[0].codec.as_str(), got[0].frames), ("h264", received));
+    assert_eq!(got[1].codec, "aac");
 }

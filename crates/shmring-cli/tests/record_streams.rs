@@ -146,3 +146,92 @@ fn one_slots_junk_streams_leave_room_for_others() {
         "said once: {err}"
     );
 }
+
+/// ffprobe's view of `path`: its streams' codecs, or the error it printed.
+fn probe_codecs(path: &Path) -> Result<Vec<String>, String> {
+    let out = std::process::Command::new("ffprobe")
+        .args([
+            "-v",
+            "error",
+            "-show_entries",
+            "stream=codec_name",
+            "-of",
+            "csv=p=0",
+        ])
+        .arg(path)
+        .output()
+        .expect("ffprobe runs (install ffmpeg)");
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
+fn size(p: &Path) -> u64 {
+    std::fs::metadata(p).map_or(0, |m| m.len())
+}
+
+/// A recorder killed with SIGKILL leaves `NAME.part` files; the next recorder on
+/// the same directory finishes them (whole frames, WAV sizes patched, renamed)
+/// and writes its own files beside them, not over them.
+#[test]
+fn the_next_recorder_finishes_what_a_killed_one_left() {
+    let (ring, next) = (ring_name("killed"), ring_name("after-kill"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = recorder(&ring, dir.path());
+    let seg = Segment::open_named(&ring.0).unwrap();
+    let mut p = producer(&seg);
+    let (v, pcm) = (frame(), packet());
+    for _ in 0..100 {
+        p.send(&v, Meta::new(0, kind::VIDEO)).unwrap();
+        p.send(&pcm, Meta::new(0, kind::AUDIO)).unwrap();
+    }
+    let (y4m, wav) = (
+        dir.path().join("video-0.y4m"),
+        dir.path().join("audio-0.wav"),
+    );
+    let part =
+        |p: &Path| p.with_extension(format!("{}.part", p.extension().unwrap().to_str().unwrap()));
+    // Past the first 64 KiB buffer of each: some of it is on disk.
+    wait_for("the recorder's first writes", || {
+        size(&part(&y4m)) >= 64 << 10 && size(&part(&wav)) >= 64 << 10
+    });
+    rec.kill();
+    drop((p, seg));
+    assert!(!y4m.exists() && !wav.exists());
+    let out = dir.path().to_str().unwrap();
+    let mut again = Proc::spawn(&["record", "--create", &next.0, "--out", out]);
+    again.expect("ready");
+    let seg = Segment::open_named(&next.0).unwrap();
+    let mut p = producer(&seg);
+    p.send(&v, Meta::new(0, kind::VIDEO)).unwrap();
+    p.end_stream(0, kind::VIDEO).unwrap();
+    again.signal(SIGINT);
+    let (_, err) = again.finish("recorded");
+    drop((p, seg));
+    assert!(err.contains("finished 2 file(s)"), "{err}");
+    assert!(!part(&y4m).exists() && !part(&wav).exists(), "{err}");
+    let header = "YUV4MPEG2 W64 H48 F30:1 Ip A1:1 C420jpeg\n".len() as u64;
+    let frame_len = 6 + 64 * 48 * 3 / 2;
+    let frames = (size(&y4m) - header) / frame_len;
+    assert!(frames >= 1, "{err}");
+    assert_eq!(size(&y4m), header + frames * frame_len, "whole frames only");
+    let w = std::fs::read(&wav).unwrap();
+    let le = |i: usize| u32::from_le_bytes(w[i..i + 4].try_into().unwrap()) as usize;
+    assert_eq!(
+        (le(4), le(40)),
+        (w.len() - 8, w.len() - 44),
+        "sizes patched"
+    );
+    assert_eq!(le(40) % 4, 0, "whole sample frames");
+    // The new recording went beside it.
+    let newer = dir.path().join("video-0-2.y4m");
+    assert_eq!(size(&newer), header + frame_len, "{err}");
+    for f in [&y4m, &wav, &newer] {
+        let codecs = probe_codecs(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        assert_eq!(codecs.len(), 1, "{}", f.display());
+    }
+}

@@ -107,7 +107,7 @@ fn print_head(e: &mut impl Write, src: &Source, t: &Totals) {
 fn print_stream(e: &mut impl Write, s: &StreamReport) {
     let _ = writeln!(
         e,
-        "  {} stream {}: {} records, {} lost upstream, {} malformed{}{}",
+        "  {} stream {}: {} records, {} lost upstream, {} malformed{}{}{}",
         s.kind,
         s.stream,
         s.received,
@@ -120,6 +120,11 @@ fn print_stream(e: &mut impl Write, s: &StreamReport) {
         },
         if s.foreign > 0 {
             format!(", {} foreign", s.foreign)
+        } else {
+            String::new()
+        },
+        if s.dropped > 0 {
+            format!(", {} dropped (the encoder fell behind)", s.dropped)
         } else {
             String::new()
         }
