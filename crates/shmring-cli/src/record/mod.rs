@@ -115,14 +115,15 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
         verbose: true,
     })
     .map_err(|m| fail(1, m))?;
-    // Held for the whole run: another recorder on the same directory leaves its
-    // files alone, and this one finishes those a killed recorder left.
-    let _writing = claim_output(&a.out, &mut rec);
     let cfg = usable_ring_config(a.capacity_mib)?;
     let src = source::open(&a, &cfg)?;
     let seg = src.seg.clone();
     rec.set_liveness(move |slot| seg.producer_alive(slot));
     let consumer = source::consumer(&a, &src.seg, &stop)?;
+    // Held for the whole run: another recorder on the same directory leaves its
+    // files alone, and this one finishes those a killed recorder left (before it
+    // says it is ready: no record is read before).
+    let _writing = claim_output(&a.out, &mut rec);
     source::announce(&src, &consumer, a.ready_file.as_deref())?;
 
     let mut watch = Watch::new(a.progress);
