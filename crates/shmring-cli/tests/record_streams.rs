@@ -235,3 +235,35 @@ fn the_next_recorder_finishes_what_a_killed_one_left() {
         assert_eq!(codecs.len(), 1, "{}", f.display());
     }
 }
+
+/// The summary names what it measures: resident memory without the ring, the
+/// private part of it (pages no other process maps: less, since the program's
+/// libraries are shared) and heap and stacks; "private" was the resident figure.
+#[test]
+fn the_summary_says_which_memory_it_measured() {
+    let ring = ring_name("memory");
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = recorder(&ring, dir.path());
+    let seg = Segment::open_named(&ring.0).unwrap();
+    let mut p = producer(&seg);
+    for _ in 0..50 {
+        p.send(&frame(), Meta::new(0, kind::VIDEO)).unwrap();
+    }
+    rec.signal(SIGINT);
+    let (done, err) = rec.finish("recorded");
+    drop((p, seg));
+    let kb = |k: &str| done[k].as_u64().unwrap_or_else(|| panic!("{k}: {done}"));
+    let (rss, private, anon) = (
+        kb("peak_rss_kb"),
+        kb("peak_private_rss_kb"),
+        kb("peak_rss_anon_kb"),
+    );
+    assert!(
+        0 < anon && anon <= private && private < rss,
+        "{rss} {private} {anon}"
+    );
+    assert!(
+        err.contains("MiB resident") && err.contains("MiB private (mapped by no other process)"),
+        "{err}"
+    );
+}

@@ -147,7 +147,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
         consumer_resets: consumer.resets(),
         st: src.seg.stats(),
         line: watch.line(&consumer),
-        peak_private_kb: watch.peak_private_kb,
+        peak: watch.peak,
         owner_gone: end.owner_gone,
     };
     drop(consumer);

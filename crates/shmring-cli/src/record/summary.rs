@@ -20,7 +20,7 @@ pub(super) struct Totals {
     /// Resets the consumer made, counted by itself.
     pub consumer_resets: u64,
     pub line: Option<TetherInfo>,
-    pub peak_private_kb: u64,
+    pub peak: crate::procinfo::PeakMemory,
     pub owner_gone: bool,
 }
 
@@ -73,7 +73,9 @@ fn recorded_json(src: &Source, summary: &Summary, t: &Totals, cpu: &Cpu) -> serd
     j["elapsed_s"] = json!(t.elapsed);
     j["cpu_s"] = json!(cpu.seconds);
     j["cpu_percent"] = json!(cpu.percent(t.elapsed));
-    j["peak_private_rss_kb"] = json!(t.peak_private_kb);
+    j["peak_private_rss_kb"] = json!(t.peak.private_kb);
+    j["peak_rss_kb"] = json!(t.peak.rss_kb);
+    j["peak_rss_anon_kb"] = json!(t.peak.anon_kb);
     j["max_rss_kb"] = json!(cpu.max_rss_kb);
     j
 }
@@ -210,10 +212,13 @@ fn print_tail(e: &mut impl Write, src: &Source, summary: &Summary, t: &Totals, c
     }
     let _ = writeln!(
         e,
-        "  CPU {:.2} s ({:.1}%), peak private RSS {:.1} MiB",
+        "  CPU {:.2} s ({:.1}%); peak memory, the ring not counted: {:.1} MiB resident, \
+         {:.1} MiB private (mapped by no other process), {:.1} MiB heap and stacks",
         cpu.seconds,
         cpu.percent(t.elapsed),
-        t.peak_private_kb as f64 / 1024.0
+        t.peak.rss_kb as f64 / 1024.0,
+        t.peak.private_kb as f64 / 1024.0,
+        t.peak.anon_kb as f64 / 1024.0
     );
     if let Some(l) = &src.listener {
         let h = l.stats();
