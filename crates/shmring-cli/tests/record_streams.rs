@@ -98,6 +98,7 @@ fn ends_from_another_slot_are_refused_and_counted() {
         said[0].contains(&format!("slot {forger_slot}")),
         "names the slot that sent them: {err}"
     );
+    all_play(dir.path());
 }
 
 /// One producer starting 200 stream ids uses its own room only: a producer that
@@ -145,6 +146,7 @@ fn one_slots_junk_streams_leave_room_for_others() {
         1,
         "said once: {err}"
     );
+    all_play(dir.path());
 }
 
 /// ffprobe's view of `path`: its streams' codecs, or the error it printed.
@@ -168,6 +170,15 @@ fn probe_codecs(path: &Path) -> Result<Vec<String>, String> {
         .lines()
         .map(str::to_string)
         .collect())
+}
+
+/// ffprobe reads every file in `dir` (and none is left unfinished).
+fn all_play(dir: &Path) {
+    for f in std::fs::read_dir(dir).unwrap() {
+        let f = f.unwrap().path();
+        assert!(!f.to_string_lossy().ends_with(".part"), "{}", f.display());
+        probe_codecs(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+    }
 }
 
 fn size(p: &Path) -> u64 {
@@ -266,4 +277,5 @@ fn the_summary_says_which_memory_it_measured() {
         err.contains("MiB resident") && err.contains("MiB private (mapped by no other process)"),
         "{err}"
     );
+    all_play(dir.path());
 }
