@@ -493,22 +493,11 @@ impl Muxed {
         // The muxer starts every track at the file's start: a first frame captured
         // after it (its participant's audio came first) is shown from the start,
         // as a player shows a first frame, so that every frame keeps its time.
-        if v.last.is_none() {
-            if pts < MIN_FRAME_GAP {
-                pts = gst::ClockTime::ZERO;
-            } else {
-                let mut lead = buffer.copy();
-                {
-                    let b = lead.get_mut().expect("a new copy is ours");
-                    b.set_pts(gst::ClockTime::ZERO);
-                    b.set_duration(pts);
-                }
-                v.appsrc
-                    .push_buffer(lead)
-                    .map_err(|e| err(format!("the video encoder stopped ({e:?})")))?;
-                v.last = Some((gst::ClockTime::ZERO, pts));
-            }
-        }
+        let lead = if v.last.is_none() {
+            pts
+        } else {
+            gst::ClockTime::ZERO
+        };
         // Frames keep their order, a track tick apart at least: a capture time at or
         // before the previous one (a producer that started again), or within
         // [`MIN_FRAME_GAP`] of it (a late producer catching up), is moved after it,
@@ -529,8 +518,8 @@ impl Muxed {
         };
         {
             let b = buffer.get_mut().expect("a pool buffer is ours");
-            b.set_pts(pts);
-            b.set_duration(duration);
+            b.set_pts(pts - lead);
+            b.set_duration(duration + lead);
         }
         v.last = Some((pts, duration));
         v.appsrc
