@@ -253,8 +253,8 @@ pub fn run(a: DemoArgs) -> Result<(), CmdError> {
         }
         ticks += 1;
         let (rc, pc) = (rcpu.sample(), pcpu.sample());
-        let rm = procinfo::memory(rec.pid()).map_or(0, |m| m.private_kb());
-        let pm = procinfo::memory(prod.pid()).map_or(0, |m| m.private_kb());
+        let rm = procinfo::memory(rec.pid()).map_or(0, |m| m.rss_without_shmem_kb());
+        let pm = procinfo::memory(prod.pid()).map_or(0, |m| m.rss_without_shmem_kb());
         let show = |pct: Option<f64>, kb: u64| {
             if kb == 0 {
                 "exited".to_string()
@@ -473,17 +473,17 @@ fn summary(
         u(r, &["malformed"])
     );
     println!(
-        "  recorder: CPU {:.2} s ({:.1}% of a core; sampled {:.1}%), peak private RSS {:.1} MiB (sampled {:.1} MiB); {} writes, {:.0} KiB per write",
+        "  recorder: CPU {:.2} s ({:.1}% of a core; sampled {:.1}%), peak RSS without the ring {:.1} MiB (sampled {:.1} MiB); {} writes, {:.0} KiB per write",
         f(r, &["cpu_s"]),
         f(r, &["cpu_percent"]),
         cpu.0.unwrap_or(0.0),
-        u(r, &["peak_private_rss_kb"]) as f64 / 1024.0,
+        u(r, &["peak_rss_kb"]) as f64 / 1024.0,
         peak_kb.0 as f64 / 1024.0,
         u(r, &["write_calls"]),
         u(r, &["bytes_per_write_avg"]) as f64 / 1024.0
     );
     println!(
-        "  producer: CPU {:.2} s ({:.1}% of a core; sampled {:.1}%), peak private RSS {:.1} MiB",
+        "  producer: CPU {:.2} s ({:.1}% of a core; sampled {:.1}%), peak RSS without the ring {:.1} MiB",
         f(p, &["cpu_s"]),
         f(p, &["cpu_percent"]),
         cpu.1.unwrap_or(0.0),

@@ -14,7 +14,11 @@
 //! audio's capture timestamps, filling a gap with silence and dropping an overlap
 //! past [`AUDIO_TOLERANCE_NS`], so an audio device whose clock runs apart from the
 //! capture clock does not drift from the video over a long meeting. The header's
-//! nominal frame rate goes into the caps (0/1 when variable).
+//! nominal frame rate goes into the caps (0/1 when variable). Two things players
+//! do are made up for: they play the AAC encoder's priming (the muxer writes no
+//! edit list), so audio goes into the encoder that much ahead of its capture time
+//! ([`AUDIO_ENCODERS`]); and the muxer starts every track at the file's start, so
+//! a video that starts after its audio has its first frame shown from there.
 //!
 //! **Tracks.** The muxer needs every track before it writes, so a participant's
 //! first records are kept (copied) until both kinds have arrived, or for
@@ -31,13 +35,16 @@
 //! **Copies.** The recorder is the ring's consumer and releases each record when
 //! it returns, while the encoder keeps frames for its look-ahead: each frame is
 //! copied once, from the ring into a buffer of a pool the encoder reads. The video
-//! input queue is bounded ([`VIDEO_QUEUE`] of media, at most [`VIDEO_QUEUE_BYTES`]):
-//! a slow encoder makes the recorder wait, as a full pipe did. It holds half a second,
-//! not a few frames, because the muxer waits for both tracks: while the recorder
-//! waits for a participant's video encoder, that participant's audio stays in the
-//! ring behind the frame it waits to push, and the encoder, blocked by the muxer,
-//! waits for that audio. Half a second of video is far more than audio ever lags behind
-//! it (the AAC encoder's delay and the producers' order, tens of milliseconds).
+//! input queue is bounded (two seconds of frames, at most [`VIDEO_QUEUE_BYTES`])
+//! and a live frame never waits for it: one that finds it full is dropped,
+//! counted (the stream's `dropped`) and said once per participant, so an encoder
+//! that falls behind (too many participants for the cores, a starved host) costs
+//! frames of its own file, never the ring: the recorder keeps reading, and
+//! producers never find the ring full because of it. (Frames stamped ahead of the
+//! clock, written faster than real time by a producer that can wait, wait for the
+//! encoder while it takes frames.) The queue holds seconds, not a few frames,
+//! because the muxer waits for both tracks: far more than audio ever lags behind
+//! video (the AAC encoder's delay and the producers' order, tens of milliseconds).
 //! Audio is small and queues unbounded.
 
 use std::io;
@@ -49,44 +56,69 @@ use gst_video::prelude::*;
 use shmring::media::{kind, Format, MediaHeader};
 
 use crate::output::{FileReport, WriteCounters};
+use crate::recorder::{taken, MAX_PARTS};
 
 /// How long (capture time) a participant's first records wait for its other kind.
 pub const GRACE_NS: u64 = 500_000_000;
 /// Most bytes kept while waiting (a hostile producer cannot make the recorder keep more).
 const GRACE_BYTES: usize = 64 << 20;
-/// Video queued for the encoder (in capture time) before the recorder waits.
-const VIDEO_QUEUE: gst::ClockTime = gst::ClockTime::from_mseconds(500);
 /// At most this many bytes of it.
 const VIDEO_QUEUE_BYTES: u64 = 64 << 20;
 /// Least time between two frames' timestamps (several ticks of the MP4 track's
 /// time scale, so two frames never round to one time).
 const MIN_FRAME_GAP: gst::ClockTime = gst::ClockTime::from_mseconds(1);
+/// How long the video encoder may take no frame before a frame that waits for it
+/// is dropped (see [`Muxed::room_for_video`]).
+const ENCODER_STUCK: Duration = Duration::from_secs(1);
 /// Longest wait for the encoder to take a frame, or to finish a file.
 const ENCODER_WAIT: Duration = Duration::from_secs(60);
 /// How far the audio's samples may run from its capture timestamps before
 /// `audiorate` fills or drops (half a 25 fps frame).
 pub const AUDIO_TOLERANCE_NS: u64 = 20_000_000;
-/// AAC encoders in order of preference, then Opus.
-const AUDIO_ENCODERS: [&str; 4] = ["avenc_aac", "voaacenc", "fdkaacenc", "opusenc"];
+/// Ticks per second of the video track's clock (the MPEG clock: every common
+/// frame rate is a whole number of ticks).
+const VIDEO_TIMESCALE: u32 = 90_000;
+/// AAC encoders in order of preference, then Opus, each with the priming it puts
+/// before the first sample it is given, in samples: players play it (mp4mux
+/// writes no edit list to skip it), so the video is put that much later to stay
+/// with the audio. Measured for `avenc_aac` and `voaacenc` (at 44.1 and 48 kHz);
+/// `fdkaacenc` unmeasured (0: not corrected); Opus's pre-skip is in the file.
+const AUDIO_ENCODERS: [(&str, u64); 4] = [
+    ("avenc_aac", 1024),
+    ("voaacenc", 1600),
+    ("fdkaacenc", 0),
+    ("opusenc", 0),
+];
 
 fn err(what: impl std::fmt::Display) -> io::Error {
     io::Error::other(format!("GStreamer encoder: {what}"))
 }
 
 fn make(name: &str) -> io::Result<gst::Element> {
-    gst::ElementFactory::make(name).build().map_err(|_| {
-        err(format!(
-            "element {name} is missing (install the GStreamer plugin sets: base, good, bad, ugly, libav)"
-        ))
-    })
+    gst::ElementFactory::make(name)
+        .build()
+        .map_err(|_| missing(name))
 }
 
 /// What a record adds to a participant's file.
-pub enum Pushed {
+enum Pushed {
     Written,
+    /// A video frame the encoder had no room for: dropped.
+    Dropped,
     /// The record ended the file (a new kind, or a new format): the caller finishes
     /// it and gives the record to the next part.
     NewPart,
+}
+
+/// What became of a record given to a participant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// In its file (or kept until its file starts).
+    Yes,
+    /// A video frame its encoder had no room for: dropped, counted.
+    Dropped,
+    /// It would start a file past [`MAX_PARTS`]: not taken.
+    NoParts,
 }
 
 /// The video track's shape: what must stay the same within one file.
@@ -130,6 +162,9 @@ struct VideoTrack {
     /// PTS and duration of the last frame pushed.
     last: Option<(gst::ClockTime, gst::ClockTime)>,
     ended: bool,
+    /// The queue's level (bytes) when the encoder was found to take no frame: it
+    /// is taken as stuck until the level goes below.
+    stuck_at: Option<u64>,
 }
 
 struct AudioTrack {
@@ -138,6 +173,8 @@ struct AudioTrack {
     /// A pool of packet-sized buffers, made for the first packet's size.
     pool: Option<(usize, gst::BufferPool)>,
     ended: bool,
+    /// What the encoder puts before the first sample (see [`AUDIO_ENCODERS`]).
+    priming: gst::ClockTime,
 }
 
 /// One MP4 being written.
@@ -151,6 +188,8 @@ struct Muxed {
     path: PathBuf,
     frames: u64,
     samples: u64,
+    /// Video frames dropped: the encoder's queue was full.
+    dropped: u64,
     failed: Option<String>,
 }
 
@@ -186,6 +225,19 @@ impl Muxed {
             Some(shape) => Some(Self::audio_track(&pipeline, &mux, shape)?),
             None => None,
         };
+        // Every thread of the pipeline (and x264's, which inherit it) runs below
+        // the thread that reads the ring, so encoders that fall behind take what
+        // CPU is left and drop frames, and never slow the reading.
+        if let Some(bus) = pipeline.bus() {
+            bus.set_sync_handler(|_, m| {
+                if let gst::MessageView::StreamStatus(s) = m.view() {
+                    if s.type_() == gst::StreamStatusType::Enter {
+                        lower_this_thread();
+                    }
+                }
+                gst::BusSyncReply::Pass
+            });
+        }
         pipeline.set_state(gst::State::Playing).map_err(err)?;
         Ok(Muxed {
             pipeline,
@@ -196,6 +248,7 @@ impl Muxed {
             path,
             frames: 0,
             samples: 0,
+            dropped: 0,
             failed: None,
         })
     }
@@ -222,9 +275,17 @@ impl Muxed {
             .build()
             .map_err(err)?;
         let caps = info.to_caps().map_err(err)?;
+        // Two seconds of frames at the nominal rate (of a variable rate: at 30
+        // fps), never fewer than 60: an encoder descheduled for a moment on a busy
+        // host loses nothing, and a participant's first records (half a second)
+        // go in at once.
+        let max_frames = match shape.fps {
+            (0, _) => 60,
+            (n, d) => (2 * n as u64).div_ceil(d.max(1) as u64).max(60),
+        };
         let appsrc = timed_source(&caps)
             .max_bytes(VIDEO_QUEUE_BYTES)
-            .max_time(Some(VIDEO_QUEUE))
+            .max_buffers(max_frames)
             .build();
         let enc = make("x264enc")?;
         // Constant quality 20 at the preset (veryfast by default), as `ffmpeg -crf
@@ -248,6 +309,10 @@ impl Muxed {
         let pad = mux
             .request_pad_simple("video_%u")
             .ok_or_else(|| err("mp4mux gave no video pad"))?;
+        // The track's clock: mp4mux derives one from the nominal rate, which is 0
+        // (an unplayable track) for rates below 1 frame per second; frames are
+        // timed by their capture times anyway.
+        pad.set_property("trak-timescale", VIDEO_TIMESCALE);
         parse
             .static_pad("src")
             .expect("h264parse has a src pad")
@@ -265,6 +330,7 @@ impl Muxed {
             pool: pool.upcast(),
             last: None,
             ended: false,
+            stuck_at: None,
         })
     }
 
@@ -290,15 +356,13 @@ impl Muxed {
         rate.set_property("tolerance", AUDIO_TOLERANCE_NS);
         let convert = make("audioconvert")?;
         let resample = make("audioresample")?;
-        let enc = AUDIO_ENCODERS
+        let (enc, priming) = AUDIO_ENCODERS
             .iter()
-            .find_map(|n| gst::ElementFactory::make(n).build().ok())
-            .ok_or_else(|| {
-                err(format!(
-                    "no AAC or Opus encoder ({}): install gstreamer1.0-libav",
-                    AUDIO_ENCODERS.join(", ")
-                ))
-            })?;
+            .find_map(|(n, priming)| {
+                let e = gst::ElementFactory::make(n).build().ok()?;
+                Some((e, *priming))
+            })
+            .ok_or_else(no_audio_encoder)?;
         let chain = [appsrc.upcast_ref(), &rate, &convert, &resample, &enc];
         pipeline.add_many(chain).map_err(err)?;
         gst::Element::link_many(chain).map_err(err)?;
@@ -314,6 +378,9 @@ impl Muxed {
             shape,
             pool: None,
             ended: false,
+            priming: gst::ClockTime::SECOND
+                .mul_div_round(priming, shape.rate as u64)
+                .unwrap_or(gst::ClockTime::ZERO),
         })
     }
 
@@ -338,31 +405,73 @@ impl Muxed {
         gst::ClockTime::from_nseconds(capture_ns.saturating_sub(self.t0))
     }
 
-    fn push_video(&mut self, capture_ns: u64, hd: &MediaHeader, payload: &[u8]) -> io::Result<()> {
-        let mut pts = self.pts(capture_ns);
+    /// Is there room in the video encoder's queue for a frame captured at
+    /// `capture_ns`? A live frame (captured by now) never waits: waiting would
+    /// only make every record behind it later, and hold the ring; it finds room or
+    /// is dropped. A frame stamped ahead of the clock (records written faster than
+    /// real time, which can wait) waits while the encoder takes frames, and is
+    /// dropped once it takes none for [`ENCODER_STUCK`] with the audio queue
+    /// empty (its muxer waiting for audio, which is in the ring behind this
+    /// frame), as are the frames after it until it takes one again.
+    fn room_for_video(&mut self, capture_ns: u64) -> io::Result<bool> {
+        let live = capture_ns <= shmring::now_ns();
         let v = self.video.as_mut().expect("checked by the caller");
-        // Bounded queue: wait for the encoder (and watch for its errors).
-        let since = Instant::now();
-        while v.appsrc.current_level_bytes() + v.info.size() as u64 > VIDEO_QUEUE_BYTES
-            || v.appsrc
-                .current_level_time()
-                .unwrap_or(gst::ClockTime::ZERO)
-                >= VIDEO_QUEUE
-        {
-            if let Some(bus) = self.pipeline.bus() {
-                if let Some(m) = bus.timed_pop_filtered(
-                    gst::ClockTime::from_mseconds(2),
-                    &[gst::MessageType::Error],
-                ) {
-                    if let gst::MessageView::Error(e) = m.view() {
-                        self.failed = Some(e.error().to_string());
-                    }
-                    return self.check();
-                }
+        let size = v.info.size() as u64;
+        let full = |v: &VideoTrack| {
+            v.appsrc.current_level_bytes() + size > VIDEO_QUEUE_BYTES
+                || v.appsrc.current_level_buffers() >= v.appsrc.max_buffers()
+        };
+        if !full(v) {
+            v.stuck_at = None;
+            return Ok(true);
+        }
+        if live {
+            return self.check().map(|()| false);
+        }
+        let (mut level, mut moved) = (v.appsrc.current_level_bytes(), Instant::now());
+        if let Some(at) = v.stuck_at {
+            if level >= at {
+                return self.check().map(|()| false);
             }
-            if since.elapsed() > ENCODER_WAIT {
+        }
+        loop {
+            self.check()?;
+            // The muxer waits for audio that has not come: it is in the ring,
+            // behind this frame.
+            let starved = self
+                .audio
+                .as_ref()
+                .is_some_and(|a| !a.ended && a.appsrc.current_level_buffers() == 0);
+            let v = self.video.as_mut().expect("checked by the caller");
+            if !full(v) {
+                v.stuck_at = None;
+                return Ok(true);
+            }
+            let now = v.appsrc.current_level_bytes();
+            if now < level {
+                (level, moved) = (now, Instant::now());
+            } else if starved && moved.elapsed() >= ENCODER_STUCK {
+                v.stuck_at = Some(now);
+                return Ok(false);
+            } else if moved.elapsed() >= ENCODER_WAIT {
                 return Err(err("the video encoder took no frame for 60 s"));
             }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Pushes a frame to the encoder; false when its queue was full (the frame is
+    /// dropped and counted).
+    fn push_video(
+        &mut self,
+        capture_ns: u64,
+        hd: &MediaHeader,
+        payload: &[u8],
+    ) -> io::Result<bool> {
+        let mut pts = self.pts(capture_ns);
+        if !self.room_for_video(capture_ns)? {
+            self.dropped += 1;
+            return Ok(false);
         }
         let v = self.video.as_mut().expect("checked by the caller");
         let buffer = v.pool.acquire_buffer(None).map_err(err)?;
@@ -381,6 +490,14 @@ impl Muxed {
             }
         }
         let mut buffer = frame.into_buffer();
+        // The muxer starts every track at the file's start: a first frame captured
+        // after it (its participant's audio came first) is shown from the start,
+        // as a player shows a first frame, so that every frame keeps its time.
+        let lead = if v.last.is_none() {
+            pts
+        } else {
+            gst::ClockTime::ZERO
+        };
         // Frames keep their order, a track tick apart at least: a capture time at or
         // before the previous one (a producer that started again), or within
         // [`MIN_FRAME_GAP`] of it (a late producer catching up), is moved after it,
@@ -401,23 +518,43 @@ impl Muxed {
         };
         {
             let b = buffer.get_mut().expect("a pool buffer is ours");
-            b.set_pts(pts);
-            b.set_duration(duration);
+            b.set_pts(pts - lead);
+            b.set_duration(duration + lead);
         }
         v.last = Some((pts, duration));
         v.appsrc
             .push_buffer(buffer)
             .map_err(|e| err(format!("the video encoder stopped ({e:?})")))?;
         self.frames += 1;
-        self.check()
+        self.check().map(|()| true)
     }
 
     fn push_audio(&mut self, capture_ns: u64, hd: &MediaHeader, payload: &[u8]) -> io::Result<()> {
-        let pts = self.pts(capture_ns);
         let a = self.audio.as_mut().expect("checked by the caller");
+        let rate = a.shape.rate as u64;
+        // The encoder's priming plays before the first sample given: each sample
+        // goes in that much earlier than it was captured, so it plays when it was
+        // captured; the samples that would go in before the file's start are cut.
+        let at = (capture_ns as i128 - self.t0 as i128 - a.priming.nseconds() as i128)
+            .max(i64::MIN as i128);
+        let skip = if at < 0 {
+            ((-at) as u128 * rate as u128).div_ceil(1_000_000_000) as usize
+        } else {
+            0
+        };
+        if skip >= hd.samples as usize {
+            return Ok(());
+        }
+        let pts = gst::ClockTime::from_nseconds(
+            (at + (skip as u128 * 1_000_000_000 / rate as u128) as i128).max(0) as u64,
+        );
         let plane = hd.plane(payload, 0);
         let samples = hd.plane_table()[0];
-        let (frame, bytes) = (samples.row_bytes() as usize, samples.bytes() as usize);
+        let frame = samples.row_bytes() as usize;
+        let (count, bytes) = (
+            hd.samples as usize - skip,
+            (hd.samples as usize - skip) * frame,
+        );
         if a.pool.is_none() {
             let pool = gst::BufferPool::new();
             let mut config = pool.config();
@@ -436,23 +573,21 @@ impl Muxed {
                 let mut map = b.map_writable().map_err(err)?;
                 let stride = hd.stride[0] as usize;
                 if stride == frame {
-                    map.copy_from_slice(&plane[..bytes]);
+                    map.copy_from_slice(&plane[skip * frame..skip * frame + bytes]);
                 } else {
-                    for s in 0..hd.samples as usize {
-                        map[s * frame..(s + 1) * frame]
-                            .copy_from_slice(&plane[s * stride..s * stride + frame]);
+                    for s in 0..count {
+                        let from = (skip + s) * stride;
+                        map[s * frame..(s + 1) * frame].copy_from_slice(&plane[from..from + frame]);
                     }
                 }
             }
             b.set_pts(pts);
-            b.set_duration(
-                gst::ClockTime::SECOND.mul_div_floor(hd.samples as u64, a.shape.rate as u64),
-            );
+            b.set_duration(gst::ClockTime::SECOND.mul_div_floor(count as u64, rate));
         }
         a.appsrc
             .push_buffer(buffer)
             .map_err(|e| err(format!("the audio encoder stopped ({e:?})")))?;
-        self.samples += hd.samples as u64;
+        self.samples += count as u64;
         self.check()
     }
 
@@ -570,22 +705,30 @@ pub struct Participant {
     dir: PathBuf,
     preset: &'static str,
     parts: u32,
+    /// Skip file names already taken (a stream id that left the recorder's table
+    /// and came back).
+    skip_taken: bool,
     state: State,
     /// Files whose tracks have all ended, waiting for the muxer to finish them.
     closing: Vec<Muxed>,
+    /// Video frames dropped in files no longer being written.
+    dropped_before: u64,
     files: Vec<FileReport>,
 }
 
 impl Participant {
-    /// The files of stream id `id` in `dir`, encoded at x264 `preset`.
-    pub fn new(id: u32, dir: &Path, preset: &'static str) -> Participant {
+    /// The files of stream id `id` in `dir`, encoded at x264 `preset`
+    /// (`skip_taken`: file names already there are skipped, not replaced).
+    pub fn new(id: u32, dir: &Path, preset: &'static str, skip_taken: bool) -> Participant {
         Participant {
             id,
             dir: dir.to_path_buf(),
             preset,
             parts: 0,
+            skip_taken,
             state: State::Idle,
             closing: Vec::new(),
+            dropped_before: 0,
             files: Vec::new(),
         }
     }
@@ -597,10 +740,11 @@ impl Participant {
         capture_ns: u64,
         hd: &MediaHeader,
         payload: &[u8],
-    ) -> io::Result<()> {
+    ) -> io::Result<Taken> {
         self.poll_closing();
         loop {
             match &mut self.state {
+                State::Idle if self.parts >= MAX_PARTS => return Ok(Taken::NoParts),
                 State::Idle => self.state = State::Pending(Pending::default()),
                 State::Pending(p) => {
                     let fits = |p: &Pending| match k {
@@ -632,10 +776,11 @@ impl Participant {
                     {
                         self.start()?;
                     }
-                    return Ok(());
+                    return Ok(Taken::Yes);
                 }
                 State::Recording(m) => match Self::add(m, k, capture_ns, hd, payload)? {
-                    Pushed::Written => return Ok(()),
+                    Pushed::Written => return Ok(Taken::Yes),
+                    Pushed::Dropped => return Ok(Taken::Dropped),
                     Pushed::NewPart => {
                         self.end_file();
                         continue;
@@ -655,7 +800,9 @@ impl Participant {
         match k {
             kind::VIDEO => match &m.video {
                 Some(v) if !v.ended && v.shape == video_shape(hd) => {
-                    m.push_video(capture_ns, hd, payload)?
+                    if !m.push_video(capture_ns, hd, payload)? {
+                        return Ok(Pushed::Dropped);
+                    }
                 }
                 _ => return Ok(Pushed::NewPart),
             },
@@ -678,12 +825,10 @@ impl Participant {
             return Ok(());
         }
         self.parts += 1;
-        let suffix = if self.parts == 1 {
-            String::new()
-        } else {
-            format!("-{}", self.parts)
-        };
-        let path = self.dir.join(format!("stream-{}{suffix}.mp4", self.id));
+        while self.skip_taken && self.parts < MAX_PARTS && taken(&self.part_name(self.parts)) {
+            self.parts += 1;
+        }
+        let path = self.part_name(self.parts);
         let t0 = p.records.iter().map(|r| r.capture_ns).min().unwrap_or(0);
         let mut m = Muxed::new(path, p.video, p.audio, t0, self.preset)?;
         // In capture order, so the muxer sees each track's records in time.
@@ -725,6 +870,7 @@ impl Participant {
     fn end_file(&mut self) {
         if let State::Recording(mut m) = std::mem::replace(&mut self.state, State::Idle) {
             m.end_all();
+            self.dropped_before += std::mem::take(&mut m.dropped);
             self.closing.push(*m);
         }
     }
@@ -763,6 +909,30 @@ impl Participant {
         self.id
     }
 
+    /// Video frames dropped so far because the encoder fell behind.
+    pub fn dropped(&self) -> u64 {
+        self.dropped_before
+            + match &self.state {
+                State::Recording(m) => m.dropped,
+                _ => 0,
+            }
+    }
+
+    /// No file open or being finished.
+    pub fn is_idle(&self) -> bool {
+        matches!(self.state, State::Idle) && self.closing.is_empty()
+    }
+
+    /// The name of the participant's file number `part` (1: no suffix).
+    fn part_name(&self, part: u32) -> PathBuf {
+        let suffix = if part == 1 {
+            String::new()
+        } else {
+            format!("-{part}")
+        };
+        self.dir.join(format!("stream-{}{suffix}.mp4", self.id))
+    }
+
     /// The file being written, for error messages.
     pub fn path(&self) -> PathBuf {
         match &self.state {
@@ -770,6 +940,58 @@ impl Participant {
             _ => self.dir.join(format!("stream-{}.mp4", self.id)),
         }
     }
+}
+
+/// How much lower than the recorder's own the encoding threads' priority is
+/// (nice levels: each takes about a fifth off a thread's share of a busy CPU).
+const ENCODER_NICE: i32 = 5;
+
+/// Lowers the calling thread's priority by [`ENCODER_NICE`] (on Linux a nice
+/// value is a thread's own; threads it starts inherit it).
+fn lower_this_thread() {
+    use rustix::process::{getpriority_process, setpriority_process};
+    if let Ok(now) = getpriority_process(None) {
+        let _ = setpriority_process(None, (now + ENCODER_NICE).min(19));
+    }
+}
+
+/// Loads GStreamer and every element `--encode` uses, so that a missing plugin is
+/// said before recording starts and no participant's first file waits for the
+/// plugins to load (the first load takes most of a second).
+pub fn prepare() -> io::Result<()> {
+    gst::init().map_err(err)?;
+    for name in [
+        "appsrc",
+        "x264enc",
+        "h264parse",
+        "mp4mux",
+        "filesink",
+        "audiorate",
+        "audioconvert",
+        "audioresample",
+    ] {
+        let f = gst::ElementFactory::find(name).ok_or_else(|| missing(name))?;
+        f.load().map_err(|_| missing(name))?;
+    }
+    let audio = AUDIO_ENCODERS
+        .iter()
+        .find_map(|(n, _)| gst::ElementFactory::find(n)?.load().ok());
+    audio.ok_or_else(no_audio_encoder)?;
+    Ok(())
+}
+
+fn missing(name: &str) -> io::Error {
+    err(format!(
+        "element {name} is missing (install the GStreamer plugin sets: base, good, bad, ugly, libav)"
+    ))
+}
+
+fn no_audio_encoder() -> io::Error {
+    let names: Vec<&str> = AUDIO_ENCODERS.iter().map(|(n, _)| *n).collect();
+    err(format!(
+        "no AAC or Opus encoder ({}): install gstreamer1.0-libav",
+        names.join(", ")
+    ))
 }
 
 /// An appsrc of `caps` fed with buffers timed by capture time (not live), which

@@ -105,6 +105,40 @@ fn part_path(path: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// A WAV header for `frames` sample frames of `unit` bytes each (16-bit PCM, or
+/// 32-bit IEEE float with its `fact` chunk), and its length.
+fn wav_header(float: bool, unit: u64, channels: u16, rate: u32, frames: u64) -> ([u8; 64], usize) {
+    let bits: u16 = if float { 32 } else { 16 };
+    let block = unit as u16;
+    let data = (frames * unit).min(u32::MAX as u64 - 64) as u32;
+    let mut b = [0u8; 64];
+    let mut at = 0;
+    let mut put = |bytes: &[u8]| {
+        b[at..at + bytes.len()].copy_from_slice(bytes);
+        at += bytes.len();
+    };
+    let extra = if float { 12 } else { 0 };
+    let riff = 4 + 24 + extra + 8 + data + (data & 1);
+    put(b"RIFF");
+    put(&riff.to_le_bytes());
+    put(b"WAVEfmt ");
+    put(&16u32.to_le_bytes());
+    put(&(if float { 3u16 } else { 1u16 }).to_le_bytes());
+    put(&channels.to_le_bytes());
+    put(&rate.to_le_bytes());
+    put(&(rate * block as u32).to_le_bytes());
+    put(&block.to_le_bytes());
+    put(&bits.to_le_bytes());
+    if float {
+        put(b"fact");
+        put(&4u32.to_le_bytes());
+        put(&((data as u64 / unit.max(1)) as u32).to_le_bytes());
+    }
+    put(b"data");
+    put(&data.to_le_bytes());
+    (b, at)
+}
+
 /// Does `ffmpeg` run?
 pub fn ffmpeg_available() -> bool {
     Command::new("ffmpeg")
@@ -217,35 +251,7 @@ impl OutFile {
 
     fn wav_header(&self, frames: u64) -> ([u8; 64], usize) {
         let float = matches!(self.container, Container::Wav { float: true });
-        let bits: u16 = if float { 32 } else { 16 };
-        let block = self.unit as u16;
-        let data = (frames * self.unit).min(u32::MAX as u64 - 64) as u32;
-        let mut b = [0u8; 64];
-        let mut at = 0;
-        let mut put = |bytes: &[u8]| {
-            b[at..at + bytes.len()].copy_from_slice(bytes);
-            at += bytes.len();
-        };
-        let extra = if float { 12 } else { 0 };
-        let riff = 4 + 24 + extra + 8 + data + (data & 1);
-        put(b"RIFF");
-        put(&riff.to_le_bytes());
-        put(b"WAVEfmt ");
-        put(&16u32.to_le_bytes());
-        put(&(if float { 3u16 } else { 1u16 }).to_le_bytes());
-        put(&self.wav_channels.to_le_bytes());
-        put(&self.wav_rate.to_le_bytes());
-        put(&(self.wav_rate * block as u32).to_le_bytes());
-        put(&block.to_le_bytes());
-        put(&bits.to_le_bytes());
-        if float {
-            put(b"fact");
-            put(&4u32.to_le_bytes());
-            put(&((data as u64 / self.unit.max(1)) as u32).to_le_bytes());
-        }
-        put(b"data");
-        put(&data.to_le_bytes());
-        (b, at)
+        wav_header(float, self.unit, self.wav_channels, self.wav_rate, frames)
     }
 
     /// Frames (video) or sample frames (audio) written so far.
@@ -458,4 +464,175 @@ impl Drop for OutFile {
             let _ = c.wait();
         }
     }
+}
+
+/// A file a recorder left unfinished (`NAME.part`: it was killed, or its machine
+/// went down), as the next recorder on the same directory finished it.
+#[derive(Debug, Clone)]
+pub struct Repaired {
+    /// The file's name now: `NAME` once finished, `NAME.part` if it could not be.
+    pub path: PathBuf,
+    /// What it holds: video frames, audio sample frames, or an MP4's fragments.
+    pub units: u64,
+    /// Why it could not be finished, if it could not.
+    pub note: Option<String>,
+}
+
+/// Finishes every file a recorder left unfinished in `dir` (`video-*.y4m.part`,
+/// `audio-*.wav.part`, `stream-*.mp4.part`, `video-*.mp4.part`): cut back to
+/// what it holds whole (frames, sample frames, an MP4's fragments), sizes
+/// patched, renamed to `NAME`. The caller makes sure no recorder is writing them.
+pub fn repair_dir(dir: &Path) -> Vec<Repaired> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut parts: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let n = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            ["video-", "audio-", "stream-"]
+                .iter()
+                .any(|s| n.starts_with(s))
+                && [".y4m.part", ".wav.part", ".mp4.part"]
+                    .iter()
+                    .any(|s| n.ends_with(s))
+        })
+        .collect();
+    parts.sort();
+    parts
+        .into_iter()
+        .map(|part| {
+            let name = part.to_string_lossy();
+            let r = if name.ends_with(".y4m.part") {
+                repair_y4m(&part)
+            } else if name.ends_with(".wav.part") {
+                repair_wav(&part)
+            } else {
+                repair_mp4(&part)
+            };
+            let done = part.with_extension("");
+            match r.and_then(|units| std::fs::rename(&part, &done).map(|_| units)) {
+                Ok(units) => Repaired {
+                    path: done,
+                    units,
+                    note: None,
+                },
+                Err(e) => Repaired {
+                    path: part,
+                    units: 0,
+                    note: Some(e.to_string()),
+                },
+            }
+        })
+        .collect()
+}
+
+fn unusable(what: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
+}
+
+/// `part` opened to be finished, and its first `N` bytes (as many as it has).
+fn open_part<const N: usize>(part: &Path) -> io::Result<(File, [u8; N], usize)> {
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(part)?;
+    let mut head = [0u8; N];
+    let n = io::Read::read(&mut f, &mut head)?;
+    Ok((f, head, n))
+}
+
+/// A Y4M file cut back to its whole frames; how many.
+fn repair_y4m(part: &Path) -> io::Result<u64> {
+    let (f, head, n) = open_part::<96>(part)?;
+    let line = head[..n]
+        .iter()
+        .position(|&c| c == b'\n')
+        .filter(|_| head.starts_with(b"YUV4MPEG2 "))
+        .ok_or_else(|| unusable("no Y4M header"))?;
+    let dim = |tag: u8| -> Option<u32> {
+        std::str::from_utf8(&head[..line])
+            .ok()?
+            .split(' ')
+            .find_map(|w| w.strip_prefix(tag as char)?.parse().ok())
+    };
+    let (w, h) = dim(b'W')
+        .zip(dim(b'H'))
+        .ok_or_else(|| unusable("no size in the Y4M header"))?;
+    let frame = 6 + Format::I420.plane_table(w, h).bytes();
+    let header = line as u64 + 1;
+    let frames = f.metadata()?.len().saturating_sub(header) / frame.max(1);
+    f.set_len(header + frames * frame)?;
+    Ok(frames)
+}
+
+/// A WAV file cut back to its whole sample frames, sizes patched; how many.
+fn repair_wav(part: &Path) -> io::Result<u64> {
+    let (mut f, head, n) = open_part::<64>(part)?;
+    let u16_at = |i: usize| u16::from_le_bytes([head[i], head[i + 1]]);
+    let u32_at = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().expect("4 bytes"));
+    if n < 44 || &head[0..4] != b"RIFF" || &head[8..16] != b"WAVEfmt " {
+        return Err(unusable("no WAV header"));
+    }
+    let float = u16_at(20) == 3;
+    let (channels, rate, block) = (u16_at(22), u32_at(24), u16_at(32) as u64);
+    let header = if float { 56 } else { 44 };
+    if block == 0 || n < header || &head[header - 8..header - 4] != b"data" {
+        return Err(unusable("not a WAV header this recorder writes"));
+    }
+    let frames = f.metadata()?.len().saturating_sub(header as u64) / block;
+    f.set_len(header as u64 + frames * block)?;
+    let (b, len) = wav_header(float, block, channels, rate, frames);
+    f.seek(SeekFrom::Start(0))?;
+    f.write_all(&b[..len])?;
+    if frames * block % 2 == 1 {
+        f.seek(SeekFrom::End(0))?;
+        f.write_all(&[0])?;
+    }
+    Ok(frames)
+}
+
+/// A fragmented MP4 cut back to its last whole fragment (`moof` and its `mdat`);
+/// how many fragments it keeps. An MP4 whose index comes at its end (ffmpeg's)
+/// cannot be finished without it.
+fn repair_mp4(part: &Path) -> io::Result<u64> {
+    let (mut f, _, _) = open_part::<0>(part)?;
+    let len = f.metadata()?.len();
+    let (mut at, mut keep, mut fragments) = (0u64, 0u64, 0u64);
+    let (mut moov, mut last) = (false, [0u8; 4]);
+    while at + 8 <= len {
+        let mut b = [0u8; 16];
+        f.seek(SeekFrom::Start(at))?;
+        io::Read::read_exact(&mut f, &mut b[..8])?;
+        let kind: [u8; 4] = b[4..8].try_into().expect("4 bytes");
+        let size = match u32::from_be_bytes(b[0..4].try_into().expect("4 bytes")) {
+            0 => break,
+            1 if at + 16 <= len => {
+                io::Read::read_exact(&mut f, &mut b[8..16])?;
+                u64::from_be_bytes(b[8..16].try_into().expect("8 bytes"))
+            }
+            1 => break,
+            s => s as u64,
+        };
+        if size < 8 || at + size > len {
+            break;
+        }
+        at += size;
+        match &kind {
+            b"moov" => moov = true,
+            b"mdat" if moov && &last == b"moof" => {
+                fragments += 1;
+                keep = at;
+            }
+            _ => {}
+        }
+        last = kind;
+    }
+    if fragments == 0 {
+        return Err(unusable(
+            "no whole fragment (an MP4 whose index was to come at its end cannot be finished)",
+        ));
+    }
+    f.set_len(keep)?;
+    Ok(fragments)
 }

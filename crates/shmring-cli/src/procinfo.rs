@@ -16,3 +16,35 @@ pub fn own_usage() -> (f64, u64) {
     let r = shmring_host::rusage(false);
     (r.cpu_s(), r.max_rss_kb)
 }
+
+/// Peaks of this process's memory, in KiB, the ring not counted: what is
+/// resident ([`ProcMemory::rss_without_shmem_kb`](shmring_host::ProcMemory):
+/// heap and stacks, and the program's and libraries' pages, most of them shared
+/// with other processes), what is private (pages no other process maps:
+/// [`shmring_host::private_memory`]), and heap and stacks (`RssAnon`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PeakMemory {
+    pub rss_kb: u64,
+    pub private_kb: u64,
+    pub anon_kb: u64,
+}
+
+impl PeakMemory {
+    /// The memory now.
+    pub fn now() -> PeakMemory {
+        let mut p = PeakMemory::default();
+        p.sample();
+        p
+    }
+
+    /// Takes the memory now into the peaks.
+    pub fn sample(&mut self) {
+        if let Some(m) = own_memory() {
+            self.rss_kb = self.rss_kb.max(m.rss_without_shmem_kb());
+            self.anon_kb = self.anon_kb.max(m.anon_kb);
+        }
+        if let Some(private) = shmring_host::private_memory(None) {
+            self.private_kb = self.private_kb.max(private);
+        }
+    }
+}

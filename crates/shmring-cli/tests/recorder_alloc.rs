@@ -34,13 +34,17 @@ fn steady_state_records_allocate_nothing() {
         let hd = MediaHeader::video(Format::I420, w, h, i * 33_000_000, i).unwrap();
         hd.write_to(&mut video).unwrap();
         pattern.draw(i, &hd, &mut video);
-        let o = rec.process(Meta::new(0, kind::VIDEO), &video).unwrap();
+        let o = rec
+            .process(Meta::new(0, kind::VIDEO), Some(0), &video)
+            .unwrap();
         assert_eq!(o, Outcome::Written);
         for k in 0..3 {
             let hd = MediaHeader::audio(Format::PcmS16, 48000, 2, 480, 0, i * 3 + k).unwrap();
             hd.write_to(&mut audio).unwrap();
             tone.fill_s16(&mut audio[128..], 2);
-            let o = rec.process(Meta::new(0, kind::AUDIO), &audio).unwrap();
+            let o = rec
+                .process(Meta::new(0, kind::AUDIO), Some(0), &audio)
+                .unwrap();
             assert_eq!(o, Outcome::Written);
         }
     };

@@ -24,4 +24,4 @@ pub use alloc::{alloc_count, counting_installed, thread_alloc_count, CountingAll
 pub use child::{pid_gone, ChildGuard};
 pub use shm::{futex_wait, futex_wake, SharedMemory};
 pub use stop::stop_flag;
-pub use usage::{cpu_ns, proc_memory, rusage, CpuMeter, ProcMemory, Rusage};
+pub use usage::{cpu_ns, private_memory, proc_memory, rusage, CpuMeter, ProcMemory, Rusage};

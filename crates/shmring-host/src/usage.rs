@@ -57,10 +57,45 @@ pub struct ProcMemory {
 }
 
 impl ProcMemory {
-    /// Resident memory that is the process's own: everything but shared memory.
-    pub fn private_kb(&self) -> u64 {
+    /// Resident memory but shared memory mappings (the ring): heap and stacks,
+    /// and the pages of the program and its libraries, most of which other
+    /// processes map too. Not the process's private memory: see
+    /// [`private_memory`].
+    pub fn rss_without_shmem_kb(&self) -> u64 {
         self.anon_kb + self.file_kb
     }
+}
+
+/// The pages only this process maps, of its private mappings (shared memory, the
+/// ring, excluded), in KiB: the sum of `Private_Clean` and `Private_Dirty` over
+/// the mappings of `/proc/PID/smaps` that are not shared (`MAP_PRIVATE`). None
+/// if it cannot be read.
+pub fn private_memory(pid: Option<u32>) -> Option<u64> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/smaps"),
+        None => "/proc/self/smaps".to_string(),
+    };
+    parse_smaps(&std::fs::read_to_string(path).ok()?)
+}
+
+fn parse_smaps(s: &str) -> Option<u64> {
+    let (mut total, mut shared, mut seen) = (0u64, false, false);
+    for line in s.lines() {
+        let mut words = line.split_whitespace();
+        let Some(first) = words.next() else {
+            continue;
+        };
+        if let Some(key) = first.strip_suffix(':') {
+            if !shared && (key == "Private_Clean" || key == "Private_Dirty") {
+                total += words.next()?.parse::<u64>().ok()?;
+            }
+        } else if first.contains('-') {
+            // A mapping's first line: range, permissions (`rw-s`: shared), ...
+            shared = words.next()?.ends_with('s');
+            seen = true;
+        }
+    }
+    seen.then_some(total)
 }
 
 /// The memory of process `pid` (None: this process), from `/proc/PID/status`;
@@ -194,16 +229,40 @@ mod tests {
     fn status_parser_reads_the_memory_lines() {
         let s = "Name:\tx\nVmRSS:\t  1000 kB\nRssAnon:\t 300 kB\nRssFile:\t 200 kB\nRssShmem:\t 500 kB\n";
         let m = parse_status(s).expect("parsed");
-        assert_eq!((m.rss_kb, m.private_kb(), m.shmem_kb), (1000, 500, 500));
+        assert_eq!(
+            (m.rss_kb, m.rss_without_shmem_kb(), m.shmem_kb),
+            (1000, 500, 500)
+        );
         assert_eq!(parse_status("Name:\tx\n"), None);
         let short = parse_status("VmRSS:\t  1234 kB\nRssAnon:\t 10 kB\n").expect("parsed");
         assert_eq!(short.rss_kb, 1234);
     }
 
     #[test]
+    fn smaps_parser_counts_private_pages_of_private_mappings() {
+        let s = "\
+5600-5602 r--p 00000000 fe:00 247278    /usr/bin/x
+Rss:                   8 kB
+Shared_Clean:          4 kB
+Private_Clean:         4 kB
+Private_Dirty:         0 kB
+7f00-7f40 rw-s 00000000 00:01 1234      /memfd:ring (deleted)
+Private_Clean:         0 kB
+Private_Dirty:       256 kB
+7f40-7f48 rw-p 00000000 00:00 0
+Private_Dirty:        32 kB
+Anonymous:            32 kB
+";
+        assert_eq!(parse_smaps(s), Some(36));
+        assert_eq!(parse_smaps(""), None);
+    }
+
+    #[test]
     fn reads_own_process() {
         let own = proc_memory(None).expect("own /proc status");
-        assert!(own.rss_kb > 0 && own.private_kb() > 0);
+        assert!(own.rss_kb > 0 && own.rss_without_shmem_kb() > 0);
+        let private = private_memory(None).expect("own /proc smaps");
+        assert!(private > 0 && private <= own.rss_kb);
         let by_pid = proc_memory(Some(std::process::id())).expect("own /proc/PID/status");
         assert!(by_pid.rss_kb > 0);
         assert!(cpu_ns(std::process::id()).is_some());

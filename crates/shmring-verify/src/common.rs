@@ -218,7 +218,7 @@ pub fn read_rss(pid: i32) -> Option<Rss> {
     let m = shmring_host::proc_memory(Some(u32::try_from(pid).ok()?))?;
     Some(Rss {
         vm_rss: m.rss_kb * 1024,
-        private: m.private_kb() * 1024,
+        private: m.rss_without_shmem_kb() * 1024,
     })
 }
 

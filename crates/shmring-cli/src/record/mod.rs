@@ -13,7 +13,7 @@ use shmring::media::{Format, MediaHeader};
 use shmring::Config;
 
 use crate::cli::RecordArgs;
-use crate::output::ffmpeg_available;
+use crate::output::{ffmpeg_available, repair_dir};
 use crate::recorder::{Recorder, RecorderOptions};
 use crate::{fail, stop_flag, CmdError};
 
@@ -117,7 +117,13 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     .map_err(|m| fail(1, m))?;
     let cfg = usable_ring_config(a.capacity_mib)?;
     let src = source::open(&a, &cfg)?;
+    let seg = src.seg.clone();
+    rec.set_liveness(move |slot| seg.producer_alive(slot));
     let consumer = source::consumer(&a, &src.seg, &stop)?;
+    // Held for the whole run: another recorder on the same directory leaves its
+    // files alone, and this one finishes those a killed recorder left (before it
+    // says it is ready: no record is read before).
+    let _writing = claim_output(&a.out, &mut rec);
     source::announce(&src, &consumer, a.ready_file.as_deref())?;
 
     let mut watch = Watch::new(a.progress);
@@ -141,7 +147,7 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
         consumer_resets: consumer.resets(),
         st: src.seg.stats(),
         line: watch.line(&consumer),
-        peak_private_kb: watch.peak_private_kb,
+        peak: watch.peak,
         owner_gone: end.owner_gone,
     };
     drop(consumer);
@@ -158,6 +164,48 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     }
     new_dirs.keep();
     Ok(())
+}
+
+/// Claims the output directory `dir` for this run (an `flock` on it, dropped
+/// with the returned descriptor, or by the kernel when the process dies) and
+/// finishes the files a recorder that was killed left there (`NAME.part`); the
+/// files found are kept, new ones take other names. Another recorder writing
+/// into `dir` now is said, and its files are left alone.
+fn claim_output(dir: &Path, rec: &mut Recorder) -> Option<std::os::fd::OwnedFd> {
+    use rustix::fs::{FlockOperation, Mode, OFlags};
+    let fd = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    if rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive).is_err() {
+        eprintln!(
+            "shmring record: another shmring record is writing into {}; its unfinished \
+             files there are left alone",
+            dir.display()
+        );
+        return None;
+    }
+    let repaired = repair_dir(dir);
+    if !repaired.is_empty() {
+        rec.keep_existing_files();
+        let said: Vec<String> = repaired
+            .iter()
+            .map(|r| match &r.note {
+                None => format!("{} ({} kept)", r.path.display(), r.units),
+                Some(n) => format!("{} (left as it is: {n})", r.path.display()),
+            })
+            .collect();
+        eprintln!(
+            "shmring record: finished {} file(s) a recorder that was stopped left unfinished in \
+             {}: {}; new files take other names",
+            repaired.len(),
+            dir.display(),
+            said.join(", ")
+        );
+    }
+    Some(fd)
 }
 
 /// The checks on `a` that need no ring and no output directory.

@@ -18,8 +18,8 @@ pub(super) struct Watch {
     start: Instant,
     tick: Duration,
     next_tick: Instant,
-    /// Peak private memory of this process, in KiB.
-    pub peak_private_kb: u64,
+    /// This process's peak memory, the ring not counted.
+    pub peak: procinfo::PeakMemory,
     seen: Health,
     line_seen: Option<TetherInfo>,
     /// `{"progress":..}` lines on stdout.
@@ -37,7 +37,7 @@ impl Watch {
             start,
             tick,
             next_tick: start + tick,
-            peak_private_kb: procinfo::own_memory().map_or(0, |m| m.private_kb()),
+            peak: procinfo::PeakMemory::now(),
             seen: Health::default(),
             line_seen: None,
             json: progress,
@@ -67,9 +67,7 @@ impl Watch {
     }
 
     fn sample_memory(&mut self) {
-        if let Some(m) = procinfo::own_memory() {
-            self.peak_private_kb = self.peak_private_kb.max(m.private_kb());
-        }
+        self.peak.sample();
     }
 
     /// A tethered recorder's line as the ring lists it (once the line is gone, as
@@ -116,7 +114,7 @@ impl Watch {
                 "occupancy": st.occupancy,
                 "drops_full": st.drops_full, "abandoned": st.abandoned,
                 "resets": st.resets, "stalled_claims": st.stalled_claims,
-                "private_rss_kb": self.peak_private_kb,
+                "private_rss_kb": self.peak.private_kb, "rss_kb": self.peak.rss_kb,
                 "handoff": src.listener.as_ref().map(|l| handoff_json(&l.stats())),
                 "elapsed_s": self.start.elapsed().as_secs_f64(),
             }}));

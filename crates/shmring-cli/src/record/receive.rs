@@ -40,7 +40,7 @@ pub(super) fn receive(
             Ok(Some(f)) => {
                 read.add(f.len());
                 // The frame is read in place and released when it goes out of scope.
-                if let Err(e) = rec.process(f.meta(), f.payload()) {
+                if let Err(e) = rec.process(f.meta(), src.seg.committed_by(f.seq()), f.payload()) {
                     return Ending {
                         write_error: Some(e),
                         ..Ending::default()
@@ -92,7 +92,7 @@ pub(super) fn drain(
         match consumer.try_next() {
             Ok(Some(f)) => {
                 read.add(f.len());
-                rec.process(f.meta(), f.payload())?;
+                rec.process(f.meta(), src.seg.committed_by(f.seq()), f.payload())?;
             }
             Ok(None) => break,
             Err(_) => break,

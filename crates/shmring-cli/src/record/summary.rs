@@ -8,7 +8,7 @@ use shmring::{Stats, TetherInfo};
 
 use super::source::Source;
 use super::{emit, handoff_json, Read};
-use crate::recorder::{StreamReport, Summary};
+use crate::recorder::{StreamReport, Summary, MAX_STREAMS, STREAMS_PER_SLOT};
 use crate::{mb, procinfo};
 
 /// The run's figures, taken when the receiving ended.
@@ -20,7 +20,7 @@ pub(super) struct Totals {
     /// Resets the consumer made, counted by itself.
     pub consumer_resets: u64,
     pub line: Option<TetherInfo>,
-    pub peak_private_kb: u64,
+    pub peak: crate::procinfo::PeakMemory,
     pub owner_gone: bool,
 }
 
@@ -73,7 +73,9 @@ fn recorded_json(src: &Source, summary: &Summary, t: &Totals, cpu: &Cpu) -> serd
     j["elapsed_s"] = json!(t.elapsed);
     j["cpu_s"] = json!(cpu.seconds);
     j["cpu_percent"] = json!(cpu.percent(t.elapsed));
-    j["peak_private_rss_kb"] = json!(t.peak_private_kb);
+    j["peak_private_rss_kb"] = json!(t.peak.private_kb);
+    j["peak_rss_kb"] = json!(t.peak.rss_kb);
+    j["peak_rss_anon_kb"] = json!(t.peak.anon_kb);
     j["max_rss_kb"] = json!(cpu.max_rss_kb);
     j
 }
@@ -107,7 +109,7 @@ fn print_head(e: &mut impl Write, src: &Source, t: &Totals) {
 fn print_stream(e: &mut impl Write, s: &StreamReport) {
     let _ = writeln!(
         e,
-        "  {} stream {}: {} records, {} lost upstream, {} malformed{}",
+        "  {} stream {}: {} records, {} lost upstream, {} malformed{}{}{}",
         s.kind,
         s.stream,
         s.received,
@@ -115,6 +117,16 @@ fn print_stream(e: &mut impl Write, s: &StreamReport) {
         s.malformed,
         if s.restarts > 0 {
             format!(", sequence restarted {} times", s.restarts)
+        } else {
+            String::new()
+        },
+        if s.foreign > 0 {
+            format!(", {} foreign", s.foreign)
+        } else {
+            String::new()
+        },
+        if s.dropped > 0 {
+            format!(", {} dropped (the encoder fell behind)", s.dropped)
         } else {
             String::new()
         }
@@ -149,6 +161,37 @@ fn print_tail(e: &mut impl Write, src: &Source, summary: &Summary, t: &Totals, c
             summary.first_malformed.as_deref().unwrap_or("?")
         );
     }
+    if summary.refused_foreign > 0 {
+        let _ = writeln!(
+            e,
+            "  {} records refused as foreign: another producer slot wrote to a stream that \
+             belongs to a live one (counted per stream)",
+            summary.refused_foreign
+        );
+    }
+    if summary.refused_streams > 0 {
+        let _ = writeln!(
+            e,
+            "  {} records of streams refused for lack of room ({} streams per producer slot, \
+             {} in all)",
+            summary.refused_streams, STREAMS_PER_SLOT, MAX_STREAMS
+        );
+    }
+    if summary.streams_unlisted > 0 {
+        let _ = writeln!(
+            e,
+            "  {} more streams ended and left the table without being listed here",
+            summary.streams_unlisted
+        );
+    }
+    if summary.unattributed > 0 {
+        let _ = writeln!(
+            e,
+            "  {} records refused: their claim named no producer slot when read (the ring's \
+             claim log was written by a peer)",
+            summary.unattributed
+        );
+    }
     if t.st.abandoned > 0 {
         let _ = writeln!(
             e,
@@ -169,10 +212,13 @@ fn print_tail(e: &mut impl Write, src: &Source, summary: &Summary, t: &Totals, c
     }
     let _ = writeln!(
         e,
-        "  CPU {:.2} s ({:.1}%), peak private RSS {:.1} MiB",
+        "  CPU {:.2} s ({:.1}%); peak memory, the ring not counted: {:.1} MiB resident, \
+         {:.1} MiB private (mapped by no other process), {:.1} MiB heap and stacks",
         cpu.seconds,
         cpu.percent(t.elapsed),
-        t.peak_private_kb as f64 / 1024.0
+        t.peak.rss_kb as f64 / 1024.0,
+        t.peak.private_kb as f64 / 1024.0,
+        t.peak.anon_kb as f64 / 1024.0
     );
     if let Some(l) = &src.listener {
         let h = l.stats();

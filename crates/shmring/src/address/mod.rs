@@ -260,8 +260,18 @@ fn read_only_from(fds: Vec<OwnedFd>) -> Result<ReadOnlySegment> {
     Ok(ro)
 }
 
-/// A copy of descriptor `fd` (close-on-exec); the original stays the caller's.
+/// A copy of descriptor `fd` (close-on-exec); the original stays the caller's. A
+/// ring file this process already holds as a lock file gets an `O_PATH` copy
+/// instead, which the open resolves to the file it holds: no descriptor of it is
+/// added, and dropping the copy unopened drops none of the process's locks.
 fn copy(fd: RawFd) -> std::io::Result<OwnedFd> {
+    // SAFETY: `fd` is open (checked by the parser) for the length of this call.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    if files::held_here(borrowed) {
+        if let Some(path) = files::path_only(borrowed) {
+            return Ok(path);
+        }
+    }
     // SAFETY: F_DUPFD_CLOEXEC only reads the descriptor table; a number that is not
     // open fails with EBADF.
     let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };

@@ -25,6 +25,50 @@ fn shm_open_err(path: &str, e: rustix::io::Errno) -> Error {
     }
 }
 
+/// Where named rings live.
+const SHM_DIR: &str = "/dev/shm";
+
+/// Opens the named ring `path` (`/NAME`) as the file it is: never through a
+/// symbolic link, and only a regular file (a FIFO would block the open).
+fn open_shm(path: &str, mode: rustix::fs::OFlags) -> Result<OwnedFd> {
+    use rustix::fs::OFlags;
+    let full = format!("{SHM_DIR}{path}");
+    let not_a_ring = |what: &str| {
+        os(
+            "open",
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{full} is {what}; a named ring is opened only as the file it is"),
+            ),
+        )
+    };
+    let fd = rustix::fs::open(
+        full.as_str(),
+        mode | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        rustix::io::Errno::LOOP => not_a_ring("a symbolic link"),
+        e => shm_open_err(path, e),
+    })?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| os("fstat", path, e))?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(not_a_ring("not a regular file"));
+    }
+    Ok(fd)
+}
+
+/// What the name `path` (`/NAME`) in /dev/shm is, itself (a link is not followed).
+pub(super) fn named_file(path: &str) -> rustix::io::Result<rustix::fs::Stat> {
+    let full = format!("{SHM_DIR}{path}");
+    rustix::fs::statat(
+        rustix::fs::CWD,
+        full.as_str(),
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+}
+
 fn shm_name(name: &str) -> Result<String> {
     let n = name.strip_prefix('/').unwrap_or(name);
     if n.is_empty() || n.len() > 200 || n.contains('/') || n == "." || n == ".." {
@@ -134,8 +178,7 @@ impl Segment {
         let locks = match Self::named_open_here(&path)?.filter(|l| l.writable().is_some()) {
             Some(locks) => locks,
             None => {
-                let fd = rustix::shm::open(path.as_str(), rustix::shm::OFlags::RDWR, Mode::empty())
-                    .map_err(|e| shm_open_err(&path, e))?;
+                let fd = open_shm(&path, rustix::fs::OFlags::RDWR)?;
                 files::register(fd, true, &path)?
             }
         };
@@ -150,9 +193,7 @@ impl Segment {
         let locks = match Self::named_open_here(&path)? {
             Some(locks) => locks,
             None => {
-                let fd =
-                    rustix::shm::open(path.as_str(), rustix::shm::OFlags::RDONLY, Mode::empty())
-                        .map_err(|e| shm_open_err(&path, e))?;
+                let fd = open_shm(&path, rustix::fs::OFlags::RDONLY)?;
                 files::register(fd, false, &path)?
             }
         };
@@ -163,11 +204,13 @@ impl Segment {
     /// open: a named ring open here is never opened again, since closing the new
     /// descriptor would drop this process's record locks on it.
     fn named_open_here(path: &str) -> Result<Option<Arc<files::LockFile>>> {
-        let full = format!("/dev/shm{path}");
-        match rustix::fs::stat(full.as_str()) {
-            Ok(st) => Ok(files::lookup(files::key_of_stat(&st))),
+        match named_file(path) {
+            // A link (or anything but a file): let the open say what is wrong.
+            Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() => {
+                Ok(files::lookup(files::key_of_stat(&st)))
+            }
+            Ok(_) => Ok(None),
             Err(rustix::io::Errno::NOENT) => Err(Error::NotFound(path.into())),
-            // Let the open say what is wrong.
             Err(_) => Ok(None),
         }
     }
@@ -198,7 +241,14 @@ impl Segment {
             segment: label.as_str().into(),
             what,
         };
-        let seals = rustix::fs::fcntl_get_seals(&fd);
+        // An O_PATH descriptor (an `fd:` address of a ring file this process
+        // holds) stands for the file it names: a named ring's file.
+        let path_only = files::is_path_only(fd.as_fd());
+        let seals = if path_only {
+            Err(rustix::io::Errno::BADF)
+        } else {
+            rustix::fs::fcntl_get_seals(&fd)
+        };
         if let Ok(s) = seals {
             // A memfd whose seals can still change (a file of /dev/shm reads as
             // sealed against sealing, and is attached as a named ring's file).
@@ -231,7 +281,11 @@ impl Segment {
                 let writable = rustix::fs::fcntl_getfl(&fd)
                     .map(|f| f.contains(rustix::fs::OFlags::RDWR))
                     .unwrap_or(false);
-                let locks = files::register(fd, writable, &label)?;
+                let locks = if path_only {
+                    files::held(fd.as_fd(), &label)?
+                } else {
+                    files::register(fd, writable, &label)?
+                };
                 let seg = Self::attach(
                     locks,
                     None,
@@ -276,14 +330,22 @@ impl Segment {
             segment: label.into(),
             what: format!("the descriptor given as the ring's lock file {what}"),
         };
-        match rustix::fs::fcntl_get_seals(&fd) {
-            Ok(seals) if seals.contains(LOCK_FILE_SEALS) => {}
-            _ => return Err(bad("is not a sealed, empty memfd")),
-        }
         if files::key_of(fd.as_fd(), label)? == files::key_of(segment, label)? {
             return Err(bad("is the segment itself"));
         }
-        files::register(fd, true, label)
+        // An O_PATH descriptor names a lock file this process holds (an `fd:`
+        // address): its own descriptor is used, none is added. Registered before
+        // it is checked: a copy of a file this process holds locks on is never
+        // closed while the locks are needed.
+        let locks = if files::is_path_only(fd.as_fd()) {
+            files::held(fd.as_fd(), label)?
+        } else {
+            files::register(fd, true, label)?
+        };
+        match rustix::fs::fcntl_get_seals(locks.fd()) {
+            Ok(seals) if seals.contains(LOCK_FILE_SEALS) => Ok(locks),
+            _ => Err(bad("is not a sealed, empty memfd")),
+        }
     }
 
     /// The ring's descriptors, in the one order shmring hands them over (and

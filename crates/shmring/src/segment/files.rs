@@ -22,7 +22,7 @@
 //! closed at once when the process holds no role there, and otherwise when it
 //! holds none any more.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
@@ -80,6 +80,47 @@ pub(crate) fn lookup(key: FileKey) -> Option<Arc<LockFile>> {
         .and_then(|(_, w)| w.upgrade())
 }
 
+/// Does this process hold the file `fd` refers to as a ring's lock file?
+pub(crate) fn held_here(fd: BorrowedFd<'_>) -> bool {
+    key_of(fd, "").is_ok_and(|k| lookup(k).is_some())
+}
+
+/// An `O_PATH` descriptor of the file `fd` refers to: it names the file without
+/// opening it, and closing it drops no record lock (the kernel looks for locks to
+/// drop only when a descriptor that opened the file is closed). `None` where
+/// `/proc` is not mounted.
+pub(crate) fn path_only(fd: BorrowedFd<'_>) -> Option<OwnedFd> {
+    let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    rustix::fs::open(
+        link.as_str(),
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .ok()
+}
+
+/// Is `fd` an `O_PATH` descriptor (see [`path_only`])?
+pub(crate) fn is_path_only(fd: BorrowedFd<'_>) -> bool {
+    rustix::fs::fcntl_getfl(fd).is_ok_and(|f| f.contains(rustix::fs::OFlags::PATH))
+}
+
+/// The entry of the file an `O_PATH` descriptor names, with a writable
+/// descriptor: this process's own if it holds the file (no descriptor is made),
+/// else the file opened again for reading and writing.
+pub(crate) fn held(fd: BorrowedFd<'_>, name: &str) -> Result<Arc<LockFile>> {
+    if let Some(l) = lookup(key_of(fd, name)?).filter(|l| l.writable().is_some()) {
+        return Ok(l);
+    }
+    let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let rw = rustix::fs::open(
+        link.as_str(),
+        rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| os("open again (/proc/self/fd)", name, e))?;
+    register(rw, true, name)
+}
+
 /// Registers a descriptor of a lock file (`writable`: opened read-write). If this
 /// process already holds the file, the descriptor joins its entry: kept if the
 /// entry lacks one of its kind, closed at once if it has one and no role is held,
@@ -110,6 +151,11 @@ pub(crate) fn register(fd: OwnedFd, writable: bool, name: &str) -> Result<Arc<Lo
 }
 
 impl LockFile {
+    /// The file's identity.
+    pub(crate) fn key(&self) -> FileKey {
+        self.key
+    }
+
     fn adopt(&self, fd: OwnedFd, writable: bool) {
         let slot = if writable { &self.rw } else { &self.ro };
         let Err(fd) = slot.set(fd) else {

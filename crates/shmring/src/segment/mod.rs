@@ -23,9 +23,11 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use crate::error::{os, Error, Result};
-use crate::layout::{Control, Geometry, Slot, FLAG_EVENTFD, SLOT_SIZE};
+use crate::layout::{
+    ClaimState, Control, Geometry, LogEntry, Slot, FLAG_EVENTFD, SEQ_MASK, SLOT_SIZE,
+};
 use crate::protocol::Shared;
-use crate::sync::AtomicU64;
+use crate::sync::{AtomicU64, Ordering};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Backing {
@@ -171,6 +173,28 @@ impl Segment {
         (self.base.as_ptr(), self.len)
     }
 
+    /// The producer slot that made claim `seq`: the slot its claim log entry names
+    /// while that entry holds the committed claim, as it does while the consumer
+    /// holds the record (a [`crate::Frame::seq`] not yet released); `None` once the
+    /// entry holds anything else. Records are attributed to slots, not to
+    /// processes: a peer that writes the claim log can make an entry name any slot
+    /// (see the threat model in `docs/DESIGN.md`); producers using the library
+    /// name their own.
+    pub fn committed_by(&self, seq: u64) -> Option<u32> {
+        // Acquire: as any entry load.
+        let e = LogEntry::unpack(self.shared().entry(seq).load(Ordering::Acquire));
+        (e.stamp == seq & SEQ_MASK
+            && e.state == ClaimState::Committed
+            && e.slot < self.geo.max_producers)
+            .then_some(e.slot)
+    }
+
+    /// Does a live producer hold producer slot `slot`? Its lock says (one `fcntl`),
+    /// as for the claims the consumer waits on.
+    pub fn producer_alive(&self, slot: u32) -> bool {
+        slot < self.geo.max_producers && crate::slots::is_alive(self, slot)
+    }
+
     /// Was this (named) segment truncated by a peer under us? Its mapping then reads
     /// zeros and is no longer shared: every consumer and producer call fails with
     /// [`Error::Truncated`]; create a new segment. Always `false` for a sealed memfd.
@@ -285,8 +309,14 @@ impl Drop for Segment {
         unsafe {
             let _ = rustix::mm::munmap(self.base.as_ptr().cast(), self.len);
         }
+        // Only while the name is still this ring's file: a file that replaced it
+        // (removed by `shmring rm`, then made again by another recorder) is left
+        // alone.
         if self.backing == (Backing::Named { created: true })
             && !self.persist.load(std::sync::atomic::Ordering::Relaxed)
+            && attach::named_file(&self.name).is_ok_and(|st| {
+                Some(files::key_of_stat(&st)) == self.locks.as_ref().map(|l| l.key())
+            })
         {
             let _ = rustix::shm::unlink(self.name.as_str());
         }
