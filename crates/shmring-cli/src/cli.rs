@@ -48,6 +48,7 @@ pub enum Cmd {
     },
     /// Write the man pages (shmring.1, shmring-SUBCOMMAND.1) into DIR, generated
     /// from this build's options (`make man`: into target/man).
+    #[command(hide = true)]
     Manpages {
         /// Directory for the pages (created if missing).
         dir: PathBuf,
@@ -101,13 +102,14 @@ impl Bounded for u64 {
     const MAX: u64 = u64::MAX;
 }
 
-/// The core's default stall limit for tethered readers, in ms.
+/// The core's default for delivering past a held claim, in ms (0: strict order).
 fn default_overtake_ms() -> u64 {
     shmring::ConsumerOptions::default()
         .overtake_after
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// The core's default stall limit for tethered readers, in ms.
 fn default_tether_stall_ms() -> u64 {
     shmring::ConsumerOptions::default()
         .tether_stall_limit

@@ -5,6 +5,28 @@ use std::process::ExitCode;
 use clap::Parser;
 use shmring_cli::cli::{Cli, Cmd};
 
+/// A bad command line exits 2 with clap's message, less its closing pointer to
+/// `--help`: a value refused is then one line naming the option, the value and
+/// the range. Help and version print as clap prints them.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        e.exit()
+    }
+    let text = e.render().to_string();
+    let text = text
+        .trim_end()
+        .trim_end_matches("For more information, try '--help'.")
+        .trim_end();
+    eprintln!("{text}");
+    ExitCode::from(2)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     // `bench` lives in the shmring-bench crate and parses its own arguments; its
@@ -12,7 +34,10 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("bench") {
         return code(shmring_bench::run(&args[1..]));
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     let (name, r) = match cli.cmd {
         Cmd::Record(a) => ("record", shmring_cli::record::run(a)),
         Cmd::Produce(a) => ("produce", shmring_cli::produce::run(a)),

@@ -383,8 +383,10 @@ fn readers_fail_cleanly_on_a_ring_without_consumer_or_no_ring() {
             "--tether-stall-ms 0",
         ),
     ] {
+        // One line naming the option and the value refused.
+        let (option, value) = needle.split_once(' ').unwrap();
         let o = run(args);
-        assert_fails_with(&o, 2, &[needle]);
+        assert_fails_with(&o, 2, &[option, value]);
     }
     assert!(!out.exists());
 }
