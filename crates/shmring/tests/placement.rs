@@ -192,8 +192,7 @@ fn a_lagging_tap_over_small_records_counts_paddings_as_no_records() {
 fn lagging_tap(name: &str, size: usize) {
     let seg = ring(name, CAP);
     let consumer = seg.consumer().unwrap();
-    let fd = seg.read_only_fd().unwrap().try_clone_to_owned().unwrap();
-    let mut tap = Tap::new(ReadOnlySegment::from_fd(fd).unwrap(), TapOptions::default());
+    let mut tap = Tap::new(ReadOnlySegment::of(&seg).unwrap(), TapOptions::default());
     let mut prod = seg.producer().unwrap();
     let mut send = |kind: u32| {
         prod.send(&vec![kind as u8; size], Meta::new(0, kind))

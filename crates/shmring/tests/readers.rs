@@ -36,8 +36,7 @@ fn cfg(capacity: u64) -> Config {
 
 /// A read-only view of `seg` (a descriptor re-opened `O_RDONLY`, mapped `PROT_READ`).
 fn read_only(seg: &Segment) -> ReadOnlySegment {
-    let fd = seg.read_only_fd().unwrap().try_clone_to_owned().unwrap();
-    ReadOnlySegment::from_fd(fd).unwrap()
+    ReadOnlySegment::of(seg).unwrap()
 }
 
 /// The ring's consumer, in a thread, consuming (and checking) until `stop`.
