@@ -92,6 +92,42 @@ test-hostile:
 	./target/release/shmring-verify hold --held 32 --retake --seconds 10
 	./target/release/shmring-verify hold --held 32 --retake --strict --seconds 10
 
+## The checkers over the ring itself (a nightly toolchain with Miri and the standard
+## library's source: scripts/deps.sh checkers). CI runs all three (.ci/run).
+.PHONY: deps-checkers test-miri test-tsan test-asan
+deps-checkers:
+	@$(if $(SKIP_DEPS),true,scripts/deps.sh checkers)
+HOST := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
+
+## Miri: the suites below on an in-process ring (Miri has no memfd; Segment::create_memfd
+## makes one there), with small counts under cfg(miri), under Miri's data-race detector
+## and Tree Borrows. Any undefined behaviour fails it.
+MIRI_TESTS ?= smoke threads shared bounds overtake readers placement in_process
+MIRIFLAGS ?= -Zmiri-tree-borrows -Zmiri-permissive-provenance
+test-miri: deps-checkers
+	MIRIFLAGS="$(MIRIFLAGS)" $(CARGO) +nightly miri test -p shmring $(addprefix --test ,$(MIRI_TESTS))
+
+## ThreadSanitizer (the standard library rebuilt instrumented) over the threaded suites,
+## TSAN_RUNS times. First a canary, a race on purpose (tests/races.rs): if TSan does not
+## report it, it sees nothing and the target fails. `races` holds the write after a claim
+## was taken back, which must not race with the record given that space.
+TSAN_TESTS ?= smoke threads shared readers overtake bounds placement in_process wakeups full_policy races integrity
+TSAN_RUNS ?= 3
+TSAN_CARGO = RUSTFLAGS="-Zsanitizer=thread" CARGO_TARGET_DIR=$(abspath target/tsan) \
+	$(CARGO) +nightly test -Zbuild-std --target $(HOST) --release -p shmring
+test-tsan: deps-checkers
+	@out=$$($(TSAN_CARGO) --test races -- --ignored canary 2>&1); st=$$?; \
+	if [ $$st -eq 0 ] || ! printf '%s' "$$out" | grep -q 'ThreadSanitizer: data race'; then \
+	  printf '%s\n' "$$out" | tail -30; echo "test-tsan: the canary's race was not reported"; exit 1; \
+	else echo "test-tsan: the canary's race was reported"; fi
+	for i in $$(seq $(TSAN_RUNS)); do echo "== ThreadSanitizer run $$i of $(TSAN_RUNS)"; \
+	  $(TSAN_CARGO) $(addprefix --test ,$(TSAN_TESTS)) || exit 1; done
+
+## AddressSanitizer over the Rust library: the C ABI tests linked against libshmring
+## built with -Zsanitizer=address (crates/shmring-ffi: make asan).
+test-asan: deps-checkers
+	$(MAKE) --no-print-directory -C crates/shmring-ffi asan HOST=$(HOST)
+
 ## Both fuzz targets for FUZZ_SECONDS each, with the matrix's boundary values as a
 ## dictionary (needs cargo-fuzz and a nightly toolchain). Crashes land in fuzz/artifacts.
 FUZZ_SECONDS ?= 300

@@ -20,6 +20,9 @@
 #                            the tool cache outside the clone (scripts/tools.sh):
 #                            maturin, auditwheel, zig (the ziglang package) and PyYAML
 #                            in a venv, and cargo-zigbuild (cargo install --locked)
+#   scripts/deps.sh checkers what `make test-miri`, `test-tsan` and `test-asan` need
+#                            besides `demo`'s: a nightly Rust toolchain with Miri and
+#                            the standard library's source (rustup)
 #   scripts/deps.sh --print test   only say what is missing and how to install it
 #
 # On Debian 12 and Ubuntu 22.04/24.04 it runs apt-get (as root, or through sudo).
@@ -31,7 +34,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 print_only=0
 if [ "${1:-}" = "--print" ]; then print_only=1; shift; fi
 profile=${1:-test}
-case "$profile" in demo|test|deb|dist) ;; *) echo "usage: $0 [--print] demo|test|deb|dist" >&2; exit 2 ;; esac
+case "$profile" in demo|test|deb|dist|checkers) ;; *) echo "usage: $0 [--print] demo|test|deb|dist|checkers" >&2; exit 2 ;; esac
 
 say() { echo "deps: $*" >&2; }
 
@@ -104,6 +107,19 @@ if [ "$profile" = test ] && [ $cargo_ok = 1 ]; then
       fi
     fi
   done
+fi
+
+if [ "$profile" = checkers ] && [ $cargo_ok = 1 ]; then
+  src="$(rustc +nightly --print sysroot 2>/dev/null)/lib/rustlib/src/rust/library"
+  if ! cargo +nightly miri --version >/dev/null 2>&1 || [ ! -d "$src" ]; then
+    if command -v rustup >/dev/null && [ $print_only = 0 ]; then
+      say "rustup +nightly component add miri rust-src"
+      rustc +nightly --version >/dev/null 2>&1 || rustup toolchain install nightly --profile minimal >/dev/null
+      rustup +nightly component add miri rust-src >/dev/null
+    else
+      notes+=("a nightly toolchain with Miri: rustup +nightly component add miri rust-src")
+    fi
+  fi
 fi
 
 distro=unknown

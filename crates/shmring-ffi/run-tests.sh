@@ -5,7 +5,8 @@
 #
 # Uses $CARGO_TARGET_DIR (default: target/ at the workspace root). Steps: cargo tests
 # (header freshness, cross-language, allocation counts), then the C tests built
-# against a staged install (shared, ASan/UBSan, static), the seccomp sandbox test,
+# against a staged install (shared, ASan/UBSan, static), the seccomp sandbox tests (our
+# allow-list, and a filter written from Chromium's renderer policy),
 # the C and C++ examples, and the CMake example built against an installed copy
 # found through pkg-config.
 set -u
@@ -125,6 +126,13 @@ if [ -x "$build/test_sandbox" ]; then
     st=$?; cat "$log/sandbox.txt"
     add_counts "test_sandbox" "$log/sandbox.txt" $st
 else count "test_sandbox (not built)" 1; fi
+
+echo "== test_renderer_policy (seccomp: Chromium's renderer policy)"
+if [ -x "$build/test_renderer_policy" ]; then
+    "$build/test_renderer_policy" > "$log/renderer.txt" 2>&1
+    st=$?; cat "$log/renderer.txt"
+    add_counts "test_renderer_policy" "$log/renderer.txt" $st
+else count "test_renderer_policy (not built)" 1; fi
 
 echo "== examples: C producer -> C consumer through a named ring"
 name="shmring-ffi-example-$$"

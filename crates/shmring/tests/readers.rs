@@ -36,8 +36,7 @@ fn cfg(capacity: u64) -> Config {
 
 /// A read-only view of `seg` (a descriptor re-opened `O_RDONLY`, mapped `PROT_READ`).
 fn read_only(seg: &Segment) -> ReadOnlySegment {
-    let fd = seg.read_only_fd().unwrap().try_clone_to_owned().unwrap();
-    ReadOnlySegment::from_fd(fd).unwrap()
+    ReadOnlySegment::of(seg).unwrap()
 }
 
 /// The ring's consumer, in a thread, consuming (and checking) until `stop`.
@@ -93,7 +92,7 @@ impl Owner {
 #[test]
 fn every_tethered_consumer_gets_every_record_once_in_order() {
     const P: u32 = 3;
-    const PER: u64 = 20_000;
+    const PER: u64 = if cfg!(miri) { 10 } else { 20_000 };
     let seg = Segment::create_memfd("tethers", &cfg(1 << 20)).unwrap();
     // The owner first (it adopts the tethered consumers), then two tethered ones.
     let started = Arc::new(AtomicBool::new(false));
@@ -239,6 +238,7 @@ fn a_tethered_consumer_that_stops_releasing_is_expelled() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "child processes")]
 fn a_killed_tethered_consumer_is_expelled_and_producers_carry_on() {
     let seg = Segment::create_memfd("tether-kill", &cfg(1 << 16)).unwrap();
     let opts = ConsumerOptions {
@@ -347,6 +347,11 @@ fn a_lagging_tap_skips_to_the_newest_and_counts_exactly_what_it_lost() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "undefined behaviour under Miri: a producer writes the bytes Tap::next_with \
+              lends its closure as &[u8] (tap.rs, read_committed)"
+)]
 fn a_record_overwritten_while_a_tap_reads_it_is_lost_not_delivered() {
     let seg = Segment::create_memfd("tap-torn", &cfg(1 << 16)).unwrap();
     let consumer = seg.consumer().unwrap();
@@ -557,6 +562,7 @@ fn consumer_and_tap_filters_agree_and_a_tethered_consumer_counts_its_own() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "child processes")]
 fn a_tap_cannot_write_the_ring() {
     let name = shm_name("tap-ro");
     let seg = Segment::create_named(&name.0, &cfg(1 << 16)).unwrap();
@@ -590,6 +596,7 @@ fn a_tap_cannot_write_the_ring() {
 /// tap's records are never torn (checksums) and delivered + lost is exactly what
 /// was produced.
 #[test]
+#[cfg_attr(miri, ignore = "child processes")]
 fn owner_tethered_recorder_and_tap_in_separate_processes() {
     const P: u32 = 2;
     const PER: u64 = 30_000;

@@ -8,7 +8,9 @@ use std::time::Duration;
 fn threads_deliver_every_record_once_in_producer_order() {
     let seg = Segment::create_memfd("smoke", &Config::with_capacity(1 << 20)).unwrap();
     let consumer = seg.consumer().unwrap();
-    const PER: u32 = 20_000;
+    // Under Miri (a slow machine): fewer, smaller records.
+    const PER: u32 = if cfg!(miri) { 20 } else { 20_000 };
+    const SPREAD: u32 = if cfg!(miri) { 300 } else { 5000 };
     let handles: Vec<_> = (0..3u32)
         .map(|p| {
             let seg = seg.clone();
@@ -16,7 +18,7 @@ fn threads_deliver_every_record_once_in_producer_order() {
                 let mut prod = seg.producer().unwrap();
                 prod.set_policy(FullPolicy::Block(Duration::from_secs(10)));
                 for i in 0..PER {
-                    let len = ((i * 7919 + p * 31) % 5000) as usize;
+                    let len = ((i * 7919 + p * 31) % SPREAD) as usize;
                     let mut r = prod.reserve(len + 8).unwrap();
                     let buf = r.payload();
                     buf[..4].copy_from_slice(&i.to_le_bytes());

@@ -14,13 +14,14 @@ use common::{consume_all, write_record, Checker};
 use shmring::{Config, FullPolicy, Segment};
 
 const PRODUCERS: u32 = 4;
-const PER: u64 = 100_000;
-const MAX: usize = 2 << 20;
+// Under Miri (a slow machine): fewer, smaller records in a smaller ring.
+const PER: u64 = if cfg!(miri) { 12 } else { 100_000 };
+const MAX: usize = if cfg!(miri) { 8 << 10 } else { 2 << 20 };
 
 #[test]
 fn four_threads_100k_records_each_exactly_once_in_order() {
     let cfg = Config {
-        capacity: 32 << 20,
+        capacity: if cfg!(miri) { 1 << 20 } else { 32 << 20 },
         max_record: Some(MAX as u64),
         ..Config::default()
     };

@@ -85,7 +85,13 @@ impl Segment {
     /// [`Error::NoSpace`]), with its lock file (a second sealed memfd that holds no bytes). Hand
     /// producers every descriptor of [`Segment::descriptors`] (inherit them, or
     /// [`Segment::send`] them; a [`crate::Listener`] does it for you).
+    ///
+    /// Under Miri, which has no `memfd_create`, this makes an in-process ring
+    /// ([`Segment::create_in_process`]), so the suites run there unchanged.
     pub fn create_memfd(name: &str, cfg: &Config) -> Result<Arc<Segment>> {
+        #[cfg(miri)]
+        return Self::create_in_process(name, cfg);
+        #[cfg_attr(miri, allow(unreachable_code))]
         let mut geo = cfg.geometry()?;
         geo.flags |= FLAG_LOCK_FILE;
         let label = format!("memfd:{name}");
@@ -342,8 +348,8 @@ impl Segment {
         } else {
             files::register(fd, true, label)?
         };
-        match rustix::fs::fcntl_get_seals(locks.fd()) {
-            Ok(seals) if seals.contains(LOCK_FILE_SEALS) => Ok(locks),
+        match locks.file().map(rustix::fs::fcntl_get_seals) {
+            Some(Ok(seals)) if seals.contains(LOCK_FILE_SEALS) => Ok(locks),
             _ => Err(bad("is not a sealed, empty memfd")),
         }
     }
@@ -352,8 +358,11 @@ impl Segment {
     /// [`Segment::from_descriptors`] takes them): the segment; for a memfd ring,
     /// its lock file; for an eventfd ring, its eventfd. A producer needs all of
     /// them. (A read-only observer gets [`Segment::read_only_fd`] alone, and
-    /// nothing it can lock.)
+    /// nothing it can lock.) An in-process ring has none.
     pub fn descriptors(&self) -> Vec<BorrowedFd<'_>> {
+        if let Backing::InProcess(_) = self.backing {
+            return Vec::new();
+        }
         let mut v = vec![self.fd()];
         if self.geo.flags & FLAG_LOCK_FILE != 0 {
             if let Some(l) = self.locks.as_ref().and_then(|l| l.writable()) {
@@ -365,7 +374,17 @@ impl Segment {
     }
 
     /// Sends [`Segment::descriptors`] over a connected Unix socket (`SCM_RIGHTS`).
+    /// An in-process ring has none to send (`InvalidInput`).
     pub fn send(&self, sock: impl AsFd) -> std::io::Result<()> {
+        if let Backing::InProcess(_) = self.backing {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: an in-process ring has no descriptors to send",
+                    self.name
+                ),
+            ));
+        }
         crate::sys::fdpass::send_fds(sock, &self.descriptors())
     }
 
@@ -383,7 +402,7 @@ impl Segment {
         Ok(Arc::new(seg))
     }
 
-    fn make_eventfd(&mut self) -> Result<()> {
+    pub(super) fn make_eventfd(&mut self) -> Result<()> {
         if self.geo.flags & FLAG_EVENTFD != 0 {
             let fd = rustix::event::eventfd(
                 0,
@@ -411,7 +430,7 @@ impl Segment {
 
     /// Validates the ring in `data` (the segment itself for a memfd ring, else the
     /// lock file, which is the segment) and maps it.
-    fn attach(
+    pub(super) fn attach(
         locks: Arc<files::LockFile>,
         data: Option<OwnedFd>,
         name: String,
@@ -435,7 +454,7 @@ impl Segment {
                             .into(),
                     })
                 }
-                (true, _) => locks.fd(),
+                (true, _) => locks.file().expect("a named ring's lock file is its file"),
             },
         };
         let geo = Self::probe(fd, &name, &backing, prot)?;

@@ -17,6 +17,10 @@
 //! and the roles themselves ([`LocalRoles`]), which it remembers in private memory
 //! because a process cannot see its own record locks.
 //!
+//! A ring in this process's heap has no lock file: its entry holds the in-process
+//! table of [`crate::sys::lock::Table`] instead, and is in no registry (nothing of
+//! it can be handed over, so nothing arrives twice).
+//!
 //! Descriptors stay bounded: a named ring already open here is never opened again
 //! (see [`lookup`]); a lock file descriptor that arrives while one is open is
 //! closed at once when the process holds no role there, and otherwise when it
@@ -42,6 +46,8 @@ pub(crate) struct LockFile {
     /// (closing one would have dropped our locks). Closed once we hold none.
     extra: Mutex<Vec<OwnedFd>>,
     local: LocalRoles,
+    /// An in-process ring's locks (it has no descriptor).
+    table: Option<Box<crate::sys::lock::Table>>,
 }
 
 /// Serialises slot, consumer-role and tether-line changes within this process
@@ -144,6 +150,7 @@ pub(crate) fn register(fd: OwnedFd, writable: bool, name: &str) -> Result<Arc<Lo
         ro: OnceLock::new(),
         extra: Mutex::new(Vec::new()),
         local: LocalRoles::default(),
+        table: None,
     });
     h.adopt(fd, writable);
     files.push((key, Arc::downgrade(&h)));
@@ -154,6 +161,20 @@ impl LockFile {
     /// The file's identity.
     pub(crate) fn key(&self) -> FileKey {
         self.key
+    }
+
+    /// The locks of an in-process ring: a table, no descriptor, in no registry.
+    pub(crate) fn in_process() -> Arc<LockFile> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        Arc::new(LockFile {
+            // No file has inode 0: a key no registered file shares.
+            key: (u64::MAX, NEXT.fetch_add(1, Relaxed)),
+            rw: OnceLock::new(),
+            ro: OnceLock::new(),
+            extra: Mutex::new(Vec::new()),
+            local: LocalRoles::default(),
+            table: Some(Box::default()),
+        })
     }
 
     fn adopt(&self, fd: OwnedFd, writable: bool) {
@@ -171,14 +192,22 @@ impl LockFile {
         } // else: dropped here, closing it; we hold no lock on the file.
     }
 
-    /// The descriptor locks are taken and looked at through: the writable one if
-    /// this process has it, else the read-only one (which can look, not lock).
-    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.rw
-            .get()
-            .or(self.ro.get())
-            .expect("a lock file entry holds a descriptor")
-            .as_fd()
+    /// Where locks are taken and looked at: the writable descriptor if this
+    /// process has it, else the read-only one (which can look, not lock); an
+    /// in-process ring's table.
+    pub(crate) fn fd(&self) -> crate::sys::lock::Locks<'_> {
+        match &self.table {
+            Some(t) => crate::sys::lock::Locks::Table(t),
+            None => crate::sys::lock::Locks::File(
+                self.file().expect("a lock file entry holds a descriptor"),
+            ),
+        }
+    }
+
+    /// The lock file's descriptor (writable if this process has one); `None` for
+    /// an in-process ring's.
+    pub(crate) fn file(&self) -> Option<BorrowedFd<'_>> {
+        self.rw.get().or(self.ro.get()).map(|f| f.as_fd())
     }
 
     /// The read-only descriptor, if this process has one.

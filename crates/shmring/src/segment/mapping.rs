@@ -28,7 +28,8 @@ impl Segment {
             (None, Some(l)) => l
                 .writable()
                 .filter(|_| prot.contains(ProtFlags::WRITE))
-                .unwrap_or(l.fd()),
+                .or(l.file())
+                .expect("a named ring's lock file is its file"),
             (None, None) => unreachable!("a segment is mapped from a descriptor"),
         };
         let m = Mapping::new(fd, len, &name, prot)?;

@@ -5,12 +5,14 @@
 //! one `open`), `attach` (make a ring, or attach to one by name or descriptors),
 //! `identity` (the geometry's three lines: validated, written, restored), `mapping`
 //! (the probe and the whole ring mapped), `files` (the lock file and who holds
-//! it), `read_only` ([`ReadOnlySegment`]), `config` ([`Config`]).
+//! it), `in_process` (a ring in this process's heap), `read_only`
+//! ([`ReadOnlySegment`]), `config` ([`Config`]).
 
 mod attach;
 mod config;
 pub(crate) mod files;
 mod identity;
+mod in_process;
 mod mapping;
 mod read_only;
 mod reserve;
@@ -36,6 +38,8 @@ enum Backing {
     Named {
         created: bool,
     },
+    /// A ring in this process's heap (see `in_process`), freed with its last view.
+    InProcess(Arc<in_process::Block>),
 }
 
 /// A mapped segment. Share it between a consumer and producers in one process with
@@ -101,11 +105,13 @@ impl Segment {
     }
 
     /// The segment's descriptor (a memfd for [`Segment::create_memfd`]). A
-    /// producer in another process needs [`Segment::descriptors`].
+    /// producer in another process needs [`Segment::descriptors`]. An in-process
+    /// ring has none: its is an eventfd no ring is behind (every attach and
+    /// listener refuse it).
     pub fn fd(&self) -> BorrowedFd<'_> {
         match (&self.data, &self.locks) {
             (Some(d), _) => d.as_fd(),
-            (None, Some(l)) => l.writable().unwrap_or(l.fd()),
+            (None, Some(l)) => l.file().expect("a named ring's lock file is its file"),
             (None, None) => unreachable!("a segment holds a descriptor"),
         }
     }
@@ -114,6 +120,13 @@ impl Segment {
     /// `/proc/self/fd`), for observers: the kernel refuses a writable shared mapping
     /// of it, and it gives no access to the lock file. Opened once and kept.
     pub fn read_only_fd(&self) -> Result<BorrowedFd<'_>> {
+        if let Backing::InProcess(_) = self.backing {
+            return Err(Error::Config(format!(
+                "segment {}: an in-process ring has no descriptor; a tap here reads it \
+                 through ReadOnlySegment::of",
+                self.name
+            )));
+        }
         let slot = match (&self.data, &self.locks) {
             // A named ring: the segment is the lock file, whose descriptors this
             // process must keep (closing one would drop its record locks).
@@ -153,7 +166,8 @@ impl Segment {
         }
     }
 
-    /// The segment's name, for messages (`/name`, `memfd:name` or `fd:N`).
+    /// The segment's name, for messages (`/name`, `memfd:name`, `fd:N` or
+    /// `in-process:name`).
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -205,12 +219,12 @@ impl Segment {
     /// A named segment's file shorter than the ring (a peer truncated it, maybe
     /// only partly, so no page we touched has faulted yet): [`Error::Truncated`].
     /// One `fstat`; consumers and taps ask every liveness interval. A sealed
-    /// memfd cannot shrink: always `Ok`.
+    /// memfd cannot shrink, nor an in-process ring: always `Ok`.
     pub fn check_size(&self) -> Result<()> {
         if self.truncated() {
             return Err(self.truncated_error());
         }
-        if self.backing == Backing::Memfd {
+        if !matches!(self.backing, Backing::Named { .. }) {
             return Ok(());
         }
         match rustix::fs::fstat(self.fd()) {
@@ -304,6 +318,9 @@ impl Drop for Segment {
         // Unregister before unmapping, so the SIGBUS handler never remaps an address
         // range that is no longer ours.
         drop(self.guard.take());
+        if let Backing::InProcess(_) = self.backing {
+            return; // the block goes with its last view
+        }
         // SAFETY: base/len describe the mapping we created and nobody can use it
         // after drop (every user holds an Arc to us).
         unsafe {

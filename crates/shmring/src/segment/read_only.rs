@@ -2,9 +2,9 @@
 
 use std::os::fd::BorrowedFd;
 
-use crate::error::Result;
+use super::{Backing, Segment};
+use crate::error::{os, Result};
 use crate::layout::Geometry;
-use crate::segment::Segment;
 
 /// A ring mapped read-only (`PROT_READ`), from [`Segment::observe`]: its counters
 /// and geometry. Nothing here writes to the segment, and the kernel refuses a
@@ -27,6 +27,31 @@ impl ReadOnlySegment {
         Ok(ReadOnlySegment {
             seg: Segment::attach_read_only(fd)?,
         })
+    }
+
+    /// A read-only view of a ring this process has, for a tap here: a memfd
+    /// ring's read-only descriptor mapped `PROT_READ` (as [`ReadOnlySegment::from_fd`]
+    /// of [`Segment::read_only_fd`]), a named ring's file mapped `PROT_READ`, an
+    /// in-process ring's own block ([`Segment::create_in_process`]).
+    pub fn of(seg: &Segment) -> Result<ReadOnlySegment> {
+        if let Some(seg) = seg.in_process_view()? {
+            return Ok(ReadOnlySegment { seg });
+        }
+        if let (Backing::Named { .. }, Some(locks)) = (&seg.backing, &seg.locks) {
+            let seg = Segment::attach(
+                locks.clone(),
+                None,
+                seg.name.clone(),
+                Backing::Named { created: false },
+                true,
+            )?;
+            return Ok(ReadOnlySegment { seg });
+        }
+        let fd = seg
+            .read_only_fd()?
+            .try_clone_to_owned()
+            .map_err(|e| os("dup", seg.name(), e))?;
+        ReadOnlySegment::from_fd(fd)
     }
 
     pub(crate) fn segment(&self) -> &Segment {

@@ -7,9 +7,20 @@ pub mod sigbus;
 pub mod unix;
 
 /// Nanoseconds of `CLOCK_MONOTONIC`: the clock record timestamps use by default.
+///
+/// Read through the C library, whose vDSO entry the dynamic loader resolved at
+/// start-up: no system call, and none on the first read either. (rustix finds the
+/// vDSO itself on its first clock read, with `prctl(PR_GET_AUXV)`, which a
+/// browser renderer's seccomp policy answers with SIGSYS: a producer attaching
+/// inside such a sandbox died there.)
 pub fn now_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 static FORKS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);

@@ -27,8 +27,13 @@ pub fn shm_name(tag: &str) -> ShmName {
 
 // ---- deterministic records -------------------------------------------------------
 
-/// Random bytes every record's payload is cut from (4 MiB + 64 KiB).
-pub const POOL_LEN: usize = (4 << 20) + (64 << 10);
+/// Random bytes every record's payload is cut from (4 MiB + 64 KiB; under Miri,
+/// whose records are small, 192 KiB).
+pub const POOL_LEN: usize = if cfg!(miri) {
+    192 << 10
+} else {
+    (4 << 20) + (64 << 10)
+};
 
 pub fn pool() -> &'static [u8] {
     static POOL: OnceLock<Vec<u64>> = OnceLock::new();
