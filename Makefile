@@ -94,7 +94,8 @@ test-hostile:
 
 ## The checkers over the ring itself (a nightly toolchain with Miri and the standard
 ## library's source: scripts/deps.sh checkers). CI runs all three (.ci/run).
-.PHONY: deps-checkers test-miri test-tsan test-asan
+.PHONY: deps-checkers test-checkers test-miri test-tsan test-asan
+test-checkers: test-miri test-tsan test-asan
 deps-checkers:
 	@$(if $(SKIP_DEPS),true,scripts/deps.sh checkers)
 HOST := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
@@ -102,7 +103,7 @@ HOST := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
 ## Miri: the suites below on an in-process ring (Miri has no memfd; Segment::create_memfd
 ## makes one there), with small counts under cfg(miri), under Miri's data-race detector
 ## and Tree Borrows. Any undefined behaviour fails it.
-MIRI_TESTS ?= smoke threads shared bounds overtake readers placement in_process
+MIRI_TESTS ?= smoke threads shared bounds overtake readers placement in_process integrity races
 MIRIFLAGS ?= -Zmiri-tree-borrows -Zmiri-permissive-provenance
 test-miri: deps-checkers
 	MIRIFLAGS="$(MIRIFLAGS)" $(CARGO) +nightly miri test -p shmring $(addprefix --test ,$(MIRI_TESTS))
