@@ -87,26 +87,12 @@ fn named(text: &str, name: &str) -> Result<Address> {
     Ok(Address::Named(name.into()))
 }
 
-/// The rules of a `/dev/shm` name (as the segment calls check them), said about the
-/// address.
+/// The rule of a ring's name (the segment's own), said about the address.
 fn check_name(text: &str, name: &str) -> Result<()> {
-    let n = name.strip_prefix('/').unwrap_or(name);
-    if n.is_empty() {
-        return Err(bad(text, "the ring name is empty"));
+    match crate::segment::name_problem(name) {
+        Some(why) => Err(bad(text, why)),
+        None => Ok(()),
     }
-    if n.len() > 200 {
-        return Err(bad(
-            text,
-            format!("the ring name is {} bytes; at most 200", n.len()),
-        ));
-    }
-    if n.contains('/') || n.contains('\0') || n == "." || n == ".." {
-        return Err(bad(
-            text,
-            format!("{name:?} is not a ring name (no '/' except a leading one, not . or ..)"),
-        ));
-    }
-    Ok(())
 }
 
 fn descriptors(
@@ -504,6 +490,9 @@ mod tests {
             ("/dev/shm/", "the ring name is empty"),
             ("shm:a/b", "not a ring name"),
             ("shm:..", "not a ring name"),
+            ("shm:cam 0", "no white space or control characters"),
+            ("shm:cam\t0", "no white space or control characters"),
+            ("shm:cam\u{7f}", "no white space or control characters"),
             ("unix:", "unix: needs a socket path"),
             ("fd:", "\"\" is not a descriptor number"),
             ("fd:x", "\"x\" is not a descriptor number"),

@@ -69,14 +69,37 @@ pub(super) fn named_file(path: &str) -> rustix::io::Result<rustix::fs::Stat> {
     )
 }
 
-fn shm_name(name: &str) -> Result<String> {
+/// What is wrong with `name` as a ring's name in /dev/shm, if anything: the one
+/// rule, which [`crate::Address`] says about the address it was given. 1 to 200
+/// bytes after an optional leading '/', no other '/', not `.` or `..`, no white
+/// space or control characters (a name must survive a shell, a `gst-launch-1.0`
+/// line and a log line as it is).
+pub(crate) fn name_problem(name: &str) -> Option<String> {
     let n = name.strip_prefix('/').unwrap_or(name);
-    if n.is_empty() || n.len() > 200 || n.contains('/') || n == "." || n == ".." {
-        return Err(Error::Config(format!(
-            "segment name {name:?}: 1 to 200 characters, no '/' except a leading one"
-        )));
+    if n.is_empty() {
+        return Some("the ring name is empty".into());
     }
-    Ok(format!("/{n}"))
+    if n.len() > 200 {
+        return Some(format!("the ring name is {} bytes; at most 200", n.len()));
+    }
+    if n.contains('/') || n == "." || n == ".." {
+        return Some(format!(
+            "{name:?} is not a ring name (no '/' except a leading one, not . or ..)"
+        ));
+    }
+    if n.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Some(format!(
+            "{name:?} is not a ring name (no white space or control characters)"
+        ));
+    }
+    None
+}
+
+fn shm_name(name: &str) -> Result<String> {
+    match name_problem(name) {
+        Some(why) => Err(Error::Config(format!("segment name {name:?}: {why}"))),
+        None => Ok(format!("/{}", name.strip_prefix('/').unwrap_or(name))),
+    }
 }
 
 impl Segment {

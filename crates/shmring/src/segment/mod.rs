@@ -17,6 +17,7 @@ mod mapping;
 mod read_only;
 mod reserve;
 
+pub(crate) use attach::name_problem;
 pub use config::Config;
 pub use read_only::ReadOnlySegment;
 
