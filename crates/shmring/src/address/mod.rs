@@ -30,7 +30,7 @@ mod text;
 /// Options of `create:` and `memfd:`, the [`Config`] fields: `capacity=SIZE`,
 /// `max_record=SIZE`, `log_entries=N`, `max_producers=N`, `eventfd`, `huge_pages`
 /// (a `SIZE` is bytes, or a number with `K`, `M` or `G`: KiB, MiB, GiB). A name is
-/// what `/dev/shm` allows (1 to 200 characters, no `/` except a leading one);
+/// 1 to 200 bytes, no `/` except a leading one, no white space or control characters;
 /// text with a `/` further on is a path, so a socket in the current directory is
 /// `./ring.sock` or `unix:ring.sock`, while `ring.sock` is a named ring. A path is
 /// taken as written: nothing is looked up while parsing.
