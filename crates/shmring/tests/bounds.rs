@@ -516,7 +516,6 @@ fn the_consumers_counters_a_peer_scribbled_are_repaired() {
     for f in [
         &c.records_consumed,
         &c.bytes_consumed,
-        &c.corruption,
         &c.resets,
         &c.peak_occupancy,
     ] {
@@ -541,6 +540,6 @@ fn the_consumers_counters_a_peer_scribbled_are_repaired() {
     assert_eq!(after.peak_occupancy, before.peak_occupancy);
     // The rewrites are the peer's doing, said as repairs (and corruption).
     assert!(after.repairs > before.repairs);
-    assert!(after.corruption > 0 && after.corruption < 100);
+    assert!(after.corruption > before.corruption);
     records_flow(&owner, &mut producer, 100, 10);
 }

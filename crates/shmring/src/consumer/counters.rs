@@ -1,9 +1,12 @@
 //! The ring's consumer's counters, kept in private memory and written through to
 //! the segment (lines 6 to 8 of the control block, which only the ring's
 //! consumer writes): a peer that scribbles them is overwritten at the next audit,
-//! and the rewrite counted as a repair. Counters other processes write (each
-//! producer's, a tethered consumer's, `reaped_slots`, which producers short of a
-//! slot bump too) are not mirrored: they are statistics a peer can falsify.
+//! and the rewrite counted as a repair. Counters other processes add to are not
+//! mirrored, as a mirror would undo their counts: `reaped_slots` (producers short
+//! of a slot), and `abandoned`, `corruption`, `forged_claims` and `wakes_sent`
+//! (a tethered consumer steps over a dead or forged claim, and wakes producers,
+//! as the ring's consumer does); nor, of course, each producer's and each
+//! tethered consumer's own. Those are statistics a peer can falsify.
 
 use std::cell::Cell;
 use std::mem::{offset_of, size_of};
@@ -13,8 +16,8 @@ use crate::segment::Segment;
 use crate::sync::{AtomicU64, Ordering};
 
 /// The words mirrored: every counter of lines 6 to 8 but these (byte offsets in
-/// the control block): `reaped_slots` (producers bump it too) and the oldest
-/// pending claim's state (published, not counted).
+/// the control block): those others add to (see above) and the oldest pending
+/// claim's state (published, not counted).
 const FIRST: usize = offset_of!(Control, counters);
 const WORDS: usize = (offset_of!(Control, health) + size_of::<ClaimHealth>() - FIRST) / 8;
 
@@ -22,6 +25,10 @@ fn not_mirrored(offset: usize) -> bool {
     let cc = offset_of!(Control, counters);
     let h = offset_of!(Control, health);
     offset == cc + offset_of!(ConsumerCounters, reaped_slots)
+        || offset == cc + offset_of!(ConsumerCounters, abandoned)
+        || offset == cc + offset_of!(ConsumerCounters, corruption)
+        || offset == cc + offset_of!(ConsumerCounters, wakes_sent)
+        || offset == h + offset_of!(ClaimHealth, forged_claims)
         || offset == h + offset_of!(ClaimHealth, oldest_pending_since_ns)
         || offset == h + offset_of!(ClaimHealth, oldest_pending_slot)
         || offset >= cc + size_of::<ConsumerCounters>() && offset < h
