@@ -292,7 +292,16 @@ impl Tap {
         // there: the next jump counts it back).
         let placements = self.placements().wrapping_sub(paddings_after);
         let gone = seq_diff(seq, self.seq);
-        let paddings = placements.wrapping_sub(self.placements_seen).min(gone);
+        // The paddings the tap stepped over and took for placements can outnumber
+        // the consumer's (a producer's padding around a pin, or a dead producer's
+        // claim, that ends at the ring's end looks the same): then none of the
+        // claims jumped over is taken for one.
+        let made = placements.wrapping_sub(self.placements_seen);
+        let paddings = if made > u64::MAX / 2 {
+            0
+        } else {
+            made.min(gone)
+        };
         if !reset {
             self.stats.lost += gone - paddings;
         }

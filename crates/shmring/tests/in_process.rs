@@ -203,3 +203,69 @@ fn only_an_in_process_rings_holders_can_be_killed() {
     // It was dropped as usual: its slot is free.
     assert_eq!(seg.stats().producers, 0);
 }
+
+/// A dead producer's claim that ends at the ring's end looks, to a tap, like the
+/// padding of a placement (which the consumer counts, and a tap's jump does not
+/// count as records lost). A tap that took such a claim for one still counts
+/// every record it jumps over later: what it delivers and what it counts lost
+/// add up to what was committed.
+#[test]
+fn a_tap_that_took_a_dead_claim_for_a_padding_counts_every_record_it_jumps() {
+    use shmring::layout::{record_units, UNIT};
+    let seg = ring("tap-dead-at-end");
+    let consumer = Consumer::with_options(seg.clone(), fast()).unwrap();
+    let mut tap = Tap::new(ReadOnlySegment::of(&seg).unwrap(), TapOptions::default());
+    let mut buf = Vec::new();
+    // Records of 16 units: 64 of them fill the 64 KiB ring exactly.
+    let len = 15 * UNIT as usize;
+    assert_eq!(record_units(len as u64) * 64 * UNIT, 64 << 10);
+    let mut p = seg.producer().unwrap();
+    for i in 0..63u32 {
+        p.send(&vec![i as u8; len], Meta::new(0, i)).unwrap();
+        drop(consumer.try_next().unwrap().expect("a frame"));
+        let got = tap.next_into(&mut buf, Some(Duration::ZERO)).unwrap();
+        assert_eq!(got.map(|f| f.meta.kind), Some(i));
+    }
+    // The 64th claim ends at the ring's end; its producer dies holding it.
+    let mut victim = seg.producer().unwrap();
+    let _claim = victim.reserve_raw(len, FullPolicy::Fail).unwrap();
+    Segment::kill_producer(victim).unwrap();
+    let start = std::time::Instant::now();
+    while seg.stats().abandoned == 0 {
+        assert!(
+            start.elapsed() < GUARD,
+            "the dead claim was never taken back"
+        );
+        assert!(consumer
+            .next_timeout(Some(Duration::from_millis(5)))
+            .unwrap()
+            .is_none());
+    }
+    assert!(tap
+        .next_into(&mut buf, Some(Duration::ZERO))
+        .unwrap()
+        .is_none());
+    assert_eq!(seg.stats().placements, 0);
+    // The tap falls more than a ring behind, then reads again.
+    let more = 40u32;
+    for i in 0..more {
+        p.send(&vec![i as u8; len], Meta::new(1, i)).unwrap();
+        drop(consumer.try_next().unwrap().expect("a frame"));
+    }
+    let before = tap.stats();
+    let mut delivered = 0;
+    while tap
+        .next_into(&mut buf, Some(Duration::ZERO))
+        .unwrap()
+        .is_some()
+    {
+        delivered += 1;
+    }
+    let after = tap.stats();
+    assert!(after.skips > before.skips, "{after:?}");
+    assert_eq!(
+        delivered + after.lost - before.lost,
+        more as u64,
+        "delivered {delivered}, {after:?}"
+    );
+}
