@@ -82,13 +82,15 @@ test-loom:
 ## The whole one-write liveness matrix (every control block, slot and claim log word x
 ## every boundary value x every ring state, crates/shmring/tests/matrix.rs); `make test`
 ## runs its representative part. Then the chaos run for 10 minutes (`make test` runs it
-## for 60 s): honest producers killed, stopped and stalled, a checker over every
-## reader's log. CI runs both.
+## for 60 s): honest producers killed, stopped and stalled, a /dev/shm of its own filled
+## to the last byte now and then (needs `unshare --mount`: root, or user namespaces), a
+## checker over every reader's log. Then held and re-taken claims against a meeting's
+## traffic. CI runs all of it.
 CHAOS_SECONDS ?= 600
 test-hostile:
 	SHMRING_MATRIX=full $(CARGO) test --release -p shmring --test matrix
 	$(CARGO) build --release -p shmring-verify
-	./target/release/shmring-verify chaos --seconds $(CHAOS_SECONDS)
+	./target/release/shmring-verify chaos --seconds $(CHAOS_SECONDS) --full-shm
 	./target/release/shmring-verify hold --held 32 --retake --seconds 10
 	./target/release/shmring-verify hold --held 32 --retake --strict --seconds 10
 

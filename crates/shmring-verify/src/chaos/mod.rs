@@ -8,7 +8,12 @@
 //! (and starts new ones), stops them with SIGSTOP for 10 ms to 10 s (Ctrl-Z, a
 //! debugger, a cgroup quota) and lets them go on with SIGCONT, stops the
 //! tethered consumer and the tap too, and threads stall inside their
-//! reservations on their own (a capture thread stuck on a lock). At the end it
+//! reservations on their own (a capture thread stuck on a lock). With
+//! `--full-shm` the ring is a named one in a `/dev/shm` of its own (a private
+//! tmpfs a little larger than the ring), which another file fills to the last
+//! byte now and then for up to 5 s (Docker gives containers 64 MB): the ring's
+//! memory was reserved when it was made, so nothing of it may change, and a ring
+//! made meanwhile must be refused as what it is, a full `/dev/shm`. At the end it
 //! lets everything go on, stops the producers, lets the readers drain, and
 //! checks the logs and the ring's counters.
 //!
@@ -70,6 +75,14 @@ pub struct Args {
     /// liveness interval, the library's defaults), for a loaded host (ms).
     #[arg(long, default_value_t = 1000)]
     pub wait_slack_ms: u64,
+    /// The ring is named, in a `/dev/shm` of its own (a private tmpfs of the
+    /// ring's size and 16 MiB more; needs `unshare --mount`) that another file
+    /// fills now and then.
+    #[arg(long)]
+    pub full_shm: bool,
+    /// Set by the run itself once inside its private `/dev/shm`.
+    #[arg(long, hide = true)]
+    pub in_private_shm: bool,
     /// Keep the logs (their directory is printed).
     #[arg(long)]
     pub keep_logs: bool,
@@ -101,6 +114,49 @@ struct Faults {
     reader_stops: u64,
     most_pinned: u64,
     most_stopped_at_once: u64,
+    /// Times `/dev/shm` was filled to the last byte.
+    shm_fills: u64,
+    /// Rings made while it was full, and what they got when not `NoSpace`.
+    shm_refusals: u64,
+    shm_misreported: Vec<String>,
+}
+
+/// `/dev/shm` filled by a file of another process, until `until`.
+struct ShmFill {
+    path: PathBuf,
+    until: Instant,
+}
+
+impl ShmFill {
+    /// Fills what is free in `/dev/shm`; then a ring made must be refused as
+    /// `NoSpace` (counted in `f`).
+    fn start(until: Instant, f: &mut Faults) -> Result<ShmFill, String> {
+        use std::os::fd::AsFd;
+        let path = PathBuf::from(format!("/dev/shm/chaos-filler-{}", std::process::id()));
+        let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let st = rustix::fs::statvfs("/dev/shm").map_err(|e| format!("statvfs /dev/shm: {e}"))?;
+        let free = st.f_bavail * st.f_frsize;
+        if free > 0 {
+            rustix::fs::fallocate(file.as_fd(), rustix::fs::FallocateFlags::empty(), 0, free)
+                .map_err(|e| format!("filling /dev/shm ({free} bytes): {e}"))?;
+        }
+        f.shm_fills += 1;
+        let extra = format!("chaos-while-full-{}", std::process::id());
+        match Segment::create_named(&extra, &Config::with_capacity(1 << 20)) {
+            Err(shmring::Error::NoSpace { .. }) => f.shm_refusals += 1,
+            Err(e) => f.shm_misreported.push(e.to_string()),
+            Ok(_) => f
+                .shm_misreported
+                .push("a 1 MiB ring was made in a full /dev/shm".into()),
+        }
+        Ok(ShmFill { path, until })
+    }
+}
+
+impl Drop for ShmFill {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 fn log_uniform(rng: &mut Rng, lo: u64, hi: u64) -> u64 {
@@ -113,6 +169,9 @@ fn log_uniform(rng: &mut Rng, lo: u64, hi: u64) -> u64 {
 }
 
 pub fn run(a: Args) -> i32 {
+    if a.full_shm && !a.in_private_shm {
+        return in_private_shm(&a);
+    }
     let mut report = Report::new("chaos");
     match run_inner(&a, &mut report) {
         Ok(()) => {}
@@ -135,7 +194,13 @@ fn run_inner(a: &Args, report: &mut Report) -> Result<(), String> {
         max_producers: 64,
         ..Config::for_records(a.capacity, a.max_size)
     };
-    let seg = Segment::create_memfd("chaos", &cfg).map_err(|e| e.to_string())?;
+    let name = format!("chaos-{}", std::process::id());
+    let seg = if a.full_shm {
+        Segment::create_named(&name, &cfg)
+    } else {
+        Segment::create_memfd("chaos", &cfg)
+    }
+    .map_err(|e| e.to_string())?;
     let fds = RingFds::of(&seg);
     let stop_producers = dir.join("stop-producers");
     let stop_readers = dir.join("stop-readers");
@@ -147,6 +212,11 @@ fn run_inner(a: &Args, report: &mut Report) -> Result<(), String> {
             format!("--log={}", dir.join(format!("{role}.log")).display()),
             format!("--stop={}", stop_readers.display()),
         ];
+        let args = if a.full_shm && role == "tap" {
+            [args, vec![format!("--name={name}")]].concat()
+        } else {
+            args
+        };
         ChildGuard::spawn_self(&args, &fds.0, false).map_err(|e| format!("spawn {role}: {e}"))
     };
     let mut consumer = spawn_reader("consumer", &fds)?;
@@ -193,10 +263,18 @@ fn run_inner(a: &Args, report: &mut Report) -> Result<(), String> {
     let mut killed: Vec<u32> = Vec::new();
     let mut f = Faults::default();
     let mut rng = Rng::seeded();
+    let mut fill: Option<ShmFill> = None;
     let end = Instant::now() + Duration::from_secs(a.seconds);
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(rng.range(20, 200)));
         let now = Instant::now();
+        if fill.as_ref().is_some_and(|x| x.until <= now) {
+            fill = None;
+        }
+        if a.full_shm && fill.is_none() && rng.below(20) == 0 {
+            let ms = log_uniform(&mut rng, 100, 5000);
+            fill = Some(ShmFill::start(now + Duration::from_millis(ms), &mut f)?);
+        }
         for p in &mut producers {
             if p.stopped_until.is_some_and(|t| t <= now) {
                 p.kid.resume();
@@ -264,6 +342,7 @@ fn run_inner(a: &Args, report: &mut Report) -> Result<(), String> {
         }
     }
     // Everything goes on; the producers stop; the readers drain.
+    drop(fill);
     for p in &mut producers {
         p.kid.resume();
     }
@@ -336,6 +415,22 @@ fn run_inner(a: &Args, report: &mut Report) -> Result<(), String> {
     report.fig("pin_paddings", stats.pin_paddings);
     report.fig("bytes_consumed", stats.bytes_consumed);
     report.fig("wait_bound_ms", wait_bound(a).as_millis() as u64);
+    if a.full_shm {
+        report.fig("shm_fills", f.shm_fills);
+        report.check(
+            "a ring made while /dev/shm is full is refused as a full /dev/shm",
+            f.shm_misreported.is_empty() && f.shm_refusals == f.shm_fills,
+            format!(
+                "{} of {} refused as NoSpace{}",
+                f.shm_refusals,
+                f.shm_fills,
+                f.shm_misreported
+                    .first()
+                    .map(|e| format!("; otherwise: {e}"))
+                    .unwrap_or_default()
+            ),
+        );
+    }
     for (name, value) in &v.figures {
         report.fig(name, *value);
     }
@@ -346,6 +441,36 @@ fn run_inner(a: &Args, report: &mut Report) -> Result<(), String> {
         report.note(format!("logs kept in {}", dir.display()));
     }
     Ok(())
+}
+
+/// Runs this same command again in a `/dev/shm` of its own, the ring's size and
+/// 16 MiB more (a private mount namespace: nothing is mounted outside it), and
+/// returns its exit code.
+fn in_private_shm(a: &Args) -> i32 {
+    let mib = (a.capacity >> 20) as u32 + 16;
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("chaos: the program's own path: {e}");
+            return 2;
+        }
+    };
+    let seconds = a.seconds.saturating_add(600).min(u32::MAX as u64) as u32;
+    let mut cmd = match shmring_testkit::small_shm::command(mib, seconds, &exe.to_string_lossy()) {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("chaos --full-shm: a /dev/shm of its own cannot be made here: {why}");
+            return 2;
+        }
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match cmd.args(args).arg("--in-private-shm").status() {
+        Ok(st) => st.code().unwrap_or(1),
+        Err(e) => {
+            eprintln!("chaos --full-shm: unshare: {e}");
+            2
+        }
+    }
 }
 
 /// The longest a committed record may wait for the ring's consumer: one claim

@@ -61,6 +61,10 @@ pub struct ReaderArgs {
     pub log: PathBuf,
     #[arg(long)]
     pub stop: PathBuf,
+    /// A tap of a named ring opens it by this name, read-only (a file of
+    /// /dev/shm is not sealed as a memfd is, so it is not taken as a descriptor).
+    #[arg(long)]
+    pub name: Option<String>,
 }
 
 fn now_ns() -> u64 {
@@ -353,14 +357,20 @@ fn consume(a: &ReaderArgs, log: &Writer) -> i32 {
 /// A tap on a read-only descriptor: every record it gets is checked; at the end
 /// it logs what it counted lost.
 fn tap(a: &ReaderArgs, log: &Writer) -> i32 {
-    let Some(&fd) = a.fd.0.first() else {
-        eprintln!("chaos tap: no descriptor");
-        return 2;
+    let ro = match &a.name {
+        Some(name) => ReadOnlySegment::open_named(name),
+        None => {
+            let Some(&fd) = a.fd.0.first() else {
+                eprintln!("chaos tap: no descriptor");
+                return 2;
+            };
+            // SAFETY: the orchestrator left this descriptor open for us; nothing
+            // else in this process owns it.
+            let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+            ReadOnlySegment::from_fd(fd)
+        }
     };
-    // SAFETY: the orchestrator left this descriptor open for us; nothing else in
-    // this process owns it.
-    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    let ro = match ReadOnlySegment::from_fd(fd) {
+    let ro = match ro {
         Ok(r) => r,
         Err(e) => {
             eprintln!("chaos tap: {e}");
