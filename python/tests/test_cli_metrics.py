@@ -67,7 +67,7 @@ def samples(text: str) -> dict[tuple[str, str], float]:
             out[(s.name, s.labels["ring"])] = s.value
     counters = {n for n, t in types.items() if t == "counter"}
     assert "shmring_records_committed" in counters
-    assert types["shmring_occupancy"] == "gauge"
+    assert types["shmring_occupancy_bytes"] == "gauge"
     return out
 
 
@@ -114,7 +114,7 @@ def check(values: dict[tuple[str, str], float], ring: str, consumer: shmring.Con
     assert v["shmring_records_in_flight"] == 6
     assert v["shmring_consumer_attached"] == 1
     assert v["shmring_producers"] == 1
-    assert v["shmring_capacity"] == 1 << 20
+    assert v["shmring_capacity_bytes"] == 1 << 20
     assert v["shmring_drops_full_total"] == 0
     assert v["shmring_ring_readable"] == 1
     # Every counter the bindings report, under the same name; a duration in ns
@@ -123,7 +123,9 @@ def check(values: dict[tuple[str, str], float], ring: str, consumer: shmring.Con
         if name.endswith("_ns"):
             assert v[f"shmring_{name[:-3]}_seconds"] == int(x) / 1e9, name
             continue
-        key = f"shmring_{name}_total" if f"shmring_{name}_total" in v else f"shmring_{name}"
+        # A counter ends in _total, a gauge of bytes in _bytes (once).
+        keys = [f"shmring_{name}_total", f"shmring_{name}_bytes", f"shmring_{name}"]
+        key = next((k for k in keys if k in v), keys[-1])
         assert v[key] == int(x), name
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -50,7 +51,10 @@ def test_video_from_python_process(ring_name: str, children: Children) -> None:
 
 
 def test_dead_producer_claim_is_skipped(ring_name: str, children: Children) -> None:
-    ring = shmring.Consumer(ring_name, create=True, capacity=1 << 20, liveness_interval=0.02)
+    # Strict claim order (no overtaking): the records wait behind the held claim.
+    ring = shmring.Consumer(
+        ring_name, create=True, capacity=1 << 20, liveness_interval=0.02, overtake_after=math.inf
+    )
     holder = children.producer("--name", ring_name, "--hold", stdout=subprocess.PIPE)
     assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
     sender = children.producer("--name", ring_name, "--count", "5", "--max", "1000")
