@@ -42,9 +42,12 @@ pub struct ConsumerOptions {
     /// process stopped with Ctrl-Z or by a debugger) does not stop the others.
     /// The overtaken claim is *parked*: its record is pinned (producers place
     /// records around it, so the ring goes on), and it is delivered when its
-    /// producer commits it, skipped when it aborts or dies, taken back at the
-    /// claim timeout. Each producer's records stay in its commit order; records
-    /// of different producers may arrive out of claim order.
+    /// producer commits it, however late, and skipped when it aborts or dies. A
+    /// parked claim stops nobody, so the claim timeout does not apply to it: it
+    /// is taken back only once the claim log is full behind it (a `queue` of
+    /// pool buffers before a GStreamer sink holds claims for half a second and
+    /// more, honestly). Each producer's records stay in its commit order;
+    /// records of different producers may arrive out of claim order.
     ///
     /// `None`: strict claim order across producers. Then one live producer that
     /// holds a claim holds every record behind it until the claim timeout, and
@@ -71,9 +74,10 @@ pub struct ConsumerOptions {
     /// came meanwhile. After a wake that found nothing it sleeps as without a
     /// budget, so the first record of a burst wakes it at once.
     pub latency_budget: Option<Duration>,
-    /// Take back a claim still pending (reserved and not committed) this long
-    /// after the consumer first saw it pending, whoever holds it (500 ms by
-    /// default): its producer's commit then fails with [`Error::Abandoned`] and
+    /// Take back a claim the consumer waits for in claim order (reserved and not
+    /// committed, not parked: see `overtake_after`) this long after the consumer
+    /// first saw it pending, whoever holds it (500 ms by default): its
+    /// producer's commit then fails with [`Error::Abandoned`] and
     /// writes nothing. Its record stays pinned until that producer settles the
     /// claim (its next call on the ring) or dies, so a producer stopped for
     /// longer (a debugger, a cgroup quota) never writes into another's record. A

@@ -354,16 +354,21 @@ impl Consumer {
         let alive = !owner || slots::is_alive(&self.seg, slot);
         let forged =
             owner && alive && is_forged(&sh, w.seq, value, &self.seg.slot(slot).open_claim);
-        // Taken back at the claim timeout; a parked claim also once the claim log
-        // is full behind it (its log entry holds every claim after it: its record
-        // is pinned, so nothing is risked by taking it back early, and the other
-        // producers go on).
+        // A claim the consumer waits for in claim order is taken back at the
+        // claim timeout. A parked claim stops nobody (the ring goes on around it,
+        // its record pinned), so a live holder keeps it, however long it takes
+        // (a `queue` of pool buffers before a GStreamer sink holds claims for
+        // half a second and more), until the claim log is full behind it: its
+        // log entry then holds every claim after it, and it is taken back (still
+        // pinned, so nothing is risked) so the other producers go on.
         let expired = owner
-            && (self
-                .opts
-                .claim_timeout
-                .is_some_and(|t| now.duration_since(w.since) >= t)
-                || parked.is_some() && self.log_full(cur));
+            && match parked {
+                None => self
+                    .opts
+                    .claim_timeout
+                    .is_some_and(|t| now.duration_since(w.since) >= t),
+                Some(_) => self.log_full(cur),
+            };
         if !alive || forged || expired {
             // Taken back from a live holder whose open-claim word holds the claim:
             // it may still write the record, which stays pinned until it settles.
