@@ -92,3 +92,43 @@ fn a_ring_removes_only_its_own_file() {
     drop((p, second_consumer, second));
     assert!(!name.exists(), "and it removes its own");
 }
+
+/// A ring is given its name only once it is whole: a process opening the name
+/// while the ring is being made (a sink started before its consumer) finds no
+/// file or a ring, never a short or unwritten file ("not a shmring ring").
+#[test]
+fn a_ring_being_made_is_not_there_or_whole() {
+    let name = common::shm_name("made-whole");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let opener = {
+        let (name, stop) = (name.0.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (mut missing, mut opened) = (0u64, 0u64);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match ReadOnlySegment::open_named(&name) {
+                    Ok(_) => opened += 1,
+                    Err(Error::NotFound(_)) => missing += 1,
+                    Err(e) => panic!("opened while being made: {e}"),
+                }
+            }
+            (missing, opened)
+        })
+    };
+    for _ in 0..200 {
+        let seg = Segment::create_named(&name.0, &Config::with_capacity(1 << 20)).unwrap();
+        drop(seg);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (missing, _opened) = opener.join().unwrap();
+    assert!(missing > 0);
+    // Nothing left under the name or a temporary one.
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|f| {
+            f.contains(name.0.trim_start_matches('/'))
+                || f.contains(&format!("creating-{}-", std::process::id()))
+        })
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -154,20 +154,28 @@ impl Segment {
     pub fn create_named(name: &str, cfg: &Config) -> Result<Arc<Segment>> {
         let geo = cfg.geometry()?;
         let path = shm_name(name)?;
+        let exists = || Error::Exists {
+            segment: path.as_str().into(),
+            occupant: crate::error::Occupant::Unknown,
+        };
+        if named_file(&path).is_ok() {
+            return Err(exists());
+        }
+        // Made whole under a name nobody opens, then given its name in one step
+        // (a rename that replaces nothing): a process that opens the name while
+        // the ring is being made finds no file, never a short or unwritten one
+        // (a sink started before its consumer waits for exactly that).
+        static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let temp = format!("/.shmring-creating-{}-{n}", std::process::id());
         let fd = rustix::shm::open(
-            path.as_str(),
+            temp.as_str(),
             rustix::shm::OFlags::CREATE | rustix::shm::OFlags::EXCL | rustix::shm::OFlags::RDWR,
             Mode::from_raw_mode(0o600),
         )
-        .map_err(|e| match e {
-            rustix::io::Errno::EXIST => Error::Exists {
-                segment: path.as_str().into(),
-                occupant: crate::error::Occupant::Unknown,
-            },
-            e => os("shm_open", &path, e),
-        })?;
+        .map_err(|e| os("shm_open", &path, e))?;
         let cleanup = |e: Error| {
-            let _ = rustix::shm::unlink(path.as_str());
+            let _ = rustix::shm::unlink(temp.as_str());
             e
         };
         rustix::fs::ftruncate(&fd, geo.total_size)
@@ -185,6 +193,19 @@ impl Segment {
         )
         .map_err(cleanup)?;
         seg.init();
+        rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            format!("{SHM_DIR}{temp}").as_str(),
+            rustix::fs::CWD,
+            format!("{SHM_DIR}{path}").as_str(),
+            rustix::fs::RenameFlags::NOREPLACE,
+        )
+        .map_err(|e| {
+            cleanup(match e {
+                rustix::io::Errno::EXIST => exists(),
+                e => os("rename", &path, e),
+            })
+        })?;
         seg.make_eventfd()?;
         Ok(Arc::new(seg))
     }
