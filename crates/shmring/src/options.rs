@@ -43,10 +43,11 @@ pub struct ConsumerOptions {
     /// The overtaken claim is *parked*: its record is pinned (producers place
     /// records around it, so the ring goes on), and it is delivered when its
     /// producer commits it, however late, and skipped when it aborts or dies. A
-    /// parked claim stops nobody, so the claim timeout does not apply to it: it
-    /// is taken back only once the claim log is full behind it (a `queue` of
-    /// pool buffers before a GStreamer sink holds claims for half a second and
-    /// more, honestly). Each producer's records stay in its commit order;
+    /// parked claim stops nobody, so the claim timeout alone does not take it
+    /// back (a `queue` of pool buffers before a GStreamer sink holds claims for
+    /// half a second and more, honestly): parked claims past the claim timeout
+    /// are taken back once the claim log is half full behind them, any parked
+    /// claim once it is full. Each producer's records stay in its commit order;
     /// records of different producers may arrive out of claim order.
     ///
     /// `None`: strict claim order across producers. Then one live producer that

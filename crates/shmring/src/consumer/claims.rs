@@ -358,16 +358,23 @@ impl Consumer {
         // claim timeout. A parked claim stops nobody (the ring goes on around it,
         // its record pinned), so a live holder keeps it, however long it takes
         // (a `queue` of pool buffers before a GStreamer sink holds claims for
-        // half a second and more), until the claim log is full behind it: its
-        // log entry then holds every claim after it, and it is taken back (still
-        // pinned, so nothing is risked) so the other producers go on.
+        // half a second and more), while the claim log has room: its log entry
+        // holds every claim after it. Once the log is half full behind parked
+        // claims, those past the claim timeout are taken back together (still
+        // pinned, so nothing is risked), before the log fills and producers
+        // wait; once it is full, any parked claim is.
+        let timed_out = self
+            .opts
+            .claim_timeout
+            .is_some_and(|t| now.duration_since(w.since) >= t);
         let expired = owner
             && match parked {
-                None => self
-                    .opts
-                    .claim_timeout
-                    .is_some_and(|t| now.duration_since(w.since) >= t),
-                Some(_) => self.log_full(cur),
+                None => timed_out,
+                Some(_) => {
+                    let used = self.log_used(cur);
+                    let n = self.seg.geometry().log_entries as u64;
+                    used >= n || timed_out && used >= n / 2
+                }
             };
         if !alive || forged || expired {
             // Taken back from a live holder whose open-claim word holds the claim:
@@ -437,13 +444,12 @@ impl Consumer {
         Ok(Step::Wait)
     }
 
-    /// Is the claim log full from our read cursor to the write cursor (every
-    /// entry in flight, so producers cannot claim)?
-    fn log_full(&self, cur: &ConsumerCursor) -> bool {
-        let n = self.seg.geometry().log_entries as u64;
+    /// Claim log entries in flight from our read cursor to the write cursor (the
+    /// log's size of them: producers cannot claim).
+    fn log_used(&self, cur: &ConsumerCursor) -> u64 {
         // Acquire: as any cursor load (only its claim number is used).
         let w = cursor_seq(self.seg.shared().write.load(Ordering::Acquire));
-        seq_diff(w, cur.read_seq & SEQ_MASK) >= n
+        seq_diff(w, cur.read_seq & SEQ_MASK)
     }
 
     /// Starts watching the claim pending at the peek cursor, with its clocks
