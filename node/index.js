@@ -126,7 +126,15 @@ Object.defineProperties(Consumer.prototype, {
   /** `for await (const frame of consumer)`: frames until the consumer is closed. */
   [Symbol.asyncIterator]: {
     value: async function* frames() {
+      // Frames already in the ring come out without a pass through the event
+      // loop; so that timers and I/O still run while a fast stream keeps the ring
+      // full, the loop gives the event loop a turn at least every millisecond.
+      let turn = performance.now();
       for (;;) {
+        if (performance.now() - turn >= 1) {
+          await new Promise((resolve) => setImmediate(resolve));
+          turn = performance.now();
+        }
         const f = await this.nextAsync();
         if (f === null) return;
         yield f;
