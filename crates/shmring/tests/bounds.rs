@@ -72,9 +72,27 @@ fn records_flow(consumer: &Consumer, producer: &mut Producer, first: u64, more: 
     // From now on: every record exactly once, in order.
     let mut expect = Vec::new();
     for tag in target..target + more {
-        producer
-            .send(&payload(tag), Meta::new(0, tag as u32))
-            .expect("send after recovery");
+        // A full ring or claim log (a claim parked behind): the consumer, here
+        // between attempts, makes room.
+        let deadline = Instant::now() + budget;
+        loop {
+            match producer.try_reserve(payload(tag).len()) {
+                Ok(mut r) => {
+                    r.payload().copy_from_slice(&payload(tag));
+                    r.commit(Meta::new(0, tag as u32))
+                        .expect("commit after recovery");
+                    break;
+                }
+                Err(Error::Full { .. }) => {
+                    assert!(Instant::now() < deadline, "no room for record {tag}");
+                    assert!(consumer
+                        .next_timeout(Some(Duration::from_millis(2)))
+                        .expect("consumer")
+                        .is_none());
+                }
+                Err(e) => panic!("send after recovery: {e}"),
+            }
+        }
         expect.push(tag);
         let f = consumer
             .next_timeout(Some(BOUND))
@@ -254,7 +272,10 @@ fn a_claim_forged_in_an_idle_producers_name_stalls_no_longer_than_the_claim_time
     );
     let mut honest = seg.producer().unwrap();
     records_flow(&consumer, &mut honest, 3000, 10);
-    assert_eq!(seg.stats().expired_claims, 1);
+    // The consumer stopped waiting for it: parked (overtaking, due as soon as
+    // the claim timeout here), or taken back.
+    let st = seg.stats();
+    assert!(st.stalled_claims + st.expired_claims >= 1, "{st:?}");
     drop(idle);
 }
 

@@ -363,13 +363,14 @@ impl Consumer {
         // claims, those past the claim timeout are taken back together (still
         // pinned, so nothing is risked), before the log fills and producers
         // wait; once it is full, any parked claim is.
-        let timed_out = self
-            .opts
-            .claim_timeout
-            .is_some_and(|t| now.duration_since(w.since) >= t);
+        let age = now.duration_since(w.since);
+        let timed_out = self.opts.claim_timeout.is_some_and(|t| age >= t);
+        // A claim due to be parked is parked, not taken back, even when a late
+        // look (a consumer that was not running) finds it past the claim timeout.
+        let to_park = parked.is_none() && self.opts.overtake_after.is_some_and(|o| age >= o);
         let expired = owner
             && match parked {
-                None => timed_out,
+                None => timed_out && !to_park,
                 Some(_) => {
                     let used = self.log_used(cur);
                     let n = self.seg.geometry().log_entries as u64;
