@@ -10,10 +10,11 @@ import (
 func TestConsumerOptionsAreTheLibrarys(t *testing.T) {
 	d := DefaultConsumerOptions()
 	if d.LivenessInterval != 50*time.Millisecond || d.ClaimTimeout != 500*time.Millisecond ||
-		d.TetherStallLimit != 500*time.Millisecond || d.Spin == 0 {
+		d.TetherStallLimit != 500*time.Millisecond || d.OvertakeAfter != 100*time.Millisecond ||
+		d.Spin == 0 {
 		t.Fatalf("defaults %+v", d)
 	}
-	if d.OvertakeAfter != 0 || d.LatencyBudget != 0 || d.ManualReset {
+	if d.LatencyBudget != 0 || d.ManualReset {
 		t.Fatalf("off by default: %+v", d)
 	}
 	s := memfdRing(t, 1<<20, false)
