@@ -265,8 +265,9 @@ typedef struct shmring_consumer_options {
   // Non-zero: report SHMRING_ERR_CORRUPT and wait for shmring_consumer_reset()
   // instead of resetting the ring by itself (default 0).
   uint32_t manual_reset;
-  // Deliver committed records behind a claim pending this long (default: never,
-  // always in claim order). Each producer's records stay in its commit order.
+  // Deliver committed records behind a claim pending this long (default: 100 ms;
+  // SHMRING_NEVER: never, strict claim order). Each producer's records stay in its
+  // commit order.
   uint64_t overtake_after_ns;
   // The ring's consumer expels a tethered consumer whose read cursor stays
   // behind its own without moving for this long (it then gets
