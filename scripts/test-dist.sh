@@ -91,7 +91,11 @@ deb_in() {
   find "$dist" -maxdepth 1 -name '*.deb' ! -name '*-dbgsym_*' -exec cp -t "$run/debs" {} +
   image_cmd=$("$repo/scripts/dockerfile-run.sh" image)
   say "deb: $suite: the image's commands, in a clean root: $image_cmd"
-  unshare --mount --propagation private bash -euo pipefail -c '
+  # Its mounts are made private first; in a chroot whose / is not a mount point that
+  # cannot be done here, and the mounts keep the propagation the chroot's maker gave
+  # them (.ci/fresh-machine.sh: private).
+  unshare --mount --propagation unchanged bash -euo pipefail -c '
+    mount --make-rprivate / 2>/dev/null || true
     base=$1 run=$2 cache=$3 work=$4 here=$5 image_cmd=$6 version=$7 layout=$8
     root=$run/root
     mount -t overlay overlay -o "lowerdir=$base,upperdir=$run/upper,workdir=$run/work" "$root"

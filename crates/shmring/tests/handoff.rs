@@ -825,65 +825,33 @@ fn consumer_restart_producers_get_no_consumer_and_reconnect() {
     second.wait_ok(GUARD);
 }
 
-/// How a producer gets its own mount namespace with an empty private /dev/shm:
-/// as root, `unshare --mount` and then `setpriv` to the uid given (the consumer sees
-/// that uid); unprivileged, a user namespace as well (`unshare --user
-/// --map-root-user`: root inside, the runner's uid as the consumer sees it). Err:
-/// why it cannot be done here.
+/// How a producer gets its own mount namespace with an empty private /dev/shm
+/// (`shmring_testkit::small_shm`): as root, then `setpriv` to the uid given (the
+/// consumer sees that uid); unprivileged, in a user namespace (root inside, the
+/// runner's uid as the consumer sees it). The command runs the program named next.
+/// Err: why it cannot be done here.
 enum Namespace {
     /// Root runner: the producer runs as this uid.
-    AsUid(Vec<String>),
+    AsUid(Command),
     /// Unprivileged runner in a user namespace: the consumer sees the runner's uid.
-    UserNs(Vec<String>),
-}
-
-fn works(args: &[&str]) -> bool {
-    Command::new(args[0])
-        .args(&args[1..])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    UserNs(Command),
 }
 
 fn namespace_runner(uid: u32) -> Result<Namespace, String> {
-    let sh = |unshare: &[&str], then: String| -> Vec<String> {
-        let script = format!("mount -t tmpfs -o size=1m tmpfs /dev/shm && exec {then}\"$@\"");
-        let mut v: Vec<String> = unshare.iter().map(|s| s.to_string()).collect();
-        v.extend(["sh".into(), "-c".into(), script, "sh".into()]);
-        v
-    };
     if rustix::process::geteuid().is_root() {
-        let unshare = ["unshare", "--mount", "--propagation", "private"];
-        if !works(&[&unshare[..], &["true"]].concat()) {
-            return Err("unshare --mount is not permitted here".into());
-        }
-        return Ok(Namespace::AsUid(sh(
-            &unshare,
-            format!("setpriv --reuid {uid} --regid {uid} --clear-groups "),
-        )));
+        let mut cmd = shmring_testkit::small_shm::command(1, 120, "setpriv")?;
+        let uid = uid.to_string();
+        cmd.args(["--reuid", &uid, "--regid", &uid, "--clear-groups"]);
+        return Ok(Namespace::AsUid(cmd));
     }
-    let unshare = [
-        "unshare",
-        "--user",
-        "--map-root-user",
-        "--mount",
-        "--propagation",
-        "private",
-    ];
-    if !works(&[&unshare[..], &["true"]].concat()) {
-        return Err(
-            "the kernel forbids unprivileged user namespaces here and the runner is not root"
-                .into(),
-        );
-    }
-    Ok(Namespace::UserNs(sh(&unshare, String::new())))
+    Ok(Namespace::UserNs(shmring_testkit::small_shm::command(
+        1, 120, "env",
+    )?))
 }
 
-fn run_in_namespace(prefix: &[String], sock: &Path, n: u64) -> String {
+fn run_in_namespace(mut cmd: Command, sock: &Path, n: u64) -> String {
     let exe = std::env::current_exe().unwrap();
-    let out = Command::new(&prefix[0])
-        .args(&prefix[1..])
+    let out = cmd
         .arg(exe)
         .args(["--exact", ENTRY, "--nocapture", "--test-threads=1", "-q"])
         .env(common::ROLE_ENV, "produce")
@@ -939,7 +907,7 @@ fn producer_in_its_own_mount_namespace_under_another_uid() {
         }
         got
     });
-    let msg = run_in_namespace(&prefix, &dir.sock(), n);
+    let msg = run_in_namespace(prefix, &dir.sock(), n);
     assert_eq!(msg, format!("DONE uid {inside} dev-shm-entries 0"));
     assert_eq!(reader.join().unwrap(), n);
 
@@ -957,7 +925,7 @@ fn producer_in_its_own_mount_namespace_under_another_uid() {
                 .unwrap()
                 .spawn()
                 .unwrap();
-            let msg = run_in_namespace(&p, &dir.sock(), n);
+            let msg = run_in_namespace(p, &dir.sock(), n);
             assert!(
                 msg.starts_with("ERR")
                     && msg.contains("peer-credentials")
@@ -968,7 +936,7 @@ fn producer_in_its_own_mount_namespace_under_another_uid() {
             return;
         }
     };
-    let msg = run_in_namespace(&prefix, &dir.sock(), n);
+    let msg = run_in_namespace(prefix, &dir.sock(), n);
     assert!(
         msg.starts_with("ERR")
             && msg.contains("peer-credentials")
