@@ -130,6 +130,11 @@ fi
 case "$distro" in debian-12|ubuntu-22.04|ubuntu-24.04) supported=1 ;; *) supported=0 ;; esac
 sudo=()
 [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && sudo=(sudo)
+# apt-get, one at a time: two make targets run side by side (make -j2) may both
+# install what they need, and apt refuses a second apt-get while one holds its locks.
+apt_get() {
+  flock "${TMPDIR:-/tmp}/shmring-deps.apt.lock" "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=300 "$@"
+}
 
 # promtool (`promtool check metrics`, Prometheus' own linter), unless one is on PATH:
 # only the tool, taken out of Debian's prometheus package with dpkg-deb; installing
@@ -162,7 +167,7 @@ fetch_promtool() {
   tmp=$(mktemp -d)
   # apt-get download needs the package lists; a fresh image has none.
   (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1) || {
-    "${sudo[@]}" apt-get update -qq
+    apt_get update -qq
     (cd "$tmp" && apt-get download prometheus >/dev/null)
   }
   dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/root"
@@ -198,7 +203,7 @@ fi
 say "installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 # Package lists may be absent on a fresh image, or too old to name current versions.
-"${sudo[@]}" apt-get update -qq
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+apt_get update -qq
+apt_get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fetch_tools
 exit $fail
