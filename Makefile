@@ -85,10 +85,12 @@ test-loom:
 ## for 60 s): honest producers killed, stopped and stalled, a /dev/shm of its own filled
 ## to the last byte now and then (needs `unshare --mount`: root, or user namespaces), a
 ## checker over every reader's log. Then held and re-taken claims against a meeting's
-## traffic. CI runs all of it.
+## traffic. Then the loom model of two producers and two consumers at preemption bound 2
+## (`make test` runs it at 1). CI runs all of it.
 CHAOS_SECONDS ?= 600
 test-hostile:
 	SHMRING_MATRIX=full $(CARGO) test --release -p shmring --test matrix
+	LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p shmring --test loom two_producers_two_consumers
 	$(CARGO) build --release -p shmring-verify
 	./target/release/shmring-verify chaos --seconds $(CHAOS_SECONDS) --full-shm
 	./target/release/shmring-verify hold --held 32 --retake --seconds 10

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use shmring::layout::{ClaimState, LogEntry};
 use shmring::{Consumer, Error, Segment};
 
 use super::ring::{self, Honest, Ring, Seen, State, A, B, LATE, NEWCOMER, PRODUCERS};
@@ -35,6 +36,10 @@ pub enum Symptom {
     /// Bytes no honest producer committed were handed out as a record, or a record
     /// sent after records flowed again arrived changed.
     DeliversGarbage,
+    /// Records committed before the write never arrived, and no counter of
+    /// records not delivered moved (resets, corruption, forged, aborted or
+    /// abandoned claims skipped, claims taken back): a loss no user can see.
+    LosesUncounted,
     /// The library panicked.
     Panics,
     /// An error that does not name the ring.
@@ -124,9 +129,9 @@ struct Track {
 }
 
 impl Track {
-    fn new(at_write: [u64; PRODUCERS], tether: bool) -> Track {
+    fn new(next: [u64; PRODUCERS], at_write: [u64; PRODUCERS], tether: bool) -> Track {
         Track {
-            next: [0; PRODUCERS],
+            next,
             at_write,
             cut: None,
             recovered: None,
@@ -280,7 +285,16 @@ impl Case<'_> {
                 }
                 None => m.at(self.word.offset).store(v, Ordering::SeqCst),
             }
-            let r = drive(&mut ring, &mut out);
+            // A claim log entry whose state alone turns abandoned reads exactly
+            // as a padding (DESIGN §7: what a peer that writes the log can do):
+            // the record it held is lost, and nothing can count it.
+            let as_padding = self.word.name.starts_with("log[") && {
+                let (was, now) = (LogEntry::unpack(before), LogEntry::unpack(v));
+                now.state == ClaimState::Abandoned
+                    && was.state != ClaimState::Abandoned
+                    && now.stamp == was.stamp
+            };
+            let r = drive(&mut ring, &mut out, as_padding);
             out.resets = ring.owner.resets() - resets;
             out.last_corruption = ring.owner.health().last_corruption;
             r
@@ -371,7 +385,7 @@ fn drain(
     Ok(())
 }
 
-fn drive(ring: &mut Ring, out: &mut Outcome) -> Result<(), Fail> {
+fn drive(ring: &mut Ring, out: &mut Outcome, as_padding: bool) -> Result<(), Fail> {
     let t0 = Instant::now();
     T0.with(|t| t.set(Some(t0)));
     trace!("written; {}", ring_state(ring));
@@ -388,8 +402,14 @@ fn drive(ring: &mut Ring, out: &mut Outcome) -> Result<(), Fail> {
         at_write[B as usize] = i + 1;
     }
     let resets_at_write = ring.owner.resets();
-    let mut own = Track::new(at_write, false);
-    let mut teth = ring.tether.as_ref().map(|_| Track::new(at_write, true));
+    let counts_at_write = seg.stats();
+    let mut own = Track::new(ring.delivered, at_write, false);
+    // The tethered consumer's start is not tracked: it reads from where it was
+    // adopted, and what it skips is not judged.
+    let mut teth = ring
+        .tether
+        .as_ref()
+        .map(|_| Track::new([0; PRODUCERS], at_write, true));
     let senders = [A, B, NEWCOMER];
     let mut newcomer: Option<Honest> = None;
     loop {
@@ -553,7 +573,34 @@ fn drive(ring: &mut Ring, out: &mut Outcome) -> Result<(), Fail> {
     }
     out.lost_before = own.lost;
     out.corrupted_before += own.corrupted + teth.as_ref().map_or(0, |t| t.corrupted);
+    if own.lost > 0
+        && !as_padding
+        && ring.owner.resets() == resets_at_write
+        && !counted(&counts_at_write, &seg.stats())
+    {
+        return Err((
+            Symptom::LosesUncounted,
+            format!(
+                "{} records committed before the write never arrived, and no counter of a record not delivered moved; {}",
+                own.lost,
+                ring_state(ring)
+            ),
+        ));
+    }
     late_attach(ring, &mut own, teth.as_mut(), &mut sent, out)
+}
+
+/// Did a counter of records not delivered move from `before` to `after`: a reset
+/// (in `resets`), corruption found, a forged claim, an aborted or abandoned claim
+/// skipped, a claim taken back?
+fn counted(before: &shmring::Stats, after: &shmring::Stats) -> bool {
+    let moved = |f: fn(&shmring::Stats) -> u64| f(after) != f(before);
+    moved(|s| s.resets)
+        || moved(|s| s.corruption)
+        || moved(|s| s.forged_claims)
+        || moved(|s| s.skipped_aborted)
+        || moved(|s| s.abandoned)
+        || moved(|s| s.expired_claims)
 }
 
 /// A producer on a new mapping of the segment (as a new process would attach)

@@ -221,11 +221,22 @@ pub struct Ring {
     pub pending: Option<u64>,
     /// The writer's process ([`State::WriterDied`]).
     pub writer: Option<Writer>,
+    /// Per producer, the index of the first record the owner had not been handed
+    /// when the state was set up (those before it were read, or are held).
+    pub delivered: [u64; PRODUCERS],
 }
 
-fn take_all(c: &Consumer) -> Result<u64> {
+/// What the owner hands out, noted in `delivered`.
+fn note(delivered: &mut [u64; PRODUCERS], payload: &[u8], meta: Meta) {
+    if let Seen::Intact(id, i) = identify(payload, meta) {
+        delivered[id as usize] = i + 1;
+    }
+}
+
+fn take_all(c: &Consumer, delivered: &mut [u64; PRODUCERS]) -> Result<u64> {
     let mut n = 0;
     while let Some(f) = c.try_next()? {
+        note(delivered, f.payload(), f.meta());
         drop(f);
         n += 1;
     }
@@ -243,15 +254,16 @@ impl Ring {
         // Bring the cursors near the end of the ring, so the records of the state
         // wrap (a padded claim) and no cursor is at zero.
         let mut filler = Honest::new(&seg, FILLER)?;
+        let mut delivered = [0; PRODUCERS];
         for _ in 0..10 {
             filler.send()?;
-            take_all(&owner)?;
+            take_all(&owner, &mut delivered)?;
         }
         for _ in 0..3 {
             a.send()?;
             b.send()?;
         }
-        take_all(&owner)?;
+        take_all(&owner, &mut delivered)?;
         let mut ring = Ring {
             seg,
             owner,
@@ -260,6 +272,7 @@ impl Ring {
             held: vec![],
             pending: None,
             writer: None,
+            delivered,
         };
         match state {
             State::Empty => {}
@@ -295,18 +308,22 @@ impl Ring {
                         .owner
                         .next_raw(Some(Duration::ZERO))?
                         .expect("a committed record");
+                    // SAFETY: a frame just handed out and not released: its bytes
+                    // lie inside the ring.
+                    let bytes = unsafe { std::slice::from_raw_parts(f.ptr, f.len) };
+                    note(&mut ring.delivered, bytes, f.meta);
                     ring.held.push(f);
                 }
             }
             State::Tethered => {
                 let t = Consumer::tethered(ring.seg.clone(), options())?;
                 // The owner adopts it at its next poll.
-                take_all(&ring.owner)?;
+                take_all(&ring.owner, &mut ring.delivered)?;
                 assert!(t.adopted()?, "the owner adopted the tethered consumer");
                 for _ in 0..3 {
                     a.send()?;
                 }
-                take_all(&ring.owner)?;
+                take_all(&ring.owner, &mut ring.delivered)?;
                 drop(t.try_next()?.expect("a record for the tethered consumer"));
                 b.send()?;
                 ring.tether = Some(t);
@@ -324,7 +341,7 @@ impl Ring {
                 let placed = ring.seg.stats().placements;
                 while ring.seg.stats().placements == placed {
                     filler.send()?;
-                    take_all(&ring.owner)?;
+                    take_all(&ring.owner, &mut ring.delivered)?;
                 }
                 a.send()?;
                 b.send()?;

@@ -139,6 +139,10 @@ pub enum Op {
     /// A pin of this many units where the cursor at this offset points (a pin
     /// on the space the next record takes).
     PinAt { cursor: usize, units: u64 },
+    /// The cursor moved back over its last claims, as the claim log says they
+    /// were: claim number less this many, position less their lengths (a move
+    /// back that agrees with the log).
+    BackClaims(u64),
 }
 
 /// One value of the matrix.
@@ -183,6 +187,15 @@ pub fn apply(op: &Op, cur: u64, ctx: &Ctx, seg: &dyn Peek) -> u64 {
         Op::PinAt { cursor, units } => {
             let off = POS.get(seg.word(*cursor)) % ctx.cap;
             shmring::protocol::pack_pin(off, *units)
+        }
+        Op::BackClaims(claims) => {
+            let (mut k, mut pos) = (cursor_seq(cur), POS.get(cur));
+            for _ in 0..*claims {
+                k = k.wrapping_sub(1);
+                let e = seg.word(ctx.log_offset + 8 * (k % ctx.n) as usize);
+                pos = pos.wrapping_sub(shmring::layout::LogEntry::unpack(e).units);
+            }
+            POS.set(SEQ.set(cur, k), pos)
         }
     }
 }
@@ -267,6 +280,12 @@ fn cursor_values(ctx: &Ctx, out: &mut Vec<Value>) {
     out.push(one("pos=mask".into(), POS, FieldOp::Set(m)));
     out.push(one("pos=mask-1".into(), POS, FieldOp::Set(m - 1)));
     out.push(one("pos=mask+1".into(), POS, FieldOp::CarryOut));
+    for claims in [1, 2] {
+        out.push(Value {
+            name: format!("back{claims}"),
+            op: Op::BackClaims(claims),
+        });
+    }
     for (sym, d) in [
         ("", 0),
         ("+cap", cap as i64),

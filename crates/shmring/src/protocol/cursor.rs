@@ -734,9 +734,14 @@ impl ConsumerCursor {
             } else {
                 0
             };
+        // A swap, not a store: each entry is a read-modify-write ordered against
+        // a producer's committing CAS on it, so exactly one of them reads the
+        // other (the commit lands before the reset and is forgotten, or fails).
+        // A plain store has the same meaning to the hardware, but loom does not
+        // order a store racing a CAS by modification order (tokio-rs/loom#282),
+        // and the model of this race (`tests/loom.rs`) must be sound.
         for k in base_seq..base_seq + n {
-            sh.entry(k)
-                .store(LogEntry::initial(k, n), Ordering::Release);
+            sh.entry(k).swap(LogEntry::initial(k, n), Ordering::AcqRel);
         }
         self.rebase(base_seq, base_pos);
         // The ring's read cursor: our new claim number, and the farther behind of
