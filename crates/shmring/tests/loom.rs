@@ -73,6 +73,43 @@ mod model {
         b
     }
 
+    /// Record units as loom cells: a producer writing a unit while a consumer
+    /// still reads it (space reused too early) is a data race loom reports.
+    type Data = Vec<loom::cell::UnsafeCell<u64>>;
+
+    fn data(units: usize) -> Arc<Data> {
+        Arc::new((0..units).map(|_| loom::cell::UnsafeCell::new(0)).collect())
+    }
+
+    /// Polls `polls` times, handing out what it can: each record must hold its
+    /// claim number plus one, as its producer wrote it; then it is released and
+    /// `publish` called.
+    fn consume(
+        ring: &Ring,
+        data: &Data,
+        cur: &mut ConsumerCursor,
+        seen: &mut Vec<u64>,
+        polls: usize,
+        mut publish: impl FnMut(&ConsumerCursor),
+    ) {
+        let sh = ring.shared();
+        for _ in 0..polls {
+            match cur.poll(&sh) {
+                Poll::Record { seq, rec_off, .. } => {
+                    // SAFETY: a loom cell; loom checks the access.
+                    let v = data[rec_off as usize].with(|p| unsafe { *p });
+                    assert_eq!(v, seq + 1, "record {seq} overwritten");
+                    seen.push(seq);
+                    cur.release(seq).unwrap();
+                    publish(cur);
+                }
+                Poll::Corrupt(w) => panic!("corrupt: {w}"),
+                Poll::Empty | Poll::Pending { .. } => loom::thread::yield_now(),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
     /// Executions in which a claim reused a log entry after the consumer's release
     /// (claim seq >= N), and in which a claim found the ring full.
     static REUSED: AtomicUsize = AtomicUsize::new(0);
@@ -446,7 +483,7 @@ mod model {
             // Two log entries, four units: the third claim needs both consumers to
             // release the first.
             let ring = Arc::new(Ring::new(2, 4));
-            let data: Arc<Vec<AtomicU64>> = Arc::new((0..4).map(|_| AtomicU64::new(0)).collect());
+            let data = data(4);
             let tether_read = Arc::new(AtomicU64::new(0));
             let mut handles = Vec::new();
             for slot in 0..2u32 {
@@ -460,7 +497,8 @@ mod model {
                                 if c.seq >= 2 {
                                     TETHER_REUSED.fetch_add(1, Relaxed);
                                 }
-                                data[c.rec_off as usize].store(c.seq + 1, LRelaxed);
+                                // SAFETY: a loom cell; loom checks the access.
+                                data[c.rec_off as usize].with_mut(|p| unsafe { *p = c.seq + 1 });
                                 assert!(sh.settle(
                                     &c,
                                     ClaimState::Committed,
@@ -477,33 +515,6 @@ mod model {
             }
             // Reads what it can in a bounded number of polls, releasing each record
             // after checking it; publishes its read cursor to `to`.
-            fn consume(
-                ring: &Ring,
-                data: &[AtomicU64],
-                cur: &mut ConsumerCursor,
-                seen: &mut Vec<u64>,
-                polls: usize,
-                mut publish: impl FnMut(&ConsumerCursor),
-            ) {
-                let sh = ring.shared();
-                for _ in 0..polls {
-                    match cur.poll(&sh) {
-                        Poll::Record { seq, rec_off, .. } => {
-                            assert_eq!(
-                                data[rec_off as usize].load(LRelaxed),
-                                seq + 1,
-                                "record {seq} overwritten"
-                            );
-                            seen.push(seq);
-                            cur.release(seq).unwrap();
-                            publish(cur);
-                        }
-                        Poll::Corrupt(w) => panic!("corrupt: {w}"),
-                        Poll::Empty | Poll::Pending { .. } => loom::thread::yield_now(),
-                        other => panic!("unexpected {other:?}"),
-                    }
-                }
-            }
             let tethered = {
                 let (ring, data, tr) = (ring.clone(), data.clone(), tether_read.clone());
                 loom::thread::spawn(move || {
@@ -819,12 +830,10 @@ mod model {
     /// cleared), the consumer drops the pin and B may use unit 0 again.
     #[test]
     fn a_claim_taken_back_is_pinned_until_its_holder_settles() {
-        use loom::cell::UnsafeCell;
         use shmring::protocol::pack_pin;
         builder().check(|| {
             let ring = Arc::new(Ring::new(4, 4));
-            let data: Arc<Vec<UnsafeCell<u64>>> =
-                Arc::new((0..4).map(|_| UnsafeCell::new(0)).collect());
+            let data = data(4);
             let sh = ring.shared();
             let a = sh.try_claim(1, 0, &ring.open[0]).unwrap();
             let mut cur = ConsumerCursor::new(4, 0);
@@ -933,11 +942,9 @@ mod model {
     /// is reported); a new claim after the reset succeeds and is delivered, intact.
     #[test]
     fn a_reset_racing_a_commit_never_delivers_the_forgotten_claim() {
-        use loom::cell::UnsafeCell;
         builder().check(|| {
             let ring = Arc::new(Ring::new(2, 4));
-            let data: Arc<Vec<UnsafeCell<u64>>> =
-                Arc::new((0..4).map(|_| UnsafeCell::new(0)).collect());
+            let data = data(4);
             let sh = ring.shared();
             let a = sh.try_claim(1, 0, &ring.open[0]).unwrap();
             let holder = {
@@ -986,15 +993,13 @@ mod model {
     /// race loom reports); a producer whose claim failed found the ring full.
     #[test]
     fn three_producers_one_consumer() {
-        use loom::cell::UnsafeCell;
         let mut b = builder();
         if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
             b.preemption_bound = Some(2);
         }
         b.check(|| {
             let ring = Arc::new(Ring::new(4, 2));
-            let data: Arc<Vec<UnsafeCell<u64>>> =
-                Arc::new((0..2).map(|_| UnsafeCell::new(0)).collect());
+            let data = data(2);
             let handles: Vec<_> = (0..3u32)
                 .map(|slot| {
                     let (ring, data) = (ring.clone(), data.clone());
@@ -1016,31 +1021,15 @@ mod model {
                     })
                 })
                 .collect();
-            let sh = ring.shared();
             let mut cur = ConsumerCursor::new(4, 0);
             let mut seen = Vec::new();
-            let read = |cur: &mut ConsumerCursor, seen: &mut Vec<u64>, polls: usize| {
-                for _ in 0..polls {
-                    match cur.poll(&sh) {
-                        Poll::Record { seq, rec_off, .. } => {
-                            let v = data[rec_off as usize].with(|p| unsafe { *p });
-                            assert_eq!(v, seq + 1, "record {seq} overwritten");
-                            seen.push(seq);
-                            cur.release(seq).unwrap();
-                            cur.publish(&sh);
-                        }
-                        Poll::Corrupt(w) => panic!("corrupt: {w}"),
-                        Poll::Empty | Poll::Pending { .. } => loom::thread::yield_now(),
-                        other => panic!("unexpected {other:?}"),
-                    }
-                }
-            };
-            read(&mut cur, &mut seen, 2);
+            let publish = |c: &ConsumerCursor| c.publish(&ring.shared());
+            consume(&ring, &data, &mut cur, &mut seen, 2, publish);
             let mut produced: Vec<(u64, u64)> = handles
                 .into_iter()
                 .filter_map(|h| h.join().unwrap())
                 .collect();
-            read(&mut cur, &mut seen, 3);
+            consume(&ring, &data, &mut cur, &mut seen, 3, publish);
             if produced.len() == 3 {
                 THREE_HELPED.fetch_add(1, Relaxed);
             }
@@ -1068,11 +1057,9 @@ mod model {
     /// released, and once all are released a claim of the whole ring succeeds.
     #[test]
     fn several_pending_claims_are_overtaken_and_each_delivered_once() {
-        use loom::cell::UnsafeCell;
         builder().check(|| {
             let ring = Arc::new(Ring::new(4, 4));
-            let data: Arc<Vec<UnsafeCell<u64>>> =
-                Arc::new((0..4).map(|_| UnsafeCell::new(0)).collect());
+            let data = data(4);
             let sh = ring.shared();
             let a = sh.try_claim(1, 0, &ring.open[0]).unwrap();
             let b = sh.try_claim(1, 1, &ring.open[1]).unwrap();
