@@ -144,7 +144,7 @@ fuzz:
 test-c:
 	@if [ -x crates/shmring-ffi/run-tests.sh ]; then crates/shmring-ffi/run-tests.sh; else echo "C tests: none yet"; fi
 
-## The GStreamer elements (needs the GStreamer development packages; see README).
+## The GStreamer elements (needs the GStreamer development packages; see docs/GUIDE.md).
 ## The elements (the CLI's in-process encoder, a default feature, is tested by test-rust).
 test-gst: gst-plugin
 	$(CARGO) test --release -p gst-shmring
@@ -195,7 +195,7 @@ test-go: venv
 	cd go && $(GO_ENV) $(GO) test -count=1 -run 'NoAllocation' .
 	cd go && $(GO_ENV) LD_LIBRARY_PATH=$(FFI_STAGE)/lib $(GO) test -tags shmring_shared -count=1 -run 'RoundTrip|Errors' .
 
-## The transport comparison (see README).
+## The transport comparison (see docs/RESULTS.md).
 bench: build
 	./target/release/shmring bench --quick
 

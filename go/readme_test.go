@@ -1,6 +1,6 @@
 package shmring
 
-// Every Go snippet of README.md and go/README.md runs as written: each is built as
+// Every Go snippet of README.md, docs/GUIDE.md and go/README.md runs as written: each is built as
 // a program of its own against this package and run; the ring names it uses
 // (cam0) are made unique per run, and none may be left behind.
 
@@ -19,7 +19,8 @@ import (
 func snippets(t *testing.T) map[string]string {
 	out := map[string]string{}
 	top := peer(t, "../README.md", "the repository's README: run the tests in a checkout")
-	for path, label := range map[string]string{top: "README.md", "README.md": "go/README.md"} {
+	guide := peer(t, "../docs/GUIDE.md", "the repository's guide: run the tests in a checkout")
+	for path, label := range map[string]string{top: "README.md", guide: "docs/GUIDE.md", "README.md": "go/README.md"} {
 		b, err := os.ReadFile(path)
 		must(t, err)
 		for i, m := range regexp.MustCompile("(?s)```go\n(.*?)```").FindAllSubmatch(b, -1) {
@@ -45,7 +46,7 @@ func TestReadmeSnippetsRun(t *testing.T) {
 	for _, d := range docs {
 		seen[d] = true
 	}
-	if !seen["README.md"] || !seen["go/README.md"] || len(snips) < 3 {
+	if !seen["README.md"] || !seen["docs/GUIDE.md"] || !seen["go/README.md"] || len(snips) < 4 {
 		t.Fatalf("snippets found: %v", docs)
 	}
 	here := mustAbs(t, ".")

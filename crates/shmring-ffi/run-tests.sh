@@ -65,7 +65,7 @@ for t in test_api test_api_asan test_static test_handoff test_readers test_reade
     else count "$t (not built)" 1; fi
 done
 
-echo "== C programs of docs/C-API.md and README.md: compiled and run as written"
+echo "== C programs of docs/C-API.md, docs/GUIDE.md and README.md: compiled and run as written"
 # Each ```c block is a whole program: compiled with warnings as errors, run in a
 # directory of its own (sockets go there) with its ring names made unique, and it
 # must leave no ring behind.
@@ -73,7 +73,7 @@ stage=$build/stage
 docs=$log/docs
 mkdir -p "$docs"
 n=0
-for doc in "$root/docs/C-API.md" "$root/README.md"; do
+for doc in "$root/docs/C-API.md" "$root/docs/GUIDE.md" "$root/README.md"; do
     while IFS= read -r -d '' prog; do
         n=$((n + 1))
         name="shmring-doc-$$-$n"

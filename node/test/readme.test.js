@@ -1,5 +1,5 @@
 'use strict';
-// Every JavaScript snippet of node/README.md and of the top-level README runs as
+// Every JavaScript snippet of node/README.md, the top-level README and docs/GUIDE.md runs as
 // written (in a child process, with `require('shmring')` resolving to this package).
 const test = require('node:test');
 const assert = require('node:assert/strict');
@@ -8,12 +8,12 @@ const path = require('node:path');
 const { spawnSync } = require('node:child_process');
 
 const pkg = path.join(__dirname, '..');
-const readmes = [path.join(pkg, 'README.md'), path.join(pkg, '..', 'README.md')];
+const readmes = [path.join(pkg, 'README.md'), path.join(pkg, '..', 'README.md'), path.join(pkg, '..', 'docs', 'GUIDE.md')];
 const snippets = readmes.flatMap((f) =>
   [...fs.readFileSync(f, 'utf8').matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]));
 
 test('the README has JavaScript snippets', () => {
-  assert.ok(snippets.length >= 2);
+  assert.ok(snippets.length >= 3);
 });
 
 snippets.forEach((code, i) => {

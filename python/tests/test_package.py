@@ -112,11 +112,11 @@ def mypy_strict(path: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_documentation_snippets_pass_mypy_strict(tmp_path: Path) -> None:
-    """Every Python snippet of README.md and python/README.md, type-checked with
+    """Every Python snippet of README.md, docs/GUIDE.md and python/README.md, type-checked with
     `mypy --strict` against the installed package's stubs. Python 3.12 is the target:
     from it on (PEP 688) numpy's stubs accept any object with a buffer, a Frame too."""
     n = 0
-    for doc in (REPO / "README.md", REPO / "python" / "README.md"):
+    for doc in (REPO / "README.md", REPO / "docs" / "GUIDE.md", REPO / "python" / "README.md"):
         for m in re.finditer(r"```python\n(.*?)```", doc.read_text(), re.S):
             (tmp_path / f"snippet_{n}.py").write_text(m.group(1))
             n += 1

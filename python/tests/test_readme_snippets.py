@@ -1,4 +1,4 @@
-"""Every Python snippet in README.md and python/README.md runs as written.
+"""Every Python snippet in README.md, docs/GUIDE.md and python/README.md runs as written.
 
 Each runs in a fresh interpreter. The only change: the ring names the snippets
 use (`cam0`) are made unique per run, so parallel runs never share a ring; the
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-DOCS = [REPO / "README.md", REPO / "python" / "README.md"]
+DOCS = [REPO / "README.md", REPO / "docs" / "GUIDE.md", REPO / "python" / "README.md"]
 NAMES = ["cam0"]
 
 
@@ -31,7 +31,7 @@ def snippets() -> list[tuple[str, int, str]]:
 
 def test_the_docs_have_python_snippets() -> None:
     found = {doc for doc, _, _ in snippets()}
-    assert found == {"README.md", "python/README.md"}
+    assert found == {"README.md", "docs/GUIDE.md", "python/README.md"}
 
 
 @pytest.mark.parametrize(("doc", "index", "code"), snippets(), ids=lambda x: str(x)[:20])

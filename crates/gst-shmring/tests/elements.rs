@@ -613,7 +613,7 @@ fn the_ring_property_takes_a_ring_address() {
     assert!(e.contains("\"x\" is not a descriptor number"), "{e}");
 }
 
-/// The README's default encoder (x264enc keeps about 50 frames for its
+/// The guide's default encoder (x264enc keeps about 50 frames for its
 /// look-ahead) behind a ring smaller than that look-ahead, across caps changes
 /// in both directions and frame-rate changes, alone and through a tee into two
 /// encoders: every frame is encoded and the producer never waits long enough to

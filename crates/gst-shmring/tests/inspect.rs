@@ -1,6 +1,6 @@
 //! What `gst-inspect-1.0` and the debug log show of the elements: properties
 //! whose ranges are the core's limits, every property (inherited ones included)
-//! documented in the README, debug lines and messages that name a function, not
+//! documented in the guide (docs/GUIDE.md), debug lines and messages that name a function, not
 //! a Rust path, and ring names judged by the core's address parser.
 
 mod common;
@@ -37,11 +37,12 @@ fn capacity_says_the_cores_limits_and_the_default_ring() {
     }
 }
 
-/// The README's property tables: for each element, the property names of the
+/// The guide's property tables (docs/GUIDE.md): for each element, the property names of the
 /// rows that apply to it (`all`, `sources`, or rows naming it).
 fn documented() -> Vec<(String, BTreeSet<String>)> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
-        .expect("README.md");
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/GUIDE.md"))
+            .expect("docs/GUIDE.md");
     ELEMENTS
         .iter()
         .map(|&el| {
@@ -77,7 +78,10 @@ fn every_property_gst_inspect_lists_is_documented() {
             .filter(|n| n != "name" && n != "parent")
             .collect();
         let missing: Vec<_> = listed.difference(&names).collect();
-        assert!(missing.is_empty(), "{el}: not in the README: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "{el}: not in docs/GUIDE.md: {missing:?}"
+        );
     }
 }
 

@@ -262,7 +262,7 @@ fn first_pipelines_as_users_write_them() {
 }
 
 /// Caps changes mid-stream (the resolution up and down, the frame rate down)
-/// from one producer, through the README's default encoder (x264enc with its
+/// from one producer, through the guide's default encoder (x264enc with its
 /// look-ahead) into an MP4, alone and through a tee into two: every frame is in
 /// every file, the producer keeps its pace and ends, the recordings end.
 #[test]
@@ -417,7 +417,7 @@ impl Drop for NetNs {
     }
 }
 
-/// The recipe of the README's "Beyond one host": host A's ring is read by a
+/// The recipe of the guide's "Beyond one host" (docs/GUIDE.md): host A's ring is read by a
 /// pipeline that encodes and sends RTP over UDP; host B receives, decodes and
 /// writes into its own ring, whose consumer records it. The two hosts are two
 /// network namespaces joined by a veth pair (loopback where namespaces are not
