@@ -112,9 +112,9 @@ pub unsafe fn external_view(env: Env, ptr: *mut u8, len: usize, keep: Keep) -> n
 /// A `Uint8Array` over all `len` bytes of the array buffer `ab`.
 fn uint8_array(env: Env, ab: sys::napi_value, len: usize) -> napi::Result<View> {
     let mut arr = std::ptr::null_mut();
-    // SAFETY: live env; `ab` is an array buffer of `len` bytes; local out-pointer.
     check(
         env,
+        // SAFETY: live env; `ab` is an array buffer of `len` bytes; local out-pointer.
         unsafe {
             sys::napi_create_typedarray(
                 env.raw(),
@@ -150,9 +150,9 @@ pub unsafe fn copied_view(env: Env, ptr: *const u8, len: usize) -> napi::Result<
 pub fn new_view(env: Env, len: usize) -> napi::Result<(View, *mut u8)> {
     let mut ab = std::ptr::null_mut();
     let mut data = std::ptr::null_mut();
-    // SAFETY: live env, local out-pointers.
     check(
         env,
+        // SAFETY: live env, local out-pointers.
         unsafe { sys::napi_create_arraybuffer(env.raw(), len, &mut data, &mut ab) },
         "napi_create_arraybuffer",
     )?;
@@ -184,14 +184,15 @@ impl WeakView {
     pub fn new(env: Env, v: &View) -> napi::Result<WeakView> {
         let mut a = std::ptr::null_mut();
         let mut b = std::ptr::null_mut();
-        // SAFETY: live env and values; refcount 0 makes weak references.
         check(
             env,
+            // SAFETY: live env and values; refcount 0 makes weak references.
             unsafe { sys::napi_create_reference(env.raw(), v.array, 0, &mut a) },
             "napi_create_reference",
         )?;
         check(
             env,
+            // SAFETY: as for the reference above: live env and values.
             unsafe { sys::napi_create_reference(env.raw(), v.buffer, 0, &mut b) },
             "napi_create_reference",
         )?;

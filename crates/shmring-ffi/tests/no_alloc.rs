@@ -19,6 +19,8 @@ fn allocations(f: impl FnOnce()) -> u64 {
 
 #[test]
 fn producer_and_consumer_hot_paths_do_not_allocate() {
+    // SAFETY: the C ABI as shmring.h says: every pointer handed in is to a local
+    // of ours or a handle the library returned and not yet closed.
     unsafe {
         let mut cfg = std::mem::zeroed();
         assert_eq!(shmring_config_init(&mut cfg), SHMRING_OK);

@@ -40,8 +40,10 @@ impl SharedMemory {
 
     /// Maps all of `fd` (received from the process that created it).
     pub fn map(fd: OwnedFd) -> io::Result<SharedMemory> {
-        // SAFETY: fstat into a zeroed struct of ours; the result is checked.
+        // SAFETY: `stat` is a plain C struct; all zeroes is a valid value.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat into a struct of ours, on a descriptor we own; the result is
+        // checked.
         if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
             return Err(io::Error::last_os_error());
         }

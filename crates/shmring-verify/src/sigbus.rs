@@ -27,8 +27,9 @@ pub struct Args {
 }
 
 fn file_size(fd: BorrowedFd<'_>) -> std::io::Result<u64> {
-    // SAFETY: fstat into a zeroed struct we own.
+    // SAFETY: `stat` is a plain C struct; all zeroes is a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat into a struct we own, on a descriptor borrowed for the call.
     if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
         return Err(std::io::Error::last_os_error());
     }

@@ -80,7 +80,7 @@ fn producer_killed_holding_a_reservation_is_skipped() {
         let f = next(&consumer, "record of producer 0");
         ck.check(f.payload(), f.meta());
     }
-    // The claim's owner is alive: the consumer waits for it, delivering nothing
+    // The claim's holder is alive: the consumer waits for it, delivering nothing
     // past it (several liveness checks happen in this time).
     assert!(consumer
         .next_timeout(Some(Duration::from_millis(300)))

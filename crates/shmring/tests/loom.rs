@@ -77,6 +77,18 @@ mod model {
     /// still reads it (space reused too early) is a data race loom reports.
     type Data = Vec<loom::cell::UnsafeCell<u64>>;
 
+    /// Writes a unit of a record.
+    fn put(unit: &loom::cell::UnsafeCell<u64>, v: u64) {
+        // SAFETY: a loom cell: loom reports any access that races with this one.
+        unit.with_mut(|p| unsafe { *p = v })
+    }
+
+    /// Reads a unit of a record.
+    fn get(unit: &loom::cell::UnsafeCell<u64>) -> u64 {
+        // SAFETY: a loom cell: loom reports any write that races with this read.
+        unit.with(|p| unsafe { *p })
+    }
+
     fn data(units: usize) -> Arc<Data> {
         Arc::new((0..units).map(|_| loom::cell::UnsafeCell::new(0)).collect())
     }
@@ -96,8 +108,7 @@ mod model {
         for _ in 0..polls {
             match cur.poll(&sh) {
                 Poll::Record { seq, rec_off, .. } => {
-                    // SAFETY: a loom cell; loom checks the access.
-                    let v = data[rec_off as usize].with(|p| unsafe { *p });
+                    let v = get(&data[rec_off as usize]);
                     assert_eq!(v, seq + 1, "record {seq} overwritten");
                     seen.push(seq);
                     cur.release(seq).unwrap();
@@ -295,7 +306,7 @@ mod model {
     static CONSUMER_WON: AtomicUsize = AtomicUsize::new(0);
 
     /// One producer aborts while another commits, and the consumer abandons a
-    /// pending claim while its owner commits it: exactly one of the two wins, and
+    /// pending claim while its holder commits it: exactly one of the two wins, and
     /// the consumer sees that record Committed xor Abandoned. The aborted claim is
     /// skipped and the committed one delivered once.
     #[test]
@@ -497,8 +508,7 @@ mod model {
                                 if c.seq >= 2 {
                                     TETHER_REUSED.fetch_add(1, Relaxed);
                                 }
-                                // SAFETY: a loom cell; loom checks the access.
-                                data[c.rec_off as usize].with_mut(|p| unsafe { *p = c.seq + 1 });
+                                put(&data[c.rec_off as usize], c.seq + 1);
                                 assert!(sh.settle(
                                     &c,
                                     ClaimState::Committed,
@@ -855,7 +865,7 @@ mod model {
                 loom::thread::spawn(move || {
                     let sh = ring.shared();
                     // The late write: A's record, through the pointer it still has.
-                    data[a.rec_off as usize].with_mut(|p| unsafe { *p = 0xA });
+                    put(&data[a.rec_off as usize], 0xA);
                     // The commit looks first and writes no header: the claim is gone.
                     assert_ne!(sh.entry(a.seq).load(Acquire), a.claimed);
                     assert!(!sh.settle(&a, ClaimState::Committed, &ring.open[0]));
@@ -875,7 +885,7 @@ mod model {
                             }
                         };
                         for u in c.rec_off..c.rec_off + c.rec_units {
-                            data[u as usize].with_mut(|p| unsafe { *p = 0xB });
+                            put(&data[u as usize], 0xB);
                         }
                         assert!(sh.settle(&c, ClaimState::Committed, &ring.open[1]));
                         placed.push(c.rec_off);
@@ -899,7 +909,7 @@ mod model {
                         rec_units,
                     } => {
                         for u in rec_off..rec_off + rec_units {
-                            assert_eq!(data[u as usize].with(|p| unsafe { *p }), 0xB);
+                            assert_eq!(get(&data[u as usize]), 0xB);
                         }
                         cur.release(seq).unwrap();
                         cur.publish(&sh);
@@ -951,7 +961,7 @@ mod model {
                 let (ring, data) = (ring.clone(), data.clone());
                 loom::thread::spawn(move || {
                     let sh = ring.shared();
-                    data[a.rec_off as usize].with_mut(|p| unsafe { *p = 0xA });
+                    put(&data[a.rec_off as usize], 0xA);
                     sh.settle(&a, ClaimState::Committed, &ring.open[0])
                 })
             };
@@ -968,12 +978,12 @@ mod model {
             let b = sh
                 .try_claim(1, 1, &ring.open[1])
                 .expect("room for a claim after the reset");
-            data[b.rec_off as usize].with_mut(|p| unsafe { *p = 0xB });
+            put(&data[b.rec_off as usize], 0xB);
             assert!(sh.settle(&b, ClaimState::Committed, &ring.open[1]));
             match cur.poll(&sh) {
                 Poll::Record { seq, rec_off, .. } => {
                     assert_eq!(seq, b.seq);
-                    assert_eq!(data[rec_off as usize].with(|p| unsafe { *p }), 0xB);
+                    assert_eq!(get(&data[rec_off as usize]), 0xB);
                 }
                 other => panic!("the new record is not delivered: {other:?}"),
             }
@@ -1007,7 +1017,7 @@ mod model {
                         let sh = ring.shared();
                         match sh.try_claim(1, slot, &ring.open[slot as usize]) {
                             Ok(c) => {
-                                data[c.rec_off as usize].with_mut(|p| unsafe { *p = c.seq + 1 });
+                                put(&data[c.rec_off as usize], c.seq + 1);
                                 assert!(sh.settle(
                                     &c,
                                     ClaimState::Committed,
@@ -1064,7 +1074,7 @@ mod model {
             let a = sh.try_claim(1, 0, &ring.open[0]).unwrap();
             let b = sh.try_claim(1, 1, &ring.open[1]).unwrap();
             let c = sh.try_claim(1, 2, &ring.open[2]).unwrap();
-            data[c.rec_off as usize].with_mut(|p| unsafe { *p = c.seq + 1 });
+            put(&data[c.rec_off as usize], c.seq + 1);
             assert!(sh.settle(&c, ClaimState::Committed, &ring.open[2]));
             let holders: Vec<_> = [(a, 0usize), (b, 1)]
                 .into_iter()
@@ -1072,7 +1082,7 @@ mod model {
                     let (ring, data) = (ring.clone(), data.clone());
                     loom::thread::spawn(move || {
                         let sh = ring.shared();
-                        data[claim.rec_off as usize].with_mut(|p| unsafe { *p = claim.seq + 1 });
+                        put(&data[claim.rec_off as usize], claim.seq + 1);
                         assert!(sh.settle(&claim, ClaimState::Committed, &ring.open[slot]));
                     })
                 })
@@ -1081,7 +1091,7 @@ mod model {
             let mut parked: Vec<(u64, u64)> = Vec::new();
             let mut order = Vec::new();
             let check = |cur: &mut ConsumerCursor, order: &mut Vec<u64>, seq: u64, rec_off: u64| {
-                let v = data[rec_off as usize].with(|p| unsafe { *p });
+                let v = get(&data[rec_off as usize]);
                 assert_eq!(v, seq + 1, "record {seq} not as written");
                 order.push(seq);
                 cur.release(seq).unwrap();

@@ -48,7 +48,7 @@ enum Op {
     Die { s: usize },
     /// The consumer looks at the next claim once (abandoning a dead owner's).
     Poll,
-    /// The consumer sees a live claim pending, then its owner commits before the
+    /// The consumer sees a live claim pending, then its holder commits before the
     /// consumer's abandon: the abandon must lose.
     PollCommitRace,
     /// The consumer releases the `i`-th held record (any order).

@@ -171,9 +171,9 @@ impl Consumer {
                 };
                 let room = (rec_units - 1) * UNIT;
                 if h.len > room || h.seq != crate::layout::header_seq(seq) {
-                    // Marked committed by a peer while its owner still writes it (the
-                    // owner's open-claim word still holds the claim): wait for the
-                    // owner instead, as for any pending claim.
+                    // Marked committed by a peer while its holder still writes it (the
+                    // holder's open-claim word still holds the claim): wait for the
+                    // holder instead, as for any pending claim.
                     if parked.is_none() && self.unpoll_forged_commit(cur, seq) {
                         let h = &self.seg.control().health.0;
                         self.count(&h.forged_claims, 1);
@@ -302,7 +302,7 @@ impl Consumer {
             ..e
         }
         .pack();
-        // Acquire: pairs with the owner's Release stores of its open-claim word.
+        // Acquire: pairs with the holder's Release stores of its open-claim word.
         self.seg.slot(e.slot).open_claim.load(Ordering::Acquire) == claimed
             && cur.unpoll_forged_commit(&sh, seq, claimed)
     }

@@ -307,11 +307,11 @@ impl ConsumerCursor {
     }
 
     /// Takes back the hand-out of the record `seq`, the last one [`poll`] handed
-    /// out, whose entry a peer marked committed while its owner was still writing
-    /// it (the owner's open-claim word still holds the claim): the entry goes back
-    /// to `claimed` (a CAS from `committed`, AcqRel, so a commit by the owner since
+    /// out, whose entry a peer marked committed while its holder was still writing
+    /// it (the holder's open-claim word still holds the claim): the entry goes back
+    /// to `claimed` (a CAS from `committed`, AcqRel, so a commit by the holder since
     /// wins) and the peek cursor back onto it, so the record is delivered once its
-    /// owner commits it, or skipped if it dies. `false`: nothing was taken back.
+    /// holder commits it, or skipped if it dies. `false`: nothing was taken back.
     ///
     /// [`poll`]: ConsumerCursor::poll
     pub fn unpoll_forged_commit(&mut self, sh: &Shared<'_>, seq: u64, claimed: u64) -> bool {
@@ -447,7 +447,7 @@ impl ConsumerCursor {
         Self::abandon_at(sh, self.peek_seq, value)
     }
 
-    /// Marks the pending claim `seq` (entry `value`) abandoned (AcqRel: the owner's
+    /// Marks the pending claim `seq` (entry `value`) abandoned (AcqRel: the holder's
     /// commit CAS and ours cannot both succeed). `false`: it changed meanwhile.
     pub fn abandon_at(sh: &Shared<'_>, seq: u64, value: u64) -> bool {
         let e = LogEntry::unpack(value);
@@ -723,7 +723,7 @@ impl ConsumerCursor {
             }
         });
         // Start after whatever producers had claimed, if the write cursor is sane and
-        // the ring can afford it, so a writer still finishing an old claim does not
+        // the ring can afford it, so a writer still writing an old claim's record does not
         // scribble on new records soon.
         let w = sh.write.load(Ordering::Acquire);
         let ahead = pos_diff(cursor_pos(w), self.peek_pos);

@@ -16,7 +16,7 @@
 //!    `capacity` units in flight.
 //! 4. Store that value in the slot's `open_claim` word (Release), then CAS the entry
 //!    from the value seen in 2 to `(k, Claimed, slot, units)` (AcqRel).
-//!    Success means claim `k` is ours: its owner and extent are recorded in one
+//!    Success means claim `k` is ours: its holder and extent are recorded in one
 //!    atomic write, so a producer killed at any later instruction leaves a claim the
 //!    consumer can attribute and skip. Nobody can have stamped `k` before us, so the
 //!    cursor still reads `(k, p)` or is being helped past it: `p` is our position.
@@ -35,9 +35,9 @@
 //!
 //! So while a claim by slot `s` is `Claimed`, slot `s`'s `open_claim` holds exactly
 //! its entry value: it is stored before the entry CAS and cleared only after the
-//! finishing CAS. A consumer that reads the entry (Acquire), then `open_claim`
+//! settling CAS. A consumer that reads the entry (Acquire), then `open_claim`
 //! (Acquire), and finds another value, then reads the entry again unchanged, knows
-//! the claim was not made by the slot's owner (see [`is_forged`]).
+//! the claim was not made by the slot's holder (see [`is_forged`]).
 //!
 //! # Poll / release (one consumer)
 //! The consumer keeps its cursors locally and trusts nothing it reads back: it loads
@@ -162,7 +162,7 @@ impl<'a> Shared<'a> {
                 if le.units == 0 || le.units > cap {
                     return Err(ClaimError::Broken);
                 }
-                // Help the owner of claim k move the cursor past it. Failure: someone did.
+                // Help the holder of claim k move the cursor past it. Failure: someone did.
                 let _ = self.write.compare_exchange(
                     c,
                     pack_cursor(k + 1, p + le.units),
@@ -410,19 +410,19 @@ impl<'a> Shared<'a> {
     }
 }
 
-/// Was the pending claim `value` at `seq` made by someone other than the owner of
+/// Was the pending claim `value` at `seq` made by someone other than the holder of
 /// the slot it names? `open` is that slot's `open_claim` word. Only a positive
-/// answer is certain: the entry still read `value` after the owner's word was seen
-/// holding something else, which the owner never does while its claim is pending.
-/// (A peer that also forges the owner's word is believed until the owner's next
+/// answer is certain: the entry still read `value` after the holder's word was seen
+/// holding something else, which the holder never does while its claim is pending.
+/// (A peer that also forges the holder's word is believed until the holder's next
 /// claim or commit overwrites it.)
 pub fn is_forged(sh: &Shared<'_>, seq: u64, value: u64, open: &AtomicU64) -> bool {
-    // Acquire: pairs with the owner's Release stores of `open` (see `try_claim` and
+    // Acquire: pairs with the holder's Release stores of `open` (see `try_claim` and
     // `settle`), so a cleared word means the entry we load next is resolved.
     if open.load(Ordering::Acquire) == value {
         return false;
     }
-    // Acquire: see the owner's finishing CAS if that is why the word changed.
+    // Acquire: see the holder's settling CAS if that is why the word changed.
     sh.entry(seq).load(Ordering::Acquire) == value
 }
 

@@ -42,6 +42,7 @@ struct Previous(libc::sigaction);
 // SAFETY: a plain C struct of integers and function addresses, written once before
 // our handler is installed and only read afterwards.
 unsafe impl Sync for Previous {}
+// SAFETY: as for `Sync`: nothing in it belongs to a thread.
 unsafe impl Send for Previous {}
 static PREVIOUS: OnceLock<Result<Previous, i32>> = OnceLock::new();
 
