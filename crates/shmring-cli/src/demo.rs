@@ -18,7 +18,7 @@ use shmring_host::{ChildGuard, CpuMeter};
 use crate::cli::DemoArgs;
 use crate::procinfo;
 use crate::produce::{parse_audio, parse_video};
-use crate::recorder::check_output_dir;
+use crate::record::recorder::check_output_dir;
 use crate::ringref::Watched;
 use crate::{fail, mb, stop_flag, CmdError};
 

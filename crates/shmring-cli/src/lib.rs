@@ -1,23 +1,19 @@
 //! The `shmring` command's library: argument definitions and the `record`,
 //! `produce`, `demo`, `stat`, `tap`, `top`, `exporter` and `rm` commands, and the man
 //! pages and completions generated from the definition. The recorder's per-record path
-//! ([`recorder::Recorder::process`]) is public so it can be driven and measured
+//! ([`record::recorder::Recorder::process`]) is public so it can be driven and measured
 //! in-process.
 
 pub mod cli;
 pub mod demo;
 pub mod exporter;
 pub mod generate;
-#[cfg(feature = "gst")]
-pub mod gst_encode;
 pub mod json;
 pub mod metrics;
-pub mod output;
 pub mod pattern;
 pub mod procinfo;
 pub mod produce;
 pub mod record;
-pub mod recorder;
 pub mod ringref;
 pub mod rings;
 pub mod rm;

@@ -17,8 +17,8 @@ use shmring::media::{self, kind, MediaRecord};
 use shmring::{Tap, TapOptions};
 
 use crate::cli::TapArgs;
+use crate::record::recorder::{check_output_dir, kind_name};
 use crate::record::NewDirs;
-use crate::recorder::{check_output_dir, kind_name};
 use crate::ringref::open_read_only;
 use crate::{fail, stop_flag, CmdError};
 

@@ -5,7 +5,7 @@
 use shmring::media::{kind, Format, MediaHeader};
 use shmring::Meta;
 use shmring_cli::pattern::{decode_frame_number, Pattern, Tone};
-use shmring_cli::recorder::{Outcome, Recorder, RecorderOptions};
+use shmring_cli::record::recorder::{Outcome, Recorder, RecorderOptions};
 use shmring_host::thread_alloc_count as allocs;
 
 #[global_allocator]

@@ -3,6 +3,16 @@
 //! stdout carries machine-readable lines (one JSON object per line): `{"ready":..}`
 //! once the ring exists, `{"progress":..}` with `--progress`, and `{"recorded":..}`
 //! at the end. The human summary goes to stderr.
+//!
+//! The folder, in the order a record goes through it:
+//! - `source`: how the recorder reaches its ring (creates a named ring, serves a
+//!   memfd ring on a socket, or opens one by address);
+//! - `receive`: the frame path, from the ring into the recorder until the run ends;
+//! - [`recorder`]: one record in, written to its stream's file;
+//! - [`output`]: the files (Y4M, WAV, or H.264 MP4 through an `ffmpeg` child);
+//! - `gst_encode` (feature `gst`): `record --encode` in process, one MP4 per
+//!   participant;
+//! - `progress` and `summary`: what a run says while it records and at its end.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,12 +23,16 @@ use shmring::media::{Format, MediaHeader};
 use shmring::Config;
 
 use crate::cli::RecordArgs;
-use crate::output::{ffmpeg_available, repair_dir};
-use crate::recorder::{Recorder, RecorderOptions};
+use crate::record::output::{ffmpeg_available, repair_dir};
+use crate::record::recorder::{Recorder, RecorderOptions};
 use crate::{fail, stop_flag, CmdError};
 
+#[cfg(feature = "gst")]
+pub mod gst_encode;
+pub mod output;
 mod progress;
 mod receive;
+pub mod recorder;
 mod source;
 mod summary;
 

@@ -9,7 +9,7 @@ use shmring_bench::status::{Look, StatusLine};
 
 use super::source::Source;
 use super::{emit, handoff_json, Read};
-use crate::recorder::Recorder;
+use crate::record::recorder::Recorder;
 use crate::{mb, procinfo};
 
 /// Watches a run: every tick it samples the ring's health and this process's memory

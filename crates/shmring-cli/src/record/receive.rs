@@ -9,7 +9,7 @@ use shmring::Consumer;
 use super::progress::Watch;
 use super::source::Source;
 use super::Read;
-use crate::recorder::{Recorder, WriteError};
+use crate::record::recorder::{Recorder, WriteError};
 
 /// Why the receive loop ended (nothing set: stopped, or its time was up).
 #[derive(Default)]

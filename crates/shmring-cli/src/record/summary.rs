@@ -8,7 +8,7 @@ use shmring::{Stats, TetherInfo};
 
 use super::source::Source;
 use super::{emit, handoff_json, Read};
-use crate::recorder::{StreamReport, Summary, MAX_STREAMS, STREAMS_PER_SLOT};
+use crate::record::recorder::{StreamReport, Summary, MAX_STREAMS, STREAMS_PER_SLOT};
 use crate::{mb, procinfo};
 
 /// The run's figures, taken when the receiving ended.

@@ -22,7 +22,7 @@
 //!
 //! With `--encode` (built with the `gst` feature) each stream id's video and audio
 //! go into one MP4 instead, timed by their capture timestamps
-//! ([`crate::gst_encode`]).
+//! ([`crate::record::gst_encode`]).
 
 use std::collections::HashMap;
 use std::io;
@@ -34,8 +34,8 @@ use shmring::media::{self, kind, Format, MediaRecord, MAX_FRAME_RATE, MEDIA_HEAD
 use shmring::Meta;
 
 #[cfg(feature = "gst")]
-use crate::gst_encode::Taken;
-use crate::output::{FileReport, OutFile, WriteCounters};
+use crate::record::gst_encode::Taken;
+use crate::record::output::{FileReport, OutFile, WriteCounters};
 
 /// Streams one producer slot may hold at once (a stream id's video and its audio
 /// are two): a producer cannot take the room of another.
@@ -269,7 +269,7 @@ pub struct Recorder {
     writes_closed: WriteCounters,
     /// `--encode` in process: one muxed file per stream id.
     #[cfg(feature = "gst")]
-    participants: Vec<crate::gst_encode::Participant>,
+    participants: Vec<crate::record::gst_encode::Participant>,
 }
 
 /// What was said once already.
@@ -304,7 +304,7 @@ impl Recorder {
         check_output_dir(&opts.dir)?;
         #[cfg(feature = "gst")]
         if opts.encode {
-            crate::gst_encode::prepare().map_err(|e| format!("--encode: {e}"))?;
+            crate::record::gst_encode::prepare().map_err(|e| format!("--encode: {e}"))?;
         }
         Ok(Recorder {
             opts,
@@ -716,12 +716,13 @@ impl Recorder {
         let pi = match self.participants.iter().position(|p| p.id() == id) {
             Some(i) => i,
             None => {
-                self.participants.push(crate::gst_encode::Participant::new(
-                    id,
-                    &self.opts.dir,
-                    self.opts.preset.name(),
-                    self.keep_existing,
-                ));
+                self.participants
+                    .push(crate::record::gst_encode::Participant::new(
+                        id,
+                        &self.opts.dir,
+                        self.opts.preset.name(),
+                        self.keep_existing,
+                    ));
                 self.participants.len() - 1
             }
         };

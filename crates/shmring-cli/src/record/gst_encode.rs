@@ -55,8 +55,8 @@ use gst::prelude::*;
 use gst_video::prelude::*;
 use shmring::media::{kind, Format, MediaHeader};
 
-use crate::output::{FileReport, WriteCounters};
-use crate::recorder::{taken, MAX_PARTS};
+use crate::record::output::{FileReport, WriteCounters};
+use crate::record::recorder::{taken, MAX_PARTS};
 
 /// How long (capture time) a participant's first records wait for its other kind.
 pub const GRACE_NS: u64 = 500_000_000;

@@ -1,6 +1,6 @@
 //! Output files: Y4M video, WAV audio, or H.264 MP4 through an `ffmpeg` child (built
 //! without the `gst` feature; with it, `--encode` goes through
-//! [`crate::gst_encode`] instead).
+//! [`crate::record::gst_encode`] instead).
 //!
 //! Every output goes through one fixed [`BUF_SIZE`] buffer (`BufWriter`); a plane
 //! larger than the buffer's free room tops the buffer up, flushes it, and goes
