@@ -26,7 +26,7 @@ fn set(element: &gst::Element, state: gst::State, what: &str) {
 #[test]
 fn a_create_true_source_restarted_100_times_gets_frames_in_place_every_time() {
     init();
-    let ring = RingName::new("cycle-src");
+    let ring = RingName::new("gst", "cycle-src");
     let producer = Pipeline::launch(&format!(
         "videotestsrc is-live=true ! video/x-raw,format=I420,width=320,height=240,framerate=60/1 ! shmringsink name=sink ring={}",
         ring.0
@@ -66,7 +66,7 @@ fn a_create_true_source_restarted_100_times_gets_frames_in_place_every_time() {
 #[test]
 fn a_sink_restarted_100_times_writes_every_time() {
     init();
-    let ring = RingName::new("cycle-sink");
+    let ring = RingName::new("gst", "cycle-sink");
     let consumer = Pipeline::launch(&format!(
         "shmringsrc ring={} create=true ! appsink name=out sync=false",
         ring.0

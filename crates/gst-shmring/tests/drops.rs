@@ -22,7 +22,7 @@ fn a_sink_facing_a_full_ring_says_each_drop_and_the_ring_counts_it_once() {
     init();
     const N: u64 = 40;
     for policy in ["full-policy=drop", "full-policy=block timeout=50"] {
-        let ring = RingName::new("full");
+        let ring = RingName::new("gst", "full");
         // A consumer that reads nothing: 1 MiB takes a few 320x240 frames.
         let seg = Segment::create_named(&ring.0, &Config::with_capacity(1 << 20)).unwrap();
         let _consumer = seg.consumer().unwrap();
@@ -86,7 +86,7 @@ fn a_sink_facing_a_full_ring_says_each_drop_and_the_ring_counts_it_once() {
 #[test]
 fn records_missing_from_a_stream_are_counted_and_said_by_the_source() {
     init();
-    let ring = RingName::new("missing");
+    let ring = RingName::new("gst", "missing");
     let p = Pipeline::launch(&format!(
         "shmringsrc name=src ring={} create=true ! appsink name=out sync=false",
         ring.0

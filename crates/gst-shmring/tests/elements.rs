@@ -78,7 +78,7 @@ fn state_cycling_leaves_no_ring_and_no_error() {
         "shmringsrc name=e ring={} create=true ! fakesink",
         "shmringdemux name=e ring={} create=true",
     ] {
-        let ring = RingName::new("cycle");
+        let ring = RingName::new("gst", "cycle");
         let p = Pipeline::launch(&desc.replace("{}", &ring.0));
         for _ in 0..3 {
             for s in [
@@ -100,7 +100,7 @@ fn state_cycling_leaves_no_ring_and_no_error() {
         assert!(p.error().is_none(), "{desc}: {:?}", p.error());
     }
     // The sink cycles too, with or without its ring.
-    let ring = RingName::new("cycle-sink");
+    let ring = RingName::new("gst", "cycle-sink");
     let p = Pipeline::launch(&format!(
         "videotestsrc ! {I420} ! shmringsink ring={}",
         ring.0
@@ -119,7 +119,7 @@ fn sources_are_live_and_do_not_preroll() {
         "shmringsrc ring={} create=true ! fakesink",
         "shmringdemux ring={} create=true",
     ] {
-        let ring = RingName::new("preroll");
+        let ring = RingName::new("gst", "preroll");
         let p = Pipeline::launch(&desc.replace("{}", &ring.0));
         assert_eq!(
             p.0.set_state(gst::State::Paused),
@@ -137,7 +137,7 @@ fn sources_are_live_and_do_not_preroll() {
 
 #[test]
 fn latency_is_live_with_a_frame_and_what_the_ring_holds() {
-    let ring = RingName::new("latency");
+    let ring = RingName::new("gst", "latency");
     let mut h = src_harness(&format!("ring={} create=true", ring.0));
     let seg = Segment::open_named(&ring.0).unwrap();
     let mut p = seg.producer().unwrap();
@@ -164,7 +164,7 @@ fn latency_is_live_with_a_frame_and_what_the_ring_holds() {
 
 #[test]
 fn allocation_offers_the_ring_pool_for_video_and_no_video_meta_for_audio() {
-    let ring = RingName::new("alloc");
+    let ring = RingName::new("gst", "alloc");
     let owner = Pipeline::launch(&format!(
         "shmringsrc ring={} create=true ! fakesink",
         ring.0
@@ -193,7 +193,7 @@ fn allocation_offers_the_ring_pool_for_video_and_no_video_meta_for_audio() {
 
 #[test]
 fn queue_before_the_sink_still_writes_every_frame_in_place() {
-    let ring = RingName::new("queue");
+    let ring = RingName::new("gst", "queue");
     let owner = Pipeline::launch(&format!(
         "shmringsrc name=src ring={} create=true ! fakesink sync=false",
         ring.0
@@ -213,7 +213,7 @@ fn queue_before_the_sink_still_writes_every_frame_in_place() {
 fn the_sink_starts_before_its_consumer_either_way() {
     // Dropping (the default): buffers before the ring exists are dropped at once
     // and said once; once the consumer is there, they arrive.
-    let ring = RingName::new("order");
+    let ring = RingName::new("gst", "order");
     let s = Pipeline::launch(&format!(
         "videotestsrc is-live=true num-buffers=200 ! {I420} ! shmringsink name=sink ring={}",
         ring.0
@@ -235,7 +235,7 @@ fn the_sink_starts_before_its_consumer_either_way() {
     s.wait_eos(LIMIT).unwrap();
     drop(p);
     // Waiting: a non-live producer started first loses nothing.
-    let ring = RingName::new("order-wait");
+    let ring = RingName::new("gst", "order-wait");
     let s = Pipeline::launch(&format!(
         "videotestsrc num-buffers=20 ! {I420} ! shmringsink name=sink wait-for-consumer=true ring={}",
         ring.0
@@ -254,7 +254,7 @@ fn the_sink_starts_before_its_consumer_either_way() {
 
 #[test]
 fn without_a_consumer_the_sink_drops_at_once_instead_of_waiting_for_room() {
-    let ring = RingName::new("noconsumer");
+    let ring = RingName::new("gst", "noconsumer");
     // A ring whose consumer is gone (a crash): created, then its consumer dropped.
     let seg = Segment::create_named(&ring.0, &Config::with_capacity(1 << 20)).unwrap();
     drop(seg.consumer().unwrap());
@@ -276,7 +276,7 @@ fn without_a_consumer_the_sink_drops_at_once_instead_of_waiting_for_room() {
 
 #[test]
 fn eos_travels_across_the_ring_as_an_end_of_stream_record() {
-    let ring = RingName::new("eos");
+    let ring = RingName::new("gst", "eos");
     let seg = Segment::create_named(&ring.0, &Config::default()).unwrap();
     let consumer = seg.consumer().unwrap();
     let mut h = sink_harness(&format!("ring={}", ring.0), I420);
@@ -305,7 +305,7 @@ fn eos_travels_across_the_ring_as_an_end_of_stream_record() {
         ]
     );
     // And on the other side: the source ends its stream there.
-    let ring = RingName::new("eos2");
+    let ring = RingName::new("gst", "eos2");
     let p = Pipeline::launch(&format!(
         "shmringsrc ring={} create=true ! appsink name=out sync=false",
         ring.0
@@ -325,7 +325,7 @@ fn eos_travels_across_the_ring_as_an_end_of_stream_record() {
 
 #[test]
 fn eos_after_counts_from_the_last_producer_not_from_the_start() {
-    let ring = RingName::new("eosafter");
+    let ring = RingName::new("gst", "eosafter");
     let p = Pipeline::launch(&format!(
         "shmringsrc ring={} create=true eos-after=300 ! appsink name=out sync=false",
         ring.0
@@ -346,7 +346,7 @@ fn eos_after_counts_from_the_last_producer_not_from_the_start() {
 
 #[test]
 fn caps_carry_the_frame_rate_and_a_variable_one_fixates_to_downstream() {
-    let ring = RingName::new("rate");
+    let ring = RingName::new("gst", "rate");
     let p = Pipeline::launch(&format!(
         "shmringsrc ring={} create=true ! video/x-raw,framerate=30/1 ! appsink name=out sync=false",
         ring.0
@@ -365,7 +365,7 @@ fn caps_carry_the_frame_rate_and_a_variable_one_fixates_to_downstream() {
     );
     drop(p);
     // A nominal rate is in the caps.
-    let ring = RingName::new("rate2");
+    let ring = RingName::new("gst", "rate2");
     let p = Pipeline::launch(&format!(
         "shmringsrc ring={} create=true ! appsink name=out sync=false",
         ring.0
@@ -385,7 +385,7 @@ fn caps_carry_the_frame_rate_and_a_variable_one_fixates_to_downstream() {
 
 #[test]
 fn a_video_only_pipeline_skips_the_audio_of_its_ring() {
-    let ring = RingName::new("videoonly");
+    let ring = RingName::new("gst", "videoonly");
     let p = Pipeline::launch(&format!(
         "shmringsrc name=src ring={} create=true ! videoconvert ! appsink name=out sync=false caps=video/x-raw",
         ring.0
@@ -406,7 +406,7 @@ fn a_video_only_pipeline_skips_the_audio_of_its_ring() {
 
 #[test]
 fn two_producers_of_one_stream_id_are_warned_about() {
-    let ring = RingName::new("twoprod");
+    let ring = RingName::new("gst", "twoprod");
     let p = Pipeline::launch(&format!(
         "shmringsrc ring={} create=true ! appsink name=out sync=false",
         ring.0
@@ -431,7 +431,7 @@ fn two_producers_of_one_stream_id_are_warned_about() {
 
 #[test]
 fn an_unsupported_format_is_an_error_posted_once() {
-    let ring = RingName::new("once");
+    let ring = RingName::new("gst", "once");
     let _owner = Pipeline::launch(&format!(
         "shmringsrc ring={} create=true ! fakesink",
         ring.0
@@ -451,7 +451,7 @@ fn an_unsupported_format_is_an_error_posted_once() {
 
 #[test]
 fn a_consumer_that_crashes_is_replaced_and_the_producer_reconnects() {
-    let ring = RingName::new("crash");
+    let ring = RingName::new("gst", "crash");
     // The consumer in a child process, killed.
     let child = ChildPipeline::spawn(&format!(
         "shmringsrc ring={} create=true ! fakesink",
@@ -479,7 +479,7 @@ fn a_consumer_that_crashes_is_replaced_and_the_producer_reconnects() {
 
 #[test]
 fn a_restarted_consumer_keeps_the_backlogs_capture_spacing() {
-    let ring = RingName::new("backlog");
+    let ring = RingName::new("gst", "backlog");
     // A ring with a backlog: 5 frames 40 ms apart, captured a while ago, and no
     // consumer (the one that read it crashed).
     let seg = Segment::create_named(&ring.0, &Config::default()).unwrap();
@@ -511,7 +511,7 @@ fn a_restarted_consumer_keeps_the_backlogs_capture_spacing() {
 
 #[test]
 fn one_demuxer_serves_every_participants_video_and_audio() {
-    let ring = RingName::new("demux");
+    let ring = RingName::new("gst", "demux");
     let p = Pipeline::launch(&format!(
         "shmringdemux name=d ring={r} create=true \
          d.video_0 ! appsink name=v0 sync=false d.audio_0 ! appsink name=a0 sync=false \
@@ -549,7 +549,7 @@ fn one_demuxer_serves_every_participants_video_and_audio() {
 
 #[test]
 fn a_look_ahead_encoder_gets_every_frame_and_the_copy_is_said() {
-    let ring = RingName::new("lookahead");
+    let ring = RingName::new("gst", "lookahead");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("out.mkv");
     // The blocker: x264enc with its defaults (a look-ahead of about 50 frames)
@@ -592,7 +592,7 @@ fn a_look_ahead_encoder_gets_every_frame_and_the_copy_is_said() {
 fn the_ring_property_takes_a_ring_address() {
     // A ring created by its name, written into by its file's path and read by a
     // tap through shm:NAME: every binding's text, parsed by the core.
-    let ring = RingName::new("address");
+    let ring = RingName::new("gst", "address");
     let p = Pipeline::launch(&format!(
         "shmringsrc ring=shm:{} create=true ! appsink name=out sync=false",
         ring.0
@@ -637,7 +637,7 @@ fn a_look_ahead_encoder_across_caps_changes_gets_every_frame() {
         "queue ! x264enc",
         "tee name=t ! queue ! x264enc ! fakesink t. ! queue ! x264enc",
     ] {
-        let ring = RingName::new("lookahead-caps");
+        let ring = RingName::new("gst", "lookahead-caps");
         // The default ring: 23 frames of 1280x720, fewer than the encoder keeps.
         let mut h = Harness::new_parse(&format!(
             "shmringsrc name=src ring={} create=true ! {chain}",

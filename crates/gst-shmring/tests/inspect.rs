@@ -97,7 +97,7 @@ fn debug_lines_and_messages_name_the_function_alone() {
     });
     gst::log::remove_default_log_function();
     gst::log::set_threshold_for_name("shmring*", gst::DebugLevel::Debug);
-    let ring = RingName::new("debug");
+    let ring = RingName::new("gst", "debug");
     let p = Pipeline::launch(&format!(
         "shmringsrc ring={} create=true ! appsink name=out sync=false",
         ring.0

@@ -201,7 +201,7 @@ fn first_pipelines_as_users_write_them() {
         ),
     ];
     for (what, chain, name, frames) in cases {
-        let ring = RingName::new("launch");
+        let ring = RingName::new("gst", "launch");
         let path = file(dir.path(), &name);
         let consumer = plugin.launch(
             &format!(
@@ -236,7 +236,7 @@ fn first_pipelines_as_users_write_them() {
     }
     // A consumer started long before its producer (eos-after counts from the
     // last producer, not from the start).
-    let ring = RingName::new("early");
+    let ring = RingName::new("gst", "early");
     let path = file(dir.path(), "early.mp4");
     let consumer = plugin.launch(
         &format!(
@@ -291,7 +291,7 @@ fn caps_changes_are_recorded_whole_through_the_default_encoder_and_a_tee() {
     let shapes = [(320, 240, 30, 45), (1280, 720, 30, 45), (320, 240, 10, 20)];
     let frames: u64 = shapes.iter().map(|s| s.3).sum();
     for (chain, files) in cases {
-        let ring = RingName::new("capschange");
+        let ring = RingName::new("gst", "capschange");
         let consumer = plugin.launch(
             &format!("shmringsrc ring={} create=true ! {chain}", ring.0),
             &[],
@@ -326,7 +326,7 @@ fn caps_changes_are_recorded_whole_through_the_default_encoder_and_a_tee() {
 fn one_launch_line_records_each_participant_to_its_own_file() {
     let plugin = PluginDir::new();
     let dir = tempfile::tempdir().unwrap();
-    let ring = RingName::new("meeting");
+    let ring = RingName::new("gst", "meeting");
     let mut line = format!("shmringdemux name=d ring={} create=true", ring.0);
     for p in 0..2 {
         line.push_str(&format!(
@@ -438,7 +438,10 @@ fn a_rings_media_reaches_a_ring_on_another_host_over_rtp() {
             (vec![], vec![], "127.0.0.1")
         }
     };
-    let (ring_a, ring_b) = (RingName::new("host-a"), RingName::new("host-b"));
+    let (ring_a, ring_b) = (
+        RingName::new("gst", "host-a"),
+        RingName::new("gst", "host-b"),
+    );
     let recording = file(dir.path(), "host-b.mkv");
     // Host B: the recorder, then the receiver writing into its ring.
     let recorder = plugin.launch(

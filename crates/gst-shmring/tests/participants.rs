@@ -26,7 +26,7 @@ fn visit(seg: &std::sync::Arc<Segment>, stream: u32, fill: u8) {
 #[test]
 fn a_source_over_every_stream_keeps_running_while_participants_come_and_go() {
     init();
-    let ring = RingName::new("come-and-go");
+    let ring = RingName::new("gst", "come-and-go");
     let p = Pipeline::launch(&format!(
         "shmringsrc ring={} create=true keep-running=true eos-after=300 ! appsink name=out sync=false",
         ring.0
@@ -71,7 +71,7 @@ fn link_new_pads(p: &Pipeline, demux: &str) {
 #[test]
 fn a_participant_back_after_its_end_gets_new_pads_from_the_demuxer() {
     init();
-    let ring = RingName::new("rejoin");
+    let ring = RingName::new("gst", "rejoin");
     let p = Pipeline::launch(&format!(
         "shmringdemux name=d ring={} create=true d.video_0 ! appsink name=first sync=false",
         ring.0
@@ -107,7 +107,7 @@ fn a_participant_back_after_its_end_gets_new_pads_from_the_demuxer() {
 #[test]
 fn with_keep_running_a_participant_back_continues_on_its_pads() {
     init();
-    let ring = RingName::new("rejoin-keep");
+    let ring = RingName::new("gst", "rejoin-keep");
     let p = Pipeline::launch(&format!(
         "shmringdemux name=d ring={} create=true keep-running=true d.video_0 ! appsink name=v0 sync=false",
         ring.0
@@ -130,7 +130,7 @@ fn with_keep_running_a_participant_back_continues_on_its_pads() {
 #[test]
 fn a_pad_nobody_links_is_said_not_dropped_silently() {
     init();
-    let ring = RingName::new("unlinked");
+    let ring = RingName::new("gst", "unlinked");
     let p = Pipeline::launch(&format!(
         "shmringdemux name=d ring={} create=true d.video_0 ! appsink name=v0 sync=false",
         ring.0

@@ -45,7 +45,7 @@ fn inside(addr: usize, maps: &[(usize, usize)]) -> bool {
 #[test]
 fn two_processes_video_byte_for_byte_zero_copy_both_sides() {
     const N: usize = 30;
-    let ring = RingName::new("video");
+    let ring = RingName::new("gst", "video");
     let desc = video("ball", N, "I420", 1920, 1080);
     let want = reference(&desc, N);
     // A ring that lets the appsink's queue, its last sample and the frame being
@@ -81,7 +81,7 @@ fn two_processes_video_byte_for_byte_zero_copy_both_sides() {
 #[test]
 fn two_processes_audio_byte_for_byte() {
     const N: usize = 20;
-    let ring = RingName::new("audio");
+    let ring = RingName::new("gst", "audio");
     let desc = format!(
         "audiotestsrc num-buffers={N} samplesperbuffer=480 freq=440 ! audio/x-raw,format=S16LE,rate=48000,channels=2,layout=interleaved"
     );
@@ -101,7 +101,7 @@ fn two_processes_audio_byte_for_byte() {
 
 #[test]
 fn caps_change_mid_stream_renegotiates_in_one_process() {
-    let ring = RingName::new("caps");
+    let ring = RingName::new("gst", "caps");
     let a = video("ball", 5, "I420", 320, 240);
     let b = video("smpte", 5, "RGBA", 642, 100);
     let mut want = reference(&a, 5);
@@ -130,7 +130,7 @@ fn caps_change_mid_stream_renegotiates_in_one_process() {
 #[test]
 fn two_sink_processes_feed_one_source() {
     const N: usize = 20;
-    let ring = RingName::new("two");
+    let ring = RingName::new("gst", "two");
     let a = video("ball", N, "I420", 320, 240);
     let b = video("smpte", N, "I420", 320, 240);
     let mut want: Vec<u64> = reference(&a, N)
@@ -155,7 +155,7 @@ fn two_sink_processes_feed_one_source() {
 
 #[test]
 fn killing_a_sink_process_leaves_the_source_running() {
-    let ring = RingName::new("kill");
+    let ring = RingName::new("gst", "kill");
     let p = src(&ring, "eos-after=3000");
     let live = ChildPipeline::spawn(&format!(
         "videotestsrc is-live=true pattern=ball ! video/x-raw,format=I420,width=320,height=240,framerate=30/1 ! shmringsink ring={} stream=1 full-policy=drop",
@@ -191,7 +191,7 @@ fn killing_a_sink_process_leaves_the_source_running() {
 
 #[test]
 fn a_reader_restarts_while_a_producer_keeps_running() {
-    let ring = RingName::new("restart");
+    let ring = RingName::new("gst", "restart");
     let seg = Segment::create_named(&ring.0, &Config::default()).expect("ring");
     let live = ChildPipeline::spawn(&format!(
         "videotestsrc is-live=true pattern=ball ! video/x-raw,format=I420,width=320,height=240,framerate=30/1 ! shmringsink ring={} full-policy=drop",
@@ -215,7 +215,7 @@ fn a_reader_restarts_while_a_producer_keeps_running() {
 
 #[test]
 fn hostile_producer_headers_are_dropped_counted_and_warned() {
-    let ring = RingName::new("hostile");
+    let ring = RingName::new("gst", "hostile");
     let p = src(&ring, "");
     let seg = Segment::open_named(&ring.0).expect("open");
     let mut producer = seg.producer().expect("producer");
@@ -267,7 +267,7 @@ fn hostile_producer_headers_are_dropped_counted_and_warned() {
 
 #[test]
 fn max_held_zero_copies_every_buffer() {
-    let ring = RingName::new("copy");
+    let ring = RingName::new("gst", "copy");
     let desc = video("ball", 5, "NV12", 320, 240);
     let want = reference(&desc, 5);
     let p = src(&ring, "max-held=0");
@@ -321,7 +321,7 @@ fn a_missing_ring_is_an_error_naming_it() {
 
 #[test]
 fn an_unsupported_format_is_not_negotiated_and_named() {
-    let ring = RingName::new("yuy2");
+    let ring = RingName::new("gst", "yuy2");
     let _p = src(&ring, "");
     let s = Pipeline::launch(&format!(
         "videotestsrc num-buffers=3 ! video/x-raw,format=YUY2,width=64,height=64 ! shmringsink ring={}",
@@ -338,7 +338,7 @@ fn an_unsupported_format_is_not_negotiated_and_named() {
 #[test]
 fn encodes_from_the_ring_into_an_mp4_with_every_frame() {
     const N: usize = 30;
-    let ring = RingName::new("mp4");
+    let ring = RingName::new("gst", "mp4");
     let file = std::env::temp_dir().join(format!("{}.mp4", ring.0));
     struct Rm(std::path::PathBuf);
     impl Drop for Rm {
@@ -406,7 +406,7 @@ fn inherited_descriptors_work_for_both_elements() {
 
 #[test]
 fn capture_timestamps_keep_the_producers_spacing() {
-    let ring = RingName::new("capture");
+    let ring = RingName::new("gst", "capture");
     let p = Pipeline::launch(&format!(
         "shmringsrc name=src ring={} create=true ! appsink name=out sync=false max-buffers=4",
         ring.0
@@ -434,7 +434,7 @@ fn capture_timestamps_keep_the_producers_spacing() {
 
 #[test]
 fn a_corrupted_record_resets_the_ring_and_the_source_goes_on() {
-    let ring = RingName::new("corrupt");
+    let ring = RingName::new("gst", "corrupt");
     let p = Pipeline::launch(&format!(
         "shmringsrc name=src ring={} create=true timestamp-mode=stream ! appsink name=out sync=false max-buffers=8",
         ring.0
@@ -510,7 +510,7 @@ fn pull_after_sending(p: &Pipeline, producer: &mut shmring::Producer, bytes: &[u
 #[test]
 fn a_full_ring_drops_and_counts_with_either_policy() {
     for policy in ["full-policy=drop", "full-policy=block timeout=20"] {
-        let ring = RingName::new("full");
+        let ring = RingName::new("gst", "full");
         let p = Pipeline::launch(&format!(
             "shmringsrc ring={} create=true capacity={} ! fakesink",
             ring.0,
@@ -538,7 +538,7 @@ fn a_full_ring_drops_and_counts_with_either_policy() {
 
 #[test]
 fn strides_other_than_gstreamers_travel_as_video_meta() {
-    let ring = RingName::new("stride");
+    let ring = RingName::new("gst", "stride");
     let p = src(&ring, "");
     let seg = Segment::open_named(&ring.0).expect("open");
     let mut producer = seg.producer().expect("producer");
@@ -638,7 +638,7 @@ fn feed_and_pull(
 #[test]
 fn a_tethered_source_beside_the_consumer_gets_every_frame_in_place() {
     const N: usize = 20;
-    let ring = RingName::new("tethered");
+    let ring = RingName::new("gst", "tethered");
     let desc = video("ball", N, "I420", 320, 240);
     let want = reference(&desc, N);
     let owner = src(&ring, "");
@@ -665,7 +665,7 @@ fn a_tethered_source_beside_the_consumer_gets_every_frame_in_place() {
 #[test]
 fn a_tap_source_beside_the_consumer_gets_copies_of_every_frame() {
     const N: usize = 20;
-    let ring = RingName::new("tap");
+    let ring = RingName::new("gst", "tap");
     let desc = video("smpte", N, "I420", 320, 240);
     let want = reference(&desc, N);
     let owner = src(&ring, "");
@@ -691,7 +691,7 @@ fn a_tap_source_beside_the_consumer_gets_copies_of_every_frame() {
 
 #[test]
 fn a_tap_that_falls_behind_loses_records_and_marks_the_next_buffer_discont() {
-    let ring = RingName::new("taplost");
+    let ring = RingName::new("gst", "taplost");
     // A ring of 1 MiB: a few 320x240 frames.
     let owner = owner_into_fakesink(&ring, "capacity=1048576");
     let tap = reader(&ring, "tap", 1);
@@ -721,7 +721,7 @@ fn a_tap_that_falls_behind_loses_records_and_marks_the_next_buffer_discont() {
 #[test]
 fn reader_modes_refuse_to_create_a_ring_and_need_its_consumer() {
     init();
-    let ring = RingName::new("modes");
+    let ring = RingName::new("gst", "modes");
     for mode in ["tethered", "tap"] {
         let p = Pipeline::launch(&format!(
             "shmringsrc ring={} create=true mode={mode} ! fakesink",
@@ -746,7 +746,7 @@ fn reader_modes_refuse_to_create_a_ring_and_need_its_consumer() {
 
 #[test]
 fn a_tethered_source_that_stops_releasing_is_detached_with_an_error() {
-    let ring = RingName::new("detached");
+    let ring = RingName::new("gst", "detached");
     let owner = owner_into_fakesink(&ring, "tether-stall-limit=50");
     // Its appsink takes one buffer and is never pulled from: the source stops
     // releasing frames while the ring's consumer reads on.
@@ -773,7 +773,7 @@ fn a_tethered_source_that_stops_releasing_is_detached_with_an_error() {
 
 #[test]
 fn video_and_audio_of_one_stream_id_keep_their_own_sequence_numbers() {
-    let ring = RingName::new("kinds");
+    let ring = RingName::new("gst", "kinds");
     let p = Pipeline::launch(&format!(
         "shmringsrc name=src ring={} create=true ! appsink name=out sync=false max-buffers=8",
         ring.0

@@ -28,7 +28,7 @@ fn the_default_ring_takes_frames_of_every_format_up_to_1080p_rgba() {
             "v0",
         ),
     ] {
-        let ring = RingName::new("screen");
+        let ring = RingName::new("gst", "screen");
         let desc = desc
             .replace("{}", &ring.0)
             .replace("shmringdemux", "shmringdemux name=d");
@@ -78,7 +78,7 @@ fn a_record_too_large_for_the_ring_is_an_error_on_both_sides_naming_the_capacity
         "shmringsrc ring={} create=true capacity=16777216 ! fakesink",
         "shmringdemux name=d ring={} create=true capacity=16777216 d.video_0 ! fakesink",
     ] {
-        let ring = RingName::new("toolarge");
+        let ring = RingName::new("gst", "toolarge");
         let p = Pipeline::launch(&desc.replace("{}", &ring.0));
         p.play();
         wait_until("the ring is created", LIMIT, || ring.exists());

@@ -3,15 +3,13 @@
 
 #![allow(dead_code)]
 
-use std::collections::hash_map::DefaultHasher;
-use std::hash::Hasher;
 use std::io::Read;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::{Command, Stdio};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use gst::prelude::*;
+use shmring_host::ChildGuard;
 
 /// Initialises GStreamer and registers the elements once per process.
 pub fn init() {
@@ -22,28 +20,9 @@ pub fn init() {
     });
 }
 
-/// A unique ring name, unlinked from /dev/shm on drop.
-pub struct RingName(pub String);
-
-impl RingName {
-    pub fn new(tag: &str) -> RingName {
-        static N: AtomicU32 = AtomicU32::new(0);
-        RingName(format!(
-            "gst-test-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ))
-    }
-    pub fn exists(&self) -> bool {
-        std::path::Path::new("/dev/shm").join(&self.0).exists()
-    }
-}
-
-impl Drop for RingName {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(std::path::Path::new("/dev/shm").join(&self.0));
-    }
-}
+/// A unique ring name, unlinked from /dev/shm on drop (even when a test fails):
+/// the test kit's; these suites name themselves `gst`.
+pub use shmring_testkit::ShmName as RingName;
 
 /// A pipeline set to NULL on drop.
 pub struct Pipeline(
@@ -183,11 +162,7 @@ pub struct Got {
     pub discont: bool,
 }
 
-pub fn checksum(bytes: &[u8]) -> u64 {
-    let mut h = DefaultHasher::new();
-    h.write(bytes);
-    h.finish()
-}
+pub use shmring_testkit::checksum;
 
 /// Pulls up to `n` samples (or until EOS) from `sink`, failing after `limit`.
 pub fn pull(sink: &gst_app::AppSink, n: usize, limit: Duration) -> Vec<Got> {
@@ -250,48 +225,37 @@ pub fn mapping_of(name: &str) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// A child process running a pipeline, killed and reaped on drop.
-pub struct ChildPipeline {
-    child: Option<Child>,
-}
+/// A child process running a pipeline, killed and reaped on drop (the host kit's
+/// [`ChildGuard`]).
+pub struct ChildPipeline(ChildGuard);
 
 impl ChildPipeline {
     pub fn spawn(desc: &str) -> ChildPipeline {
-        let child = Command::new(env!("CARGO_BIN_EXE_gst-shmring-launch"))
-            .args(desc.split_whitespace())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("child starts");
-        ChildPipeline { child: Some(child) }
+        let child = ChildGuard::spawn(
+            Command::new(env!("CARGO_BIN_EXE_gst-shmring-launch"))
+                .args(desc.split_whitespace())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        )
+        .expect("child starts");
+        ChildPipeline(child)
     }
     /// Waits for the child to end (failing after `limit`); its exit success, stdout
     /// and stderr.
     pub fn finish(mut self, limit: Duration) -> (bool, String, String) {
-        let mut child = self.child.take().expect("running");
-        let start = Instant::now();
-        let status = loop {
-            if let Some(s) = child.try_wait().expect("wait") {
-                break s;
-            }
-            if start.elapsed() > limit {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("child pipeline still running after {limit:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let Some(status) = self.0.wait_for(limit) else {
+            self.0.kill();
+            panic!("child pipeline still running after {limit:?}");
         };
         let mut out = String::new();
         let mut err = String::new();
-        child
-            .stdout
-            .take()
+        self.0
+            .take_stdout()
             .expect("piped")
             .read_to_string(&mut out)
             .expect("stdout");
-        child
-            .stderr
-            .take()
+        self.0
+            .take_stderr()
             .expect("piped")
             .read_to_string(&mut err)
             .expect("stderr");
@@ -299,19 +263,7 @@ impl ChildPipeline {
     }
     /// SIGKILL now.
     pub fn kill(mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for ChildPipeline {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.0.kill();
     }
 }
 
