@@ -739,7 +739,9 @@ impl ConsumerCursor {
         // other (the commit lands before the reset and is forgotten, or fails).
         // A plain store has the same meaning to the hardware, but loom does not
         // order a store racing a CAS by modification order (tokio-rs/loom#282),
-        // and the model of this race (`tests/loom.rs`) must be sound.
+        // and the model of this race (`tests/loom.rs`) must be sound. AcqRel: the
+        // Release half publishes the new generation's entries before the cursors
+        // stored below; the Acquire half is the read-modify-write's own.
         for k in base_seq..base_seq + n {
             sh.entry(k).swap(LogEntry::initial(k, n), Ordering::AcqRel);
         }
