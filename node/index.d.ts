@@ -133,7 +133,7 @@ export interface ConsumerInit {
    */
   livenessIntervalMs?: number;
   spin?: number;
-  /** Deliver committed records behind a reservation open this long (default: never). */
+  /** Deliver committed records behind a reservation open this long (absent: the library's default; Infinity: never, strict claim order). */
   overtakeAfterMs?: number;
   /** Report SHMRING_CORRUPT and wait for reset() instead of resetting by itself. */
   manualReset?: boolean;
