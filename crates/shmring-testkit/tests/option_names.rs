@@ -117,7 +117,7 @@ fn go_takes_each_option() {
         let field = camel(n, true);
         let declared = |text: &str| {
             text.lines()
-                .any(|l| l.trim_start().split_whitespace().next() == Some(field.as_str()))
+                .any(|l| l.split_whitespace().next() == Some(field.as_str()))
         };
         assert!(
             declared(opts) || declared(filter),
