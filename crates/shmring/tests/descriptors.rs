@@ -18,9 +18,10 @@ fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
 
-/// Record locks this process holds on `seg`'s lock file, as the kernel lists them
-/// (a process cannot see its own locks through `F_GETLK`).
-fn own_locks(seg: &Segment) -> usize {
+/// Bytes of `seg`'s lock file this process holds record locks on, as the kernel
+/// lists them (a process cannot see its own locks through `F_GETLK`; the kernel
+/// merges a process's locks on adjacent bytes into one range).
+fn own_locks(seg: &Segment) -> u64 {
     use std::os::unix::fs::MetadataExt;
     // Looked up through /proc, never through a copy of the descriptor: closing
     // one would drop the very locks counted.
@@ -34,9 +35,14 @@ fn own_locks(seg: &Segment) -> usize {
         .lines()
         .filter(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 5 && f[4] == me && f[5].rsplit(':').next() == Some(&ino.to_string())
+            f.len() > 7 && f[4] == me && f[5].rsplit(':').next() == Some(&ino.to_string())
         })
-        .count()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (start, end) = (f[6].parse::<u64>().unwrap(), f[7].parse::<u64>().unwrap());
+            end - start + 1
+        })
+        .sum()
 }
 
 #[test]
@@ -76,6 +82,7 @@ fn ten_thousand_opens_and_closes_by_name_leave_the_descriptor_count_flat() {
     assert!(!name.exists());
     descriptors_handed_over_are_closed_once_no_role_needs_them();
     fd_addresses_opened_while_holding_a_role_add_no_descriptor();
+    connects_while_holding_a_role_add_no_descriptor();
 }
 
 /// Descriptors handed over for a ring this process holds no role on are closed
@@ -139,4 +146,57 @@ fn fd_addresses_opened_while_holding_a_role_add_no_descriptor() {
         }
         assert_eq!(open_fds(), before, "{text}: 300 opens while a role is held");
     }
+}
+
+/// A producer that connects to the consumer's socket 300 times while this process
+/// holds roles on the ring (its consumer, and a producer attached by the first
+/// connect): the consumer sends the lock file it holds as an `O_PATH` descriptor,
+/// so the count stays flat (each connect used to keep a copy of the lock file
+/// aside for as long as the roles lasted), and the roles' locks stay held.
+fn connects_while_holding_a_role_add_no_descriptor() {
+    use shmring::handoff::{Listener, ListenerOptions};
+    // An abstract socket: nothing to remove afterwards.
+    let sock = format!("@shmring-fds-connect-{}", std::process::id());
+    let seg = Segment::create_memfd("fds-connect", &Config::with_capacity(1 << 20)).unwrap();
+    let consumer = seg.consumer().unwrap();
+    let listener = Listener::bind(&seg, &sock, ListenerOptions::default())
+        .unwrap()
+        .spawn()
+        .unwrap();
+    let first = Segment::connect(&sock).unwrap();
+    let mut held = first.producer().unwrap();
+    held.send(b"first", Meta::new(0, 0)).unwrap();
+    assert_eq!(consumer.recv().unwrap().payload(), b"first");
+    let cycle = |i: u64| {
+        let s = Segment::connect(&sock).unwrap();
+        s.producer()
+            .unwrap()
+            .send(&i.to_le_bytes(), Meta::new(1, 0))
+            .unwrap();
+        drop(s);
+        assert_eq!(consumer.recv().unwrap().payload(), i.to_le_bytes());
+        assert!(
+            own_locks(&seg) >= 2,
+            "connect {i}: the consumer's and the first producer's locks are held: {}",
+            std::fs::read_to_string("/proc/locks").unwrap()
+        );
+    };
+    cycle(0);
+    // The listener thread closes its side of each connection (and the `O_PATH`
+    // copy it sent) just after the reply: counted once that is done.
+    std::thread::sleep(Duration::from_millis(100));
+    let before = open_fds();
+    for i in 1..300 {
+        cycle(i);
+    }
+    // Again once the last is done (a guard, not a measure).
+    common::wait_until(
+        "the listener's copies closed",
+        Duration::from_secs(10),
+        || open_fds() <= before,
+    );
+    assert_eq!(open_fds(), before, "300 connects while roles are held");
+    held.send(b"last", Meta::new(0, 0)).unwrap();
+    assert_eq!(consumer.recv().unwrap().payload(), b"last");
+    assert_eq!(listener.stats().producers, 301);
 }

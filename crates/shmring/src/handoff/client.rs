@@ -93,7 +93,7 @@ fn request_once(path: &Path, role: Role, timeout: Duration) -> Result<Received> 
         Errno::AGAIN => timed_out(WAIT_ACCEPT),
         e => os_err("connect", &socket, e),
     })?;
-    let hello = wire::hello(role);
+    let hello = wire::hello(role, &crate::segment::files::held_keys());
     // A consumer that refuses at once (too many pending) may have closed already:
     // its answer is still readable, so a failed send is not the end.
     let _ = rustix::net::send(&sock, &hello, SendFlags::NOSIGNAL);

@@ -21,6 +21,7 @@ use super::policy::{self, Held};
 use super::wire::{self, parse_hello, refuse};
 use super::{display, handoff_err, os_err, ListenerOptions, Refusal, Role, HELLO_LEN};
 use crate::error::{Error, Name, Result};
+use crate::segment::files;
 use crate::segment::Segment;
 use crate::sys::unix;
 
@@ -128,8 +129,14 @@ enum Hello {
 }
 
 /// Reads what there is of a hello into `buf` after the `got` bytes already there.
+/// Bytes that already break the hello's rules (not its magic, another protocol
+/// version: a peer of version 2 sends 16 bytes) make it complete: the answer is
+/// the refusal, without waiting for bytes that will not come.
 fn read_hello(sock: &OwnedFd, buf: &mut [u8; HELLO_LEN], got: &mut usize) -> Hello {
     while *got < HELLO_LEN {
+        if wire::hello_refused_early(&buf[..*got]) {
+            return Hello::Complete;
+        }
         match rustix::io::read(sock, &mut buf[*got..]) {
             Ok(0) => return Hello::Closed,
             Ok(n) => *got += n,
@@ -518,12 +525,13 @@ impl Listener {
 
     /// Decides on a complete hello from a peer with these credentials and answers it.
     fn answer(&self, sock: &OwnedFd, hello: &[u8; HELLO_LEN], uid: u32, gid: u32) {
-        let decided = parse_hello(hello).and_then(|role| {
-            self.opts.decide(role, uid, gid)?;
-            Ok(role)
+        let decided = parse_hello(hello).and_then(|h| {
+            self.opts.decide(h.role, uid, gid)?;
+            Ok(h)
         });
         match decided {
-            Ok(role) => {
+            Ok(hello) => {
+                let role = hello.role;
                 // Counted before the reply goes out, so that a peer that has its
                 // descriptors also finds itself counted.
                 let c = match role {
@@ -531,7 +539,7 @@ impl Listener {
                     Role::Observer => &self.counters.observers,
                 };
                 c.fetch_add(1, Ordering::Relaxed);
-                if self.grant(sock, role).is_err() {
+                if self.grant(sock, &hello).is_err() {
                     c.fetch_sub(1, Ordering::Relaxed);
                     self.counters.failed.fetch_add(1, Ordering::Relaxed);
                 }
@@ -543,12 +551,27 @@ impl Listener {
         }
     }
 
-    /// Producers get the ring's descriptors, observers the read-only one alone.
-    fn grant(&self, sock: &OwnedFd, role: Role) -> std::io::Result<()> {
+    /// Producers get the ring's descriptors, observers the read-only one alone. A
+    /// file the producer says it holds a role on goes as an `O_PATH` descriptor
+    /// (see [`wire`]): it adds no descriptor of a file it holds locks on.
+    fn grant(&self, sock: &OwnedFd, hello: &wire::Hello) -> std::io::Result<()> {
+        let role = hello.role;
         let list: Vec<BorrowedFd<'_>> = match role {
             Role::Producer => self.seg.descriptors(),
             Role::Observer => vec![self.seg.read_only_fd().map_err(std::io::Error::other)?],
         };
+        let named: Vec<Option<OwnedFd>> = list
+            .iter()
+            .map(|&fd| match (role, files::key_of(fd, "")) {
+                (Role::Producer, Ok(key)) if hello.holds(key) => files::path_only(fd),
+                _ => None,
+            })
+            .collect();
+        let list: Vec<BorrowedFd<'_>> = list
+            .iter()
+            .zip(&named)
+            .map(|(&fd, p)| p.as_ref().map_or(fd, |p| p.as_fd()))
+            .collect();
         wire::grant(sock, role, self.seg.geometry(), &list)
     }
 

@@ -2,8 +2,16 @@
 //! shows these same diagrams, checked by a test). A peer's hello:
 //!
 //! ```text
-//!  0 magic "SRH?" | 4 protocol version u16 | 6 role u8 (1 producer, 2 observer) | 7..16 zero
+//!  0 magic "SRH?" | 4 protocol version u16 | 6 role u8 (1 producer, 2 observer)
+//!  7 lock files held u8 (0..=4) | 8..16 zero
+//! 16 device u64 | 24 inode u64    (a lock file the peer holds a role on; 4 times)
 //! ```
+//!
+//! A producer names the lock files it holds roles on: a ring's file it holds is
+//! sent as an `O_PATH` descriptor that names the file without opening it, so
+//! the peer adds no descriptor of a file it holds record locks on (it could never
+//! close one: the kernel drops every record lock of a process on a file when any
+//! descriptor of it is closed).
 //!
 //! The consumer's reply, with the descriptors (`SCM_RIGHTS`) on success:
 //!
@@ -23,14 +31,17 @@ use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 use super::handoff_err;
 use crate::error::{Error, Result};
 use crate::layout::Geometry;
+use crate::segment::files::FileKey;
 
 /// The hand-off protocol's version, sent in every hello and reply. A consumer
 /// refuses a hello of another version (rule `protocol-version`) and says its own.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 /// Most descriptors a reply carries (a producer's: segment, lock file, eventfd).
 pub(super) const MAX_DESCRIPTORS: usize = 3;
+/// Most lock files a hello names (see the module's diagram).
+pub const MAX_HELD: usize = 4;
 /// Bytes of a hello (peer → consumer).
-pub const HELLO_LEN: usize = 16;
+pub const HELLO_LEN: usize = 16 + 16 * MAX_HELD;
 /// Bytes of a reply (consumer → peer).
 pub const REPLY_LEN: usize = 256;
 
@@ -153,17 +164,48 @@ pub struct Announced {
     pub flags: u32,
 }
 
-/// A peer's hello asking for `role`.
-pub(super) fn hello(role: Role) -> [u8; HELLO_LEN] {
+/// A peer's hello asking for `role`, naming the lock files it holds roles on
+/// (the first [`MAX_HELD`]).
+pub(super) fn hello(role: Role, held: &[FileKey]) -> [u8; HELLO_LEN] {
     let mut h = [0u8; HELLO_LEN];
     h[0..4].copy_from_slice(&HELLO_MAGIC);
     h[4..6].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
     h[6] = role.code();
+    let held = &held[..held.len().min(MAX_HELD)];
+    h[7] = held.len() as u8;
+    for (i, (dev, ino)) in held.iter().enumerate() {
+        let at = 16 + 16 * i;
+        h[at..at + 8].copy_from_slice(&dev.to_le_bytes());
+        h[at + 8..at + 16].copy_from_slice(&ino.to_le_bytes());
+    }
     h
 }
 
-/// The role a complete hello asks for, or the rule it breaks and why.
-pub(super) fn parse_hello(h: &[u8; HELLO_LEN]) -> std::result::Result<Role, (Refusal, String)> {
+/// Do the first bytes of a hello already break its rules (its magic, then its
+/// protocol version)? Then [`parse_hello`] refuses it whatever follows.
+pub(super) fn hello_refused_early(prefix: &[u8]) -> bool {
+    (prefix.len() >= 4 && prefix[0..4] != HELLO_MAGIC)
+        || (prefix.len() >= 6 && prefix[4..6] != PROTOCOL_VERSION.to_le_bytes())
+}
+
+/// What a complete hello asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Hello {
+    pub role: Role,
+    /// The lock files the peer holds roles on (the first `n` entries).
+    held: [FileKey; MAX_HELD],
+    n: usize,
+}
+
+impl Hello {
+    /// Does the peer hold a role on the file `key`?
+    pub fn holds(&self, key: FileKey) -> bool {
+        self.held[..self.n].contains(&key)
+    }
+}
+
+/// What a complete hello asks for, or the rule it breaks and why.
+pub(super) fn parse_hello(h: &[u8; HELLO_LEN]) -> std::result::Result<Hello, (Refusal, String)> {
     if h[0..4] != HELLO_MAGIC {
         return Err((
             Refusal::Malformed,
@@ -180,7 +222,22 @@ pub(super) fn parse_hello(h: &[u8; HELLO_LEN]) -> std::result::Result<Role, (Ref
             ),
         ));
     }
-    Role::from_code(h[6]).ok_or_else(|| (Refusal::Role, format!("unknown role {}", h[6])))
+    let role =
+        Role::from_code(h[6]).ok_or_else(|| (Refusal::Role, format!("unknown role {}", h[6])))?;
+    let n = h[7] as usize;
+    if n > MAX_HELD {
+        return Err((
+            Refusal::Malformed,
+            format!("the hello names {n} lock files; at most {MAX_HELD}"),
+        ));
+    }
+    let mut held = [(0, 0); MAX_HELD];
+    for (i, k) in held.iter_mut().enumerate().take(n) {
+        let at = 16 + 16 * i;
+        let word = |a: usize| u64::from_le_bytes(h[a..a + 8].try_into().expect("8 bytes"));
+        *k = (word(at), word(at + 8));
+    }
+    Ok(Hello { role, held, n })
 }
 
 /// A reply: success (`why` None) granting `role` with the ring's geometry and
@@ -329,8 +386,17 @@ mod tests {
             assert_ne!(r.code(), 0);
         }
         for role in [Role::Producer, Role::Observer] {
-            assert_eq!(parse_hello(&hello(role)), Ok(role));
+            let h = parse_hello(&hello(role, &[])).unwrap();
+            assert_eq!((h.role, h.n), (role, 0));
         }
+        let keys: Vec<FileKey> = (1..=6).map(|i| (i, u64::MAX - i)).collect();
+        let h = parse_hello(&hello(Role::Producer, &keys)).unwrap();
+        assert_eq!(h.n, MAX_HELD);
+        assert!(h.holds((1, u64::MAX - 1)) && h.holds((4, u64::MAX - 4)));
+        assert!(!h.holds((5, u64::MAX - 5)) && !h.holds((0, 0)));
+        let mut bad = hello(Role::Producer, &[]);
+        bad[7] = MAX_HELD as u8 + 1;
+        assert!(matches!(parse_hello(&bad), Err((Refusal::Malformed, _))));
     }
 
     #[test]

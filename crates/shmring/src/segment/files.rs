@@ -86,6 +86,14 @@ pub(crate) fn lookup(key: FileKey) -> Option<Arc<LockFile>> {
         .and_then(|(_, w)| w.upgrade())
 }
 
+/// The lock files this process holds a role on (a hand-off hello names them).
+pub(crate) fn held_keys() -> Vec<FileKey> {
+    files()
+        .iter()
+        .filter_map(|(k, w)| w.upgrade().filter(|l| l.local.any()).map(|_| *k))
+        .collect()
+}
+
 /// Does this process hold the file `fd` refers to as a ring's lock file?
 pub(crate) fn held_here(fd: BorrowedFd<'_>) -> bool {
     key_of(fd, "").is_ok_and(|k| lookup(k).is_some())
