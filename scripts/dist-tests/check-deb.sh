@@ -55,7 +55,10 @@ ok "cc \$(pkg-config --static ...): linked with libshmring.a, $(wc -c < /tmp/rin
 page=$(man -w shmring) || fail "man -w shmring"
 MANPAGER=cat MANWIDTH=100 man shmring-record 2>/dev/null | grep -q -- "--listen" || fail "man shmring-record"
 MANPAGER=cat MANWIDTH=100 man shmring-top 2>/dev/null | grep -q "EXAMPLES" || fail "man shmring-top has no examples"
-for sub in demo record produce stat tap top exporter rm bench completions manpages; do
+# Every subcommand `shmring --help` lists (but `help`) has its page.
+subs=$(shmring --help | sed -n '/^Commands:/,/^$/p' | awk 'NR > 1 && NF && $1 != "help" {print $1}')
+[ "$(echo "$subs" | wc -w)" -ge 8 ] || fail "subcommands in shmring --help: $subs"
+for sub in $subs; do
   man -w "shmring-$sub" > /dev/null || fail "no man page shmring-$sub"
 done
 ok "man shmring: $page, and one page per subcommand"
