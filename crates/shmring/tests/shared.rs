@@ -130,3 +130,62 @@ fn frames_are_send_and_sync() {
     both::<shmring::SharedFrame>();
     both::<SharedConsumer>();
 }
+
+/// Frames held by other threads fill the claim log (the next record is behind
+/// one not yet released): a receive waits for the release instead of failing,
+/// and fails only when nothing is released for a liveness interval.
+#[test]
+fn a_receive_behind_a_frame_held_on_another_thread_waits_for_its_release() {
+    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+    let cfg = Config {
+        capacity: 1 << 20,
+        log_entries: Some(16),
+        ..Config::default()
+    };
+    let seg = Segment::create_memfd("shared-held", &cfg).unwrap();
+    let log = seg.geometry().log_entries;
+    let total = 3 * log;
+    let consumer = SharedConsumer::new(seg.consumer().unwrap());
+    let got = AtomicU32::new(0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut p = seg.producer().unwrap();
+            p.set_policy(FullPolicy::Block(GUARD));
+            for i in 0..total {
+                p.send(&i.to_le_bytes(), Meta::new(0, 0)).unwrap();
+            }
+        });
+        let first = consumer.next_timeout(Some(GUARD)).unwrap().unwrap();
+        let receiver = s.spawn(|| {
+            let mut seen = vec![0];
+            for _ in 1..total {
+                let f = consumer.next_timeout(Some(GUARD))?.expect("a record");
+                seen.push(u32::from_le_bytes(f[..4].try_into().unwrap()));
+                got.fetch_add(1, SeqCst);
+            }
+            Ok::<_, Error>(seen)
+        });
+        // Once the receiver is at the log's end, the first frame comes back.
+        while got.load(SeqCst) < log - 1 {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        drop(first);
+        let seen = receiver.join().unwrap().unwrap();
+        assert_eq!(seen, (0..total).collect::<Vec<_>>());
+    });
+    // Held by the caller itself: an error after a liveness interval, not a hang.
+    let mut p = seg.producer().unwrap();
+    let mut held = Vec::new();
+    for i in 0..log {
+        p.send(&i.to_le_bytes(), Meta::new(0, 0)).unwrap();
+    }
+    let e = loop {
+        match consumer.next_timeout(None) {
+            Ok(f) => held.push(f.unwrap()),
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(e, Error::TooManyHeld { .. }), "{e}");
+    assert_eq!(held.len(), log as usize);
+}

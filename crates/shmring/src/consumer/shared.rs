@@ -31,7 +31,7 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Name, Result};
 use crate::release_queue::ReleaseQueue;
@@ -48,7 +48,22 @@ pub(crate) struct Remote {
     /// Frames handed out through the shared consumer and not released (changed
     /// only by the thread that holds the consumer; read by any).
     outstanding: AtomicU64,
+    /// Frames released so far (changed with `outstanding`): a receive that finds
+    /// the claim log full of held frames waits while this moves.
+    released: AtomicU64,
 }
+
+impl Remote {
+    /// A frame was released (under the consumer's lock).
+    fn count_release(&self) {
+        // Relaxed: changed only under the lock; readers want a figure.
+        self.outstanding.fetch_sub(1, Ordering::Relaxed);
+        self.released.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// How often a receive that finds the claim log full of held frames looks again.
+const HELD_POLL: Duration = Duration::from_millis(1);
 
 impl Consumer {
     /// Applies the releases other threads queued (a shared consumer's; nothing
@@ -58,8 +73,7 @@ impl Consumer {
         while let Some(seq) = r.queue.pop() {
             // A frame released twice (a C caller's bug) is not held: nothing to do.
             if self.release_raw(seq).is_ok() {
-                // Relaxed: only the holder changes it; readers want a figure.
-                r.outstanding.fetch_sub(1, Ordering::Relaxed);
+                r.count_release();
             }
         }
     }
@@ -116,6 +130,7 @@ impl SharedConsumer {
             // A consumer holds at most one frame per claim log entry.
             queue: ReleaseQueue::new(consumer.seg.geometry().log_entries as usize),
             outstanding: AtomicU64::new(0),
+            released: AtomicU64::new(0),
         });
         consumer.remote = Some(remote.clone());
         SharedConsumer {
@@ -243,18 +258,45 @@ impl SharedConsumer {
 
     /// Like [`SharedConsumer::next_timeout`] but the frame is a [`RawFrame`],
     /// released with [`SharedConsumer::release_raw`] (for bindings).
+    ///
+    /// When the frames handed out fill the claim log (the next record is behind
+    /// one not yet released), the receive waits for a release, up to its timeout:
+    /// the frames are often held by other threads, which release them soon. Only
+    /// when none is released for a liveness interval (the caller holds them
+    /// itself, or their holder is stuck) is it [`Error::TooManyHeld`].
     pub fn next_raw(&self, timeout: Option<Duration>) -> Result<Option<RawFrame>> {
-        self.locked(|c| {
-            let got = c.next_raw(timeout)?;
-            if got.is_some() {
-                // Relaxed: changed only under the lock; readers want a figure.
-                self.inner
-                    .remote
-                    .outstanding
-                    .fetch_add(1, Ordering::Relaxed);
+        let start = Instant::now();
+        // (when a release was last seen, the release count then), once saturated.
+        let mut saturated: Option<(Instant, u64)> = None;
+        loop {
+            let left = timeout.map(|t| t.saturating_sub(start.elapsed()));
+            let r = self.locked(|c| {
+                let got = c.next_raw(left)?;
+                if got.is_some() {
+                    // Relaxed: changed only under the lock; readers want a figure.
+                    self.inner
+                        .remote
+                        .outstanding
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(got)
+            });
+            let Err(e @ Error::TooManyHeld { .. }) = r else {
+                return r;
+            };
+            // Relaxed: a figure that only grows; the lock orders what matters.
+            let released = self.inner.remote.released.load(Ordering::Relaxed);
+            let now = Instant::now();
+            let (since, seen) = saturated.get_or_insert((now, released));
+            if released != *seen {
+                (*since, *seen) = (now, released);
             }
-            Ok(got)
-        })
+            let idle = self.with(|c| c.options().liveness_interval)?;
+            if left.is_some_and(|l| l.is_zero()) || now.duration_since(*since) >= idle {
+                return Err(e);
+            }
+            std::thread::sleep(HELD_POLL.min(left.unwrap_or(HELD_POLL)));
+        }
     }
 
     /// Releases a frame handed out by [`SharedConsumer::next_raw`], from any
@@ -270,10 +312,7 @@ impl SharedConsumer {
         };
         if let Some(mut g) = queued {
             let r = match g.as_ref() {
-                Some(c) => c.release_raw(seq).map(|()| {
-                    // Relaxed: changed only under the lock.
-                    inner.remote.outstanding.fetch_sub(1, Ordering::Relaxed);
-                }),
+                Some(c) => c.release_raw(seq).map(|()| inner.remote.count_release()),
                 None => Err(Error::NotHeld {
                     segment: inner.label.clone(),
                     seq,
@@ -290,7 +329,7 @@ impl SharedConsumer {
             let mut g = self.lock();
             if let Some(c) = g.as_ref() {
                 if c.release_raw(seq).is_ok() {
-                    inner.remote.outstanding.fetch_sub(1, Ordering::Relaxed);
+                    inner.remote.count_release();
                 }
             }
             self.apply(&mut g);
