@@ -109,12 +109,20 @@ export interface ConsumerInit {
    * `NAME`, `unix:PATH` (a consumer's socket), `fd:SEG[,LOCK][,EVENTFD]` (taken
    * over, as `fds`), `create:NAME[,OPTION...]` (a stale ring of that name is
    * replaced; `stale=refuse` throws SHMRING_EXISTS), `memfd:[LABEL][,OPTION...]`;
+   * `NAME,eventfd=FD` (a named eventfd ring with its eventfd, taken over);
    * OPTIONs: capacity=SIZE, max_record=SIZE, log_entries=N, max_producers=N,
    * eventfd, huge_pages. Excludes name, create, memfd, the sizes and descriptors.
    */
   address?: string;
+  /**
+   * Create the ring: `name` (a ring of that name already there throws
+   * SHMRING_EXISTS saying whether its consumer is alive or gone; `replaceStale`
+   * replaces one whose consumer is gone), or with `memfd` an anonymous one
+   * (`name`, if given, its label). The sizes, `memfd` and `replaceStale` go with it.
+   */
   create?: boolean;
   memfd?: boolean;
+  replaceStale?: boolean;
   capacity?: number;
   maxRecord?: number;
   logEntries?: number;
@@ -123,6 +131,7 @@ export interface ConsumerInit {
   persist?: boolean;
   /** A named ring's file received as a descriptor (with `eventfdFd` for an eventfd ring). */
   fd?: number;
+  /** An eventfd ring's eventfd, with `name` or `fd` (taken over). */
   eventfdFd?: number;
   /** A ring received as its descriptors, in the order `consumer.descriptors` lists them. */
   fds?: number[];

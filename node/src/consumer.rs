@@ -1,7 +1,7 @@
 //! `Consumer` and `Frame`.
 
 use std::cell::RefCell;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use napi::{Env, JsFunction, JsObject, JsUnknown, ValueType};
 use napi_derive::napi;
 use shmring::media::{kind, EndOfStream, MediaHeader, MediaRecord};
 use shmring::{
-    Address, Config, Consumer, ConsumerSettings, RawFrame, Segment, Setting, SettingKind,
+    AddressArgs, ArgNames, Consumer, ConsumerSettings, RawFrame, Segment, Setting, SettingKind,
     SettingValue, SharedConsumer, SharedFrame, Snapshot,
 };
 
@@ -20,60 +20,20 @@ use crate::errors::{core, error, millis, OrThrow, CLOSED, INVALID_ARG, RELEASED}
 use crate::uvpoll::Watcher;
 use crate::views::{self, WeakView};
 
-/// Takes ownership of a descriptor number given by JavaScript.
-pub fn own_fd(env: Env, fd: i32, what: &str) -> napi::Result<OwnedFd> {
-    if fd < 0 {
-        return Err(error(
-            env,
-            INVALID_ARG,
-            &format!("{what} {fd} is not a descriptor"),
-        ));
+/// Opens the ring `args` say, by the core's rules for which arguments go together
+/// (its messages spelling them Node.js's way). The descriptors given (`fd`, `fds`,
+/// `eventfdFd`, an `fd:` address) are taken over.
+pub fn open(env: Env, args: AddressArgs) -> napi::Result<Arc<Segment>> {
+    // Arguments that do not go together: the package's code for bad arguments.
+    match args.check(&ArgNames::NODE) {
+        Err(shmring::Error::Config(why)) => return Err(error(env, INVALID_ARG, &why)),
+        r => r.map_err(|e| core(env, e))?,
     }
-    // SAFETY: the caller hands this descriptor over (documented on the options).
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// The ring address `text`, parsed by the core; the descriptors an `fd:` address
-/// names are taken over (as `fd` and `fds` are).
-pub fn address_of(env: Env, text: &str) -> napi::Result<Address> {
-    // SAFETY: the package documents that the descriptors an `fd:` address names are
-    // handed over.
-    unsafe { Address::parse_taking(text) }.map_err(|e| core(env, e))
-}
-
-/// The descriptors given for a ring, taken over: `fds` (the ring's, in the order
-/// of `Segment::descriptors`), or `fd` and the optional `eventfdFd`; `None` if
-/// neither was given.
-pub fn descriptors(
-    env: Env,
-    fd: Option<i32>,
-    eventfd_fd: Option<i32>,
-    fds: Option<&[i32]>,
-) -> napi::Result<Option<Vec<OwnedFd>>> {
-    match (fd, fds) {
-        (Some(_), Some(_)) => Err(error(env, INVALID_ARG, "give either fd or fds, not both")),
-        (None, Some(list)) => {
-            if eventfd_fd.is_some() {
-                return Err(error(
-                    env,
-                    INVALID_ARG,
-                    "fds already lists the ring's eventfd; leave eventfdFd out",
-                ));
-            }
-            list.iter()
-                .map(|&f| own_fd(env, f, "fds[]"))
-                .collect::<napi::Result<Vec<_>>>()
-                .map(Some)
-        }
-        (Some(f), None) => {
-            let mut v = vec![own_fd(env, f, "fd")?];
-            if let Some(e) = eventfd_fd {
-                v.push(own_fd(env, e, "eventfdFd")?);
-            }
-            Ok(Some(v))
-        }
-        (None, None) => Ok(None),
-    }
+    // SAFETY: the package documents that the descriptors given are handed over.
+    unsafe { args.address(&ArgNames::NODE) }
+        .map_err(|e| core(env, e))?
+        .open()
+        .or_throw(env)
 }
 
 /// Held by a frame and by every view of it. The record goes back to the ring at
@@ -88,23 +48,6 @@ impl Hold {
     fn give_back(&self) {
         drop(self.frame.borrow_mut().take());
     }
-}
-
-/// The ring part of `new Consumer()`'s options, read and checked.
-struct Init {
-    name: Option<String>,
-    address: Option<String>,
-    create: Option<bool>,
-    memfd: Option<bool>,
-    capacity: Option<u64>,
-    max_record: Option<u64>,
-    log_entries: Option<u32>,
-    max_producers: Option<u32>,
-    eventfd: Option<bool>,
-    persist: Option<bool>,
-    fd: Option<i32>,
-    eventfd_fd: Option<i32>,
-    fds: Option<Vec<i32>>,
 }
 
 /// The consumer of a ring.
@@ -185,99 +128,27 @@ impl JsConsumer {
             }
         }
         let opts = settings.options().map_err(|e| core(env, e))?;
-        let init = Init {
-            name: o.string("name")?,
+        let args = AddressArgs {
             address: o.string("address")?,
-            create: o.boolean("create")?,
-            memfd: o.boolean("memfd")?,
+            name: o.string("name")?,
+            fd: o.int::<Fd>("fd")?.map(|f| f.0),
+            eventfd_fd: o.int::<Fd>("eventfdFd")?.map(|f| f.0),
+            fds: o
+                .ints::<Fd>("fds")?
+                .map(|v| v.into_iter().map(|f| f.0).collect()),
+            create: o.boolean("create")?.unwrap_or(false),
+            memfd: o.boolean("memfd")?.unwrap_or(false),
+            replace_stale: o.boolean("replaceStale")?.unwrap_or(false),
             capacity: o.int::<u64>("capacity")?,
             max_record: o.int::<u64>("maxRecord")?,
             log_entries: o.int::<u32>("logEntries")?,
             max_producers: o.int::<u32>("maxProducers")?,
             eventfd: o.boolean("eventfd")?,
-            persist: o.boolean("persist")?,
-            fd: o.int::<Fd>("fd")?.map(|f| f.0),
-            eventfd_fd: o.int::<Fd>("eventfdFd")?.map(|f| f.0),
-            fds: o
-                .ints::<Fd>("fds")?
-                .map(|v| v.into_iter().map(|f| f.0).collect::<Vec<_>>()),
         };
+        let persist = o.boolean("persist")?.unwrap_or(false);
         o.finish()?;
-        let create = init.create.unwrap_or(false);
-        let seg = if let Some(text) = init.address.as_deref() {
-            let sized = init.capacity.is_some()
-                || init.max_record.is_some()
-                || init.log_entries.is_some()
-                || init.max_producers.is_some()
-                || init.eventfd.is_some();
-            if init.name.is_some()
-                || create
-                || init.memfd.is_some()
-                || init.fd.is_some()
-                || init.fds.is_some()
-                || init.eventfd_fd.is_some()
-                || sized
-            {
-                return Err(error(
-                    env,
-                    INVALID_ARG,
-                    "address says how to reach the ring (and create:NAME,capacity=... how to \
-                     size a new one): give no name, create, memfd, sizes or descriptors with it",
-                ));
-            }
-            address_of(env, text)?.open().or_throw(env)?
-        } else if let Some(fds) = descriptors(env, init.fd, init.eventfd_fd, init.fds.as_deref())? {
-            if create {
-                return Err(error(
-                    env,
-                    INVALID_ARG,
-                    "give either descriptors or create: true, not both",
-                ));
-            }
-            Address::Descriptors(fds).open().or_throw(env)?
-        } else if create {
-            let dc = Config::default();
-            let cfg = Config {
-                capacity: init.capacity.unwrap_or(dc.capacity),
-                max_record: init.max_record.or(dc.max_record),
-                log_entries: init.log_entries.or(dc.log_entries),
-                max_producers: init.max_producers.unwrap_or(dc.max_producers),
-                eventfd: init.eventfd.unwrap_or(dc.eventfd),
-                ..dc
-            };
-            if init.memfd.unwrap_or(false) {
-                let label = init.name.as_deref().unwrap_or("shmring").into();
-                Address::Memfd { label, config: cfg }.open().or_throw(env)?
-            } else {
-                let name = init.name.as_deref().ok_or_else(|| {
-                    error(
-                        env,
-                        INVALID_ARG,
-                        "create: true needs a name (or memfd: true)",
-                    )
-                })?;
-                let create = Address::Create {
-                    name: name.into(),
-                    config: cfg,
-                    replace_stale: false,
-                };
-                create.open().or_throw(env)?
-            }
-        } else {
-            let name = init.name.as_deref().ok_or_else(|| {
-                error(
-                    env,
-                    INVALID_ARG,
-                    "give a ring name, an address, an fd, or create: true",
-                )
-            })?;
-            match init.eventfd_fd {
-                Some(e) => Segment::open_named_with_eventfd(name, own_fd(env, e, "eventfdFd")?),
-                None => Address::Named(name.into()).open(),
-            }
-            .or_throw(env)?
-        };
-        if init.persist.unwrap_or(false) {
+        let seg = open(env, args)?;
+        if persist {
             seg.persist();
         }
         let c = Consumer::with_options(seg, opts).or_throw(env)?;

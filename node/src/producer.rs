@@ -7,10 +7,10 @@ use std::sync::Arc;
 use napi::{sys, Env, JsObject, JsTypedArray, JsUnknown, NapiValue, TypedArrayType, ValueType};
 use napi_derive::napi;
 use shmring::media::{kind, MediaHeader, SEQUENCE_AUTO};
-use shmring::{Address, FullPolicy, Meta, Producer, Segment};
+use shmring::{Address, AddressArgs, FullPolicy, Meta, Producer, Segment};
 
 use crate::args::{self, Fd, Options};
-use crate::consumer::{address_of, descriptors, own_fd, stats_object, JsConsumer};
+use crate::consumer::{open, stats_object, JsConsumer};
 use crate::errors::{error, millis, OrThrow, CLOSED, INVALID_ARG, RELEASED};
 use crate::views::{self, WeakView};
 
@@ -248,12 +248,15 @@ impl JsProducer {
     #[napi(factory)]
     pub fn open(env: Env, name: JsUnknown, init: Option<JsUnknown>) -> napi::Result<Self> {
         let name = args::string(env, &name, "name")?;
-        let init = ProducerInit::read(env, init, "Producer.open()")?;
-        let seg = match init.eventfd_fd {
-            Some(e) => Segment::open_named_with_eventfd(&name, own_fd(env, e, "eventfdFd")?),
-            None => Address::Named(name).open(),
-        }
-        .or_throw(env)?;
+        let mut init = ProducerInit::read(env, init, "Producer.open()")?;
+        let seg = open(
+            env,
+            AddressArgs {
+                name: Some(name),
+                eventfd_fd: init.eventfd_fd.take(),
+                ..Default::default()
+            },
+        )?;
         Self::attach(env, seg, init)
     }
 
@@ -267,11 +270,15 @@ impl JsProducer {
         init: Option<JsUnknown>,
     ) -> napi::Result<Self> {
         let address = args::string(env, &address, "address")?;
-        let init = ProducerInit::read(env, init, "Producer.fromAddress()")?.without_eventfd(
+        let mut init = ProducerInit::read(env, init, "Producer.fromAddress()")?;
+        let seg = open(
             env,
-            "an address lists the ring's eventfd itself (fd:SEG,EVENTFD)",
+            AddressArgs {
+                address: Some(address),
+                eventfd_fd: init.eventfd_fd.take(),
+                ..Default::default()
+            },
         )?;
-        let seg = address_of(env, &address)?.open().or_throw(env)?;
         Self::attach(env, seg, init)
     }
 
@@ -281,9 +288,15 @@ impl JsProducer {
     #[napi(factory)]
     pub fn from_fd(env: Env, fd: JsUnknown, init: Option<JsUnknown>) -> napi::Result<Self> {
         let Fd(fd) = args::int(env, &fd, "fd")?;
-        let init = ProducerInit::read(env, init, "Producer.fromFd()")?;
-        let fds = descriptors(env, Some(fd), init.eventfd_fd, None)?.expect("fd given");
-        let seg = Address::Descriptors(fds).open().or_throw(env)?;
+        let mut init = ProducerInit::read(env, init, "Producer.fromFd()")?;
+        let seg = open(
+            env,
+            AddressArgs {
+                fd: Some(fd),
+                eventfd_fd: init.eventfd_fd.take(),
+                ..Default::default()
+            },
+        )?;
         Self::attach(env, seg, init)
     }
 
@@ -296,10 +309,15 @@ impl JsProducer {
             .into_iter()
             .map(|f| f.0)
             .collect();
-        let init = ProducerInit::read(env, init, "Producer.fromFds()")?
-            .without_eventfd(env, "fds already lists the ring's eventfd")?;
-        let fds = descriptors(env, None, None, Some(&fds))?.expect("fds given");
-        let seg = Address::Descriptors(fds).open().or_throw(env)?;
+        let mut init = ProducerInit::read(env, init, "Producer.fromFds()")?;
+        let seg = open(
+            env,
+            AddressArgs {
+                fds: Some(fds),
+                eventfd_fd: init.eventfd_fd.take(),
+                ..Default::default()
+            },
+        )?;
         Self::attach(env, seg, init)
     }
 

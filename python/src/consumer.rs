@@ -3,7 +3,7 @@
 //! time); a frame keeps its [`SharedFrame`] behind a lock with its view count.
 
 use std::ffi::{c_int, c_void};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,8 +14,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 use shmring::media::{kind, EndOfStream, MediaHeader, MediaRecord};
 use shmring::{
-    Address, Config, Consumer, ConsumerSettings, Meta, Occupant, Segment, Setting, SharedConsumer,
-    SharedFrame, Snapshot,
+    Address, AddressArgs, ArgNames, Consumer, ConsumerSettings, Meta, Occupant, Segment, Setting,
+    SharedConsumer, SharedFrame, Snapshot,
 };
 
 use crate::args::{each, opt, Fd, Int};
@@ -51,42 +51,34 @@ pub fn own_fd(fd: &Int, what: &str) -> PyResult<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// The descriptors given for a ring, taken over: `fds` (the ring's, in the order
-/// of `Segment::descriptors`), or `fd` and the optional `eventfd_fd`; `None` if
-/// neither was given. Every number is checked before any is taken.
-pub fn descriptors(
+/// A descriptor number given by Python, checked (`what` names it in errors) and
+/// not yet taken: the core takes it once the arguments go together.
+pub fn fd_number(fd: Option<Int>, what: &str) -> PyResult<Option<RawFd>> {
+    Ok(opt::<Fd>(fd, what)?.map(|f| f.0))
+}
+
+/// Where a ring is, as every class takes it: `address=`, a name, `fd=` (with
+/// `eventfd_fd=`) or `fds=`; the rest (creating) is the consumer's.
+pub fn where_args(
+    address: Option<&str>,
+    name: Option<&str>,
     fd: Option<Int>,
     eventfd_fd: Option<Int>,
     fds: Option<Vec<Int>>,
-) -> PyResult<Option<Vec<OwnedFd>>> {
-    match (fd, fds) {
-        (Some(_), Some(_)) => Err(ConfigError::new_err("give either fd= or fds=, not both")),
-        (None, Some(list)) => {
-            if eventfd_fd.is_some() {
-                return Err(ConfigError::new_err(
-                    "fds= already lists the ring's eventfd; leave eventfd_fd= out",
-                ));
-            }
-            each::<Fd>(&list, "fds")?;
-            list.iter()
-                .enumerate()
-                .map(|(i, f)| own_fd(f, &format!("fds[{i}]")))
-                .collect::<PyResult<Vec<_>>>()
-                .map(Some)
-        }
-        (Some(f), None) => {
-            f.get::<Fd>("fd")?;
-            if let Some(e) = &eventfd_fd {
-                e.get::<Fd>("eventfd_fd")?;
-            }
-            let mut v = vec![own_fd(&f, "fd")?];
-            if let Some(e) = &eventfd_fd {
-                v.push(own_fd(e, "eventfd_fd")?);
-            }
-            Ok(Some(v))
-        }
-        (None, None) => Ok(None),
-    }
+) -> PyResult<AddressArgs> {
+    Ok(AddressArgs {
+        address: address.map(Into::into),
+        name: name.map(Into::into),
+        fd: fd_number(fd, "fd")?,
+        eventfd_fd: fd_number(eventfd_fd, "eventfd_fd")?,
+        fds: fds.map(|l| fd_numbers(&l, "fds")).transpose()?,
+        ..Default::default()
+    })
+}
+
+/// [`fd_number`] for each of a list.
+pub fn fd_numbers(list: &[Int], what: &str) -> PyResult<Vec<RawFd>> {
+    Ok(each::<Fd>(list, what)?.into_iter().map(|f| f.0).collect())
 }
 
 /// The consumer of a ring: creates it or attaches to it, and hands out frames that
@@ -345,77 +337,28 @@ impl PyConsumer {
                 )))
             }
         };
-        if tethered && create {
+        let args = AddressArgs {
+            create,
+            memfd,
+            replace_stale,
+            capacity,
+            max_record,
+            log_entries,
+            max_producers,
+            eventfd: eventfd.then_some(true),
+            ..where_args(address, name, fd, eventfd_fd, fds)?
+        };
+        // SAFETY: the package documents that the descriptors given (fd=, fds=,
+        // eventfd_fd=, an fd: address) are handed over.
+        let a = unsafe { args.address(&ArgNames::PYTHON) }.py_err()?;
+        if tethered && a.creates() {
             return Err(ConfigError::new_err(
                 "a tethered consumer attaches to an existing ring: give a name or fd=, not create=True",
             ));
         }
-        let sized = capacity.is_some()
-            || max_record.is_some()
-            || log_entries.is_some()
-            || max_producers.is_some()
-            || eventfd;
         // Whether this call creates a named ring (its name is removed at close).
-        let mut creates_named = false;
-        let seg: Arc<Segment> = if let Some(text) = address {
-            if name.is_some()
-                || create
-                || memfd
-                || fd.is_some()
-                || fds.is_some()
-                || eventfd_fd.is_some()
-                || sized
-            {
-                return Err(ConfigError::new_err(
-                    "address= says how to reach the ring (and create:NAME,capacity=... how \
-                     to size a new one): give no name, create=, memfd=, fd=, fds=, \
-                     eventfd_fd= or sizes with it",
-                ));
-            }
-            let a = address_of(text)?;
-            creates_named = matches!(a, Address::Create { .. });
-            py.detach(|| a.open()).py_err()?
-        } else if let Some(fds) = descriptors(fd, eventfd_fd.clone(), fds)? {
-            if create {
-                return Err(ConfigError::new_err(
-                    "give either descriptors (fd=, fds=) or create=True, not both",
-                ));
-            }
-            Address::Descriptors(fds).open().py_err()?
-        } else if create {
-            // Unset sizes are the library's defaults (`Config::default`).
-            let d = Config::default();
-            let cfg = Config {
-                capacity: capacity.unwrap_or(d.capacity),
-                max_record,
-                log_entries,
-                max_producers: max_producers.unwrap_or(d.max_producers),
-                eventfd,
-                ..d
-            };
-            if memfd {
-                let memfd = Address::Memfd {
-                    label: name.unwrap_or("shmring").into(),
-                    config: cfg,
-                };
-                memfd.open().py_err()?
-            } else {
-                let name = name.ok_or_else(|| {
-                    ConfigError::new_err("create=True needs a name (or memfd=True)")
-                })?;
-                creates_named = true;
-                create_named(py, name, &cfg, replace_stale)?
-            }
-        } else {
-            let name = name.ok_or_else(|| {
-                ConfigError::new_err("give a ring name, address=, fd=, or create=True")
-            })?;
-            match &eventfd_fd {
-                Some(e) => Segment::open_named_with_eventfd(name, own_fd(e, "eventfd_fd")?),
-                None => Address::Named(name.into()).open(),
-            }
-            .py_err()?
-        };
+        let creates_named = matches!(a, Address::Create { .. });
+        let seg = open(py, a)?;
         let created = creates_named.then(|| CreatedRing::register(&seg));
         if persist {
             if let Some(c) = &created {
@@ -648,24 +591,15 @@ impl PyConsumer {
     }
 }
 
-/// Creates the named ring `name` (the core decides what a ring of that name left
-/// behind is). One that exists already raises `Exists`, saying whether its consumer
-/// is alive, or gone: the process that made it ended without closing it (killed by
-/// SIGKILL, or by SIGTERM, whose default action in Python runs no clean-up). With
-/// `replace_stale`, a ring whose consumer is gone is removed and made again; a live
-/// ring, or a file that is no ring, is never touched.
-fn create_named(
-    py: Python<'_>,
-    name: &str,
-    cfg: &Config,
-    replace_stale: bool,
-) -> PyResult<Arc<Segment>> {
-    let create = Address::Create {
-        name: name.into(),
-        config: cfg.clone(),
-        replace_stale,
-    };
-    let occupant = match py.detach(|| create.open()) {
+/// Opens `a` without the GIL. A ring it would create that exists already raises
+/// `Exists`, saying whether its consumer is alive, or gone: the process that made
+/// it ended without closing it (killed by SIGKILL, or by SIGTERM, whose default
+/// action in Python runs no clean-up). With `replace_stale`, a ring whose consumer
+/// is gone is removed and made again; a live ring, or a file that is no ring, is
+/// never touched (the core's rule).
+pub fn open(py: Python<'_>, a: Address) -> PyResult<Arc<Segment>> {
+    let name = a.describe();
+    let occupant = match py.detach(|| a.open()) {
         Err(shmring::Error::Exists { occupant, .. }) => occupant,
         r => return r.py_err(),
     };

@@ -3,18 +3,20 @@
 //! and that nothing holds while calling into Python.
 
 use std::ffi::{c_int, c_void};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyMemoryView, PyTuple, PyWeakrefMethods, PyWeakrefReference};
 use shmring::media::{kind, MediaHeader, SEQUENCE_AUTO};
-use shmring::{Address, FullPolicy, Meta, Producer, Segment};
+use shmring::{Address, ArgNames, FullPolicy, Meta, Producer, Segment};
 
 use crate::args::{opt, Int};
 use crate::cleanup::{lock, CreatedRing};
-use crate::consumer::{address_of, descriptors, fields_dict, own_fd, secs, PyConsumer};
+use crate::consumer::{fields_dict, secs, where_args, PyConsumer};
 use crate::errors::{Closed, ConfigError, Error, IntoPy, Released};
 use crate::media::{parse_format, plane_layouts, Elem};
 use crate::views::{array_of, make_readonly, Plane};
@@ -51,14 +53,19 @@ use crate::views::{array_of, make_readonly, Plane};
 ///
 /// Threads: a producer may be used from any thread; its calls run one at a time
 /// (a call waits, without the GIL, for another thread's). It has at most one open
-/// reservation: ``reserve*()``, ``send()`` and ``end_stream()`` while one is open
-/// raise ``shmring.Error``, whichever thread asks. Give each thread a producer of
-/// its own to write concurrently.
+/// reservation: ``reserve*()``, ``send()`` and ``end_stream()`` on another thread
+/// wait for it to end (up to the producer's ``timeout``; ``on_full="fail"``: not
+/// at all), then raise ``shmring.Error``; on the thread that opened it they raise
+/// at once. Give each thread a producer of its own to write concurrently.
 #[pyclass(frozen, module = "shmring._shmring", name = "Producer")]
 pub struct PyProducer {
     /// None once closed. A reservation open in it (from `reserve_raw`) belongs to
     /// the one live `PyReservation` that made it.
     inner: Mutex<Option<Producer>>,
+    /// The thread that opened the reservation open in `inner` (locked inside it).
+    reserved_by: Mutex<Option<ThreadId>>,
+    /// Notified (under `inner`) when a reservation ends or the producer closes.
+    ended: Condvar,
     /// The ring, for what needs no producer (counters, mapping); None once closed.
     seg: Mutex<Option<Arc<Segment>>>,
     /// The ring's name, for messages.
@@ -93,6 +100,8 @@ impl PyProducer {
             slot: p.slot(),
             created: created.then(|| CreatedRing::register(&seg)),
             inner: Mutex::new(Some(p)),
+            reserved_by: Mutex::new(None),
+            ended: Condvar::new(),
             seg: Mutex::new(Some(seg)),
         })
     }
@@ -130,21 +139,61 @@ impl PyProducer {
     }
 
     /// [`Self::locked`] for a call that needs no reservation open (a new
-    /// reservation, a send, an end of stream, a policy change).
+    /// reservation, a send, an end of stream, a policy change). A reservation
+    /// another thread opened is waited for, up to the producer's full-ring wait;
+    /// one this thread opened is an error at once (it would wait for itself).
     fn exclusive<R: Send>(
         &self,
         py: Python<'_>,
         what: &str,
         f: impl FnOnce(&mut Producer) -> Result<R, Fail> + Send,
     ) -> PyResult<R> {
-        self.locked(py, |p| {
-            if p.has_reservation() {
-                return Err(Fail::Open(format!(
-                    "{what}: this producer has an open reservation; commit or abort it first"
-                )));
+        let me = std::thread::current().id();
+        py.detach(|| {
+            let mut g = lock(&self.inner);
+            let mut deadline = None;
+            loop {
+                let Some(p) = g.as_mut() else {
+                    return Err(Fail::Closed);
+                };
+                if !p.has_reservation() {
+                    let r = f(p);
+                    if p.has_reservation() {
+                        *lock(&self.reserved_by) = Some(me);
+                    }
+                    return r;
+                }
+                let wait = match p.policy() {
+                    FullPolicy::Block(t) => t,
+                    FullPolicy::Fail => Duration::ZERO,
+                };
+                let now = Instant::now();
+                let until = *deadline.get_or_insert(now + wait);
+                if *lock(&self.reserved_by) == Some(me) || now >= until {
+                    return Err(Fail::Open(format!(
+                        "{what}: this producer has an open reservation; commit or abort it first{}",
+                        if *lock(&self.reserved_by) == Some(me) {
+                            String::new()
+                        } else {
+                            format!(" (another thread's, open for longer than {wait:?})")
+                        }
+                    )));
+                }
+                g = self
+                    .ended
+                    .wait_timeout(g, until - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
             }
-            f(p)
         })
+        .map_err(|e| self.fail(e))
+    }
+
+    /// A reservation ended (committed or aborted), under the producer's lock: a
+    /// call waiting on another thread goes on.
+    fn reservation_ended(&self) {
+        *lock(&self.reserved_by) = None;
+        self.ended.notify_all();
     }
 
     /// [`Self::reserve_impl`] for a record holding the media header `h`.
@@ -308,44 +357,27 @@ impl PyProducer {
         connect_timeout: Option<f64>,
     ) -> PyResult<Self> {
         let policy = policy_from(on_full, timeout)?;
-        if let Some(text) = address {
+        if let Some(r) = ring {
             if name.is_some()
                 || fd.is_some()
                 || eventfd_fd.is_some()
                 || fds.is_some()
-                || ring.is_some()
+                || address.is_some()
             {
                 return Err(ConfigError::new_err(
-                    "address= says how to reach the ring: give no name, fd=, eventfd_fd=, \
-                     fds= or ring= with it",
+                    "ring= is the ring: give no name, address=, fd=, eventfd_fd= or fds= with it",
                 ));
             }
-            let t = connect_timeout_of(connect_timeout)?;
-            let a = address_of(text)?;
-            let creates_named = matches!(a, Address::Create { .. });
-            let seg = py.detach(|| a.open_timeout(t)).py_err()?;
-            return Self::attach(seg, policy, creates_named);
+            return Self::attach(r.segment()?, policy, false);
         }
-        let given = if fd.is_some() || fds.is_some() {
-            descriptors(fd, eventfd_fd.clone(), fds)?
-        } else {
-            None
-        };
-        let seg: Arc<Segment> = match (name, given, ring) {
-            (_, _, Some(r)) => r.segment()?,
-            (_, Some(fds), None) => Address::Descriptors(fds).open().py_err()?,
-            (Some(name), None, None) => match &eventfd_fd {
-                Some(e) => Segment::open_named_with_eventfd(name, own_fd(e, "eventfd_fd")?),
-                None => Address::Named(name.into()).open(),
-            }
-            .py_err()?,
-            (None, None, None) => {
-                return Err(ConfigError::new_err(
-                    "give a ring name, address=, fd=, fds=, or ring=",
-                ))
-            }
-        };
-        Self::attach(seg, policy, false)
+        let t = connect_timeout_of(connect_timeout)?;
+        let args = where_args(address, name, fd, eventfd_fd, fds)?;
+        // SAFETY: the package documents that the descriptors given (fd=, fds=,
+        // eventfd_fd=, an fd: address) are handed over.
+        let a = unsafe { args.address(&ArgNames::PYTHON) }.py_err()?;
+        let creates_named = matches!(a, Address::Create { .. });
+        let seg = py.detach(|| a.open_timeout(t)).py_err()?;
+        Self::attach(seg, policy, creates_named)
     }
 
     /// Producer.connect(path, *, on_full="block", timeout=1.0, connect_timeout=None)
@@ -694,8 +726,10 @@ impl Drop for PyReservation {
         if open {
             // The producer cannot be closed while this claim is open; its lock is
             // held only by calls that never wait while a claim is open.
-            if let Some(p) = lock(&self.producer.get().inner).as_mut() {
+            let producer = self.producer.get();
+            if let Some(p) = lock(&producer.inner).as_mut() {
                 p.abort_raw();
+                producer.reservation_ended();
             }
         }
     }
@@ -762,16 +796,19 @@ impl PyReservation {
         let len = self.len as usize;
         let stamp = self.stamp;
         // The producer cannot be closed while this claim is open.
-        self.producer.get().locked(py, |p| {
-            if commit {
+        let producer = self.producer.get();
+        producer.locked(py, |p| {
+            let r = if commit {
                 if stamp {
                     meta.timestamp_ns = shmring::now_ns();
                 }
-                Ok(p.commit_raw(len, meta)?)
+                p.commit_raw(len, meta).map_err(Fail::from)
             } else {
                 p.abort_raw();
                 Ok(())
-            }
+            };
+            producer.reservation_ended();
+            r
         })
     }
 

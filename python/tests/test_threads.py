@@ -71,12 +71,30 @@ def test_a_reservation_ends_on_another_thread(ring_name: str) -> None:
     f = ring.next(timeout=1.0)
     assert f is not None and f.is_video and (f.planes()[0] == 9).all()
     f.release()
-    # While one is open, any thread's reserve is refused with a shmring error.
+    # While one is open, another thread's send waits for it to end, then goes on.
     res = p.reserve(10)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        with pytest.raises(shmring.Error, match="open reservation"):
-            pool.submit(p.send, b"x").result()
+        sent = pool.submit(p.send, b"x")
+        time.sleep(0.05)
+        assert not sent.done(), "a send waits while another thread's reservation is open"
+        res.abort()
+        sent.result(timeout=30)
+    f = ring.next(timeout=1.0)
+    assert f is not None and f.tobytes() == b"x"
+    f.release()
+    # On the thread that opened it, at once (it would wait for itself); a producer
+    # that never waits (on_full="fail") refuses other threads at once too.
+    res = p.reserve(10)
+    with pytest.raises(shmring.Error, match="open reservation"):
+        p.send(b"y")
     res.abort()
+    q = shmring.Producer(ring=ring, on_full="fail")
+    res = q.reserve(10)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with pytest.raises(shmring.Error, match="another thread's"):
+            pool.submit(q.send, b"z").result()
+    res.abort()
+    q.close()
     p.close()
     ring.close()
 

@@ -1,8 +1,9 @@
 //! `shmring rm NAME`: removes a named ring left behind by a process that was
-//! killed. A ring whose consumer is alive, and a file that is not a ring, are left
-//! alone.
+//! killed, by the core's stale-ring rule ([`shmring::remove_stale`], the one
+//! creating uses). A ring whose consumer is alive, and a file that is not a ring,
+//! are left alone.
 
-use shmring::{Address, Segment};
+use shmring::{Error, Occupant};
 
 use crate::cli::RmArgs;
 use crate::{fail, CmdError};
@@ -10,35 +11,37 @@ use crate::{fail, CmdError};
 /// `shmring rm NAME`.
 pub fn run(a: RmArgs) -> Result<(), CmdError> {
     let name = &a.name;
-    let seg = Address::Named(name.clone()).open().map_err(|e| match e {
-        shmring::Error::NotFound(_) => fail(
+    let removed = shmring::remove_stale(name).map_err(|e| match e {
+        Error::NotFound(_) => fail(
             1,
             format!(
                 "ring {name:?} does not exist (no /dev/shm/{})",
                 name.trim_start_matches('/')
             ),
         ),
-        e => fail(
-            1,
-            format!("ring {name:?}: {e}; not removed (only shmring rings are removed)"),
-        ),
-    })?;
-    if seg.consumer_alive() {
-        return Err(fail(
+        Error::Exists {
+            occupant: Occupant::Live,
+            ..
+        } => fail(
             1,
             format!(
                 "ring {name:?} is in use: its consumer is alive; not removed (stop the recorder: \
                  it removes its ring when it ends)"
             ),
-        ));
-    }
-    let producers = seg.stats().producers;
-    drop(seg);
-    Segment::unlink_named(name).map_err(|e| fail(1, format!("ring {name:?}: {e}")))?;
+        ),
+        Error::Exists {
+            occupant: Occupant::Foreign(why),
+            ..
+        } => fail(
+            1,
+            format!("ring {name:?}: {why}; not removed (only shmring rings are removed)"),
+        ),
+        e => fail(1, format!("ring {name:?}: {e}")),
+    })?;
     eprintln!(
         "shmring rm: removed ring {name:?} (no live consumer{})",
-        if producers > 0 {
-            format!("; {producers} producer slots were still taken")
+        if removed.producers > 0 {
+            format!("; {} producer slots were still taken", removed.producers)
         } else {
             String::new()
         }

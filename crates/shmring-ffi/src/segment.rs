@@ -182,13 +182,15 @@ pub unsafe extern "C" fn shmring_segment_open_named(
         let out = out_ptr(out, "out")?;
         *out = std::ptr::null_mut();
         let name = c_str(name, "name")?;
-        let seg = if eventfd >= 0 {
-            let efd = own_fd(eventfd, "eventfd")?;
-            Segment::open_named_with_eventfd(name, efd)
+        let address = if eventfd >= 0 {
+            Address::NamedEventfd {
+                name: name.into(),
+                eventfd: own_fd(eventfd, "eventfd")?,
+            }
         } else {
-            Address::Named(name.into()).open()
-        }
-        .map_err(core_err)?;
+            Address::Named(name.into())
+        };
+        let seg = address.open().map_err(core_err)?;
         new_segment(seg, out)
     })
 }

@@ -73,7 +73,7 @@ pub mod tokio;
 #[cfg(all(feature = "tokio", not(loom)))]
 pub use self::tokio::{AsyncConsumer, AsyncFrame, AsyncProducer, AsyncReservation};
 #[cfg(not(loom))]
-pub use address::{Address, Opened};
+pub use address::{remove_stale, Address, AddressArgs, ArgNames, Opened, RemovedRing};
 #[cfg(not(loom))]
 pub use consumer::{Consumer, Frame, Health, RawFrame, SharedConsumer, SharedFrame};
 #[cfg(not(loom))]

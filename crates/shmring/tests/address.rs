@@ -245,3 +245,99 @@ fn creating_replaces_a_stale_ring_and_refuses_a_live_one() {
     assert!(e.to_string().contains("left alone"), "{e}");
     assert_eq!(std::fs::read(name.path()).unwrap(), b"someone else's file");
 }
+
+#[test]
+fn removing_a_stale_ring_follows_the_rule_creating_uses() {
+    let name = shm_name("address-rm");
+    assert!(
+        matches!(shmring::remove_stale(&name.0), Err(Error::NotFound(_))),
+        "no ring of that name"
+    );
+    let mut child = spawn(ENTRY, "rm", &[(CHILD_RING, name.0.clone())], &[]);
+    child.expect("ready", GUARD);
+    // A producer slot taken in the ring, then its consumer alive elsewhere: kept.
+    let producer = Address::Named(name.0.clone())
+        .open()
+        .unwrap()
+        .producer()
+        .unwrap();
+    match shmring::remove_stale(&name.0) {
+        Err(
+            e @ Error::Exists {
+                occupant: Occupant::Live,
+                ..
+            },
+        ) => assert!(e.to_string().contains("its consumer is alive"), "{e}"),
+        r => panic!("{r:?}"),
+    }
+    assert!(name.exists());
+    child.kill();
+    let removed = shmring::remove_stale(&name.0).unwrap();
+    assert_eq!(
+        removed.producers, 1,
+        "the producer here still holds its slot"
+    );
+    assert!(!name.exists());
+    drop(producer);
+
+    // A file that is no ring is left alone.
+    std::fs::write(name.path(), b"someone else's file").unwrap();
+    match shmring::remove_stale(&name.0) {
+        Err(Error::Exists {
+            occupant: Occupant::Foreign(_),
+            ..
+        }) => {}
+        r => panic!("{r:?}"),
+    }
+    assert_eq!(std::fs::read(name.path()).unwrap(), b"someone else's file");
+}
+
+#[test]
+fn a_named_eventfd_ring_by_name_and_eventfd() {
+    let name = shm_name("address-eventfd");
+    let mut cfg = Config::with_capacity(1 << 16);
+    cfg.eventfd = true;
+    let seg = Address::create(name.0.clone(), cfg).open().unwrap();
+    let consumer = seg.consumer().unwrap();
+    let efd = seg.eventfd().unwrap().as_raw_fd();
+    // By name alone a producer is refused; with the eventfd it wakes the consumer.
+    let e = Address::Named(name.0.clone())
+        .open()
+        .unwrap()
+        .producer()
+        .unwrap_err();
+    assert!(matches!(e, Error::EventfdRequired(_)), "{e}");
+    for text in [
+        format!("{},eventfd={efd}", name.0),
+        format!("shm:{},eventfd={efd}", name.0),
+        format!("/dev/shm/{},eventfd={efd}", name.0),
+    ] {
+        let a: Address = text.parse().unwrap();
+        assert!(
+            matches!(&a, Address::NamedEventfd { name: n, eventfd } if *n == name.0 && eventfd.as_raw_fd() != efd),
+            "{text}: a copy of the eventfd: {a:?}"
+        );
+        let b: Address = a.to_string().parse().unwrap();
+        assert!(matches!(b, Address::NamedEventfd { .. }), "{a} reads back");
+        send(&a.open().unwrap(), 3);
+        let f = consumer.try_next().unwrap().expect("the record");
+        assert_eq!(f.meta().stream, 3);
+    }
+    // The read-only open uses the name alone.
+    let a: Address = format!("{},eventfd={efd}", name.0).parse().unwrap();
+    assert_eq!(a.open_read_only().unwrap().geometry().capacity, 1 << 16);
+    for (text, needle) in [
+        (
+            format!("{},eventfd=x", name.0),
+            "\"x\" is not a descriptor number",
+        ),
+        (
+            format!("{},eventfd=999999", name.0),
+            "descriptor 999999 is not open",
+        ),
+        ("a b,eventfd=3".to_string(), "no white space"),
+    ] {
+        let e = text.parse::<Address>().unwrap_err().to_string();
+        assert!(e.contains(needle), "{text}: {e}");
+    }
+}

@@ -1,4 +1,5 @@
-//! How to reach a ring: [`Address`] and the one `open` (its text form: `text.rs`).
+//! How to reach a ring: [`Address`] and the one `open` (its text form: `text.rs`;
+//! a binding's keyword arguments: `args.rs`); the stale-ring rule ([`remove_stale`]).
 //! Above the segment and the hand-off, which it uses; neither uses it.
 
 use std::fmt;
@@ -13,7 +14,10 @@ use crate::handoff::DEFAULT_CONNECT_TIMEOUT;
 use crate::layout::FLAG_LOCK_FILE;
 use crate::segment::{files, Config, ReadOnlySegment, Segment};
 
+mod args;
 mod text;
+
+pub use args::{AddressArgs, ArgNames};
 
 /// How to reach a ring: by name, by inherited descriptors, through a consumer's
 /// socket, or by creating it. Every binding and the `shmring` command take the same
@@ -22,6 +26,7 @@ mod text;
 /// | text | the ring |
 /// | --- | --- |
 /// | `NAME`, `/NAME`, `shm:NAME`, `/dev/shm/NAME` | the named ring `/dev/shm/NAME` ([`Address::Named`]); a name that contains `:` is written `shm:NAME` |
+/// | `NAME,eventfd=FD` (any of the forms above, then `,eventfd=FD`) | a named ring made with [`Config::eventfd`], with its eventfd, which this process holds as descriptor `FD` ([`Address::NamedEventfd`]) |
 /// | `unix:PATH`, or a path with a `/` after its first character (`./ring.sock`, `/run/cam0.sock`) | the ring a consumer serves on the Unix socket `PATH` (the hand-off of [`crate::handoff`]; `unix:@NAME`: an abstract socket) ([`Address::Socket`]) |
 /// | `fd:SEG[,LOCK][,EVENTFD]` | descriptors this process holds, in the order of [`Segment::descriptors`]: the segment; a memfd ring's lock file; an eventfd ring's eventfd ([`Address::Descriptors`]) |
 /// | `create:NAME[,OPTION...]` | create the named ring ([`Address::Create`]): one of that name whose consumer is gone (left by a crash) is replaced, one whose consumer is alive is an error saying so (option `stale=refuse`: a stale one is an error too) |
@@ -36,11 +41,11 @@ mod text;
 /// taken as written: nothing is looked up while parsing.
 ///
 /// A named ring created with [`Config::eventfd`] wants its eventfd in every
-/// producer: reach it by descriptors (`fd:SEG,EVENTFD`), or with
-/// [`Segment::open_named_with_eventfd`]; by name alone, a producer is refused
+/// producer: reach it by name with its eventfd (`NAME,eventfd=FD`) or by
+/// descriptors (`fd:SEG,EVENTFD`); by name alone, a producer is refused
 /// ([`Error::EventfdRequired`]).
 ///
-/// Parsed with `FromStr`, `fd:` takes *copies* of the descriptors it names
+/// Parsed with `FromStr`, `fd:` and `eventfd=` take *copies* of the descriptors it names
 /// (`F_DUPFD_CLOEXEC`): the numbered ones stay the caller's, and must stay open
 /// while this process uses the ring (closing any descriptor of a ring's file drops
 /// the process's record locks on it, its liveness signal). The C, Python and Node
@@ -73,6 +78,10 @@ mod text;
 pub enum Address {
     /// The named ring `/dev/shm/NAME` (a leading `/` is allowed).
     Named(String),
+    /// The named ring `/dev/shm/NAME`, made with [`Config::eventfd`], and its
+    /// eventfd (received from the ring's consumer). A read-only open uses the name
+    /// alone.
+    NamedEventfd { name: String, eventfd: OwnedFd },
     /// A ring's descriptors (inherited or received), in the one order of
     /// [`Segment::descriptors`]: the segment, then a memfd ring's lock file, then an
     /// eventfd ring's eventfd. A read-only open uses the first alone.
@@ -108,8 +117,8 @@ pub struct Opened {
 const DEFAULT_LABEL: &str = "shmring";
 
 /// The text forms, for messages.
-const FORMS: &str = "NAME, shm:NAME, unix:PATH, fd:SEG[,LOCK][,EVENTFD], create:NAME[,OPTION...] \
-                     or memfd:[LABEL][,OPTION...]";
+const FORMS: &str = "NAME, shm:NAME, NAME,eventfd=FD, unix:PATH, fd:SEG[,LOCK][,EVENTFD], \
+                     create:NAME[,OPTION...] or memfd:[LABEL][,OPTION...]";
 
 impl Address {
     /// The named ring `/dev/shm/NAME`, created: a stale one of that name (its
@@ -138,6 +147,9 @@ impl Address {
     pub fn open_detailed(self, timeout: Duration) -> Result<Opened> {
         let segment = match self {
             Address::Named(name) => Segment::open_named(&name)?,
+            Address::NamedEventfd { name, eventfd } => {
+                Segment::open_named_with_eventfd(&name, eventfd)?
+            }
             Address::Descriptors(fds) => Segment::from_descriptors(fds)?,
             Address::Socket(path) => Segment::connect_timeout(path, timeout)?,
             Address::Memfd { label, config } => Segment::create_memfd(&label, &config)?,
@@ -166,7 +178,9 @@ impl Address {
     /// hand-off ([`Segment::observe_timeout`]).
     pub fn open_read_only_timeout(self, timeout: Duration) -> Result<ReadOnlySegment> {
         match self {
-            Address::Named(name) => ReadOnlySegment::open_named(&name),
+            Address::Named(name) | Address::NamedEventfd { name, .. } => {
+                ReadOnlySegment::open_named(&name)
+            }
             Address::Socket(path) => Segment::observe_timeout(path, timeout),
             Address::Descriptors(fds) => read_only_from(fds),
             a @ (Address::Create { .. } | Address::Memfd { .. }) => Err(Error::Config(format!(
@@ -190,18 +204,27 @@ impl Address {
         text::parse(text, |fd| unsafe { take(fd) })
     }
 
-    /// The named ring's name, or what a message calls the ring otherwise (the text
-    /// form).
+    /// Does opening this address make a new ring ([`Address::Create`],
+    /// [`Address::Memfd`])?
+    pub fn creates(&self) -> bool {
+        matches!(self, Address::Create { .. } | Address::Memfd { .. })
+    }
+
+    /// The named ring's name (one to open or to create), or what a message calls
+    /// the ring otherwise (the text form).
     pub fn describe(&self) -> String {
         match self {
-            Address::Named(name) => name.clone(),
+            Address::Named(name)
+            | Address::NamedEventfd { name, .. }
+            | Address::Create { name, .. } => name.clone(),
             a => a.to_string(),
         }
     }
 }
 
 /// Creates the named ring `name`; one of that name whose consumer is gone is
-/// replaced when `replace_stale`. The one place this is decided.
+/// replaced when `replace_stale` (by [`remove_stale`]). The one place this is
+/// decided.
 fn create_named(name: &str, config: &Config, replace_stale: bool) -> Result<Opened> {
     let mut replaced = false;
     loop {
@@ -214,20 +237,16 @@ fn create_named(name: &str, config: &Config, replace_stale: bool) -> Result<Open
                 })
             }
         };
-        let occupant = match Segment::open_named(name) {
-            Ok(seg) if seg.consumer_alive() => Occupant::Live,
-            Ok(seg) => {
-                drop(seg);
-                if replace_stale && !replaced {
-                    // Another process may replace it at the same moment: one of the
-                    // two then finds the other's ring, with a live consumer or not
-                    // yet, and says so.
-                    let _ = Segment::unlink_named(name);
-                    replaced = true;
-                    continue;
-                }
-                Occupant::Stale
+        let occupant = match occupant(name) {
+            Ok((Occupant::Stale, _)) if replace_stale && !replaced => {
+                // Another process may replace it at the same moment: one of the two
+                // then finds the other's ring, with a live consumer or not yet, and
+                // says so.
+                let _ = Segment::unlink_named(name);
+                replaced = true;
+                continue;
             }
+            Ok((occupant, _)) => occupant,
             // Gone again since: try once more.
             Err(Error::NotFound(_)) if !replaced => {
                 replaced = true;
@@ -236,6 +255,56 @@ fn create_named(name: &str, config: &Config, replace_stale: bool) -> Result<Open
             Err(e) => Occupant::Foreign(e.to_string()),
         };
         return Err(Error::Exists { segment, occupant });
+    }
+}
+
+/// A named ring [`remove_stale`] removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemovedRing {
+    /// Producer slots still taken when it was removed (producers that had not yet
+    /// learned that the consumer was gone).
+    pub producers: u32,
+}
+
+/// Removes the named ring `/dev/shm/NAME` if its consumer is gone (its process
+/// was killed or crashed): the rule by which creating ([`Address::Create`])
+/// replaces a stale ring. A ring whose consumer is alive, and a file that is no
+/// ring, are left alone: [`Error::Exists`] says which ([`Occupant::Live`],
+/// [`Occupant::Foreign`]); no file of that name is [`Error::NotFound`].
+///
+/// ```
+/// use shmring::{Address, Config, Error, Occupant};
+/// let name = format!("doc-remove-stale-{}", std::process::id());
+/// let seg = Address::create(name.clone(), Config::with_capacity(1 << 16)).open()?;
+/// let consumer = seg.consumer()?;
+/// // Its consumer is alive: left alone.
+/// let e = shmring::remove_stale(&name).unwrap_err();
+/// assert!(matches!(e, Error::Exists { occupant: Occupant::Live, .. }), "{e}");
+/// # drop((consumer, seg));
+/// # Ok::<(), shmring::Error>(())
+/// ```
+pub fn remove_stale(name: &str) -> Result<RemovedRing> {
+    match occupant(name)? {
+        (Occupant::Stale, producers) => {
+            Segment::unlink_named(name)?;
+            Ok(RemovedRing { producers })
+        }
+        (occupant, _) => Err(Error::Exists {
+            segment: name.into(),
+            occupant,
+        }),
+    }
+}
+
+/// Who is at the name `name`: a ring whose consumer is alive, one whose consumer
+/// is gone (with its producer slots taken), or a file that is no ring.
+/// [`Error::NotFound`] when there is none.
+fn occupant(name: &str) -> Result<(Occupant, u32)> {
+    match Segment::open_named(name) {
+        Ok(seg) if seg.consumer_alive() => Ok((Occupant::Live, 0)),
+        Ok(seg) => Ok((Occupant::Stale, seg.stats().producers)),
+        Err(e @ Error::NotFound(_)) => Err(e),
+        Err(e) => Ok((Occupant::Foreign(e.to_string()), 0)),
     }
 }
 
@@ -307,6 +376,16 @@ impl PartialEq for Address {
         use Address::*;
         match (self, other) {
             (Named(a), Named(b)) => a == b,
+            (
+                NamedEventfd {
+                    name: a,
+                    eventfd: ea,
+                },
+                NamedEventfd {
+                    name: b,
+                    eventfd: eb,
+                },
+            ) => a == b && ea.as_raw_fd() == eb.as_raw_fd(),
             (Descriptors(a), Descriptors(b)) => a
                 .iter()
                 .map(|f| f.as_raw_fd())

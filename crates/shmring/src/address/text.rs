@@ -29,14 +29,14 @@ pub(super) fn parse(
         return Err(bad(text, "leading or trailing white space"));
     }
     if let Some(name) = text.strip_prefix("/dev/shm/") {
-        return named(text, name);
+        return named(text, name, own);
     }
     let scheme = match text.split_once(':') {
         Some((scheme, rest)) if !text.starts_with('/') => Some((scheme, rest)),
         _ => None,
     };
     match scheme {
-        Some(("shm", name)) => return named(text, name),
+        Some(("shm", name)) => return named(text, name, own),
         Some(("unix", "")) => return Err(bad(text, "unix: needs a socket path")),
         Some(("unix", path)) => return Ok(Address::Socket(path.into())),
         Some(("fd", list)) => return descriptors(text, list, own),
@@ -79,12 +79,43 @@ pub(super) fn parse(
             ),
         ));
     }
-    named(text, text)
+    named(text, text, own)
 }
 
-fn named(text: &str, name: &str) -> Result<Address> {
+/// `NAME` or `NAME,eventfd=FD` (a named ring with its eventfd).
+fn named(
+    text: &str,
+    name: &str,
+    own: impl Fn(RawFd) -> std::io::Result<OwnedFd>,
+) -> Result<Address> {
+    let Some((name, fd)) = name.rsplit_once(",eventfd=") else {
+        check_name(text, name)?;
+        return Ok(Address::Named(name.into()));
+    };
     check_name(text, name)?;
-    Ok(Address::Named(name.into()))
+    let n = descriptor_number(text, fd, "NAME,eventfd=FD, e.g. cam0,eventfd=5")?;
+    is_open(n).map_err(|e| {
+        bad(
+            text,
+            format!("descriptor {n} is not open in this process ({e})"),
+        )
+    })?;
+    let eventfd = own(n).map_err(|e| bad(text, format!("descriptor {n}: {e}")))?;
+    Ok(Address::NamedEventfd {
+        name: name.into(),
+        eventfd,
+    })
+}
+
+/// A descriptor number as the text writes it (`expected`: the form, for the message).
+fn descriptor_number(text: &str, part: &str, expected: &str) -> Result<RawFd> {
+    match part.parse() {
+        Ok(n) if n >= 0 && !part.starts_with('+') => Ok(n),
+        _ => Err(bad(
+            text,
+            format!("{part:?} is not a descriptor number (expected {expected})"),
+        )),
+    }
 }
 
 /// The rule of a ring's name (the segment's own), said about the address.
@@ -102,18 +133,7 @@ fn descriptors(
 ) -> Result<Address> {
     let mut nums: Vec<RawFd> = Vec::new();
     for part in list.split(',') {
-        let n: RawFd = match part.parse() {
-            Ok(n) if n >= 0 && !part.starts_with('+') => n,
-            _ => {
-                return Err(bad(
-                    text,
-                    format!(
-                        "{part:?} is not a descriptor number (expected fd:SEG[,LOCK][,EVENTFD], \
-                         e.g. fd:3,4)"
-                    ),
-                ))
-            }
-        };
+        let n = descriptor_number(text, part, "fd:SEG[,LOCK][,EVENTFD], e.g. fd:3,4")?;
         if nums.contains(&n) {
             return Err(bad(text, format!("descriptor {n} is given twice")));
         }
@@ -283,6 +303,12 @@ impl fmt::Display for Address {
                 write!(f, "shm:{name}")
             }
             Address::Named(name) => f.write_str(name),
+            Address::NamedEventfd { name, eventfd } => {
+                if !name.starts_with('/') && name.contains(':') {
+                    f.write_str("shm:")?;
+                }
+                write!(f, "{name},eventfd={}", eventfd.as_raw_fd())
+            }
             Address::Descriptors(fds) => {
                 f.write_str("fd:")?;
                 for (i, fd) in fds.iter().enumerate() {

@@ -438,8 +438,9 @@ impl Segment {
         Self::from_descriptors(fds)
     }
 
-    /// Opens a named segment created with [`Config::eventfd`], with its eventfd.
-    pub fn open_named_with_eventfd(name: &str, eventfd: OwnedFd) -> Result<Arc<Segment>> {
+    /// Opens a named segment created with [`Config::eventfd`], with its eventfd
+    /// ([`crate::Address::NamedEventfd`]).
+    pub(crate) fn open_named_with_eventfd(name: &str, eventfd: OwnedFd) -> Result<Arc<Segment>> {
         let seg = Self::open_named(name)?;
         let mut seg = Arc::try_unwrap(seg).expect("fresh segment has one owner");
         seg.eventfd = Some(eventfd);
