@@ -52,6 +52,8 @@ mod options;
 #[cfg(not(loom))]
 mod producer;
 #[cfg(not(loom))]
+mod reader;
+#[cfg(not(loom))]
 mod segment;
 #[cfg(not(loom))]
 mod slots;
@@ -88,6 +90,8 @@ pub use handoff::{Listener, ListenerOptions};
 pub use options::{ConsumerOptions, ConsumerSettings, Setting, SettingKind, SettingValue};
 #[cfg(not(loom))]
 pub use producer::{FullPolicy, Meta, Producer, RawReservation, Reservation};
+#[cfg(not(loom))]
+pub use reader::{Reader, ReaderCounts, ReaderFrame, ReaderKind, ReaderOptions};
 #[cfg(not(loom))]
 pub use segment::{Config, ReadOnlySegment, Segment};
 #[cfg(not(loom))]
