@@ -18,8 +18,6 @@ mod orchestrate;
 mod plot;
 mod python;
 pub mod report;
-/// The live status line of long work (bench, and the recorder's).
-pub mod status;
 mod sys;
 /// The list of transports.
 pub mod transport;

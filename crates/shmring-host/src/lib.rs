@@ -9,6 +9,8 @@
 //! - [`CountingAlloc`]: a global allocator that counts, for the programs that count
 //!   allocations (the bench's workers, the no-allocation tests);
 //! - [`stop_flag`]: a flag set by SIGINT, SIGTERM or SIGHUP;
+//! - [`status`]: the live status line of long work (`shmring bench`, `shmring
+//!   record`): redrawn in place on a terminal, plain lines elsewhere;
 //! - [`SharedMemory`], [`futex_wait`], [`futex_wake`]: a memfd mapped shared and
 //!   futexes in it, for the tools' own shared words (not a ring).
 //!
@@ -17,6 +19,7 @@
 mod alloc;
 mod child;
 mod shm;
+pub mod status;
 mod stop;
 pub mod usage;
 

@@ -6,8 +6,8 @@ use std::net::TcpListener;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use crate::status::{Look, StatusLine};
 use shmring::{Config, Segment};
+use shmring_host::status::{Look, StatusLine};
 
 use crate::args::{parse, BenchArgs, ModeArg, WorkloadArg};
 use crate::report::{Row, WorkerReport};

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use shmring::{Consumer, Health, Segment, TetherInfo};
-use shmring_bench::status::{Look, StatusLine};
+use shmring_host::status::{Look, StatusLine};
 
 use super::source::Source;
 use super::{emit, handoff_json, Read};
