@@ -11,7 +11,6 @@
 mod pattern;
 
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -62,16 +61,7 @@ fn main() {
     let seg = Segment::create_memfd("ffi-throughput", &Config::with_capacity(64 << 20)).unwrap();
     let consumer = seg.consumer().unwrap();
     let fd = std::os::fd::AsRawFd::as_raw_fd(&seg.fd());
-    // SAFETY: async-signal-safe calls only between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            let t = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
-            if t < 0 || libc::dup2(t, 3) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    shmring_host::place_fds(&mut cmd, &[fd], 3);
     let cpu0 = rusage(false).cpu_s();
     let start = Instant::now();
     let mut child = cmd.spawn().expect("spawn producer");

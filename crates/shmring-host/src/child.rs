@@ -260,6 +260,36 @@ pub fn pid_gone(pid: u32) -> bool {
     r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
+/// Makes `fds[i]` descriptor number `first + i` in the child `cmd` will start
+/// (inherited across exec), whatever numbers they have here: each is first copied
+/// above every target (close-on-exec), then placed, so a source that is another's
+/// target is never overwritten before it is copied.
+pub fn place_fds(cmd: &mut Command, fds: &[RawFd], first: RawFd) {
+    let sources = fds.to_vec();
+    // Made before the fork: the child only writes into it.
+    let mut copies = vec![0 as RawFd; sources.len()];
+    let above = first + sources.len() as RawFd;
+    // SAFETY: runs in the forked child before exec and makes only
+    // async-signal-safe calls (fcntl, dup2) on the child's own descriptors; it
+    // allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            for (copy, &fd) in copies.iter_mut().zip(&sources) {
+                *copy = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, above);
+                if *copy < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            for (i, &copy) in copies.iter().enumerate() {
+                if libc::dup2(copy, first + i as RawFd) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,5 +388,38 @@ mod tests {
             (o.status.code(), &o.stdout[..], &o.stderr[..]),
             (Some(3), &b"out\n"[..], &b"err\n"[..])
         );
+    }
+
+    #[test]
+    fn descriptors_are_placed_at_the_numbers_asked() {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        let dir = std::env::temp_dir().join(format!("shmring-host-place-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let files: Vec<std::fs::File> = ["first", "second"]
+            .iter()
+            .map(|t| {
+                let p = dir.join(t);
+                std::fs::write(&p, t).unwrap();
+                std::fs::File::open(&p).unwrap()
+            })
+            .collect();
+        // Given in the other order than they were opened: 3 gets "second".
+        let fds = [files[1].as_raw_fd(), files[0].as_raw_fd()];
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "cat <&3; echo; cat <&4"])
+            .stdout(Stdio::piped());
+        place_fds(&mut cmd, &fds, 3);
+        let mut child = cmd.spawn().unwrap();
+        let mut out = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        assert!(child.wait().unwrap().success());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(out, "second\nfirst");
     }
 }

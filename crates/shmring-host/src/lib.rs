@@ -5,6 +5,7 @@
 //! - [`ChildGuard`]: the one child supervisor: a child process stopped and reaped
 //!   when dropped (also while a panic unwinds), optionally tied to the thread that
 //!   spawned it (`PR_SET_PDEATHSIG`) and given inherited descriptors;
+//!   [`place_fds`] gives a child descriptors at the numbers it expects;
 //! - [`usage`]: CPU time and memory of a process from `/proc` and `getrusage`;
 //! - [`CountingAlloc`]: a global allocator that counts, for the programs that count
 //!   allocations (the bench's workers, the no-allocation tests);
@@ -24,7 +25,7 @@ mod stop;
 pub mod usage;
 
 pub use alloc::{alloc_count, counting_installed, thread_alloc_count, CountingAlloc};
-pub use child::{pid_gone, ChildGuard};
+pub use child::{pid_gone, place_fds, ChildGuard};
 pub use shm::{futex_wait, futex_wake, SharedMemory};
 pub use stop::stop_flag;
 pub use usage::{cpu_ns, private_memory, proc_memory, rusage, CpuMeter, ProcMemory, Rusage};

@@ -5,7 +5,6 @@
 pub mod pattern;
 
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -68,26 +67,8 @@ pub fn c_example(name: &'static str) -> PathBuf {
     out
 }
 
-/// Makes `fds[i]` descriptor number 3 + i in the child (inheritable).
+/// Makes `fds[i]` descriptor number 3 + i in the child (the host kit's rule).
 pub fn pass_fds(cmd: &mut Command, fds: &[BorrowedFd<'_>]) {
     let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
-    // SAFETY: only async-signal-safe calls (fcntl, dup2) between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            // First move every source above the targets, then place them.
-            let mut tmp = [0i32; 4];
-            for (i, &fd) in raw.iter().enumerate() {
-                tmp[i] = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
-                if tmp[i] < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            for (i, &t) in tmp.iter().take(raw.len()).enumerate() {
-                if libc::dup2(t, 3 + i as i32) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
+    shmring_host::place_fds(cmd, &raw, 3);
 }
