@@ -115,9 +115,10 @@ export interface ConsumerInit {
    */
   address?: string;
   /**
-   * Create the ring: `name` (a ring of that name already there throws
-   * SHMRING_EXISTS saying whether its consumer is alive or gone; `replaceStale`
-   * replaces one whose consumer is gone), or with `memfd` an anonymous one
+   * Create the ring: `name` (a ring of that name whose consumer is gone is
+   * replaced, as creating does in every binding; one whose consumer is alive
+   * throws SHMRING_EXISTS; `replaceStale: false`: a stale one throws too), or
+   * with `memfd` an anonymous one
    * (`name`, if given, its label). The sizes, `memfd` and `replaceStale` go with it.
    */
   create?: boolean;

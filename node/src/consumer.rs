@@ -138,7 +138,7 @@ impl JsConsumer {
                 .map(|v| v.into_iter().map(|f| f.0).collect()),
             create: o.boolean("create")?.unwrap_or(false),
             memfd: o.boolean("memfd")?.unwrap_or(false),
-            replace_stale: o.boolean("replaceStale")?.unwrap_or(false),
+            replace_stale: o.boolean("replaceStale")?,
             capacity: o.int::<u64>("capacity")?,
             max_record: o.int::<u64>("maxRecord")?,
             log_entries: o.int::<u32>("logEntries")?,

@@ -53,12 +53,19 @@ test('a stale ring is replaced, a live one refused', (t) => {
     code: 'SHMRING_EXISTS',
     message: /its consumer is gone/,
   });
-  const c = new Consumer({ address: `create:${ring}` });
-  assert.equal(c.stats().records_committed, 0);
-  assert.throws(() => new Consumer({ address: `create:${ring}` }), {
+  assert.throws(() => new Consumer({ name: ring, create: true, replaceStale: false }), {
     code: 'SHMRING_EXISTS',
-    message: /its consumer is alive/,
+    message: /its consumer is gone/,
   });
+  // `create: true` means what `create:NAME` does: the stale ring is replaced.
+  const c = new Consumer({ name: ring, create: true });
+  assert.equal(c.stats().records_committed, 0);
+  for (const init of [{ address: `create:${ring}` }, { name: ring, create: true }]) {
+    assert.throws(() => new Consumer(init), {
+      code: 'SHMRING_EXISTS',
+      message: /its consumer is alive/,
+    });
+  }
   c.close();
   assert.ok(!fs.existsSync(`/dev/shm/${ring}`));
 });

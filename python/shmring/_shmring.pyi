@@ -177,7 +177,7 @@ class Consumer(_Closable):
         claim_timeout: float | None = None,
         kind: int | None = None,
         stream: int | None = None,
-        replace_stale: bool = False,
+        replace_stale: bool | None = None,
         address: str | None = None,
     ) -> None: ...
     def next(self, timeout: float | None = None) -> Frame | None: ...

@@ -182,20 +182,22 @@ def test_a_ring_left_by_sigterm_is_named_stale_and_replaced(
     assert child.stdout is not None and child.stdout.readline().strip() == "ready"
     # Alive: never replaced.
     with pytest.raises(shmring.Exists, match="its consumer is alive"):
-        shmring.Consumer(ring_name, create=True, replace_stale=True)
+        shmring.Consumer(ring_name, create=True)
     child.send_signal(signal.SIGTERM)
     assert child.wait(timeout=30) == -signal.SIGTERM
     assert Path("/dev/shm", ring_name).exists(), "SIGTERM runs no clean-up"
+    # Kept when asked to.
     with pytest.raises(shmring.Exists) as e:
-        shmring.Consumer(ring_name, create=True)
+        shmring.Consumer(ring_name, create=True, replace_stale=False)
     for needle in (
         "its consumer is gone",
         "SIGTERM",
-        "replace_stale=True",
+        "replace_stale=False",
         f"shmring rm {ring_name}",
     ):
         assert needle in str(e.value), str(e.value)
-    ring = shmring.Consumer(ring_name, create=True, replace_stale=True, capacity=1 << 16)
+    # Creating replaces it.
+    ring = shmring.Consumer(ring_name, create=True, capacity=1 << 16)
     shmring.Producer(ring_name).send(b"again")
     f = ring.next(timeout=1.0)
     assert f is not None and f.tobytes() == b"again"
@@ -208,5 +210,5 @@ def test_a_file_that_is_no_ring_is_never_replaced(ring_name: str) -> None:
     path = Path("/dev/shm", ring_name)
     path.write_bytes(b"someone else's" * 1000)
     with pytest.raises(shmring.Exists, match="left alone"):
-        shmring.Consumer(ring_name, create=True, replace_stale=True)
+        shmring.Consumer(ring_name, create=True)
     assert path.read_bytes() == b"someone else's" * 1000

@@ -128,7 +128,7 @@ pub struct RecordArgs {
     #[arg(
         long,
         value_name = "NAME",
-        conflicts_with_all = ["replace_stale", "capacity_mib"]
+        conflicts_with_all = ["refuse_stale", "capacity_mib"]
     )]
     pub tethered: Option<String>,
     /// Create a sealed memfd ring and serve it on this Unix socket (`@NAME`: an
@@ -147,10 +147,11 @@ pub struct RecordArgs {
     /// Stop after this many seconds (default: at SIGINT/SIGTERM).
     #[arg(long, value_name = "S", allow_negative_numbers = true)]
     pub seconds: Option<f64>,
-    /// If a ring of this name exists but its owner is gone (no live consumer, e.g.
-    /// after the recorder was killed), remove it and create a new one.
-    #[arg(long)]
-    pub replace_stale: bool,
+    /// With --create: a ring of this name whose consumer is gone (e.g. a recorder
+    /// that was killed) is an error instead of being replaced, as creating does
+    /// otherwise (a ring whose consumer is alive is never replaced).
+    #[arg(long, requires = "create")]
+    pub refuse_stale: bool,
     /// Write the ring's name to this file once the ring exists (atomically).
     #[arg(long, value_name = "PATH")]
     pub ready_file: Option<PathBuf>,

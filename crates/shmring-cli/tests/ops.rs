@@ -685,14 +685,22 @@ fn a_stale_ring_is_named_removed_by_rm_or_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("new").join("out");
     let out_s = out.to_str().unwrap();
+    // Kept when asked to: said, with the ways out.
     assert_fails(
-        &run(&["record", "--create", &ring.0, "--out", out_s]),
+        &run(&[
+            "record",
+            "--create",
+            &ring.0,
+            "--out",
+            out_s,
+            "--refuse-stale",
+        ]),
         1,
         &[
             &ring.0,
-            "already exists but its owner is gone",
+            "already exists but its consumer is gone",
             &format!("shmring rm {}", ring.0),
-            "--replace-stale",
+            "--refuse-stale",
         ],
     );
     assert!(
@@ -700,19 +708,13 @@ fn a_stale_ring_is_named_removed_by_rm_or_replaced() {
         "a failed record leaves no empty directories"
     );
 
-    // --replace-stale takes the name over.
-    let mut rec = Proc::spawn_line(&format!(
-        "record --create {} --out {} --replace-stale",
-        ring.0, out_s
-    ));
+    // Creating takes the name over.
+    let mut rec = Proc::spawn_line(&format!("record --create {} --out {}", ring.0, out_s));
     rec.expect("ready");
-    // Now the ring is in use: rm and --replace-stale refuse.
+    // Now the ring is in use: rm and creating refuse.
     assert_fails(&run(&["rm", &ring.0]), 1, &[&ring.0, "consumer is alive"]);
     assert_fails(
-        &run_line(&format!(
-            "record --create {} --out {} --replace-stale",
-            ring.0, out_s
-        )),
+        &run_line(&format!("record --create {} --out {}", ring.0, out_s)),
         1,
         &[&ring.0, "already exists and its consumer is alive"],
     );
@@ -734,10 +736,7 @@ fn a_stale_ring_is_named_removed_by_rm_or_replaced() {
         &[&ring.0, "not a shmring ring", "not removed"],
     );
     assert_fails(
-        &run_line(&format!(
-            "record --create {} --out {} --replace-stale",
-            ring.0, out_s
-        )),
+        &run_line(&format!("record --create {} --out {}", ring.0, out_s)),
         1,
         &[&ring.0, "already exists", "not made by shmring"],
     );

@@ -96,7 +96,7 @@ fn man_pages_cover_every_visible_subcommand_and_render() {
     };
     let record = render("shmring-record.1");
     assert!(record.contains("--listen"), "{record}");
-    assert!(record.contains("--replace-stale"), "{record}");
+    assert!(record.contains("--refuse-stale"), "{record}");
     let bench = render("shmring-bench.1");
     assert!(bench.contains("--workload"), "{bench}");
     let top = render("shmring.1");

@@ -17,7 +17,8 @@ use crate::error::{Error, Result};
 use crate::layout::Geometry;
 use crate::tap::{Tap, TapFrame, TapOptions};
 use crate::{
-    Address, Consumer, ConsumerOptions, Meta, Segment, SharedConsumer, SharedFrame, Stats,
+    Address, Consumer, ConsumerOptions, Health, Meta, Segment, SharedConsumer, SharedFrame, Stats,
+    TetherInfo,
 };
 
 /// Which reader of a ring (DESIGN.md's glossary).
@@ -267,7 +268,25 @@ impl Reader {
     /// told not to); `None` for a tap, which writes nothing and resets nothing.
     pub fn last_corruption(&self) -> Option<&'static str> {
         match &self.flavor {
-            Flavor::Consumer(c) => c.with(|c| c.health().last_corruption).ok().flatten(),
+            Flavor::Consumer(_) => self.health().and_then(|h| h.last_corruption),
+            Flavor::Tap(_) => None,
+        }
+    }
+
+    /// What a consumer has seen of the ring's health ([`Consumer::health`]);
+    /// `None` for a tap.
+    pub fn health(&self) -> Option<Health> {
+        match &self.flavor {
+            Flavor::Consumer(c) => c.with(|c| c.health()).ok(),
+            Flavor::Tap(_) => None,
+        }
+    }
+
+    /// A tethered consumer's line as the ring lists it ([`Consumer::tether_info`]);
+    /// `None` for the ring's consumer and a tap.
+    pub fn tether_info(&self) -> Option<TetherInfo> {
+        match &self.flavor {
+            Flavor::Consumer(c) => c.with(|c| c.tether_info()).ok().flatten(),
             Flavor::Tap(_) => None,
         }
     }

@@ -60,7 +60,7 @@ pub fn step_until(deadline: Option<Instant>) -> Duration {
 ///          persist=False, fd=None, eventfd_fd=None, fds=None, liveness_interval=None,
 ///          spin=None, overtake_after=None, manual_reset=False, role="owner",
 ///          tether_stall_limit=None, latency_budget=None, claim_timeout=None,
-///          kind=None, stream=None, replace_stale=False, address=None)
+///          kind=None, stream=None, replace_stale=None, address=None)
 ///
 /// Sizes and options left at None are the library's defaults (a 16 MiB ring, 64
 /// producer slots, a 50 ms liveness interval, ...). The options are the core's
@@ -94,9 +94,10 @@ pub fn step_until(deadline: Option<Instant>) -> Duration {
 ///   ``memfd:[LABEL][,OPTION...]``; the options are ``capacity=``, ``max_record=``
 ///   (bytes, or with K, M, G), ``log_entries=``, ``max_producers=``, ``eventfd``,
 ///   ``huge_pages``. Bad text raises ``ConfigError`` saying what is wrong.
-/// * ``replace_stale=True`` (with ``create=True``): a ring of that name whose
-///   consumer is gone (its process was killed, e.g. by SIGTERM) is replaced;
-///   without it, such a ring raises ``Exists`` saying so.
+/// * ``create=True`` replaces a ring of that name whose consumer is gone (its
+///   process was killed, e.g. by SIGTERM), as creating does in every binding; a
+///   ring whose consumer is alive raises ``Exists``. ``replace_stale=False``
+///   (with ``create=True``): a stale ring raises ``Exists`` too.
 /// * ``latency_budget=0.001`` lets a record wait up to that many seconds before
 ///   the consumer sees it: producers stop waking the consumer for each record,
 ///   and one wake-up serves every record that came meanwhile.
@@ -248,7 +249,7 @@ impl PyConsumer {
         fd=None, eventfd_fd=None, fds=None, liveness_interval=None, spin=None,
         overtake_after=None, manual_reset=false, role="owner", tether_stall_limit=None,
         latency_budget=None, claim_timeout=None, kind=None, stream=None,
-        replace_stale=false, address=None))]
+        replace_stale=None, address=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         name: Option<&str>,
@@ -273,7 +274,7 @@ impl PyConsumer {
         claim_timeout: Option<f64>,
         kind: Option<Int>,
         stream: Option<Int>,
-        replace_stale: bool,
+        replace_stale: Option<bool>,
         address: Option<&str>,
         py: Python<'_>,
     ) -> PyResult<Self> {

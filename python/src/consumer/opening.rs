@@ -46,9 +46,9 @@ pub fn fd_numbers(list: &[Int], what: &str) -> PyResult<Vec<RawFd>> {
 /// Opens `a` without the GIL. A ring it would create that exists already raises
 /// `Exists`, saying whether its consumer is alive, or gone: the process that made
 /// it ended without closing it (killed by SIGKILL, or by SIGTERM, whose default
-/// action in Python runs no clean-up). With `replace_stale`, a ring whose consumer
-/// is gone is removed and made again; a live ring, or a file that is no ring, is
-/// never touched (the core's rule).
+/// action in Python runs no clean-up) and `replace_stale=False` was given. A ring
+/// whose consumer is gone is otherwise removed and made again; a live ring, or a
+/// file that is no ring, is never touched (the core's rule).
 pub fn open(py: Python<'_>, a: Address) -> PyResult<Arc<Segment>> {
     let name = a.describe();
     let occupant = match py.detach(|| a.open()) {
@@ -63,8 +63,8 @@ pub fn open(py: Python<'_>, a: Address) -> PyResult<Arc<Segment>> {
         Occupant::Stale => format!(
             "ring {name:?} already exists but its consumer is gone: the process that made \
              it ended without closing it (killed by SIGKILL, or by SIGTERM, which runs no \
-             clean-up unless the program handles it). Pass replace_stale=True to replace \
-             it, or remove it with `shmring rm {name}`"
+             clean-up unless the program handles it); it was kept because of \
+             replace_stale=False (without it, it is replaced), or remove it with `shmring rm {name}`"
         ),
         Occupant::Foreign(e) => format!(
             "ring {name:?} already exists and is not a ring this library can use ({e}); it \

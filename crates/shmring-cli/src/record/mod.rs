@@ -133,12 +133,12 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
     let src = source::open(&a, &cfg)?;
     let seg = src.seg.clone();
     rec.set_liveness(move |slot| seg.producer_alive(slot));
-    let consumer = source::consumer(&a, &src.seg, &stop)?;
+    let mut reader = source::reader(&a, &src.seg, &stop)?;
     // Held for the whole run: another recorder on the same directory leaves its
     // files alone, and this one finishes those a killed recorder left (before it
     // says it is ready: no record is read before).
     let _writing = claim_output(&a.out, &mut rec);
-    source::announce(&src, &consumer, a.ready_file.as_deref())?;
+    source::announce(&src, &reader, a.ready_file.as_deref())?;
 
     let mut watch = Watch::new(a.progress);
     let deadline = a
@@ -146,25 +146,31 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
         .map(|s| watch.start() + Duration::from_secs_f64(s.max(0.0)));
     let mut read = Read::default();
     let mut end = receive::receive(
-        &src, &consumer, &mut rec, &mut watch, &mut read, &stop, deadline,
+        &src,
+        &mut reader,
+        &mut rec,
+        &mut watch,
+        &mut read,
+        &stop,
+        deadline,
     );
     if end.write_error.is_none() && end.ring_error.is_none() {
-        let line = watch.line(&consumer);
-        end.write_error = receive::drain(&src, &consumer, line, &mut rec, &mut read).err();
+        let line = watch.line(&reader);
+        end.write_error = receive::drain(&src, &mut reader, line, &mut rec, &mut read).err();
     }
     let elapsed = watch.finish();
     let summary = rec.finish(end.write_error.as_ref());
-    watch.report_health(&src.seg, &consumer);
+    watch.report_health(&src.seg, &reader);
     let totals = Totals {
         elapsed,
         read,
-        consumer_resets: consumer.resets(),
+        consumer_resets: reader.counts().map_or(0, |c| c.resets),
         st: src.seg.stats(),
-        line: watch.line(&consumer),
+        line: watch.line(&reader),
         peak: watch.peak,
         owner_gone: end.owner_gone,
     };
-    drop(consumer);
+    drop(reader);
     summary::report(&src, &summary, &totals);
     src.close();
     if let Some(w) = end.write_error {

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use shmring::{Consumer, Health, Segment, TetherInfo};
+use shmring::{Health, Reader, Segment, TetherInfo};
 use shmring_host::status::{Look, StatusLine};
 
 use super::source::Source;
@@ -61,8 +61,8 @@ impl Watch {
     }
 
     /// Reports changes in the ring's health and samples this process's memory.
-    pub fn sample(&mut self, seg: &Segment, consumer: &Consumer) {
-        report_health(seg, consumer, &mut self.seen);
+    pub fn sample(&mut self, seg: &Segment, reader: &Reader) {
+        report_health(seg, reader, &mut self.seen);
         self.sample_memory();
     }
 
@@ -72,19 +72,17 @@ impl Watch {
 
     /// A tethered recorder's line as the ring lists it (once the line is gone, as
     /// last seen); `None` for the ring's consumer.
-    pub fn line(&mut self, consumer: &Consumer) -> Option<TetherInfo> {
-        if consumer.is_tethered() {
-            self.line_seen = consumer.tether_info().or(self.line_seen);
-        }
+    pub fn line(&mut self, reader: &Reader) -> Option<TetherInfo> {
+        self.line_seen = reader.tether_info().or(self.line_seen);
         self.line_seen
     }
 
     /// Shows the progress: the status line, or a `{"progress":..}` line.
-    pub fn show(&mut self, src: &Source, consumer: &Consumer, rec: &Recorder, read: Read) {
-        let line = self.line(consumer);
+    pub fn show(&mut self, src: &Source, reader: &Reader, rec: &Recorder, read: Read) {
+        let line = self.line(reader);
         if let Some(s) = &mut self.status {
             let st = src.seg.stats();
-            let resets = match consumer.resets() {
+            let resets = match reader.counts().map_or(0, |c| c.resets) {
                 0 => String::new(),
                 n => format!("  resets {n}"),
             };
@@ -131,16 +129,16 @@ impl Watch {
     }
 
     /// Reports what changed in the ring's health since the last tick.
-    pub fn report_health(&mut self, seg: &Segment, consumer: &Consumer) {
-        report_health(seg, consumer, &mut self.seen);
+    pub fn report_health(&mut self, seg: &Segment, reader: &Reader) {
+        report_health(seg, reader, &mut self.seen);
     }
 }
 
 /// Says on stderr what changed in the ring's health since `seen`: resets (a peer
 /// wrote something no honest producer writes; the consumer reset the ring and
 /// recording went on) and claims held open past the overtake limit.
-fn report_health(seg: &Segment, consumer: &Consumer, seen: &mut Health) {
-    let h = consumer.health();
+fn report_health(seg: &Segment, reader: &Reader, seen: &mut Health) {
+    let Some(h) = reader.health() else { return };
     if h.resets != seen.resets {
         eprintln!(
             "shmring record: ring {}: corruption detected ({}); the ring was reset and recording goes on ({} resets)",

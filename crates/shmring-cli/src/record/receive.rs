@@ -1,10 +1,11 @@
 //! The frame path: reads records from the ring into the recorder until the run
-//! stops. Each frame is read in place; nothing here allocates per record.
+//! stops. Each frame is read in place (the recorder reads as the ring's consumer or
+//! a tethered one); nothing here allocates per record.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use shmring::Consumer;
+use shmring::{Reader, ReaderKind};
 
 use super::progress::Watch;
 use super::source::Source;
@@ -24,7 +25,7 @@ pub(super) struct Ending {
 /// end of the ring's consumer; shows progress every tick of `watch`.
 pub(super) fn receive(
     src: &Source,
-    consumer: &Consumer,
+    reader: &mut Reader,
     rec: &mut Recorder,
     watch: &mut Watch,
     read: &mut Read,
@@ -32,15 +33,19 @@ pub(super) fn receive(
     deadline: Option<Instant>,
 ) -> Ending {
     let wait = Some(Duration::from_millis(100));
+    // What a copying reader would fill; a consumer's frames stay in the ring.
+    let mut buf = Vec::new();
     loop {
         if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
             return Ending::default();
         }
-        match consumer.next_timeout(wait) {
+        match reader.next_into(&mut buf, wait) {
             Ok(Some(f)) => {
                 read.add(f.len());
                 // The frame is read in place and released when it goes out of scope.
-                if let Err(e) = rec.process(f.meta(), src.seg.committed_by(f.seq()), f.payload()) {
+                if let Err(e) =
+                    rec.process(f.meta(), src.seg.committed_by(f.seq()), f.payload(&buf))
+                {
                     return Ending {
                         write_error: Some(e),
                         ..Ending::default()
@@ -60,16 +65,16 @@ pub(super) fn receive(
         }
         if watch.due() {
             rec.poll();
-            watch.sample(&src.seg, consumer);
+            watch.sample(&src.seg, reader);
             // A tethered recorder ends with the ring's consumer: no producer can
             // write to a ring without one.
-            if consumer.is_tethered() && !src.seg.consumer_alive() {
+            if reader.kind() == ReaderKind::Tethered && !src.seg.consumer_alive() {
                 return Ending {
                     owner_gone: true,
                     ..Ending::default()
                 };
             }
-            watch.show(src, consumer, rec, *read);
+            watch.show(src, reader, rec, *read);
         }
     }
 }
@@ -78,7 +83,7 @@ pub(super) fn receive(
 /// cannot keep us here). `line`: the tethered recorder's line, if tethered.
 pub(super) fn drain(
     src: &Source,
-    consumer: &Consumer,
+    reader: &mut Reader,
     line: Option<shmring::TetherInfo>,
     rec: &mut Recorder,
     read: &mut Read,
@@ -87,12 +92,13 @@ pub(super) fn drain(
         Some(line) => line.lag_records,
         None => src.seg.stats().records_in_flight,
     } + 16;
+    let mut buf = Vec::new();
     while left > 0 {
         left -= 1;
-        match consumer.try_next() {
+        match reader.next_into(&mut buf, Some(Duration::ZERO)) {
             Ok(Some(f)) => {
                 read.add(f.len());
-                rec.process(f.meta(), src.seg.committed_by(f.seq()), f.payload())?;
+                rec.process(f.meta(), src.seg.committed_by(f.seq()), f.payload(&buf))?;
             }
             Ok(None) => break,
             Err(_) => break,

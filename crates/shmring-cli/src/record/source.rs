@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use shmring::handoff::{ListenerThread, DEFAULT_CONNECT_TIMEOUT};
-use shmring::{Address, Config, Consumer, ConsumerOptions, Listener, Occupant, Segment};
+use shmring::{
+    Address, Config, Consumer, ConsumerOptions, Listener, Occupant, Reader, ReaderKind, Segment,
+};
 
 use super::emit;
 use crate::cli::RecordArgs;
@@ -64,7 +66,7 @@ pub(super) fn open(a: &RecordArgs, cfg: &Config) -> Result<Source, CmdError> {
             })
         }
         (Some(name), None, None) => Ok(Source {
-            seg: create_named(name, cfg, a.replace_stale)?,
+            seg: create_named(name, cfg, !a.refuse_stale)?,
             label: name.clone(),
             listener: None,
         }),
@@ -76,8 +78,8 @@ pub(super) fn open(a: &RecordArgs, cfg: &Config) -> Result<Source, CmdError> {
 }
 
 /// Creates the named ring `name` (the core decides what a ring of that name left
-/// behind is); one left by a process that is gone is replaced when
-/// `replace_stale`.
+/// behind is); one left by a process that is gone is replaced unless
+/// `--refuse-stale` (`replace_stale` false).
 fn create_named(name: &str, cfg: &Config, replace_stale: bool) -> Result<Arc<Segment>, CmdError> {
     let create = Address::Create {
         name: name.into(),
@@ -100,9 +102,9 @@ fn create_named(name: &str, cfg: &Config, replace_stale: bool) -> Result<Arc<Seg
                      uses it)"
                 ),
                 Occupant::Stale => format!(
-                    "ring {name:?} already exists but its owner is gone (no live consumer: the \
-                     process that created it was killed, or has not attached yet): remove it \
-                     with `shmring rm {name}`, or pass --replace-stale"
+                    "ring {name:?} already exists but its consumer is gone (the process that \
+                     created it was killed, or has not attached yet) and --refuse-stale keeps \
+                     it: remove it with `shmring rm {name}`, or leave --refuse-stale out"
                 ),
                 Occupant::Foreign(e) => format!(
                     "ring {name:?} already exists ({}/{}): {e}; it was not made by shmring, so \
@@ -119,11 +121,11 @@ fn create_named(name: &str, cfg: &Config, replace_stale: bool) -> Result<Arc<Seg
 }
 
 /// The ring's consumer, or with `--tethered` a consumer beside it.
-pub(super) fn consumer(
+pub(super) fn reader(
     a: &RecordArgs,
     seg: &Arc<Segment>,
     stop: &AtomicBool,
-) -> Result<Consumer, CmdError> {
+) -> Result<Reader, CmdError> {
     let opts = ConsumerOptions {
         overtake_after: (a.overtake_after_ms > 0)
             .then(|| Duration::from_millis(a.overtake_after_ms)),
@@ -131,8 +133,8 @@ pub(super) fn consumer(
         ..Default::default()
     };
     match &a.tethered {
-        Some(name) => tethered(seg, name, opts, stop),
-        None => Consumer::with_options(seg.clone(), opts)
+        Some(name) => tethered(seg, name, opts, stop).map(Reader::from),
+        None => Reader::consume(seg.clone(), ReaderKind::Consumer, opts)
             .map_err(|e| fail(1, format!("ring {}: {e}", seg.name()))),
     }
 }
@@ -188,14 +190,14 @@ fn tethered(
 /// `ready_file` (written whole: to a temporary name, then renamed).
 pub(super) fn announce(
     src: &Source,
-    consumer: &Consumer,
+    reader: &Reader,
     ready_file: Option<&Path>,
 ) -> Result<(), CmdError> {
     let geo = *src.seg.geometry();
     emit(
         json!({"ready": {"ring": src.label, "capacity": geo.capacity,
         "max_record": geo.max_record, "pid": std::process::id(),
-        "tethered": consumer.is_tethered()}}),
+        "tethered": reader.kind() == ReaderKind::Tethered}}),
     );
     if let Some(p) = ready_file {
         let mut tmp = p.as_os_str().to_owned();

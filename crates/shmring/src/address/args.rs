@@ -86,9 +86,10 @@ pub struct AddressArgs {
     pub fds: Option<Vec<RawFd>>,
     pub create: bool,
     pub memfd: bool,
-    /// With `create`: replace a ring of that name whose consumer is gone (see
-    /// [`Address::Create`]).
-    pub replace_stale: bool,
+    /// With `create`: whether a ring of that name whose consumer is gone is
+    /// replaced (unset: it is, as every `create` does; `Some(false)`: it is an
+    /// error, [`Error::Exists`]) (see [`Address::Create`]).
+    pub replace_stale: Option<bool>,
     pub capacity: Option<u64>,
     pub max_record: Option<u64>,
     pub log_entries: Option<u32>,
@@ -115,7 +116,7 @@ impl AddressArgs {
                 || self.eventfd_fd.is_some()
                 || self.create
                 || self.memfd
-                || self.replace_stale
+                || self.replace_stale.is_some()
                 || sized
             {
                 return bad(format!(
@@ -133,10 +134,10 @@ impl AddressArgs {
             }
             return Ok(());
         }
-        if !self.create && (self.memfd || self.replace_stale || sized) {
+        if !self.create && (self.memfd || self.replace_stale.is_some() || sized) {
             let what = if self.memfd {
                 n.memfd
-            } else if self.replace_stale {
+            } else if self.replace_stale.is_some() {
                 n.replace_stale
             } else {
                 n.sizes
@@ -230,7 +231,7 @@ impl AddressArgs {
                 (false, name) => Address::Create {
                     name: name.unwrap_or_default(),
                     config,
-                    replace_stale: self.replace_stale,
+                    replace_stale: self.replace_stale.unwrap_or(true),
                 },
             });
         }
@@ -311,9 +312,21 @@ mod tests {
             Address::Create {
                 name: "cam0".into(),
                 config: config.clone(),
-                replace_stale: false
+                replace_stale: true
             }
         );
+        let a = AddressArgs {
+            create: true,
+            replace_stale: Some(false),
+            ..named("cam0")
+        };
+        assert!(matches!(
+            address(a, p).unwrap(),
+            Address::Create {
+                replace_stale: false,
+                ..
+            }
+        ));
         let a = AddressArgs {
             create: true,
             memfd: true,
@@ -421,7 +434,7 @@ mod tests {
                 ),
                 (
                     AddressArgs {
-                        replace_stale: true,
+                        replace_stale: Some(false),
                         ..named("y")
                     },
                     format!("{} goes with {create_}", names.replace_stale),

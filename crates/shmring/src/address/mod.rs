@@ -91,9 +91,10 @@ pub enum Address {
     /// ([`Segment::connect`]), observers a read-only one ([`Segment::observe`]).
     Socket(PathBuf),
     /// Create the named ring `/dev/shm/NAME`. One of that name whose consumer is
-    /// gone (its process was killed or crashed) is replaced when `replace_stale`;
-    /// one whose consumer is alive, or a file that is no ring, is never touched:
-    /// [`Error::Exists`] says which ([`Occupant`]).
+    /// gone (its process was killed or crashed) is replaced when `replace_stale`,
+    /// which is what "create" means in every binding and element unless told
+    /// otherwise (text `stale=refuse`); one whose consumer is alive, or a file that
+    /// is no ring, is never touched: [`Error::Exists`] says which ([`Occupant`]).
     Create {
         name: String,
         config: Config,
