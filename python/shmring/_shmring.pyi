@@ -171,7 +171,7 @@ class Consumer(_Closable):
         spin: int | None = None,
         overtake_after: float | None = None,
         manual_reset: bool = False,
-        role: Literal["owner", "tethered"] = "owner",
+        role: Literal["consumer", "tethered"] = "consumer",
         tether_stall_limit: float | None = None,
         latency_budget: float | None = None,
         claim_timeout: float | None = None,

@@ -139,13 +139,15 @@ def test_stuck_tethered_consumer_is_detached(ring_name: str) -> None:
 def test_tethered_consumer_misuse(ring_name: str) -> None:
     with pytest.raises(shmring.ConfigError, match="role"):
         shmring.Consumer(ring_name, create=True, role="reader")
+    with pytest.raises(shmring.ConfigError, match="shmring.Tap"):
+        shmring.Consumer(ring_name, role="tap")
     with pytest.raises(shmring.ConfigError, match="tethered"):
         shmring.Consumer(ring_name, create=True, role="tethered")
     ring = shmring.Consumer(ring_name, create=True, capacity=1 << 16, persist=True)
     ring.close()
     with pytest.raises(shmring.NoConsumer):
         shmring.Consumer(ring_name, role="tethered")
-    owner = shmring.Consumer(ring_name)
+    owner = shmring.Consumer(ring_name, role="consumer")
     tc = shmring.Consumer(ring_name, role="tethered")
     with pytest.raises(shmring.ConfigError, match="tethered"):
         tc.arm()

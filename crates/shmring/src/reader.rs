@@ -53,6 +53,31 @@ impl ReaderKind {
     pub const fn in_place(self) -> bool {
         !matches!(self, ReaderKind::Tap)
     }
+
+    /// May this kind open `address`? Only the ring's consumer may create the ring
+    /// it reads; a tethered consumer and a tap read one that exists
+    /// ([`Error::Config`] otherwise).
+    ///
+    /// ```
+    /// use shmring::{Address, Config, ReaderKind};
+    /// let new = Address::create("cam0", Config::default());
+    /// assert!(ReaderKind::Consumer.may_open(&new).is_ok());
+    /// let e = ReaderKind::Tethered.may_open(&new).unwrap_err().to_string();
+    /// assert!(e.contains("reads a ring that exists"), "{e}");
+    /// ```
+    pub fn may_open(self, address: &Address) -> Result<()> {
+        if address.creates() && self != ReaderKind::Consumer {
+            return Err(Error::Config(format!(
+                "ring address {address}: a new ring is read by its own consumer; a {} \
+                 reads a ring that exists (another element or process consumes it)",
+                match self {
+                    ReaderKind::Tethered => "tethered consumer",
+                    _ => "tap",
+                }
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl fmt::Display for ReaderKind {
@@ -194,16 +219,7 @@ impl Reader {
     /// may create the ring it reads; a tethered consumer and a tap read one that
     /// exists ([`Error::Config`] otherwise).
     pub fn open(address: Address, opts: ReaderOptions) -> Result<Reader> {
-        if address.creates() && opts.kind != ReaderKind::Consumer {
-            return Err(Error::Config(format!(
-                "ring address {address}: a new ring is read by its own consumer; a {} \
-                 reads a ring that exists (another element or process consumes it)",
-                match opts.kind {
-                    ReaderKind::Tethered => "tethered consumer",
-                    _ => "tap",
-                }
-            )));
-        }
+        opts.kind.may_open(&address)?;
         match opts.kind {
             ReaderKind::Tap => Ok(Reader::from(Tap::new(address.open_read_only()?, opts.tap))),
             kind => Reader::consume(address.open()?, kind, opts.consumer),
@@ -320,6 +336,14 @@ impl Reader {
     /// The consumer inside, for what only a consumer does (`None` for a tap).
     pub fn consumer(&self) -> Option<&SharedConsumer> {
         match &self.flavor {
+            Flavor::Consumer(c) => Some(c),
+            Flavor::Tap(_) => None,
+        }
+    }
+
+    /// The consumer inside, for a binding that keeps it (`None` for a tap).
+    pub fn into_consumer(self) -> Option<SharedConsumer> {
+        match self.flavor {
             Flavor::Consumer(c) => Some(c),
             Flavor::Tap(_) => None,
         }

@@ -29,8 +29,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 use shmring::media::{kind, EndOfStream, MediaHeader, MediaRecord};
 use shmring::{
-    Address, AddressArgs, ArgNames, Consumer, ConsumerSettings, Meta, Occupant, Segment, Setting,
-    SharedConsumer, SharedFrame, Snapshot,
+    Address, AddressArgs, ArgNames, Consumer, ConsumerSettings, Meta, Occupant, Reader, ReaderKind,
+    Segment, Setting, SharedConsumer, SharedFrame, Snapshot,
 };
 
 use crate::args::{each, opt, Fd, Int};
@@ -58,7 +58,7 @@ pub fn step_until(deadline: Option<Instant>) -> Duration {
 /// Consumer(name=None, *, create=False, capacity=None, max_record=None,
 ///          log_entries=None, max_producers=None, eventfd=False, memfd=False,
 ///          persist=False, fd=None, eventfd_fd=None, fds=None, liveness_interval=None,
-///          spin=None, overtake_after=None, manual_reset=False, role="owner",
+///          spin=None, overtake_after=None, manual_reset=False, role="consumer",
 ///          tether_stall_limit=None, latency_budget=None, claim_timeout=None,
 ///          kind=None, stream=None, replace_stale=None, address=None)
 ///
@@ -247,7 +247,7 @@ impl PyConsumer {
     #[pyo3(signature = (name=None, *, create=false, capacity=None, max_record=None,
         log_entries=None, max_producers=None, eventfd=false, memfd=false, persist=false,
         fd=None, eventfd_fd=None, fds=None, liveness_interval=None, spin=None,
-        overtake_after=None, manual_reset=false, role="owner", tether_stall_limit=None,
+        overtake_after=None, manual_reset=false, role="consumer", tether_stall_limit=None,
         latency_budget=None, claim_timeout=None, kind=None, stream=None,
         replace_stale=None, address=None))]
     #[allow(clippy::too_many_arguments)]
@@ -300,14 +300,19 @@ impl PyConsumer {
         let max_record = opt::<u64>(max_record, "max_record")?;
         let log_entries = opt::<u32>(log_entries, "log_entries")?;
         let max_producers = opt::<u32>(max_producers, "max_producers")?;
-        let tethered = match role {
-            "owner" => false,
-            "tethered" => true,
-            _ => {
-                return Err(ConfigError::new_err(format!(
-                    "role must be \"owner\" or \"tethered\", got {role:?}"
-                )))
+        // The core's reader kinds; a tap is a class of its own (`Tap`: copies,
+        // not frames in place).
+        let kind = match role
+            .parse::<ReaderKind>()
+            .map_err(|e| ConfigError::new_err(format!("role: {e}")))?
+        {
+            ReaderKind::Tap => {
+                return Err(ConfigError::new_err(
+                    "role=\"tap\": a tap is shmring.Tap (it copies records, holding nothing); \
+                     a Consumer's role is \"consumer\" or \"tethered\"",
+                ))
             }
+            kind => kind,
         };
         let args = AddressArgs {
             create,
@@ -323,11 +328,7 @@ impl PyConsumer {
         // SAFETY: the package documents that the descriptors given (fd=, fds=,
         // eventfd_fd=, an fd: address) are handed over.
         let a = unsafe { args.address(&ArgNames::PYTHON) }.py_err()?;
-        if tethered && a.creates() {
-            return Err(ConfigError::new_err(
-                "a tethered consumer attaches to an existing ring: give a name or fd=, not create=True",
-            ));
-        }
+        kind.may_open(&a).py_err()?;
         // Whether this call creates a named ring (its name is removed at close).
         let creates_named = matches!(a, Address::Create { .. });
         let seg = open(py, a)?;
@@ -338,14 +339,11 @@ impl PyConsumer {
             }
             seg.persist();
         }
-        let c = if tethered {
-            Consumer::tethered(seg, opts)
-        } else {
-            Consumer::with_options(seg, opts)
-        }
-        .py_err()?;
+        let reader = Reader::consume(seg, kind, opts).py_err()?;
         Ok(PyConsumer {
-            shared: SharedConsumer::new(c),
+            shared: reader
+                .into_consumer()
+                .ok_or_else(|| ConfigError::new_err("a Consumer reads in place"))?,
             resets_logged: AtomicU64::new(0),
             created,
         })
