@@ -56,6 +56,7 @@ func TestNegativeDurationsAreRefused(t *testing.T) {
 		},
 		func(o *ConsumerOptions) string { o.ClaimTimeout = -time.Second; return "ConsumerOptions.ClaimTimeout" },
 		func(o *ConsumerOptions) string { o.LatencyBudget = -1; return "ConsumerOptions.LatencyBudget" },
+		func(o *ConsumerOptions) string { o.MaxAge = -1; return "ConsumerOptions.MaxAge" },
 	} {
 		o := DefaultConsumerOptions()
 		name := set(&o)

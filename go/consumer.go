@@ -21,7 +21,7 @@ import (
 // ConsumerOptions tune a consumer: the core's options, by the names every
 // binding uses. Start from DefaultConsumerOptions (the library's defaults). A
 // zero duration is the library's default too; Never turns off what is optional
-// (overtaking, the latency budget, the claim timeout).
+// (overtaking, the latency budget, the claim timeout, the age limit).
 type ConsumerOptions struct {
 	// How often a pending claim's producer is checked for liveness.
 	LivenessInterval time.Duration
@@ -43,6 +43,10 @@ type ConsumerOptions struct {
 	// whoever holds it (Never: wait for live producers for ever, trusted producers
 	// only).
 	ClaimTimeout time.Duration
+	// Release unread (counted in "records_filtered") a record older than this,
+	// by its timestamp on CLOCK_MONOTONIC, when the consumer reaches it: a live
+	// viewer that fell behind skips to fresh records (default: off).
+	MaxAge time.Duration
 	// Which records the consumer is handed (the zero value: every record).
 	Filter Filter
 }
@@ -86,6 +90,7 @@ func DefaultConsumerOptions() ConsumerOptions {
 		TetherStallLimit: optionDuration(o.tether_stall_limit_ns),
 		LatencyBudget:    optionDuration(o.latency_budget_ns),
 		ClaimTimeout:     optionDuration(o.claim_timeout_ns),
+		MaxAge:           optionDuration(o.max_age_ns),
 	}
 }
 
@@ -121,6 +126,7 @@ func (o *ConsumerOptions) toC() (*C.shmring_consumer_options, error) {
 		{"TetherStallLimit", o.TetherStallLimit},
 		{"LatencyBudget", o.LatencyBudget},
 		{"ClaimTimeout", o.ClaimTimeout},
+		{"MaxAge", o.MaxAge},
 	} {
 		if err := durationArg("ConsumerOptions."+d.name, d.d); err != nil {
 			return nil, err
@@ -135,6 +141,7 @@ func (o *ConsumerOptions) toC() (*C.shmring_consumer_options, error) {
 		tether_stall_limit_ns: optionNs(o.TetherStallLimit),
 		latency_budget_ns:     optionNs(o.LatencyBudget),
 		claim_timeout_ns:      optionNs(o.ClaimTimeout),
+		max_age_ns:            optionNs(o.MaxAge),
 		filter:                fields,
 		kind:                  kind,
 		stream:                stream,

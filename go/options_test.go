@@ -14,7 +14,7 @@ func TestConsumerOptionsAreTheLibrarys(t *testing.T) {
 		d.Spin == 0 {
 		t.Fatalf("defaults %+v", d)
 	}
-	if d.LatencyBudget != 0 || d.ManualReset {
+	if d.LatencyBudget != 0 || d.MaxAge != 0 || d.ManualReset {
 		t.Fatalf("off by default: %+v", d)
 	}
 	s := memfdRing(t, 1<<20, false)

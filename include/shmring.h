@@ -254,8 +254,8 @@ typedef struct shmring_tap shmring_tap;
 // Consumer tuning, the core's `ConsumerOptions` (the same names in every
 // binding). Initialise with shmring_consumer_options_init(). In every `*_ns`
 // field, 0 means the library's default, and SHMRING_NEVER turns off what is
-// optional (overtaking, the latency budget, the claim timeout; the other two
-// cannot be never).
+// optional (overtaking, the latency budget, the claim timeout, the age limit;
+// the other two cannot be never).
 typedef struct shmring_consumer_options {
   // How often a pending claim's producer is checked for liveness (default 50 ms).
   uint64_t liveness_interval_ns;
@@ -284,6 +284,12 @@ typedef struct shmring_consumer_options {
   // `ConsumerOptions::claim_timeout`). SHMRING_NEVER: wait for live producers for
   // ever (trusted producers only).
   uint64_t claim_timeout_ns;
+  // Release unread (counted in `records_filtered`) a record older than this
+  // when the consumer reaches it, by its timestamp on CLOCK_MONOTONIC
+  // (shmring_now_ns()), so a live viewer that fell behind skips to fresh
+  // records (default: off, every record; see the core's
+  // `ConsumerOptions::max_age`).
+  uint64_t max_age_ns;
   // Which fields filter the records handed out: 0 (the default, as in a zeroed
   // struct) takes every record; SHMRING_FILTER_KIND, SHMRING_FILTER_STREAM or
   // both (`|`) take only records of `kind` and/or `stream`. Records a filter

@@ -153,6 +153,8 @@ export interface ConsumerInit {
   latencyBudgetMs?: number;
   /** Take back a reservation still open this long (Infinity: never, trusted producers). */
   claimTimeoutMs?: number;
+  /** Release unread (counted in `records_filtered`) a record older than this, by its timestamp (absent: every record): a live viewer that fell behind skips to fresh ones. */
+  maxAgeMs?: number;
   /**
    * The consumer's filter: only records of this kind / of this stream (absent: any).
    * The others are released at once, unread (their space returns to producers), and

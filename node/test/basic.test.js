@@ -270,6 +270,21 @@ test("a consumer's filter releases other streams' records unread", (t) => {
   p.close();
 });
 
+test('maxAgeMs releases records older than the limit unread', (t) => {
+  const c = ring({ capacity: 1 << 16, maxAgeMs: 10000 });
+  t.after(() => c.close());
+  const p = Producer.forConsumer(c);
+  p.send(Buffer.from('old'), { timestampNs: 1n });
+  p.send(Buffer.from('fresh'));
+  const f = c.tryNext();
+  assert.equal(Buffer.from(f.data).toString(), 'fresh');
+  f.release();
+  assert.equal(c.tryNext(), null);
+  assert.equal(c.stats().records_filtered, 1);
+  assert.throws(() => ring({ maxAgeMs: -1 }), { code: 'SHMRING_CONFIG', message: /maxAgeMs must be/ });
+  p.close();
+});
+
 test('a producer whose consumer is gone gets SHMRING_NO_CONSUMER when the ring stays full', (t) => {
   const c = ring();
   const p = Producer.forConsumer(c, { onFull: 'block', timeoutMs: 20 });

@@ -175,6 +175,7 @@ class Consumer(_Closable):
         tether_stall_limit: float | None = None,
         latency_budget: float | None = None,
         claim_timeout: float | None = None,
+        max_age: float | None = None,
         kind: int | None = None,
         stream: int | None = None,
         replace_stale: bool | None = None,

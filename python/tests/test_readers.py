@@ -325,3 +325,18 @@ def test_tap_misuse(ring_name: str) -> None:
     with pytest.raises(shmring.Unsealed):
         shmring.Tap(fd=fd)
     owner.close()
+
+
+def test_max_age_releases_older_records_unread(ring_name: str) -> None:
+    c = shmring.Consumer(ring_name, create=True, capacity=1 << 16, max_age=10.0)
+    p = shmring.Producer(ring=c)
+    p.send(b"old", timestamp=1)
+    p.send(b"fresh")
+    f = c.next(timeout=1.0)
+    assert f is not None and f.tobytes() == b"fresh"
+    f.release()
+    assert c.try_next() is None
+    assert c.stats()["records_filtered"] == 1
+    with pytest.raises(shmring.ConfigError, match="max_age"):
+        shmring.Consumer(ring_name, max_age=-1.0)
+    c.close()

@@ -30,8 +30,8 @@ pub struct shmring_frame {
 /// Consumer tuning, the core's `ConsumerOptions` (the same names in every
 /// binding). Initialise with shmring_consumer_options_init(). In every `*_ns`
 /// field, 0 means the library's default, and SHMRING_NEVER turns off what is
-/// optional (overtaking, the latency budget, the claim timeout; the other two
-/// cannot be never).
+/// optional (overtaking, the latency budget, the claim timeout, the age limit;
+/// the other two cannot be never).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct shmring_consumer_options {
@@ -62,6 +62,12 @@ pub struct shmring_consumer_options {
     /// `ConsumerOptions::claim_timeout`). SHMRING_NEVER: wait for live producers for
     /// ever (trusted producers only).
     pub claim_timeout_ns: u64,
+    /// Release unread (counted in `records_filtered`) a record older than this
+    /// when the consumer reaches it, by its timestamp on CLOCK_MONOTONIC
+    /// (shmring_now_ns()), so a live viewer that fell behind skips to fresh
+    /// records (default: off, every record; see the core's
+    /// `ConsumerOptions::max_age`).
+    pub max_age_ns: u64,
     /// Which fields filter the records handed out: 0 (the default, as in a zeroed
     /// struct) takes every record; SHMRING_FILTER_KIND, SHMRING_FILTER_STREAM or
     /// both (`|`) take only records of `kind` and/or `stream`. Records a filter
@@ -139,6 +145,7 @@ pub unsafe extern "C" fn shmring_consumer_options_init(
             // An option off by default is 0 (the default); one on by default, its
             // duration.
             claim_timeout_ns: d.claim_timeout.map_or(0, |t| t.as_nanos() as u64),
+            max_age_ns: d.max_age.map_or(0, |t| t.as_nanos() as u64),
             filter: d.filter.kind.map_or(0, |_| SHMRING_FILTER_KIND)
                 | d.filter.stream.map_or(0, |_| SHMRING_FILTER_STREAM),
             kind: d.filter.kind.unwrap_or(0),
@@ -171,6 +178,7 @@ fn core_options(opts: *const shmring_consumer_options) -> Res<ConsumerOptions> {
         tether_stall_limit: Setting::from_nanos(o.tether_stall_limit_ns),
         latency_budget: Setting::from_nanos(o.latency_budget_ns),
         claim_timeout: Setting::from_nanos(o.claim_timeout_ns),
+        max_age: Setting::from_nanos(o.max_age_ns),
         kind: (o.filter & SHMRING_FILTER_KIND != 0).then_some(o.kind),
         stream: (o.filter & SHMRING_FILTER_STREAM != 0).then_some(o.stream),
     }

@@ -89,6 +89,31 @@ pub struct ConsumerOptions {
     /// per claim. `None`: wait for live producers for ever (trusted producers
     /// only).
     pub claim_timeout: Option<Duration>,
+    /// Release unread, as the filter does, a record older than this when the
+    /// consumer reaches it (its age: now on CLOCK_MONOTONIC less the record's
+    /// timestamp, which every binding and element stamps on that clock), and
+    /// count it in `filtered`: a live viewer that fell behind skips to fresh
+    /// records instead of working through a backlog. `None` (the default): every
+    /// record, however old. A timestamp ahead of now is age 0.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use shmring::{Address, Config, Consumer, ConsumerOptions, Meta};
+    /// let seg = Address::Memfd { label: "doc-max-age".into(), config: Config::with_capacity(1 << 16) }.open()?;
+    /// let c = Consumer::with_options(seg.clone(), ConsumerOptions {
+    ///     max_age: Some(Duration::from_millis(100)),
+    ///     ..Default::default()
+    /// })?;
+    /// let mut p = seg.producer()?;
+    /// let mut old = Meta::new(0, 0);
+    /// old.timestamp_ns -= 1_000_000_000; // captured a second ago
+    /// p.send(b"stale", old)?;
+    /// p.send(b"fresh", Meta::new(0, 0))?;
+    /// assert_eq!(c.try_next()?.unwrap().payload(), b"fresh");
+    /// assert_eq!(seg.stats().records_filtered, 1);
+    /// # Ok::<(), shmring::Error>(())
+    /// ```
+    pub max_age: Option<Duration>,
     /// Which records to hand out, by kind and stream (the default: all; the same
     /// rule as a tap's, [`crate::TapOptions::filter`]). A record the filter refuses
     /// is released at once, unread: its space returns to producers as if it had
@@ -123,6 +148,7 @@ impl Default for ConsumerOptions {
             tether_stall_limit: Duration::from_millis(500),
             latency_budget: None,
             claim_timeout: Some(Duration::from_millis(500)),
+            max_age: None,
             filter: Filter::ANY,
         }
     }
@@ -206,6 +232,7 @@ impl Setting {
 /// | `tether_stall_limit` | `tether_stall_limit_ns` | `tether_stall_limit` (s) | `tetherStallLimitMs` | `TetherStallLimit` |
 /// | `latency_budget` | `latency_budget_ns` | `latency_budget` (s) | `latencyBudgetMs` | `LatencyBudget` |
 /// | `claim_timeout` | `claim_timeout_ns` | `claim_timeout` (s) | `claimTimeoutMs` | `ClaimTimeout` |
+/// | `max_age` | `max_age_ns` | `max_age` (s) | `maxAgeMs` | `MaxAge` |
 /// | `filter.kind` | `kind` with `filter` bit `SHMRING_FILTER_KIND` | `kind` | `kind` | `Filter.Kind` with `Filter.ByKind` |
 /// | `filter.stream` | `stream` with `filter` bit `SHMRING_FILTER_STREAM` | `stream` | `stream` | `Filter.Stream` with `Filter.ByStream` |
 ///
@@ -213,7 +240,8 @@ impl Setting {
 /// seconds, Node.js milliseconds, Go `time.Duration`). A duration that is absent,
 /// or 0, is the library's default ([`ConsumerOptions::default`]); never (C
 /// `SHMRING_NEVER`, Python `math.inf`, Node.js `Infinity`, Go `shmring.Never`)
-/// turns off what is optional: overtaking, the latency budget, the claim timeout.
+/// turns off what is optional: overtaking, the latency budget, the claim timeout,
+/// the age limit (off by default).
 /// `manual_reset` is `auto_reset` negated, so that its absent value is `false` in
 /// every binding; `spin` is a count, and 0 means "sleep at once". `kind` and
 /// `stream` are the filter's, by the names a tap's filter has in the binding:
@@ -229,6 +257,7 @@ pub struct ConsumerSettings {
     pub tether_stall_limit: Setting,
     pub latency_budget: Setting,
     pub claim_timeout: Setting,
+    pub max_age: Setting,
     /// None: any kind.
     pub kind: Option<u32>,
     /// None: any stream.
@@ -245,6 +274,7 @@ impl Default for ConsumerSettings {
             tether_stall_limit: Setting::Default,
             latency_budget: Setting::Default,
             claim_timeout: Setting::Default,
+            max_age: Setting::Default,
             kind: None,
             stream: None,
         }
@@ -277,7 +307,7 @@ impl ConsumerSettings {
     /// The options, in this order, with what each takes: the names the bindings
     /// take them by (in their own case, with their unit's suffix where the
     /// language has no duration type).
-    pub const OPTIONS: [(&'static str, SettingKind); 9] = [
+    pub const OPTIONS: [(&'static str, SettingKind); 10] = [
         ("liveness_interval", SettingKind::Duration),
         ("spin", SettingKind::Count),
         ("overtake_after", SettingKind::Duration),
@@ -285,13 +315,14 @@ impl ConsumerSettings {
         ("tether_stall_limit", SettingKind::Duration),
         ("latency_budget", SettingKind::Duration),
         ("claim_timeout", SettingKind::Duration),
+        ("max_age", SettingKind::Duration),
         ("kind", SettingKind::Count),
         ("stream", SettingKind::Count),
     ];
 
     /// The names of [`ConsumerSettings::OPTIONS`], in that order.
-    pub const NAMES: [&'static str; 9] = {
-        let mut names = [""; 9];
+    pub const NAMES: [&'static str; 10] = {
+        let mut names = [""; 10];
         let mut i = 0;
         while i < names.len() {
             names[i] = Self::OPTIONS[i].0;
@@ -323,6 +354,7 @@ impl ConsumerSettings {
             ("tether_stall_limit", Duration(d)) => self.tether_stall_limit = d,
             ("latency_budget", Duration(d)) => self.latency_budget = d,
             ("claim_timeout", Duration(d)) => self.claim_timeout = d,
+            ("max_age", Duration(d)) => self.max_age = d,
             ("kind", Count(n)) => self.kind = Some(n),
             ("stream", Count(n)) => self.stream = Some(n),
             (name, value) => {
@@ -371,6 +403,7 @@ impl ConsumerSettings {
                 .required(d.tether_stall_limit, "tether_stall_limit")?,
             latency_budget: self.latency_budget.optional(d.latency_budget),
             claim_timeout: self.claim_timeout.optional(d.claim_timeout),
+            max_age: self.max_age.optional(d.max_age),
             filter: Filter {
                 kind: self.kind,
                 stream: self.stream,
@@ -442,6 +475,7 @@ mod tests {
                 tether_stall_limit: seven,
                 latency_budget: seven,
                 claim_timeout: seven,
+                max_age: seven,
                 kind: Some(7),
                 stream: Some(7),
             }

@@ -59,7 +59,7 @@ pub fn step_until(deadline: Option<Instant>) -> Duration {
 ///          log_entries=None, max_producers=None, eventfd=False, memfd=False,
 ///          persist=False, fd=None, eventfd_fd=None, fds=None, liveness_interval=None,
 ///          spin=None, overtake_after=None, manual_reset=False, role="consumer",
-///          tether_stall_limit=None, latency_budget=None, claim_timeout=None,
+///          tether_stall_limit=None, latency_budget=None, claim_timeout=None, max_age=None,
 ///          kind=None, stream=None, replace_stale=None, address=None)
 ///
 /// Sizes and options left at None are the library's defaults (a 16 MiB ring, 64
@@ -101,6 +101,10 @@ pub fn step_until(deadline: Option<Instant>) -> Duration {
 /// * ``latency_budget=0.001`` lets a record wait up to that many seconds before
 ///   the consumer sees it: producers stop waking the consumer for each record,
 ///   and one wake-up serves every record that came meanwhile.
+/// * ``max_age`` (seconds; None: off) releases unread, counted in
+///   ``records_filtered``, a record older than that (by its timestamp on
+///   CLOCK_MONOTONIC) when the consumer reaches it: a live viewer that fell
+///   behind skips to fresh frames instead of working through a backlog.
 /// * ``claim_timeout`` (seconds; None: the library's default) takes back a
 ///   reservation still open that long after the consumer first saw it, whoever
 ///   holds it (a stuck producer, or a claim a peer made up in a live producer's
@@ -248,7 +252,7 @@ impl PyConsumer {
         log_entries=None, max_producers=None, eventfd=false, memfd=false, persist=false,
         fd=None, eventfd_fd=None, fds=None, liveness_interval=None, spin=None,
         overtake_after=None, manual_reset=false, role="consumer", tether_stall_limit=None,
-        latency_budget=None, claim_timeout=None, kind=None, stream=None,
+        latency_budget=None, claim_timeout=None, max_age=None, kind=None, stream=None,
         replace_stale=None, address=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -272,6 +276,7 @@ impl PyConsumer {
         tether_stall_limit: Option<f64>,
         latency_budget: Option<f64>,
         claim_timeout: Option<f64>,
+        max_age: Option<f64>,
         kind: Option<Int>,
         stream: Option<Int>,
         replace_stale: Option<bool>,
@@ -290,6 +295,7 @@ impl PyConsumer {
             tether_stall_limit: setting(tether_stall_limit, "tether_stall_limit")?,
             latency_budget: setting(latency_budget, "latency_budget")?,
             claim_timeout: setting(claim_timeout, "claim_timeout")?,
+            max_age: setting(max_age, "max_age")?,
             // The filter, as a tap's: None takes any.
             kind: opt(kind, "kind")?,
             stream: opt(stream, "stream")?,

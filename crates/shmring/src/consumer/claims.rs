@@ -210,7 +210,7 @@ impl Consumer {
                         what,
                     });
                 }
-                if !self.opts.filter.takes_record(h.kind, h.stream) {
+                if !self.opts.filter.takes_record(h.kind, h.stream) || self.too_old(&h) {
                     // Refused: released unread, its space back to producers now.
                     if self.release_in(cur, seq).unwrap_or(false) {
                         self.publish(cur);
@@ -278,6 +278,15 @@ impl Consumer {
                 self.corrupt(cur, seq, what)
             }
         }
+    }
+
+    /// Is the record older than `max_age` (`ConsumerOptions::max_age`)? Its
+    /// timestamp is a producer's word: one ahead of now is age 0, and a forged
+    /// old one only drops that producer's own record, as not sending it would.
+    fn too_old(&self, h: &RecordHeader) -> bool {
+        self.opts.max_age.is_some_and(|max| {
+            crate::now_ns().saturating_sub(h.timestamp_ns) > max.as_nanos() as u64
+        })
     }
 
     /// The record `seq` just handed out has no header of its own: was its entry
