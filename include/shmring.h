@@ -17,9 +17,10 @@
  *     Closing NULL is a no-op; closing twice returns SHMRING_ERR_BAD_HANDLE.
  *   - A producer or consumer keeps its segment mapped: the segment handle may be
  *     closed before them.
- *   - Descriptors passed to shmring_segment_attach_fds / _attach_fd / _open_named
- *     / shmring_tap_open_fd belong to the library from the call on (closed by it,
- *     even on failure). Descriptors returned by shmring_segment_descriptors /
+ *   - Descriptors an address names ("fd:SEG[,LOCK][,EVENTFD]", "NAME,eventfd=FD")
+ *     given to shmring_open / _open_read_only / shmring_tap_open belong to the
+ *     library once the text is valid and each is open (closed by it, even if the
+ *     open then fails). Descriptors returned by shmring_segment_descriptors /
  *     _fd / _eventfd / _read_only_fd stay owned by the segment: do not close them
  *     (closing any descriptor of a ring's lock file drops this process's record
  *     locks, which signal that its producers are alive).
@@ -42,7 +43,7 @@
  *   the space back; it never waits for the other thread).
  *
  * SANDBOXES
- *   After shmring_segment_attach_fds + shmring_producer_attach, the producer path
+ *   After shmring_open("fd:...") + shmring_producer_attach, the producer path
  *   (reserve, commit, abort, send) allocates no memory, creates no thread, installs
  *   no signal handler and touches no file. It makes only these system calls:
  *   futex, write (eventfd rings), fcntl F_GETLK (when a wait for space times out),
@@ -239,7 +240,7 @@ typedef struct shmring_consumer shmring_consumer;
 // (opaque).
 typedef struct shmring_listener shmring_listener;
 
-// A ring mapped read-only, received from a consumer's socket (opaque).
+// A ring mapped read-only (shmring_open_read_only) (opaque).
 typedef struct shmring_observer shmring_observer;
 
 // A producer attached to a ring (opaque). One thread at a time.
@@ -786,52 +787,73 @@ enum shmring_status shmring_config_init(struct shmring_config *cfg);
 // Bytes of shared memory a ring of this configuration takes.
 enum shmring_status shmring_config_segment_size(const struct shmring_config *cfg, uint64_t *out);
 
-// Creates an anonymous ring backed by a sealed memfd. Hand its descriptor
-// (shmring_segment_fd) to producers. `name` labels it (no file is created).
-enum shmring_status shmring_segment_create_memfd(const char *name, const struct shmring_config *cfg, struct shmring_segment **out);
-
-// Creates a named ring (/dev/shm/NAME, mode 0600). It is removed when the handle
-// is closed unless shmring_segment_persist() was called. A ring of that name
-// already there is SHMRING_ERR_EXISTS, whose message says whether its consumer is
-// alive or gone (left by a crash), or it is no ring; to replace one whose
-// consumer is gone, open the address "create:NAME" with shmring_open.
-enum shmring_status shmring_segment_create_named(const char *name, const struct shmring_config *cfg, struct shmring_segment **out);
-
-// Opens an existing named ring. `eventfd`: the ring's eventfd for an eventfd ring
-// (ownership passes to the library, as for shmring_segment_attach_fd), or -1.
-enum shmring_status shmring_segment_open_named(const char *name, int eventfd, struct shmring_segment **out);
-
-// Attaches to a named ring from its file's descriptor. `eventfd` is the ring's
-// eventfd, or -1. A memfd ring needs its lock file too: use
-// shmring_segment_attach_fds (this call reports SHMRING_ERR_DESCRIPTORS).
+// Creates a ring: `address` is a creating address, "create:NAME" (the named ring
+// /dev/shm/NAME, mode 0600) or "memfd:[LABEL]" (an anonymous sealed memfd,
+// labelled LABEL, default "shmring"), and `cfg` sizes it (NULL: the address's
+// options, else the library's defaults). To open a ring that is there already,
+// shmring_open.
 //
-// OWNERSHIP: the library takes ownership of `fd` (and of `eventfd` if >= 0) as soon
-// as they are checked to be open, whether the call succeeds or not: do not close
-// them, and do not close any other descriptor of the same file while producers
-// are attached in this process (closing any descriptor of a file drops the
-// process's record locks, which are its liveness signal).
-enum shmring_status shmring_segment_attach_fd(int fd, int eventfd, struct shmring_segment **out);
-
-// Attaches to a ring from its descriptors (inherited or received): the
-// sandbox-friendly way, no file-system access. `fds` holds `n` descriptors in the
-// order shmring_segment_descriptors gives them: the segment; for a memfd ring, its
-// lock file; for an eventfd ring, its eventfd.
+// "create:NAME" replaces a ring of that name whose consumer is gone (its process
+// was killed or crashed); a ring whose consumer is alive, or a file of that name
+// that is no ring, is left alone: SHMRING_ERR_EXISTS, whose message says which.
+// "create:NAME,stale=refuse" refuses a stale ring too (SHMRING_ERR_EXISTS). A named
+// ring is removed when its creator's handle is closed, unless
+// shmring_segment_persist() was called. Hand a memfd ring to producers by its
+// descriptors (shmring_segment_descriptors) or on a socket (shmring_listen).
 //
-// OWNERSHIP: the library takes ownership of every descriptor as soon as they are
-// checked to be open, whether the call succeeds or not: do not close them, and do
-// not close any other descriptor of the ring's lock file while producers are
-// attached in this process (that drops its record locks, its liveness signal).
-enum shmring_status shmring_segment_attach_fds(const int *fds, size_t n, struct shmring_segment **out);
+// The sizes go in one place: `cfg`, or the text's options (capacity=SIZE,
+// max_record=SIZE, log_entries=N, max_producers=N, eventfd, huge_pages; see
+// shmring_open), not both. SHMRING_ERR_INVALID_ARGUMENT: `address` reaches an
+// existing ring (no "create:" or "memfd:"), or both give sizes. Bad text is
+// SHMRING_ERR_CONFIG, and so are sizes out of the library's limits; each message
+// names what is wrong.
+//
+// ```c
+// shmring_config cfg;
+// shmring_config_init(&cfg);
+// cfg.capacity = 64u << 20;
+// shmring_segment *seg = NULL;
+// if (shmring_create("create:cam0", &cfg, &seg) != SHMRING_OK)
+//     fprintf(stderr, "%s\n", shmring_last_error());
+// ```
+enum shmring_status shmring_create(const char *address, const struct shmring_config *cfg, struct shmring_segment **out);
 
-// The ring's descriptors, in the order a producer in another process needs them
-// (shmring_segment_attach_fds): up to `cap` are written to `out`, their number to
+// Opens the ring `address` names, writable: then shmring_producer_attach or
+// shmring_consumer_attach as usual. The address is the text every binding and the
+// `shmring` command take:
+//   NAME, /NAME, shm:NAME     the named ring /dev/shm/NAME
+//   NAME,eventfd=FD           a named ring made with an eventfd, with its
+//                             eventfd, descriptor FD of this process
+//   unix:PATH (or a path with a '/' after its first character)
+//                             the ring a consumer serves on that Unix socket
+//                             (shmring_listen): the producer's hello, then the
+//                             sealed memfd (and an eventfd ring's eventfd)
+//   fd:SEG[,LOCK][,EVENTFD]   descriptors this process holds (inherited or
+//                             received), in the order of
+//                             shmring_segment_descriptors: no file-system access
+//   create:NAME[,OPTION...]   create the named ring, as shmring_create does
+//   memfd:[LABEL][,OPTION...] create an anonymous sealed memfd ring
+// OPTIONs (the fields of shmring_config): capacity=SIZE, max_record=SIZE,
+// log_entries=N, max_producers=N, eventfd, huge_pages (SIZE: bytes, or with K, M
+// or G); "create:" also takes stale=refuse. To size a new ring from a
+// shmring_config, shmring_create. Bad text is SHMRING_ERR_CONFIG, its message
+// naming what is wrong. `timeout_ms` bounds each step of a socket's hand-off (0:
+// the library's default); a socket's errors: SHMRING_ERR_NOT_FOUND (no socket
+// there), SHMRING_ERR_NO_CONSUMER (a stale socket), SHMRING_ERR_REFUSED (the
+// message names the rule), SHMRING_TIMEOUT, SHMRING_ERR_HANDOFF.
+//
+// OWNERSHIP: the library takes over every descriptor an "fd:" or "eventfd="
+// address names once the text is valid and each is open, whether the call then
+// succeeds or not (otherwise none is taken): do not close them, and do not close
+// any other descriptor of the ring's lock file while producers are attached in
+// this process (that drops its record locks, its liveness signal).
+enum shmring_status shmring_open(const char *address, uint32_t timeout_ms, struct shmring_segment **out);
+
+// The ring's descriptors, in the order a producer in another process names them
+// in its address ("fd:SEG[,LOCK][,EVENTFD]", shmring_open): up to `cap` are written to `out`, their number to
 // `*n` (at most 3: segment, lock file, eventfd). They stay owned by the segment:
 // do not close them.
 enum shmring_status shmring_segment_descriptors(const struct shmring_segment *seg, int *out, size_t cap, size_t *n);
-
-// Receives a ring's descriptors sent with shmring_segment_send over a Unix socket,
-// and attaches to it.
-enum shmring_status shmring_segment_recv(int sock, struct shmring_segment **out);
 
 // Sends the ring's descriptors (shmring_segment_descriptors) over a connected Unix
 // socket.
@@ -850,9 +872,9 @@ enum shmring_status shmring_segment_fd(const struct shmring_segment *seg, int *o
 
 // A read-only descriptor of the ring's file, for taps and observers in this
 // process or another: a mapping made from it cannot be written. Owned by the
-// segment: do not close it; dup() it to hand it on (shmring_tap_open_fd takes
-// ownership of what it is given, and needs a memfd ring's: a tap opens a named
-// ring by name).
+// segment: do not close it; dup() it to hand it on (shmring_tap_open with "fd:N"
+// takes ownership of what it is given, and needs a memfd ring's: a tap opens a
+// named ring by name).
 enum shmring_status shmring_segment_read_only_fd(const struct shmring_segment *seg, int *out);
 
 // The ring's eventfd (readable when data is ready), or -1 for a futex ring. Owned
@@ -886,17 +908,6 @@ enum shmring_status shmring_stats_fields(const struct shmring_stats *s, struct s
 // Fills `opts` with the library's defaults (every record, any kind and stream).
 enum shmring_status shmring_tap_options_init(struct shmring_tap_options *opts);
 
-// Opens a tap on the named ring /dev/shm/NAME, mapped read-only. It starts at the
-// newest record. `opts` may be NULL for the defaults.
-enum shmring_status shmring_tap_open_named(const char *name, const struct shmring_tap_options *opts, struct shmring_tap **out);
-
-// Opens a tap on a memfd ring from a descriptor of it (e.g. a dup of
-// shmring_segment_read_only_fd or of shmring_observer_fd), mapped read-only
-// (SHMRING_ERR_UNSEALED for a named ring's: open it by name). It starts at the
-// newest record. The library takes ownership of `fd` as soon as it is checked to
-// be open, whether the call succeeds or not. `opts` may be NULL for the defaults.
-enum shmring_status shmring_tap_open_fd(int fd, const struct shmring_tap_options *opts, struct shmring_tap **out);
-
 // Opens a tap on the ring `address` names (the text of shmring_open), mapped
 // read-only: a named ring, the ring served on a socket ("unix:PATH", observed),
 // or the first of "fd:" descriptors (a sealed memfd; the library takes over
@@ -923,7 +934,7 @@ enum shmring_status shmring_tap_close(struct shmring_tap *tap);
 // Fills `opts` with the library's defaults.
 enum shmring_status shmring_listen_options_init(struct shmring_listen_options *opts);
 
-// Serves the ring `seg` (a sealed memfd from shmring_segment_create_memfd) on the
+// Serves the ring `seg` (a sealed memfd, shmring_create of "memfd:[LABEL]") on the
 // Unix socket `path` (a file system path, or "@name" for a Linux abstract socket),
 // from one background thread. Peers are checked by the credentials the kernel
 // records at connect (SO_PEERCRED) against the allow-list of `opts` (NULL: the
@@ -939,46 +950,10 @@ enum shmring_status shmring_listener_stats(const struct shmring_listener *l, str
 // Producers already connected keep producing.
 enum shmring_status shmring_listener_close(struct shmring_listener *l);
 
-// Opens the ring `address` names, writable: then shmring_producer_attach or
-// shmring_consumer_attach as usual. The address is the text every binding and the
-// `shmring` command take:
-//   NAME, /NAME, shm:NAME     the named ring /dev/shm/NAME
-//   unix:PATH (or a path with a '/' after its first character)
-//                             the ring a consumer serves on that Unix socket
-//                             (shmring_listen), received as shmring_connect does
-//   fd:SEG[,LOCK][,EVENTFD]   descriptors this process holds, in the order of
-//                             shmring_segment_descriptors
-//   create:NAME[,OPTION...]   create the named ring; one of that name whose
-//                             consumer is gone (left by a crash) is replaced, one
-//                             whose consumer is alive is SHMRING_ERR_EXISTS
-//                             (option stale=refuse: a stale one is too)
-//   memfd:[LABEL][,OPTION...] create an anonymous sealed memfd ring
-// OPTIONs (the fields of shmring_config): capacity=SIZE, max_record=SIZE,
-// log_entries=N, max_producers=N, eventfd, huge_pages (SIZE: bytes, or with K, M
-// or G). Bad text is SHMRING_ERR_CONFIG, its message naming what is wrong.
-// `timeout_ms` bounds each step of a socket's hand-off (0: the library's default).
-//
-// OWNERSHIP: the library takes over every descriptor an "fd:" address names, as
-// shmring_segment_attach_fds does, once the text is valid and each is open
-// (then whether the call succeeds or not; otherwise none is taken).
-enum shmring_status shmring_open(const char *address, uint32_t timeout_ms, struct shmring_segment **out);
-
-// Connects to a consumer serving its ring on `path` (see shmring_listen) as a
-// producer, receives the sealed memfd (and the eventfd of an eventfd ring), and
-// attaches: then shmring_producer_attach as usual. `timeout_ms` bounds each step
-// (0: the library's default). Errors: SHMRING_ERR_NOT_FOUND (no socket there),
-// SHMRING_ERR_NO_CONSUMER (a stale socket), SHMRING_ERR_REFUSED (the message names
-// the rule), SHMRING_TIMEOUT, SHMRING_ERR_HANDOFF.
-enum shmring_status shmring_connect(const char *path, uint32_t timeout_ms, struct shmring_segment **out);
-
-// Connects to a consumer serving its ring on `path` as an observer: receives a
-// read-only descriptor and maps it read-only (the kernel refuses to map it
-// writable). Counters and geometry only.
-enum shmring_status shmring_observe(const char *path, uint32_t timeout_ms, struct shmring_observer **out);
-
 // Maps the ring `address` names read-only, as an observer (counters and geometry;
 // for records, shmring_tap_open): a named ring opened O_RDONLY, the ring served
-// on a socket ("unix:PATH", observed as shmring_observe does), or the first of
+// on a socket ("unix:PATH": the observer's hello, then a read-only descriptor,
+// which the kernel refuses to map writable), or the first of
 // "fd:" descriptors (a sealed memfd; the library takes over every descriptor the
 // text names, as shmring_open does). Creating addresses are SHMRING_ERR_CONFIG.
 // `timeout_ms` bounds each step of a socket's hand-off (0: the library's
