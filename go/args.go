@@ -1,23 +1,16 @@
 package shmring
 
 // Argument checks for what the C ABI takes in a narrower or unsigned type: a
-// descriptor (a C int), a duration (unsigned nanoseconds or milliseconds). Checked
-// here, so that nothing wraps on the way (descriptor 1<<32 + 1 is not descriptor
-// 1, a negative duration is not the default) and the error names the argument.
+// duration (unsigned nanoseconds or milliseconds). Checked here, so that nothing
+// wraps on the way (a negative duration is not the default) and the error names
+// the argument. (Descriptors travel in an address's text, which the library
+// checks.)
 
 import (
 	"fmt"
 	"math"
 	"time"
 )
-
-// fdArg checks a descriptor number: 0 to math.MaxInt32.
-func fdArg(what string, fd int) error {
-	if fd < 0 || fd > math.MaxInt32 {
-		return misuse(ErrInvalidArgument, fmt.Sprintf("%s must be a descriptor (0 to %d), got %d", what, math.MaxInt32, fd))
-	}
-	return nil
-}
 
 // durationArg checks a duration the library takes: not negative (0 is the
 // library's default).

@@ -5,6 +5,7 @@ package shmring
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"path/filepath"
 	"strings"
@@ -32,12 +33,16 @@ func TestDescriptorNumbersNeverWrap(t *testing.T) {
 	must(t, syscall.Pipe(p[:]))
 	defer syscall.Close(p[0])
 	defer syscall.Close(p[1])
-	_, err := AttachFds(p[0] + 1<<32)
-	invalidArg(t, err, "AttachFds: fds[0]", "got 4294967")
-	_, err = AttachFds(-1)
-	invalidArg(t, err, "AttachFds: fds[0]", "got -1")
-	_, err = OpenTapFd(p[1]+1<<32, nil)
-	invalidArg(t, err, "OpenTapFd: fd", "0 to 2147483647")
+	for _, address := range []string{fmt.Sprintf("fd:%d", p[0]+1<<32), "fd:-1"} {
+		_, err := Open(address, 0)
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "is not a descriptor number") {
+			t.Fatalf("%s: %v", address, err)
+		}
+	}
+	_, err := OpenTap(fmt.Sprintf("fd:%d", p[1]+1<<32), nil)
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "4294967") {
+		t.Fatalf("tap: %v", err)
+	}
 	for _, fd := range p {
 		var st syscall.Stat_t
 		if err := syscall.Fstat(fd, &st); err != nil {
@@ -65,7 +70,7 @@ func TestNegativeDurationsAreRefused(t *testing.T) {
 	}
 	to := DefaultTapOptions()
 	to.PollInterval = -time.Millisecond
-	_, err := OpenTapNamed("unused", &to)
+	_, err := OpenTap("unused", &to)
 	invalidArg(t, err, "TapOptions.PollInterval")
 	// The hello timeout travels as 32-bit milliseconds: neither negative nor beyond.
 	c, err := s.Consumer(nil)

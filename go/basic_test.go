@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -43,7 +44,7 @@ func memfdRing(t *testing.T, capacity uint64, eventfd bool) *Segment {
 	cfg := DefaultConfig()
 	cfg.Capacity = capacity
 	cfg.Eventfd = eventfd
-	s, err := CreateMemfd("go-test", &cfg)
+	s, err := Create("memfd:go-test", &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +274,7 @@ func TestMediaAndPlanes(t *testing.T) {
 func TestErrorsCarryStatusAndMessage(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Capacity = 1000 // not a power of two
-	_, err := CreateMemfd("bad", &cfg)
+	_, err := Create("memfd:bad", &cfg)
 	if !errors.Is(err, ErrConfig) {
 		t.Fatalf("bad capacity: %v", err)
 	}
@@ -281,7 +282,7 @@ func TestErrorsCarryStatusAndMessage(t *testing.T) {
 	if !errors.As(err, &e) || e.Status != ErrConfig || e.Msg == "" {
 		t.Fatalf("%#v", err)
 	}
-	if _, err := OpenNamed("shmring-go-test-does-not-exist"); !errors.Is(err, ErrNotFound) {
+	if _, err := Open("shmring-go-test-does-not-exist", 0); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("open missing: %v", err)
 	}
 	s := memfdRing(t, 1<<16, false)
@@ -308,5 +309,28 @@ func TestErrorsCarryStatusAndMessage(t *testing.T) {
 	}
 	if _, err := p.Reserve(8); !errors.Is(err, ErrBadHandle) {
 		t.Fatalf("reserve on a closed producer: %v", err)
+	}
+}
+
+// Create takes a creating address, with the sizes in cfg or in the text, not both.
+func TestCreateTakesACreatingAddress(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Capacity = 1 << 20
+	for address, want := range map[string]string{
+		"cam0":                     "reaches an existing ring",
+		"memfd:x,capacity=2M":      "in one place",
+		"create:x,max_producers=4": "in one place",
+	} {
+		if _, err := Create(address, &cfg); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s: %v", address, err)
+		}
+	}
+	s, err := Create("memfd:x,capacity=2M", nil)
+	must(t, err)
+	defer s.Close()
+	g, err := s.Geometry()
+	must(t, err)
+	if g.Capacity != 2<<20 {
+		t.Fatalf("capacity %d, want the text's 2 MiB", g.Capacity)
 	}
 }

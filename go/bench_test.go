@@ -42,7 +42,7 @@ func benchRing(b *testing.B, capacity uint64) (*Segment, *Consumer, *Producer) {
 	cfg := DefaultConfig()
 	cfg.Capacity = capacity
 	cfg.Eventfd = true
-	s, err := CreateMemfd("bench", &cfg)
+	s, err := Create("memfd:bench", &cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -215,7 +215,7 @@ func TestGoProducerIntoPythonConsumer(t *testing.T) {
 	if l := nextLine(t, out, "py_consumer"); l != "ready" {
 		t.Fatalf("py_consumer said %q", l)
 	}
-	s, err := OpenNamed(name)
+	s, err := Open(name, 0)
 	must(t, err)
 	defer s.Close()
 	p, err := s.Producer()
@@ -301,7 +301,7 @@ func TestGoProducerIntoRecorders(t *testing.T) {
 // waitConsumed watches the ring through an observer until n records were consumed.
 func waitConsumed(t *testing.T, sock string, n uint64) {
 	t.Helper()
-	o, err := Observe(sock, time.Second)
+	o, err := OpenReadOnly("unix:"+sock, time.Second)
 	must(t, err)
 	defer o.Close()
 	for deadline := time.Now().Add(60 * time.Second); ; {

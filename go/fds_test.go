@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// A producer process attached from inherited descriptors (AttachFds), handed over
+// A producer process attached from inherited descriptors (Open of fd:), handed over
 // by syscall.StartProcess from Fds; every byte checked.
 func TestProducerFromInheritedDescriptors(t *testing.T) {
 	for _, efd := range []bool{false, true} {

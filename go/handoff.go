@@ -45,9 +45,10 @@ type Listener struct {
 	h  *C.shmring_listener
 }
 
-// Listen serves the ring s (from CreateMemfd) on the Unix socket path (a file
-// system path, or "@name" for an abstract socket). opts nil: the defaults. A
-// stale socket of a dead consumer is replaced; Close removes the socket.
+// Listen serves the ring s (a memfd ring, Create("memfd:...")) on the Unix socket
+// path (a file system path, or "@name" for an abstract socket). opts nil: the
+// defaults. A stale socket of a dead consumer is replaced; Close removes the
+// socket.
 func Listen(s *Segment, path string, opts *ListenOptions) (*Listener, error) {
 	var hello uint32
 	if opts != nil {
@@ -159,28 +160,16 @@ func timeoutMs(d time.Duration) C.uint32_t {
 	return C.uint32_t(ms)
 }
 
-// Connect connects to a consumer serving its ring on path (Listen) as a producer
-// and attaches to the ring it hands over; then Producer as usual. timeout bounds
-// each step (0: the library's default). ErrNotFound: no socket there;
-// ErrNoConsumer: a stale socket; ErrRefused: the message names the rule.
-func Connect(path string, timeout time.Duration) (*Segment, error) {
-	p := cstring(path)
-	defer free(p)
-	var h *C.shmring_segment
-	if err := check(func() int32 { return C.shmring_connect(p, timeoutMs(timeout), &h) }); err != nil {
-		return nil, err
-	}
-	return newSegment(h), nil
-}
-
 // Open opens the ring address names, writable (then Producer or Consumer as
 // usual). The address is the text every binding and the shmring command take
-// (shmring_open): NAME, shm:NAME, unix:PATH (a consumer's socket),
-// fd:SEG[,LOCK][,EVENTFD] (inherited descriptors, which the library takes over),
-// create:NAME[,OPTION...] (a ring of that name whose consumer is gone is
-// replaced; one whose consumer is alive is ErrExists) or memfd:[LABEL][,OPTION...].
-// Text that is no address is ErrConfig, its message naming what is wrong. timeout
-// bounds each step of a socket's hand-off (0: the library's default).
+// (shmring_open): NAME, shm:NAME, NAME,eventfd=FD (a named eventfd ring with its
+// eventfd), unix:PATH (a consumer's socket, see Listen), fd:SEG[,LOCK][,EVENTFD]
+// (inherited descriptors, in the order of Fds, which the library takes over),
+// create:NAME[,OPTION...] or memfd:[LABEL][,OPTION...] (a new ring, as Create
+// makes it). Text that is no address is ErrConfig, its message naming what is
+// wrong. timeout bounds each step of a socket's hand-off (0: the library's
+// default); a socket's errors: ErrNotFound (no socket there), ErrNoConsumer (a
+// stale socket), ErrRefused (the message names the rule).
 func Open(address string, timeout time.Duration) (*Segment, error) {
 	a := cstring(address)
 	defer free(a)
@@ -192,7 +181,8 @@ func Open(address string, timeout time.Duration) (*Segment, error) {
 }
 
 // OpenReadOnly maps the ring address names read-only (shmring_open_read_only): a
-// named ring opened read-only, a socket's ring observed, or the first of fd:
+// named ring opened read-only, a socket's ring observed (unix:PATH: a read-only
+// descriptor, which the kernel refuses to map writable), or the first of fd:
 // descriptors. Creating addresses are ErrConfig.
 func OpenReadOnly(address string, timeout time.Duration) (*Observer, error) {
 	a := cstring(address)
@@ -204,23 +194,11 @@ func OpenReadOnly(address string, timeout time.Duration) (*Observer, error) {
 	return &Observer{h: h}, nil
 }
 
-// Observer is a ring mapped read-only, received from a consumer's socket: its
-// counters and layout, and taps.
+// Observer is a ring mapped read-only (OpenReadOnly): its counters and layout,
+// and taps.
 type Observer struct {
 	mu sync.RWMutex
 	h  *C.shmring_observer
-}
-
-// Observe connects to a consumer serving its ring on path as an observer: it gets
-// a read-only descriptor, which the kernel refuses to map writable.
-func Observe(path string, timeout time.Duration) (*Observer, error) {
-	p := cstring(path)
-	defer free(p)
-	var h *C.shmring_observer
-	if err := check(func() int32 { return C.shmring_observe(p, timeoutMs(timeout), &h) }); err != nil {
-		return nil, err
-	}
-	return &Observer{h: h}, nil
 }
 
 func (o *Observer) handle(op string) (*C.shmring_observer, error) {

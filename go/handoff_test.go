@@ -21,7 +21,7 @@ func TestListenConnectObserve(t *testing.T) {
 	must(t, err)
 	defer l.Close()
 
-	ps, err := Connect(path, time.Second)
+	ps, err := Open("unix:"+path, time.Second)
 	must(t, err)
 	defer ps.Close()
 	g, err := ps.Geometry()
@@ -42,7 +42,7 @@ func TestListenConnectObserve(t *testing.T) {
 	}
 	must(t, f.Release())
 
-	o, err := Observe(path, time.Second)
+	o, err := OpenReadOnly("unix:"+path, time.Second)
 	must(t, err)
 	defer o.Close()
 	st, err := o.Stats()
@@ -60,7 +60,7 @@ func TestListenConnectObserve(t *testing.T) {
 		t.Fatalf("listener %+v", hs)
 	}
 	must(t, l.Close())
-	if _, err := Connect(path, time.Second); !errors.Is(err, ErrNotFound) {
+	if _, err := Open("unix:"+path, time.Second); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("connect after Close: %v", err)
 	}
 }
@@ -83,11 +83,11 @@ func TestListenOptionsAndErrors(t *testing.T) {
 	if _, err := Listen(s, path, nil); err == nil {
 		t.Fatal("a second listener on a live socket")
 	}
-	ps, err := Connect(path, time.Second)
+	ps, err := Open("unix:"+path, time.Second)
 	must(t, err)
 	must(t, ps.Close())
 	nobody := filepath.Join(t.TempDir(), "nobody.sock")
-	if _, err := Connect(nobody, time.Second); !errors.Is(err, ErrNotFound) ||
+	if _, err := Open("unix:"+nobody, time.Second); !errors.Is(err, ErrNotFound) ||
 		!strings.Contains(err.Error(), "socket "+nobody+" does not exist") || strings.Contains(err.Error(), "segment") {
 		t.Fatalf("no socket: %v", err)
 	}
@@ -96,7 +96,7 @@ func TestListenOptionsAndErrors(t *testing.T) {
 		!strings.Contains(err.Error(), "bind failed for socket ") {
 		t.Fatalf("bind: %v", err)
 	}
-	named, err := CreateNamed(ringName(t), nil)
+	named, err := Create("create:"+ringName(t), nil)
 	must(t, err)
 	defer named.Close()
 	if _, err := Listen(named, filepath.Join(t.TempDir(), "n.sock"), nil); err == nil {

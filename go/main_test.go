@@ -28,11 +28,11 @@ func child(role string) error {
 		// A producer attached from the ring's descriptors inherited from the test,
 		// from 3 on.
 		n, _ := strconv.Atoi(os.Getenv("SHMRING_GO_FDS"))
-		var fds []int
-		for i := 0; i < n; i++ {
-			fds = append(fds, 3+i)
+		address := "fd:3"
+		for i := 1; i < n; i++ {
+			address += fmt.Sprintf(",%d", 3+i)
 		}
-		s, err := AttachFds(fds...)
+		s, err := Open(address, 0)
 		if err != nil {
 			return err
 		}

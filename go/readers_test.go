@@ -78,7 +78,7 @@ func TestTetheredConsumerAndTap(t *testing.T) {
 
 func TestTapOnANamedRing(t *testing.T) {
 	name := ringName(t)
-	s, err := CreateNamed(name, nil)
+	s, err := Create("create:"+name, nil)
 	must(t, err)
 	defer s.Close()
 	c, err := s.Consumer(nil)
@@ -86,7 +86,7 @@ func TestTapOnANamedRing(t *testing.T) {
 	defer c.Close()
 	o := DefaultTapOptions()
 	o.Kind = int64(KindAudio)
-	tap, err := OpenTapNamed(name, &o)
+	tap, err := OpenTap(name, &o)
 	must(t, err)
 	defer tap.Close()
 	p, err := s.Producer()

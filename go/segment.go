@@ -125,41 +125,25 @@ func cstring(s string) *C.char { return C.CString(s) }
 
 func free(p *C.char) { C.free(unsafe.Pointer(p)) }
 
-// CreateMemfd creates an anonymous ring backed by a sealed memfd (nil cfg: the
-// defaults). Serve it to producers with Listen, or hand its descriptors to a
-// child process (see Fds). name only labels it.
-func CreateMemfd(name string, cfg *Config) (*Segment, error) {
-	n := cstring(name)
-	defer free(n)
-	c := cfg.toC()
-	var h *C.shmring_segment
-	if err := check(func() int32 { return C.shmring_segment_create_memfd(n, &c, &h) }); err != nil {
-		return nil, err
+// Create creates a ring (shmring_create): address is create:NAME (the named ring
+// /dev/shm/NAME, mode 0600, removed at Close unless Persist) or memfd:[LABEL] (an
+// anonymous sealed memfd: serve it with Listen, or hand its Fds to a child
+// process), and cfg sizes it (nil: the address's options, else the library's
+// defaults). create:NAME replaces a ring of that name whose consumer is gone (left
+// by a crash); one whose consumer is alive, or a file that is no ring, is
+// ErrExists, its message saying which (create:NAME,stale=refuse: a stale one too).
+// ErrInvalidArgument: the address reaches an existing ring (open it with Open),
+// or it gives sizes and cfg does too.
+func Create(address string, cfg *Config) (*Segment, error) {
+	a := cstring(address)
+	defer free(a)
+	var c *C.shmring_config
+	if cfg != nil {
+		v := cfg.toC()
+		c = &v
 	}
-	return newSegment(h), nil
-}
-
-// CreateNamed creates the named ring /dev/shm/NAME (mode 0600), removed when the
-// segment is closed unless Persist was called.
-func CreateNamed(name string, cfg *Config) (*Segment, error) {
-	n := cstring(name)
-	defer free(n)
-	c := cfg.toC()
 	var h *C.shmring_segment
-	if err := check(func() int32 { return C.shmring_segment_create_named(n, &c, &h) }); err != nil {
-		return nil, err
-	}
-	return newSegment(h), nil
-}
-
-// OpenNamed opens the existing named ring /dev/shm/NAME (a ring without an
-// eventfd: a named eventfd ring's eventfd comes with its descriptors, see
-// AttachFds).
-func OpenNamed(name string) (*Segment, error) {
-	n := cstring(name)
-	defer free(n)
-	var h *C.shmring_segment
-	if err := check(func() int32 { return C.shmring_segment_open_named(n, -1, &h) }); err != nil {
+	if err := check(func() int32 { return C.shmring_create(a, c, &h) }); err != nil {
 		return nil, err
 	}
 	return newSegment(h), nil

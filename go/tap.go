@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"syscall"
@@ -72,38 +73,40 @@ type Tap struct {
 	h  *C.shmring_tap
 }
 
-// OpenTapNamed opens a tap on the named ring /dev/shm/NAME, mapped read-only.
-// It starts at the newest record. opts nil: the defaults.
-func OpenTapNamed(name string, opts *TapOptions) (*Tap, error) {
+// OpenTap opens a tap on the ring address names (shmring_tap_open), mapped
+// read-only: a named ring by its name, a consumer's socket (unix:PATH) observed, or
+// a memfd ring from a read-only descriptor of it (fd:N, which the library takes
+// over). It starts at the newest record. opts nil: the defaults.
+func OpenTap(address string, opts *TapOptions) (*Tap, error) {
 	co, err := opts.toC()
 	if err != nil {
 		return nil, err
 	}
-	n := cstring(name)
-	defer free(n)
+	return openTap(address, co)
+}
+
+func openTap(address string, co *C.shmring_tap_options) (*Tap, error) {
+	a := cstring(address)
+	defer free(a)
 	var h *C.shmring_tap
-	if err := check(func() int32 { return C.shmring_tap_open_named(n, co, &h) }); err != nil {
+	if err := check(func() int32 { return C.shmring_tap_open(a, co, &h) }); err != nil {
 		return nil, err
 	}
 	return &Tap{h: h}, nil
 }
 
-// OpenTapFd opens a tap on a memfd ring from a read-only descriptor of it (the
-// library owns fd from the call on, whether it succeeds or not).
-func OpenTapFd(fd int, opts *TapOptions) (*Tap, error) {
-	if err := fdArg("OpenTapFd: fd", fd); err != nil {
-		return nil, err
-	}
+// tapDup opens a tap through a duplicate of descriptor fd (the library owns the
+// duplicate).
+func tapDup(fd int, opts *TapOptions) (*Tap, error) {
 	co, err := opts.toC()
 	if err != nil {
-		syscall.Close(fd)
 		return nil, err
 	}
-	var h *C.shmring_tap
-	if err := check(func() int32 { return C.shmring_tap_open_fd(C.int(fd), co, &h) }); err != nil {
+	d, err := dupFd(fd)
+	if err != nil {
 		return nil, err
 	}
-	return &Tap{h: h}, nil
+	return openTap(fmt.Sprintf("fd:%d", d), co)
 }
 
 func dupFd(fd int) (int, error) {
@@ -115,7 +118,7 @@ func dupFd(fd int) (int, error) {
 }
 
 // Tap opens a tap on this memfd ring through a duplicate of its read-only
-// descriptor (a named ring's tap opens it by name: OpenTapNamed).
+// descriptor (a named ring's tap opens it by name: OpenTap).
 func (s *Segment) Tap(opts *TapOptions) (*Tap, error) {
 	h, err := s.handle("Segment.Tap")
 	if err != nil {
@@ -127,11 +130,7 @@ func (s *Segment) Tap(opts *TapOptions) (*Tap, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := dupFd(int(ro))
-	if err != nil {
-		return nil, err
-	}
-	return OpenTapFd(d, opts)
+	return tapDup(int(ro), opts)
 }
 
 // Tap opens a tap on the observed ring through a duplicate of its descriptor.
@@ -140,11 +139,7 @@ func (o *Observer) Tap(opts *TapOptions) (*Tap, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := dupFd(fd)
-	if err != nil {
-		return nil, err
-	}
-	return OpenTapFd(d, opts)
+	return tapDup(fd, opts)
 }
 
 // TapFrame describes a record a tap copied.

@@ -54,31 +54,18 @@ inline shmring_meta meta(uint32_t stream, uint32_t kind, uint32_t flags = 0) {
 
 class segment {
   public:
-    static segment create_memfd(const char *name, const shmring_config &cfg) {
+    /// A new ring, see shmring_create: `address` is "create:NAME[,stale=refuse]"
+    /// or "memfd:[LABEL]", `cfg` its sizes.
+    static segment create(const char *address, const shmring_config &cfg) {
         shmring_segment *s = nullptr;
-        check(shmring_segment_create_memfd(name, &cfg, &s));
+        check(shmring_create(address, &cfg, &s));
         return segment(s);
     }
-    static segment create_named(const char *name, const shmring_config &cfg) {
+    /// The ring `address` names, see shmring_open (it takes over the descriptors an
+    /// "fd:" address names).
+    static segment open(const char *address, uint32_t timeout_ms = 0) {
         shmring_segment *s = nullptr;
-        check(shmring_segment_create_named(name, &cfg, &s));
-        return segment(s);
-    }
-    static segment open_named(const char *name, int eventfd = -1) {
-        shmring_segment *s = nullptr;
-        check(shmring_segment_open_named(name, eventfd, &s));
-        return segment(s);
-    }
-    /// Takes ownership of `fd` (and `eventfd`), see shmring_segment_attach_fd.
-    static segment attach_fd(int fd, int eventfd = -1) {
-        shmring_segment *s = nullptr;
-        check(shmring_segment_attach_fd(fd, eventfd, &s));
-        return segment(s);
-    }
-    /// Takes ownership of the ring's descriptors, see shmring_segment_attach_fds.
-    static segment attach_fds(const int *fds, size_t n) {
-        shmring_segment *s = nullptr;
-        check(shmring_segment_attach_fds(fds, n, &s));
+        check(shmring_open(address, timeout_ms, &s));
         return segment(s);
     }
     segment(segment &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}

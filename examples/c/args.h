@@ -35,40 +35,34 @@ static inline long long parse_num(const char *opt, const char *v) {
     return n;
 }
 
-/* Fills fds[0..3) from "N[,M[,K]]"; returns how many, or exits with usage 1. */
-static inline int parse_fds(const char *opt, const char *v, int fds[3]) {
-    int n = 0;
-    const char *p = v;
-    while (p && *p && n < 3) {
-        char *end;
-        long x = strtol(p, &end, 10);
-        if (end == p || x < 0 || x > 1 << 20 || (*end && *end != ',')) break;
-        fds[n++] = (int)x;
-        p = *end ? end + 1 : end;
-    }
-    if (!v || n == 0 || (p && *p)) {
-        fprintf(stderr, "%s wants up to three descriptor numbers, e.g. 3,4,5\n", opt);
-        exit(1);
-    }
-    return n;
-}
-
 /* Where an example finds its ring: inherited descriptors (--fds N[,M[,K]]), or a
  * named ring (--name NAME) and, for an eventfd ring, its eventfd (--eventfd M). */
 typedef struct {
-    int fds[3];
-    int nfds;
+    const char *fds;
     int efd;
     const char *name;
 } ring_args;
 
-#define RING_ARGS_INIT {.nfds = 0, .efd = -1, .name = NULL}
+#define RING_ARGS_INIT {.fds = NULL, .efd = -1, .name = NULL}
+
+/* The ring's address as shmring_open takes it, written to buf: "fd:N,M,K",
+ * "NAME" or "NAME,eventfd=M" (the library checks it). */
+static inline const char *ring_address(const ring_args *r, char *buf, size_t n) {
+    if (r->fds) snprintf(buf, n, "fd:%s", r->fds);
+    else if (r->efd >= 0) snprintf(buf, n, "%s,eventfd=%d", r->name, r->efd);
+    else snprintf(buf, n, "%s", r->name);
+    return buf;
+}
 
 /* If `a` is one of ring_args' options, takes its value `v` into *r and returns 1;
  * 0 otherwise. A missing value exits with usage 1. */
 static inline int ring_option(const char *a, const char *v, ring_args *r) {
     if (strcmp(a, "--fds") == 0) {
-        r->nfds = parse_fds(a, v, r->fds);
+        if (!v) {
+            fprintf(stderr, "%s: --fds needs descriptor numbers, e.g. 3,4\n", example_name);
+            exit(1);
+        }
+        r->fds = v;
     } else if (strcmp(a, "--eventfd") == 0) {
         r->efd = (int)parse_num(a, v);
     } else if (strcmp(a, "--name") == 0) {

@@ -5,7 +5,9 @@
  *
  *   consumer --fds N[,M[,K]] [options]           attach to inherited descriptors: the
  *                                                ring's, in shmring_segment_descriptors order
- *   consumer --name NAME [--create] [options]    open (or create) /dev/shm/NAME
+ *   consumer --name NAME [--create] [options]    open (or create) /dev/shm/NAME; a
+ *                                                ring of that name left by a crash is
+ *                                                replaced
  *
  * Options:
  *   --frames N        stop after N frames (default: run until --timeout-ms idles)
@@ -48,19 +50,19 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--quiet")) quiet = 1;
         else usage();
     }
-    if ((ring.nfds == 0) == (ring.name == NULL) || (create && !ring.name)) usage();
+    if ((ring.fds == NULL) == (ring.name == NULL) || (create && !ring.name)) usage();
 
     shmring_segment *seg = NULL;
     shmring_status st;
-    if (ring.nfds > 0) {
-        st = shmring_segment_attach_fds(ring.fds, (size_t)ring.nfds, &seg);
-    } else if (create) {
+    char address[300];
+    if (create) {
         shmring_config cfg;
         shmring_config_init(&cfg);
         cfg.capacity = (uint64_t)capacity;
-        st = shmring_segment_create_named(ring.name, &cfg, &seg);
+        snprintf(address, sizeof address, "create:%s", ring.name);
+        st = shmring_create(address, &cfg, &seg);
     } else {
-        st = shmring_segment_open_named(ring.name, ring.efd, &seg);
+        st = shmring_open(ring_address(&ring, address, sizeof address), 0, &seg);
     }
     if (st != SHMRING_OK) die_status("attach", st);
     shmring_consumer *c = NULL;

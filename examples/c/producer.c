@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--quiet")) quiet = 1;
         else usage();
     }
-    if ((ring.nfds > 0) + (ring.name != NULL) + (connect_path != NULL) != 1) usage();
+    if ((ring.fds != NULL) + (ring.name != NULL) + (connect_path != NULL) != 1) usage();
     if (width == 0 || height == 0 || width > PATTERN_MAX_ROW || height > 65535) {
         fprintf(stderr, "producer: frame size %ldx%ld is out of range\n", width, height);
         return 1;
@@ -76,9 +76,10 @@ int main(int argc, char **argv) {
     /* --- attach: everything that may allocate or touch files happens here --- */
     pattern_init();
     shmring_segment *seg = NULL;
-    shmring_status st = ring.nfds > 0 ? shmring_segment_attach_fds(ring.fds, (size_t)ring.nfds, &seg)
-                        : ring.name  ? shmring_segment_open_named(ring.name, ring.efd, &seg)
-                                : shmring_connect(connect_path, 0, &seg);
+    char address[300];
+    if (connect_path) snprintf(address, sizeof address, "unix:%s", connect_path);
+    else ring_address(&ring, address, sizeof address);
+    shmring_status st = shmring_open(address, 0, &seg);
     if (st != SHMRING_OK) die_status("attach", st);
     int ring_efd = -1;
     shmring_segment_eventfd(seg, &ring_efd);

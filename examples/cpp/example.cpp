@@ -9,7 +9,7 @@
 int main() {
     try {
         pattern_init();
-        auto seg = shmring::segment::create_memfd("cpp-example", shmring::default_config(16u << 20));
+        auto seg = shmring::segment::create("memfd:cpp-example", shmring::default_config(16u << 20));
         shmring::consumer cons(seg);
         shmring::producer prod(seg);
 

@@ -29,7 +29,7 @@ static shmring_segment *ring(uint64_t capacity) {
     cfg.capacity = capacity;
     cfg.eventfd = 1;
     shmring_segment *s;
-    if (shmring_segment_create_memfd("bench", &cfg, &s) != SHMRING_OK) {
+    if (shmring_create("memfd:bench", &cfg, &s) != SHMRING_OK) {
         fprintf(stderr, "%s\n", shmring_last_error());
         exit(1);
     }

@@ -21,6 +21,7 @@ done
 [ "$(dpkg -S /usr/bin/shmring | cut -d: -f1)" = shmring ] || fail "/usr/bin/shmring: $(dpkg -S /usr/bin/shmring)"
 dpkg -S libshmring.so.0 | grep -q '^libshmring0:' || fail "libshmring.so.0: $(dpkg -S libshmring.so.0)"
 dpkg -S /usr/include/shmring.h | grep -q '^libshmring-dev:' || fail "shmring.h: $(dpkg -S /usr/include/shmring.h)"
+dpkg -S /usr/include/shmring/media.h | grep -q '^libshmring-dev:' || fail "shmring/media.h: $(dpkg -S /usr/include/shmring/media.h)"
 dpkg -S libgstshmring.so | grep -q '^gstreamer1.0-shmring:' || fail "libgstshmring.so: $(dpkg -S libgstshmring.so)"
 ldconfig -p | grep -q 'libshmring.so.0 ' || fail "ldconfig does not know libshmring.so.0"
 ok "shmring, libshmring0, libshmring-dev, gstreamer1.0-shmring installed; ldconfig knows libshmring.so.0"

@@ -25,7 +25,7 @@ int main(void) {
 
     CHECK(shmring_config_init(&cfg));
     cfg.capacity = 1 << 20;
-    CHECK(shmring_segment_create_memfd("dist-test", &cfg, &seg));
+    CHECK(shmring_create("memfd:dist-test", &cfg, &seg));
     CHECK(shmring_consumer_attach(seg, NULL, &c));
     CHECK(shmring_producer_attach(seg, &p));
     CHECK(shmring_producer_send(p, (const uint8_t *)msg, sizeof msg, &meta));

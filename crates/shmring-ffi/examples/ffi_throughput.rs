@@ -15,12 +15,13 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use shmring::media::{kind, Format, MediaHeader};
-use shmring::{Config, Meta, Segment};
+use shmring::{Address, Config, Meta};
 use shmring_host::rusage;
 
 fn rust_child(frames: u64) -> i32 {
     // SAFETY: the parent placed the ring's descriptor at 3 for us.
-    let seg = Segment::from_fd(unsafe { OwnedFd::from_raw_fd(3) }).expect("attach fd 3");
+    let fds = vec![unsafe { OwnedFd::from_raw_fd(3) }];
+    let seg = Address::Descriptors(fds).open().expect("attach fd 3");
     let mut p = seg.producer().expect("producer");
     let ramp = pattern::ramp();
     for i in 0..frames {
@@ -58,7 +59,9 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let seg = Segment::create_memfd("ffi-throughput", &Config::with_capacity(64 << 20)).unwrap();
+    let config = Config::with_capacity(64 << 20);
+    let label = "ffi-throughput".into();
+    let seg = Address::Memfd { label, config }.open().unwrap();
     let consumer = seg.consumer().unwrap();
     let fd = std::os::fd::AsRawFd::as_raw_fd(&seg.fd());
     shmring_host::place_fds(&mut cmd, &[fd], 3);

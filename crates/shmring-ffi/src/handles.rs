@@ -4,8 +4,7 @@
 //! arguments.
 
 use std::collections::BTreeMap;
-use std::ffi::{c_char, c_int, CStr};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::ffi::{c_char, CStr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::RwLock;
 
@@ -194,17 +193,4 @@ pub(crate) fn c_str<'a>(p: *const c_char, what: &str) -> Res<&'a str> {
     unsafe { CStr::from_ptr(p) }
         .to_str()
         .map_err(|_| fail!(SHMRING_ERR_INVALID_ARGUMENT, "{what} is not valid UTF-8"))
-}
-
-/// Takes ownership of a descriptor after checking it is open.
-pub(crate) fn own_fd(fd: c_int, what: &str) -> Res<OwnedFd> {
-    // SAFETY: F_GETFD only queries the descriptor table.
-    if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-        return Err(fail!(
-            SHMRING_ERR_INVALID_ARGUMENT,
-            "{what} {fd} is not an open file descriptor"
-        ));
-    }
-    // SAFETY: open (checked), and the caller hands its ownership to us (documented).
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

@@ -1,17 +1,17 @@
 //! The secure hand-off in the C ABI: a consumer serves its sealed memfd on a Unix
-//! socket (`shmring_listen`), producers connect to it (`shmring_connect`), observers
-//! get a read-only mapping (`shmring_observe`). The rules (allow-lists, the hello,
+//! socket (`shmring_listen`), producers connect to it (`shmring_open` of
+//! `unix:PATH`), observers get a read-only mapping (`shmring_open_read_only`). The rules (allow-lists, the hello,
 //! bounds and timeouts) are the core's (`shmring::handoff`); this only translates.
 
 use std::ffi::c_char;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
-use shmring::handoff::{ListenerOptions, ListenerThread, DEFAULT_CONNECT_TIMEOUT};
-use shmring::{Address, Listener, ReadOnlySegment};
+use shmring::handoff::{ListenerOptions, ListenerThread};
+use shmring::{Listener, ReadOnlySegment};
 
 use crate::handles::{c_str, close, lease, out_ptr, register, Handle, Kind};
-use crate::segment::{c_geometry, new_segment, shmring_geometry, shmring_segment};
+use crate::segment::{c_address, c_geometry, shmring_geometry, shmring_segment, timeout_of};
 use crate::stats::{c_stats, shmring_stats};
 use crate::status::shmring_status::{self, *};
 use crate::status::{core_err, entry, ok, Res};
@@ -79,7 +79,7 @@ impl Handle for shmring_listener {
     }
 }
 
-/// A ring mapped read-only, received from a consumer's socket (opaque).
+/// A ring mapped read-only (shmring_open_read_only) (opaque).
 pub struct shmring_observer {
     users: AtomicU32,
     inner: ReadOnlySegment,
@@ -127,7 +127,7 @@ fn id_list<'a>(p: *const u32, n: usize, what: &str) -> Res<&'a [u32]> {
     Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
 
-/// Serves the ring `seg` (a sealed memfd from shmring_segment_create_memfd) on the
+/// Serves the ring `seg` (a sealed memfd, shmring_create of "memfd:[LABEL]") on the
 /// Unix socket `path` (a file system path, or "@name" for a Linux abstract socket),
 /// from one background thread. Peers are checked by the credentials the kernel
 /// records at connect (SO_PEERCRED) against the allow-list of `opts` (NULL: the
@@ -203,103 +203,10 @@ pub unsafe extern "C" fn shmring_listener_close(l: *mut shmring_listener) -> shm
     entry("shmring_listener_close", || close(l))
 }
 
-fn timeout_of(ms: u32) -> Duration {
-    if ms == 0 {
-        DEFAULT_CONNECT_TIMEOUT
-    } else {
-        Duration::from_millis(ms as u64)
-    }
-}
-
-/// Opens the ring `address` names, writable: then shmring_producer_attach or
-/// shmring_consumer_attach as usual. The address is the text every binding and the
-/// `shmring` command take:
-///   NAME, /NAME, shm:NAME     the named ring /dev/shm/NAME
-///   unix:PATH (or a path with a '/' after its first character)
-///                             the ring a consumer serves on that Unix socket
-///                             (shmring_listen), received as shmring_connect does
-///   fd:SEG[,LOCK][,EVENTFD]   descriptors this process holds, in the order of
-///                             shmring_segment_descriptors
-///   create:NAME[,OPTION...]   create the named ring; one of that name whose
-///                             consumer is gone (left by a crash) is replaced, one
-///                             whose consumer is alive is SHMRING_ERR_EXISTS
-///                             (option stale=refuse: a stale one is too)
-///   memfd:[LABEL][,OPTION...] create an anonymous sealed memfd ring
-/// OPTIONs (the fields of shmring_config): capacity=SIZE, max_record=SIZE,
-/// log_entries=N, max_producers=N, eventfd, huge_pages (SIZE: bytes, or with K, M
-/// or G). Bad text is SHMRING_ERR_CONFIG, its message naming what is wrong.
-/// `timeout_ms` bounds each step of a socket's hand-off (0: the library's default).
-///
-/// OWNERSHIP: the library takes over every descriptor an "fd:" address names, as
-/// shmring_segment_attach_fds does, once the text is valid and each is open
-/// (then whether the call succeeds or not; otherwise none is taken).
-#[no_mangle]
-pub unsafe extern "C" fn shmring_open(
-    address: *const c_char,
-    timeout_ms: u32,
-    out: *mut *mut shmring_segment,
-) -> shmring_status {
-    entry("shmring_open", || {
-        let out = out_ptr(out, "out")?;
-        *out = std::ptr::null_mut();
-        let address = c_address(address)?;
-        let seg = address
-            .open_timeout(timeout_of(timeout_ms))
-            .map_err(core_err)?;
-        new_segment(seg, out)
-    })
-}
-
-/// Connects to a consumer serving its ring on `path` (see shmring_listen) as a
-/// producer, receives the sealed memfd (and the eventfd of an eventfd ring), and
-/// attaches: then shmring_producer_attach as usual. `timeout_ms` bounds each step
-/// (0: the library's default). Errors: SHMRING_ERR_NOT_FOUND (no socket there),
-/// SHMRING_ERR_NO_CONSUMER (a stale socket), SHMRING_ERR_REFUSED (the message names
-/// the rule), SHMRING_TIMEOUT, SHMRING_ERR_HANDOFF.
-#[no_mangle]
-pub unsafe extern "C" fn shmring_connect(
-    path: *const c_char,
-    timeout_ms: u32,
-    out: *mut *mut shmring_segment,
-) -> shmring_status {
-    entry("shmring_connect", || {
-        let out = out_ptr(out, "out")?;
-        *out = std::ptr::null_mut();
-        let path = c_str(path, "path")?;
-        let seg = Address::Socket(path.into())
-            .open_timeout(timeout_of(timeout_ms))
-            .map_err(core_err)?;
-        new_segment(seg, out)
-    })
-}
-
-/// Connects to a consumer serving its ring on `path` as an observer: receives a
-/// read-only descriptor and maps it read-only (the kernel refuses to map it
-/// writable). Counters and geometry only.
-#[no_mangle]
-pub unsafe extern "C" fn shmring_observe(
-    path: *const c_char,
-    timeout_ms: u32,
-    out: *mut *mut shmring_observer,
-) -> shmring_status {
-    entry("shmring_observe", || {
-        let out = out_ptr(out, "out")?;
-        *out = std::ptr::null_mut();
-        let path = c_str(path, "path")?;
-        let obs = Address::Socket(path.into())
-            .open_read_only_timeout(timeout_of(timeout_ms))
-            .map_err(core_err)?;
-        *out = register(Box::new(shmring_observer {
-            users: AtomicU32::new(0),
-            inner: obs,
-        }));
-        ok()
-    })
-}
-
 /// Maps the ring `address` names read-only, as an observer (counters and geometry;
 /// for records, shmring_tap_open): a named ring opened O_RDONLY, the ring served
-/// on a socket ("unix:PATH", observed as shmring_observe does), or the first of
+/// on a socket ("unix:PATH": the observer's hello, then a read-only descriptor,
+/// which the kernel refuses to map writable), or the first of
 /// "fd:" descriptors (a sealed memfd; the library takes over every descriptor the
 /// text names, as shmring_open does). Creating addresses are SHMRING_ERR_CONFIG.
 /// `timeout_ms` bounds each step of a socket's hand-off (0: the library's
@@ -323,15 +230,6 @@ pub unsafe extern "C" fn shmring_open_read_only(
         }));
         ok()
     })
-}
-
-/// The address text at `address`, parsed by the core; "fd:" descriptors are taken
-/// over (the C ABI's rule for descriptors).
-pub(crate) fn c_address(address: *const c_char) -> Res<Address> {
-    let text = c_str(address, "address")?;
-    // SAFETY: the C ABI documents that the library takes over the descriptors an
-    // "fd:" address names (shmring_open).
-    unsafe { Address::parse_taking(text) }.map_err(core_err)
 }
 
 /// A snapshot of the observed ring's counters.

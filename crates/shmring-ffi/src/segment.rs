@@ -1,11 +1,13 @@
-//! Ring configuration and segments: create, open, attach, send and receive
-//! descriptors, geometry.
+//! Ring configuration and segments: create and open (by address), descriptors,
+//! geometry.
 
 use std::ffi::{c_char, c_int, CString};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
+use std::time::Duration;
 
+use shmring::handoff::DEFAULT_CONNECT_TIMEOUT;
 use shmring::{Address, Config, Segment};
 
 use crate::handles::*;
@@ -122,144 +124,135 @@ pub unsafe extern "C" fn shmring_config_segment_size(
     })
 }
 
-/// Creates an anonymous ring backed by a sealed memfd. Hand its descriptor
-/// (shmring_segment_fd) to producers. `name` labels it (no file is created).
+/// Creates a ring: `address` is a creating address, "create:NAME" (the named ring
+/// /dev/shm/NAME, mode 0600) or "memfd:[LABEL]" (an anonymous sealed memfd,
+/// labelled LABEL, default "shmring"), and `cfg` sizes it (NULL: the address's
+/// options, else the library's defaults). To open a ring that is there already,
+/// shmring_open.
+///
+/// "create:NAME" replaces a ring of that name whose consumer is gone (its process
+/// was killed or crashed); a ring whose consumer is alive, or a file of that name
+/// that is no ring, is left alone: SHMRING_ERR_EXISTS, whose message says which.
+/// "create:NAME,stale=refuse" refuses a stale ring too (SHMRING_ERR_EXISTS). A named
+/// ring is removed when its creator's handle is closed, unless
+/// shmring_segment_persist() was called. Hand a memfd ring to producers by its
+/// descriptors (shmring_segment_descriptors) or on a socket (shmring_listen).
+///
+/// The sizes go in one place: `cfg`, or the text's options (capacity=SIZE,
+/// max_record=SIZE, log_entries=N, max_producers=N, eventfd, huge_pages; see
+/// shmring_open), not both. SHMRING_ERR_INVALID_ARGUMENT: `address` reaches an
+/// existing ring (no "create:" or "memfd:"), or both give sizes. Bad text is
+/// SHMRING_ERR_CONFIG, and so are sizes out of the library's limits; each message
+/// names what is wrong.
+///
+/// ```c
+/// shmring_config cfg;
+/// shmring_config_init(&cfg);
+/// cfg.capacity = 64u << 20;
+/// shmring_segment *seg = NULL;
+/// if (shmring_create("create:cam0", &cfg, &seg) != SHMRING_OK)
+///     fprintf(stderr, "%s\n", shmring_last_error());
+/// ```
 #[no_mangle]
-pub unsafe extern "C" fn shmring_segment_create_memfd(
-    name: *const c_char,
+pub unsafe extern "C" fn shmring_create(
+    address: *const c_char,
     cfg: *const shmring_config,
     out: *mut *mut shmring_segment,
 ) -> shmring_status {
-    entry("shmring_segment_create_memfd", || {
+    entry("shmring_create", || {
         let out = out_ptr(out, "out")?;
         *out = std::ptr::null_mut();
-        let name = c_str(name, "name")?;
-        let cfg = in_ptr(cfg, "cfg")?.to_core();
-        let memfd = Address::Memfd {
-            label: name.into(),
-            config: cfg,
+        let text = c_str(address, "address")?;
+        // Not `parse_taking`: a creating address names no descriptor, and one that
+        // names some is refused below with the caller's descriptors untouched.
+        let mut address: Address = text.parse().map_err(core_err)?;
+        let (Address::Create { config, .. } | Address::Memfd { config, .. }) = &mut address else {
+            return Err(fail!(
+                SHMRING_ERR_INVALID_ARGUMENT,
+                "ring address {text:?} reaches an existing ring: shmring_create takes \
+                 create:NAME or memfd:[LABEL] (shmring_open opens a ring that is there)"
+            ));
         };
-        let seg = memfd.open().map_err(core_err)?;
-        new_segment(seg, out)
-    })
-}
-
-/// Creates a named ring (/dev/shm/NAME, mode 0600). It is removed when the handle
-/// is closed unless shmring_segment_persist() was called. A ring of that name
-/// already there is SHMRING_ERR_EXISTS, whose message says whether its consumer is
-/// alive or gone (left by a crash), or it is no ring; to replace one whose
-/// consumer is gone, open the address "create:NAME" with shmring_open.
-#[no_mangle]
-pub unsafe extern "C" fn shmring_segment_create_named(
-    name: *const c_char,
-    cfg: *const shmring_config,
-    out: *mut *mut shmring_segment,
-) -> shmring_status {
-    entry("shmring_segment_create_named", || {
-        let out = out_ptr(out, "out")?;
-        *out = std::ptr::null_mut();
-        let name = c_str(name, "name")?;
-        let cfg = in_ptr(cfg, "cfg")?.to_core();
-        let create = Address::Create {
-            name: name.into(),
-            config: cfg,
-            replace_stale: false,
-        };
-        let seg = create.open().map_err(core_err)?;
-        new_segment(seg, out)
-    })
-}
-
-/// Opens an existing named ring. `eventfd`: the ring's eventfd for an eventfd ring
-/// (ownership passes to the library, as for shmring_segment_attach_fd), or -1.
-#[no_mangle]
-pub unsafe extern "C" fn shmring_segment_open_named(
-    name: *const c_char,
-    eventfd: c_int,
-    out: *mut *mut shmring_segment,
-) -> shmring_status {
-    entry("shmring_segment_open_named", || {
-        let out = out_ptr(out, "out")?;
-        *out = std::ptr::null_mut();
-        let name = c_str(name, "name")?;
-        let address = if eventfd >= 0 {
-            Address::NamedEventfd {
-                name: name.into(),
-                eventfd: own_fd(eventfd, "eventfd")?,
+        if !cfg.is_null() {
+            if *config != Config::default() {
+                return Err(fail!(
+                    SHMRING_ERR_INVALID_ARGUMENT,
+                    "ring address {text:?} gives the ring's sizes and so does cfg: give \
+                     them in one place (cfg NULL, or no size options in the text)"
+                ));
             }
-        } else {
-            Address::Named(name.into())
-        };
+            *config = in_ptr(cfg, "cfg")?.to_core();
+        }
         let seg = address.open().map_err(core_err)?;
         new_segment(seg, out)
     })
 }
 
-/// Attaches to a named ring from its file's descriptor. `eventfd` is the ring's
-/// eventfd, or -1. A memfd ring needs its lock file too: use
-/// shmring_segment_attach_fds (this call reports SHMRING_ERR_DESCRIPTORS).
+pub(crate) fn timeout_of(ms: u32) -> Duration {
+    if ms == 0 {
+        DEFAULT_CONNECT_TIMEOUT
+    } else {
+        Duration::from_millis(ms as u64)
+    }
+}
+
+/// Opens the ring `address` names, writable: then shmring_producer_attach or
+/// shmring_consumer_attach as usual. The address is the text every binding and the
+/// `shmring` command take:
+///   NAME, /NAME, shm:NAME     the named ring /dev/shm/NAME
+///   NAME,eventfd=FD           a named ring made with an eventfd, with its
+///                             eventfd, descriptor FD of this process
+///   unix:PATH (or a path with a '/' after its first character)
+///                             the ring a consumer serves on that Unix socket
+///                             (shmring_listen): the producer's hello, then the
+///                             sealed memfd (and an eventfd ring's eventfd)
+///   fd:SEG[,LOCK][,EVENTFD]   descriptors this process holds (inherited or
+///                             received), in the order of
+///                             shmring_segment_descriptors: no file-system access
+///   create:NAME[,OPTION...]   create the named ring, as shmring_create does
+///   memfd:[LABEL][,OPTION...] create an anonymous sealed memfd ring
+/// OPTIONs (the fields of shmring_config): capacity=SIZE, max_record=SIZE,
+/// log_entries=N, max_producers=N, eventfd, huge_pages (SIZE: bytes, or with K, M
+/// or G); "create:" also takes stale=refuse. To size a new ring from a
+/// shmring_config, shmring_create. Bad text is SHMRING_ERR_CONFIG, its message
+/// naming what is wrong. `timeout_ms` bounds each step of a socket's hand-off (0:
+/// the library's default); a socket's errors: SHMRING_ERR_NOT_FOUND (no socket
+/// there), SHMRING_ERR_NO_CONSUMER (a stale socket), SHMRING_ERR_REFUSED (the
+/// message names the rule), SHMRING_TIMEOUT, SHMRING_ERR_HANDOFF.
 ///
-/// OWNERSHIP: the library takes ownership of `fd` (and of `eventfd` if >= 0) as soon
-/// as they are checked to be open, whether the call succeeds or not: do not close
-/// them, and do not close any other descriptor of the same file while producers
-/// are attached in this process (closing any descriptor of a file drops the
-/// process's record locks, which are its liveness signal).
+/// OWNERSHIP: the library takes over every descriptor an "fd:" or "eventfd="
+/// address names once the text is valid and each is open, whether the call then
+/// succeeds or not (otherwise none is taken): do not close them, and do not close
+/// any other descriptor of the ring's lock file while producers are attached in
+/// this process (that drops its record locks, its liveness signal).
 #[no_mangle]
-pub unsafe extern "C" fn shmring_segment_attach_fd(
-    fd: c_int,
-    eventfd: c_int,
+pub unsafe extern "C" fn shmring_open(
+    address: *const c_char,
+    timeout_ms: u32,
     out: *mut *mut shmring_segment,
 ) -> shmring_status {
-    entry("shmring_segment_attach_fd", || {
+    entry("shmring_open", || {
         let out = out_ptr(out, "out")?;
         *out = std::ptr::null_mut();
-        let mut fds = vec![own_fd(fd, "fd")?];
-        if eventfd >= 0 {
-            fds.push(own_fd(eventfd, "eventfd")?);
-        }
-        let seg = Address::Descriptors(fds).open().map_err(core_err)?;
+        let address = c_address(address)?;
+        let seg = address
+            .open_timeout(timeout_of(timeout_ms))
+            .map_err(core_err)?;
         new_segment(seg, out)
     })
 }
 
-/// Attaches to a ring from its descriptors (inherited or received): the
-/// sandbox-friendly way, no file-system access. `fds` holds `n` descriptors in the
-/// order shmring_segment_descriptors gives them: the segment; for a memfd ring, its
-/// lock file; for an eventfd ring, its eventfd.
-///
-/// OWNERSHIP: the library takes ownership of every descriptor as soon as they are
-/// checked to be open, whether the call succeeds or not: do not close them, and do
-/// not close any other descriptor of the ring's lock file while producers are
-/// attached in this process (that drops its record locks, its liveness signal).
-#[no_mangle]
-pub unsafe extern "C" fn shmring_segment_attach_fds(
-    fds: *const c_int,
-    n: usize,
-    out: *mut *mut shmring_segment,
-) -> shmring_status {
-    entry("shmring_segment_attach_fds", || {
-        let out = out_ptr(out, "out")?;
-        *out = std::ptr::null_mut();
-        if fds.is_null() || n == 0 || n > shmring::sys::fdpass::MAX_FDS {
-            return Err(fail!(
-                SHMRING_ERR_INVALID_ARGUMENT,
-                "fds must point at 1 to {} descriptors (got {n})",
-                shmring::sys::fdpass::MAX_FDS
-            ));
-        }
-        // SAFETY: the caller passes `n` readable ints at `fds` (checked non-null).
-        let raw = unsafe { std::slice::from_raw_parts(fds, n) };
-        let owned = raw
-            .iter()
-            .map(|&f| own_fd(f, "fds[]"))
-            .collect::<Result<Vec<_>, _>>()?;
-        let seg = Address::Descriptors(owned).open().map_err(core_err)?;
-        new_segment(seg, out)
-    })
+/// The address text at `address`, parsed by the core; "fd:" descriptors are taken
+/// over (the C ABI's rule for descriptors).
+pub(crate) fn c_address(address: *const c_char) -> Res<Address> {
+    let text = c_str(address, "address")?;
+    // SAFETY: the C ABI documents that the library takes over the descriptors an
+    // "fd:" address names (shmring_open).
+    unsafe { Address::parse_taking(text) }.map_err(core_err)
 }
 
-/// The ring's descriptors, in the order a producer in another process needs them
-/// (shmring_segment_attach_fds): up to `cap` are written to `out`, their number to
+/// The ring's descriptors, in the order a producer in another process names them
+/// in its address ("fd:SEG[,LOCK][,EVENTFD]", shmring_open): up to `cap` are written to `out`, their number to
 /// `*n` (at most 3: segment, lock file, eventfd). They stay owned by the segment:
 /// do not close them.
 #[no_mangle]
@@ -286,35 +279,6 @@ pub unsafe extern "C" fn shmring_segment_descriptors(
             unsafe { *out.add(i) = f.as_raw_fd() };
         }
         ok()
-    })
-}
-
-/// Receives a ring's descriptors sent with shmring_segment_send over a Unix socket,
-/// and attaches to it.
-#[no_mangle]
-pub unsafe extern "C" fn shmring_segment_recv(
-    sock: c_int,
-    out: *mut *mut shmring_segment,
-) -> shmring_status {
-    entry("shmring_segment_recv", || {
-        let out = out_ptr(out, "out")?;
-        *out = std::ptr::null_mut();
-        if sock < 0 {
-            return Err(fail!(
-                SHMRING_ERR_INVALID_ARGUMENT,
-                "socket {sock} is invalid"
-            ));
-        }
-        // SAFETY: borrowed for the call only; recvmsg reports EBADF for a closed fd.
-        let s = unsafe { BorrowedFd::borrow_raw(sock) };
-        let fds = shmring::recv_fds(s).map_err(|e| {
-            fail!(
-                SHMRING_ERR_OS,
-                "receiving descriptors on socket {sock}: {e}"
-            )
-        })?;
-        let seg = Address::Descriptors(fds).open().map_err(core_err)?;
-        new_segment(seg, out)
     })
 }
 
@@ -375,9 +339,9 @@ pub unsafe extern "C" fn shmring_segment_fd(
 
 /// A read-only descriptor of the ring's file, for taps and observers in this
 /// process or another: a mapping made from it cannot be written. Owned by the
-/// segment: do not close it; dup() it to hand it on (shmring_tap_open_fd takes
-/// ownership of what it is given, and needs a memfd ring's: a tap opens a named
-/// ring by name).
+/// segment: do not close it; dup() it to hand it on (shmring_tap_open with "fd:N"
+/// takes ownership of what it is given, and needs a memfd ring's: a tap opens a
+/// named ring by name).
 #[no_mangle]
 pub unsafe extern "C" fn shmring_segment_read_only_fd(
     seg: *const shmring_segment,

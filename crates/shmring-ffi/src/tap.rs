@@ -3,11 +3,11 @@
 //! what they miss is counted in their own stats.
 
 use std::cell::UnsafeCell;
-use std::ffi::{c_char, c_int};
+use std::ffi::c_char;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
-use shmring::{Address, Filter, ReadOnlySegment, Tap, TapFrame, TapOptions};
+use shmring::{Filter, ReadOnlySegment, Tap, TapFrame, TapOptions};
 
 use crate::handles::*;
 use crate::producer::shmring_meta;
@@ -189,49 +189,6 @@ fn new_tap(
     ok()
 }
 
-/// Opens a tap on the named ring /dev/shm/NAME, mapped read-only. It starts at the
-/// newest record. `opts` may be NULL for the defaults.
-#[no_mangle]
-pub unsafe extern "C" fn shmring_tap_open_named(
-    name: *const c_char,
-    opts: *const shmring_tap_options,
-    out: *mut *mut shmring_tap,
-) -> shmring_status {
-    entry("shmring_tap_open_named", || {
-        let out = out_ptr(out, "out")?;
-        *out = std::ptr::null_mut();
-        let name = c_str(name, "name")?;
-        let o = core_tap_options(opts)?;
-        let ro = Address::Named(name.into())
-            .open_read_only()
-            .map_err(core_err)?;
-        new_tap(ro, o, out)
-    })
-}
-
-/// Opens a tap on a memfd ring from a descriptor of it (e.g. a dup of
-/// shmring_segment_read_only_fd or of shmring_observer_fd), mapped read-only
-/// (SHMRING_ERR_UNSEALED for a named ring's: open it by name). It starts at the
-/// newest record. The library takes ownership of `fd` as soon as it is checked to
-/// be open, whether the call succeeds or not. `opts` may be NULL for the defaults.
-#[no_mangle]
-pub unsafe extern "C" fn shmring_tap_open_fd(
-    fd: c_int,
-    opts: *const shmring_tap_options,
-    out: *mut *mut shmring_tap,
-) -> shmring_status {
-    entry("shmring_tap_open_fd", || {
-        let out = out_ptr(out, "out")?;
-        *out = std::ptr::null_mut();
-        let fd = own_fd(fd, "fd")?;
-        let o = core_tap_options(opts)?;
-        let ro = Address::Descriptors(vec![fd])
-            .open_read_only()
-            .map_err(core_err)?;
-        new_tap(ro, o, out)
-    })
-}
-
 /// Opens a tap on the ring `address` names (the text of shmring_open), mapped
 /// read-only: a named ring, the ring served on a socket ("unix:PATH", observed),
 /// or the first of "fd:" descriptors (a sealed memfd; the library takes over
@@ -247,7 +204,7 @@ pub unsafe extern "C" fn shmring_tap_open(
         let out = out_ptr(out, "out")?;
         *out = std::ptr::null_mut();
         let o = core_tap_options(opts)?;
-        let address = crate::handoff::c_address(address)?;
+        let address = crate::segment::c_address(address)?;
         let ro = address.open_read_only().map_err(core_err)?;
         new_tap(ro, o, out)
     })

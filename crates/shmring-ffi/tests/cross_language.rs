@@ -10,13 +10,20 @@ use std::time::Duration;
 use common::pattern::{expected, fill, payload_checksum, ramp};
 use common::{c_example, pass_fds};
 use shmring::media::{kind, Format, MediaHeader};
-use shmring::{Config, Meta, Segment};
+use shmring::{Address, Config, Meta, Segment};
 use shmring_host::ChildGuard;
+
+/// A new memfd ring of `capacity` bytes.
+fn memfd(label: &str, capacity: u64) -> std::sync::Arc<Segment> {
+    let config = Config::with_capacity(capacity);
+    let label = label.into();
+    Address::Memfd { label, config }.open().unwrap()
+}
 
 #[test]
 fn c_producer_to_rust_consumer_1080p() {
     let producer = c_example("producer");
-    let seg = Segment::create_memfd("c-to-rust", &Config::with_capacity(32 << 20)).unwrap();
+    let seg = memfd("c-to-rust", 32 << 20);
     let consumer = seg.consumer().unwrap();
     let mut cmd = Command::new(&producer);
     cmd.args(["--fds", "3,4", "--frames", "60", "--stream", "5", "--quiet"]);
@@ -99,7 +106,7 @@ fn send_frames(seg: &std::sync::Arc<Segment>, n: u64, corrupt: Option<u64>) {
 
 #[test]
 fn rust_producer_to_c_consumer() {
-    let seg = Segment::create_memfd("rust-to-c", &Config::with_capacity(16 << 20)).unwrap();
+    let seg = memfd("rust-to-c", 16 << 20);
     let (child, mut out) = start_c_consumer(&seg, 40);
     send_frames(&seg, 40, None);
     let mut rest = String::new();
@@ -117,7 +124,7 @@ fn rust_producer_to_c_consumer() {
 
 #[test]
 fn c_consumer_detects_a_bad_checksum() {
-    let seg = Segment::create_memfd("rust-to-c-bad", &Config::with_capacity(16 << 20)).unwrap();
+    let seg = memfd("rust-to-c-bad", 16 << 20);
     let (child, mut out) = start_c_consumer(&seg, 3);
     send_frames(&seg, 3, Some(1));
     let mut rest = String::new();

@@ -1,33 +1,180 @@
-//! The checked-in include/shmring.h must match what cbindgen generates from the
-//! sources. Regenerate with `SHMRING_BLESS=1 cargo test -p shmring-ffi --test header`
-//! (or `make -C crates/shmring-ffi header`).
+//! The checked-in headers must match what cbindgen generates from the sources:
+//! include/shmring.h (every item but the media header's) and
+//! include/shmring/media.h (those of src/media.rs, which shmring.h includes).
+//! Regenerate with `SHMRING_BLESS=1 cargo test -p shmring-ffi --test header` (or
+//! `make -C crates/shmring-ffi header`).
 
 use std::path::Path;
 
-#[test]
-fn header_is_up_to_date() {
+/// The headers shmring.h includes at its end, each of the items of some source
+/// files (left out of shmring.h): its path, sources and what it holds.
+const PARTS: &[(&str, &[&str], &str)] = &[
+    (
+        "include/shmring/media.h",
+        &["src/media.rs"],
+        "the media header: what a video or audio record starts with (128 bytes, the \
+         same in every language), and the calls that build, parse and locate its planes",
+    ),
+    (
+        "include/shmring/tap.h",
+        &["src/tap.rs"],
+        "taps: read-only observers that copy records as they go by",
+    ),
+    (
+        "include/shmring/handoff.h",
+        &["src/handoff.rs"],
+        "the hand-off: a consumer serves its ring on a Unix socket (shmring_listen); \
+         observers map a ring read-only (shmring_open_read_only)",
+    ),
+];
+
+/// The names a source file gives the C ABI: its `pub` constants, types and
+/// functions.
+fn items(src: &str) -> Vec<String> {
+    let kinds = [
+        "pub const ",
+        "pub struct ",
+        "pub enum ",
+        "pub type ",
+        "pub unsafe extern \"C\" fn ",
+        "pub extern \"C\" fn ",
+    ];
+    src.lines()
+        .filter_map(|l| kinds.iter().find_map(|k| l.strip_prefix(k)))
+        .map(|rest| {
+            rest.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+}
+
+/// `text` as a C block comment, its lines at most 80 characters.
+fn comment(text: &str) -> String {
+    let mut out = String::from("/*\n");
+    let mut line = String::from(" *");
+    for word in text.split(' ') {
+        if line.len() + 1 + word.len() > 80 {
+            out += &line;
+            out += "\n";
+            line = String::from(" *");
+        }
+        line += " ";
+        line += word;
+    }
+    out + &line + "\n */"
+}
+
+/// Every header as cbindgen makes it from the crate: shmring.h without the parts'
+/// items (it includes the parts at its end), and each part with the items of its
+/// sources alone, shmring.h's settings and a guard and comment of its own.
+fn generate() -> Vec<(String, String)> {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
         .expect("crates/shmring-ffi/cbindgen.toml parses");
-    let mut generated = Vec::new();
-    cbindgen::Builder::new()
-        .with_crate(crate_dir)
-        .with_config(config)
-        .generate()
-        .expect("cbindgen generates the header")
-        .write(&mut generated);
-    let generated = String::from_utf8(generated).expect("header is UTF-8");
-    let path = crate_dir.join("../../include/shmring.h");
-    if std::env::var_os("SHMRING_BLESS").is_some() {
-        std::fs::write(&path, &generated).expect("write include/shmring.h");
-        return;
+    let write = |config: cbindgen::Config| {
+        let mut out = Vec::new();
+        cbindgen::Builder::new()
+            .with_config(config)
+            .with_crate(crate_dir)
+            .generate()
+            .expect("cbindgen generates the header")
+            .write(&mut out);
+        String::from_utf8(out).expect("header is UTF-8")
+    };
+    // Each source file's items.
+    let mut sources: Vec<(String, Vec<String>)> = std::fs::read_dir(crate_dir.join("src"))
+        .expect("read src/")
+        .map(|e| e.expect("a directory entry").path())
+        .map(|f| {
+            let text = std::fs::read_to_string(&f).expect("read a source");
+            let name = format!("src/{}", f.file_name().unwrap().to_string_lossy());
+            (name, items(&text))
+        })
+        .collect();
+    sources.sort();
+    let items_but = |keep: &[&str]| -> Vec<String> {
+        sources
+            .iter()
+            .filter(|(name, _)| !keep.contains(&name.as_str()))
+            .flat_map(|(_, items)| items.iter().cloned())
+            .collect()
+    };
+    let mut main = config.clone();
+    let mut includes = String::new();
+    let mut parts = Vec::new();
+    for (path, part_sources, what) in PARTS {
+        let rel = path.trim_start_matches("include/");
+        includes += &format!("#include \"{rel}\"\n");
+        let guard = rel.to_uppercase().replace(['/', '.'], "_");
+        let mut c = config.clone();
+        c.include_guard = Some(guard);
+        c.sys_includes = Vec::new();
+        c.header = Some(comment(&format!(
+            "{rel}: {what}. Part of shmring.h, which includes it: include that."
+        )));
+        c.autogen_warning = Some(format!(
+            "/* Generated by cbindgen from crates/shmring-ffi/{}: do not edit. */",
+            part_sources.join(", crates/shmring-ffi/")
+        ));
+        c.after_includes = Some(format!(
+            "\n#ifndef SHMRING_H\n#error \"{rel} is part of shmring.h: include <shmring.h>\"\n#endif"
+        ));
+        c.trailer = None;
+        c.export.exclude.extend(items_but(part_sources));
+        // Defined in shmring.h: written as shmring.h writes it, so that a function
+        // returns the same type in every header (cgo tells `enum shmring_status`
+        // from its typedef).
+        c.export
+            .rename
+            .insert("shmring_status".into(), "enum shmring_status".into());
+        main.export.exclude.extend(
+            sources
+                .iter()
+                .filter(|(name, _)| part_sources.contains(&name.as_str()))
+                .flat_map(|(_, items)| items.iter().cloned()),
+        );
+        parts.push((path.to_string(), write(c)));
     }
-    let current = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        current == generated,
-        "include/shmring.h is stale: regenerate it with \
-         `make -C crates/shmring-ffi header` and commit the result"
-    );
+    // The parts first: the trailer checks the layout of their structs too.
+    main.trailer = Some(format!("\n{includes}{}", main.trailer.unwrap_or_default()));
+    let mut all = vec![("include/shmring.h".to_string(), write(main))];
+    all.extend(parts);
+    all
+}
+
+#[test]
+fn headers_are_up_to_date() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for (path, generated) in generate() {
+        let file = root.join(&path);
+        if std::env::var_os("SHMRING_BLESS").is_some() {
+            std::fs::create_dir_all(file.parent().expect("a directory")).expect("mkdir");
+            std::fs::write(&file, &generated).unwrap_or_else(|e| panic!("write {path}: {e}"));
+        }
+        let current = std::fs::read_to_string(&file).unwrap_or_default();
+        assert!(
+            current == generated,
+            "{path} is stale: regenerate it with `make -C crates/shmring-ffi header` and \
+             commit the result"
+        );
+        let lines = generated.lines().count();
+        assert!(
+            lines <= 800,
+            "{path} has {lines} lines, more than a source file may: move a part of it to \
+             a header of its own (PARTS)"
+        );
+    }
+}
+
+/// The checked-in headers, together.
+fn headers() -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::iter::once("include/shmring.h")
+        .chain(PARTS.iter().map(|p| p.0))
+        .map(|h| std::fs::read_to_string(root.join(h)).unwrap_or_else(|e| panic!("{h}: {e}")))
+        .collect()
 }
 
 /// The fields of `typedef struct NAME { ... }` in the header, padding (`reserved`)
@@ -35,7 +182,7 @@ fn header_is_up_to_date() {
 fn c_struct_fields(header: &str, name: &str) -> Vec<String> {
     let start = header
         .find(&format!("typedef struct {name} {{"))
-        .unwrap_or_else(|| panic!("include/shmring.h defines struct {name}"));
+        .unwrap_or_else(|| panic!("the headers define struct {name}"));
     let end = start + header[start..].find('}').expect("the struct ends");
     header[start..end]
         .lines()
@@ -58,10 +205,7 @@ fn c_struct_fields(header: &str, name: &str) -> Vec<String> {
 #[test]
 fn c_snapshots_list_the_cores_fields() {
     use shmring::Snapshot;
-    let header = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include/shmring.h"),
-    )
-    .expect("read include/shmring.h");
+    let header = headers();
     fn names(s: &impl Snapshot) -> Vec<&'static str> {
         s.fields().map(|f| f.name).collect()
     }
@@ -89,10 +233,7 @@ fn c_snapshots_list_the_cores_fields() {
 /// duration's with its unit: `_ns` (in the order that packs the struct).
 #[test]
 fn c_consumer_options_take_the_cores_names() {
-    let header = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include/shmring.h"),
-    )
-    .expect("read include/shmring.h");
+    let header = headers();
     let mut core: Vec<String> = shmring::ConsumerSettings::NAMES
         .iter()
         .map(|n| match *n {

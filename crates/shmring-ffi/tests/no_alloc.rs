@@ -27,7 +27,7 @@ fn producer_and_consumer_hot_paths_do_not_allocate() {
         cfg.capacity = 4 << 20;
         let mut seg = ptr::null_mut();
         assert_eq!(
-            shmring_segment_create_memfd(c"noalloc".as_ptr(), &cfg, &mut seg),
+            shmring_create(c"memfd:noalloc".as_ptr(), &cfg, &mut seg),
             SHMRING_OK
         );
         let (mut p, mut c) = (ptr::null_mut(), ptr::null_mut());

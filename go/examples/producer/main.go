@@ -75,9 +75,9 @@ func run(ring, connect, video, audio string, seconds float64, stream uint32, blo
 	var err error
 	switch {
 	case ring != "" && connect == "":
-		seg, err = shmring.OpenNamed(ring)
+		seg, err = shmring.Open(ring, 0)
 	case connect != "" && ring == "":
-		seg, err = shmring.Connect(connect, 0)
+		seg, err = shmring.Open("unix:"+connect, 0)
 	default:
 		return errors.New("give one of -ring NAME and -connect PATH")
 	}

@@ -96,9 +96,9 @@ func run(ring, listen, dir string, seconds float64, fps int, capMiB uint64) erro
 	var err error
 	name := ring
 	if ring != "" {
-		seg, err = shmring.CreateNamed(ring, &cfg)
+		seg, err = shmring.Create("create:"+ring, &cfg)
 	} else {
-		seg, err = shmring.CreateMemfd("recorder", &cfg)
+		seg, err = shmring.Create("memfd:recorder", &cfg)
 		name = listen
 	}
 	if err != nil {

@@ -3,7 +3,7 @@
  * condition (with the library's last error) and let the test go on; RUN runs one
  * test function and prints "ok" or "FAIL" with its name; check_summary prints the
  * last line, "N passed, M failed", and gives the exit status. check_memfd_ring
- * makes a ring.
+ * makes a ring; check_open_fds opens one from descriptors.
  */
 #ifndef SHMRING_TEST_CHECK_H
 #define SHMRING_TEST_CHECK_H
@@ -42,10 +42,22 @@ static inline shmring_segment *check_memfd_ring(const char *label, uint64_t capa
     shmring_config cfg;
     CHECK_ST(shmring_config_init(&cfg), SHMRING_OK);
     cfg.capacity = capacity;
+    char address[128];
+    snprintf(address, sizeof address, "memfd:%s", label);
     shmring_segment *s = NULL;
-    CHECK_ST(shmring_segment_create_memfd(label, &cfg, &s), SHMRING_OK);
+    CHECK_ST(shmring_create(address, &cfg, &s), SHMRING_OK);
     CHECK(s != NULL);
     return s;
+}
+
+/* shmring_open of the address "fd:FDS[0],FDS[1],...": the library takes them over. */
+static inline shmring_status check_open_fds(const int *fds, size_t n, shmring_segment **out) {
+    char address[64] = "fd:";
+    for (size_t i = 0; i < n; i++) {
+        size_t used = strlen(address);
+        snprintf(address + used, sizeof address - used, "%s%d", i ? "," : "", fds[i]);
+    }
+    return shmring_open(address, 0, out);
 }
 
 static inline int check_summary(void) {

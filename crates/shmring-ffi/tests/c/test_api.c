@@ -153,7 +153,7 @@ static void test_null_and_bad_handles(void) {
     CHECK_ST(shmring_consumer_next(NULL, 0, NULL), SHMRING_ERR_NULL);
     CHECK_ST(shmring_segment_stats(NULL, NULL), SHMRING_ERR_NULL);
     CHECK_ST(shmring_config_init(NULL), SHMRING_ERR_NULL);
-    CHECK_ST(shmring_segment_create_memfd(NULL, NULL, NULL), SHMRING_ERR_NULL);
+    CHECK_ST(shmring_create(NULL, NULL, NULL), SHMRING_ERR_NULL);
     /* closing NULL is a no-op */
     CHECK_ST(shmring_producer_close(NULL), SHMRING_OK);
     /* a pointer that was never a handle */
@@ -279,7 +279,7 @@ static void test_wrong_layout_version(void) {
     uint32_t bad = version + 1;
     for (int i = 0; i < 3; i++) memcpy(map + lines[i] + 8, &bad, 4);
     shmring_segment *other = NULL;
-    CHECK_ST(shmring_segment_attach_fd(copy, -1, &other), SHMRING_ERR_LAYOUT_MISMATCH);
+    CHECK_ST(check_open_fds(&copy, 1, &other), SHMRING_ERR_LAYOUT_MISMATCH);
     CHECK_MSG("layout version");
     CHECK(other == NULL);
     for (int i = 0; i < 3; i++) memcpy(map + lines[i] + 8, &version, 4);
@@ -289,26 +289,26 @@ static void test_wrong_layout_version(void) {
 
 static void test_bad_descriptors(void) {
     shmring_segment *s = NULL;
-    CHECK_ST(shmring_segment_attach_fd(-1, -1, &s), SHMRING_ERR_INVALID_ARGUMENT);
-    CHECK_ST(shmring_segment_attach_fd(987654, -1, &s), SHMRING_ERR_INVALID_ARGUMENT);
-    CHECK_MSG("not an open file descriptor");
+    CHECK_ST(shmring_open("fd:-1", 0, &s), SHMRING_ERR_CONFIG);
+    CHECK_MSG("not a descriptor number");
+    CHECK_ST(shmring_open("fd:987654", 0, &s), SHMRING_ERR_CONFIG);
+    CHECK_MSG("not open in this process");
     /* an unsealed memfd */
     int fd = memfd_create("unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     CHECK(fd >= 0 && ftruncate(fd, 1 << 20) == 0);
-    CHECK_ST(shmring_segment_attach_fd(fd, -1, &s), SHMRING_ERR_UNSEALED);
+    CHECK_ST(check_open_fds(&fd, 1, &s), SHMRING_ERR_UNSEALED);
     /* a sealed memfd that is not a ring */
     fd = memfd_create("not-a-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     CHECK(fd >= 0 && ftruncate(fd, 1 << 20) == 0);
     CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0);
-    CHECK_ST(shmring_segment_attach_fd(fd, -1, &s), SHMRING_ERR_LAYOUT_MISMATCH);
+    CHECK_ST(check_open_fds(&fd, 1, &s), SHMRING_ERR_LAYOUT_MISMATCH);
     CHECK_MSG("magic");
-    CHECK_ST(shmring_segment_open_named("shmring-ffi-test-does-not-exist", -1, &s),
-             SHMRING_ERR_NOT_FOUND);
-    CHECK_ST(shmring_segment_open_named("bad/name", -1, &s), SHMRING_ERR_CONFIG);
+    CHECK_ST(shmring_open("shmring-ffi-test-does-not-exist", 0, &s), SHMRING_ERR_NOT_FOUND);
+    CHECK_ST(shmring_open("bad name", 0, &s), SHMRING_ERR_CONFIG);
     shmring_config cfg;
     shmring_config_init(&cfg);
     cfg.capacity = 1000;
-    CHECK_ST(shmring_segment_create_memfd("x", &cfg, &s), SHMRING_ERR_CONFIG);
+    CHECK_ST(shmring_create("memfd:x", &cfg, &s), SHMRING_ERR_CONFIG);
 }
 
 static void test_media_errors(void) {
@@ -446,6 +446,25 @@ static void test_rate_numbering_and_end_of_stream(void) {
     CHECK_ST(shmring_segment_close(s), SHMRING_OK);
 }
 
+/* Up to `cap` descriptors sent with one SCM_RIGHTS message on `sock`: how many. */
+static size_t recv_fds(int sock, int *fds, size_t cap) {
+    char byte;
+    struct iovec io = {.iov_base = &byte, .iov_len = 1};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(3 * sizeof(int))];
+    } u;
+    struct msghdr msg = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = u.buf,
+                         .msg_controllen = sizeof u.buf};
+    if (recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) < 0) return 0;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    if (!c || c->cmsg_type != SCM_RIGHTS) return 0;
+    size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    if (n > cap) n = cap;
+    memcpy(fds, CMSG_DATA(c), n * sizeof(int));
+    return n;
+}
+
 static void test_fd_passing(void) {
     int sv[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
@@ -454,14 +473,17 @@ static void test_fd_passing(void) {
     cfg.capacity = 1u << 20;
     cfg.eventfd = 1;
     shmring_segment *s = NULL, *r = NULL;
-    CHECK_ST(shmring_segment_create_memfd("pass", &cfg, &s), SHMRING_OK);
+    CHECK_ST(shmring_create("memfd:pass", &cfg, &s), SHMRING_OK);
     int efd = -1;
     CHECK_ST(shmring_segment_eventfd(s, &efd), SHMRING_OK);
     CHECK(efd >= 0);
     shmring_consumer *c = NULL;
     CHECK_ST(shmring_consumer_attach(s, NULL, &c), SHMRING_OK);
     CHECK_ST(shmring_segment_send(sv[0], s), SHMRING_OK);
-    CHECK_ST(shmring_segment_recv(sv[1], &r), SHMRING_OK);
+    int got[3];
+    size_t n_got = recv_fds(sv[1], got, 3);
+    CHECK(n_got == 3); /* segment, lock file, eventfd */
+    CHECK_ST(check_open_fds(got, n_got, &r), SHMRING_OK);
     shmring_producer *p = NULL;
     CHECK_ST(shmring_producer_attach(r, &p), SHMRING_OK);
     shmring_meta m = {.stream = 4};
@@ -566,10 +588,16 @@ static void test_named_ring_and_info(void) {
     shmring_config cfg;
     shmring_config_init(&cfg);
     cfg.capacity = 1u << 20;
+    char create[96];
+    snprintf(create, sizeof create, "create:%s", name);
     shmring_segment *s = NULL, *o = NULL;
-    CHECK_ST(shmring_segment_create_named(name, &cfg, &s), SHMRING_OK);
-    CHECK_ST(shmring_segment_create_named(name, &cfg, &o), SHMRING_ERR_EXISTS);
-    CHECK_ST(shmring_segment_open_named(name, -1, &o), SHMRING_OK);
+    shmring_consumer *c = NULL;
+    CHECK_ST(shmring_create(create, &cfg, &s), SHMRING_OK);
+    CHECK_ST(shmring_consumer_attach(s, NULL, &c), SHMRING_OK);
+    /* its consumer is alive: creating it again is refused, saying so */
+    CHECK_ST(shmring_create(create, &cfg, &o), SHMRING_ERR_EXISTS);
+    CHECK_MSG("its consumer is alive");
+    CHECK_ST(shmring_open(name, 0, &o), SHMRING_OK);
     shmring_geometry g;
     CHECK_ST(shmring_segment_geometry(o, &g), SHMRING_OK);
     CHECK(g.capacity == 1u << 20 && g.max_record == (1u << 20) / 4 && g.max_producers == 64);
@@ -585,10 +613,33 @@ static void test_named_ring_and_info(void) {
     /* The workspace's version, which the Makefile passes as SHMRING_EXPECTED_VERSION. */
     CHECK(strcmp(shmring_version(), SHMRING_EXPECTED_VERSION) == 0);
     shmring_segment_close(o);
+    shmring_consumer_close(c);
     shmring_segment_close(s);
     char path[128];
     snprintf(path, sizeof path, "/dev/shm/%s", name);
     CHECK(access(path, F_OK) != 0); /* removed with its creator */
+}
+
+/* shmring_create takes a creating address, and the sizes in one place (what
+ * "create:" does to a ring there already: test_handoff's test_open_by_address). */
+static void test_create(void) {
+    shmring_config cfg;
+    shmring_config_init(&cfg);
+    cfg.capacity = 1u << 20;
+    shmring_segment *s = NULL;
+    CHECK_ST(shmring_create("cam0", &cfg, &s), SHMRING_ERR_INVALID_ARGUMENT);
+    CHECK_MSG("reaches an existing ring");
+    CHECK_ST(shmring_create("memfd:x,capacity=2M", &cfg, &s), SHMRING_ERR_INVALID_ARGUMENT);
+    CHECK_MSG("in one place");
+    CHECK(s == NULL);
+    shmring_geometry g;
+    CHECK_ST(shmring_create("memfd:x,capacity=2M", NULL, &s), SHMRING_OK);
+    CHECK_ST(shmring_segment_geometry(s, &g), SHMRING_OK);
+    CHECK(g.capacity == 2u << 20);
+    shmring_segment_close(s);
+    /* the sizes from cfg, with the text's stale=refuse */
+    CHECK_ST(shmring_create("memfd:x,stale=refuse", &cfg, &s), SHMRING_ERR_CONFIG);
+    CHECK_MSG("unknown option \"stale\""); /* a memfd is never stale */
 }
 
 /* A memfd ring's producers need every descriptor of shmring_segment_descriptors:
@@ -604,10 +655,11 @@ static void test_descriptors(void) {
     CHECK_ST(shmring_segment_descriptors(s, fds, 3, &n), SHMRING_OK);
     CHECK(n == 2 && fds[0] >= 0 && fds[1] >= 0 && fds[0] != fds[1]);
     shmring_segment *other = NULL;
-    CHECK_ST(shmring_segment_attach_fd(dup(fds[0]), -1, &other), SHMRING_ERR_DESCRIPTORS);
+    int seg_only = dup(fds[0]);
+    CHECK_ST(check_open_fds(&seg_only, 1, &other), SHMRING_ERR_DESCRIPTORS);
     CHECK_MSG("lock file");
     int both[2] = {dup(fds[0]), dup(fds[1])};
-    CHECK_ST(shmring_segment_attach_fds(both, 2, &other), SHMRING_OK);
+    CHECK_ST(check_open_fds(both, 2, &other), SHMRING_OK);
     shmring_producer *p = NULL;
     CHECK_ST(shmring_producer_attach(other, &p), SHMRING_OK);
     shmring_meta m = {.stream = 1, .kind = SHMRING_KIND_RAW};
@@ -619,11 +671,11 @@ static void test_descriptors(void) {
     /* the segment twice: the second is not a lock file */
     int twice[2] = {dup(fds[0]), dup(fds[0])};
     shmring_segment *bad = NULL;
-    CHECK_ST(shmring_segment_attach_fds(twice, 2, &bad), SHMRING_ERR_DESCRIPTORS);
+    CHECK_ST(check_open_fds(twice, 2, &bad), SHMRING_ERR_DESCRIPTORS);
     int three[3] = {dup(fds[0]), dup(fds[1]), dup(fds[1])};
-    CHECK_ST(shmring_segment_attach_fds(three, 3, &bad), SHMRING_ERR_DESCRIPTORS);
+    CHECK_ST(check_open_fds(three, 3, &bad), SHMRING_ERR_DESCRIPTORS);
     CHECK_MSG("more than the ring has");
-    CHECK_ST(shmring_segment_attach_fds(NULL, 1, &bad), SHMRING_ERR_INVALID_ARGUMENT);
+    CHECK_ST(shmring_open(NULL, 0, &bad), SHMRING_ERR_NULL);
     shmring_producer_close(p);
     shmring_segment_close(other);
     shmring_consumer_close(c);
@@ -696,6 +748,7 @@ int main(void) {
     RUN(test_concurrent_use_is_refused);
     RUN(test_release_while_another_thread_waits);
     RUN(test_named_ring_and_info);
+    RUN(test_create);
     RUN(test_stats_fields);
     return check_summary();
 }

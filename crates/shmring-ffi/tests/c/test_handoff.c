@@ -1,7 +1,7 @@
 /*
  * C tests of the secure hand-off: a consumer serves its memfd on a Unix socket
- * (shmring_listen); a producer process connects (shmring_connect) and writes; an
- * observer (shmring_observe) reads counters through a read-only mapping the kernel
+ * (shmring_listen); a producer process connects (shmring_open of "unix:PATH") and
+ * writes; an observer (shmring_open_read_only) reads counters through a read-only mapping the kernel
  * will not make writable; a peer of a uid not on the allow-list is refused with
  * the rule named (needs root to run a child under another uid; skipped otherwise);
  * one ring reached by every form of its address (shmring_open).
@@ -21,7 +21,7 @@
 #include "check.h"
 #include "shmring.h"
 
-static char dir[64], sock[96];
+static char dir[64], sock[96], sock_address[128]; /* sock_address: "unix:" sock */
 
 static shmring_segment *make_ring(int eventfd) {
     shmring_config cfg;
@@ -29,7 +29,7 @@ static shmring_segment *make_ring(int eventfd) {
     cfg.capacity = 1u << 20;
     cfg.eventfd = (uint32_t)eventfd;
     shmring_segment *s = NULL;
-    CHECK_ST(shmring_segment_create_memfd("test-handoff", &cfg, &s), SHMRING_OK);
+    CHECK_ST(shmring_create("memfd:test-handoff", &cfg, &s), SHMRING_OK);
     return s;
 }
 
@@ -49,7 +49,7 @@ static int reap(pid_t pid) {
 static void child_produce(int n) {
     shmring_segment *s = NULL;
     shmring_producer *p = NULL;
-    if (shmring_connect(sock, 0, &s) != SHMRING_OK) {
+    if (shmring_open(sock_address, 0, &s) != SHMRING_OK) {
         fprintf(stderr, "  child: %s\n", shmring_last_error());
         _exit(3);
     }
@@ -105,7 +105,7 @@ static void test_observer_is_read_only(void) {
     CHECK_ST(shmring_listen(s, sock, NULL, &l), SHMRING_OK);
 
     shmring_observer *o = NULL;
-    CHECK_ST(shmring_observe(sock, 0, &o), SHMRING_OK);
+    CHECK_ST(shmring_open_read_only(sock_address, 0, &o), SHMRING_OK);
     shmring_stats st;
     CHECK_ST(shmring_observer_stats(o, &st), SHMRING_OK);
     CHECK(st.records_committed == 1 && st.consumer_attached);
@@ -130,7 +130,7 @@ static void test_observer_is_read_only(void) {
        EACCES, and the read-only mapping cannot be made writable. */
     pid_t pid = fork();
     if (pid == 0) {
-        execl("/proc/self/exe", "test_handoff", "observe-child", sock, (char *)NULL);
+        execl("/proc/self/exe", "test_handoff", "observe-child", sock_address, (char *)NULL);
         _exit(120);
     }
     int cs = reap(pid);
@@ -164,7 +164,7 @@ static void test_refused_peer(void) {
     CHECK_ST(shmring_listen(s, sock, &opts, &bad), SHMRING_ERR_NULL);
     /* Nobody at this path. */
     shmring_segment *none = NULL;
-    CHECK_ST(shmring_connect("/nonexistent-dir/ring.sock", 100, &none), SHMRING_ERR_NOT_FOUND);
+    CHECK_ST(shmring_open("unix:/nonexistent-dir/ring.sock", 100, &none), SHMRING_ERR_NOT_FOUND);
     if (geteuid() != 0) {
         printf("  (not root: the refused-uid case needs a child under another uid; skipped)\n");
     } else {
@@ -172,7 +172,7 @@ static void test_refused_peer(void) {
         if (pid == 0) {
             if (setgid(4243) != 0 || setuid(4243) != 0) _exit(10);
             shmring_segment *cs = NULL;
-            shmring_status st = shmring_connect(sock, 0, &cs);
+            shmring_status st = shmring_open(sock_address, 0, &cs);
             const char *e = shmring_last_error();
             int named = strstr(e, "peer-credentials") != NULL && strstr(e, "uid 4243") != NULL;
             _exit(st == SHMRING_ERR_REFUSED && named ? 0 : 11);
@@ -191,7 +191,7 @@ static void test_refused_peer(void) {
 /* The observer child, in a process of its own. Exit status: 0 all checks hold. */
 static int observe_child(const char *path) {
     shmring_observer *co = NULL;
-    if (shmring_observe(path, 0, &co) != SHMRING_OK) return 3;
+    if (shmring_open_read_only(path, 0, &co) != SHMRING_OK) return 3;
     int cfd = -1;
     shmring_observer_fd(co, &cfd);
     shmring_geometry cg;
@@ -309,14 +309,22 @@ static void test_open_by_address(void) {
     }
     int cs = reap(pid);
     CHECK(WIFEXITED(cs) && WEXITSTATUS(cs) == 0);
+    /* shmring_create means the same: its config sizes the ring that replaces it */
+    shmring_config cfg;
+    CHECK_ST(shmring_config_init(&cfg), SHMRING_OK);
+    cfg.capacity = 128u << 10;
     snprintf(addr, sizeof addr, "create:%s,stale=refuse", name);
     CHECK_ST(shmring_open(addr, 0, &again), SHMRING_ERR_EXISTS);
     CHECK_MSG("its consumer is gone");
+    CHECK_ST(shmring_create(addr, &cfg, &again), SHMRING_ERR_EXISTS);
+    CHECK_MSG("its consumer is gone");
     snprintf(addr, sizeof addr, "create:%s", name);
-    CHECK_ST(shmring_open(addr, 0, &again), SHMRING_OK);
+    CHECK_ST(shmring_create(addr, &cfg, &again), SHMRING_OK);
     shmring_stats fresh;
     CHECK_ST(shmring_segment_stats(again, &fresh), SHMRING_OK);
     CHECK(fresh.records_committed == 0);
+    CHECK_ST(shmring_segment_geometry(again, &g), SHMRING_OK);
+    CHECK(g.capacity == 128u << 10);
     CHECK_ST(shmring_segment_close(again), SHMRING_OK);
     char path[96];
     snprintf(path, sizeof path, "/dev/shm/%s", name);
@@ -331,6 +339,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     snprintf(sock, sizeof sock, "%s/ring.sock", dir);
+    snprintf(sock_address, sizeof sock_address, "unix:%s", sock);
     RUN(test_producer_connects_and_writes);
     RUN(test_observer_is_read_only);
     RUN(test_refused_peer);

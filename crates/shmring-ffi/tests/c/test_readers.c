@@ -204,8 +204,10 @@ static void test_stuck_tethered_is_detached(void) {
 static shmring_tap *tap_of(shmring_segment *s, const shmring_tap_options *o) {
     int ro = -1;
     CHECK_ST(shmring_segment_read_only_fd(s, &ro), SHMRING_OK);
+    char address[32];
+    snprintf(address, sizeof address, "fd:%d", dup(ro));
     shmring_tap *t = NULL;
-    CHECK_ST(shmring_tap_open_fd(dup(ro), o, &t), SHMRING_OK);
+    CHECK_ST(shmring_tap_open(address, o, &t), SHMRING_OK);
     CHECK(t != NULL);
     return t;
 }
@@ -380,14 +382,16 @@ static void test_tap_named_and_misuse(void) {
     shmring_config cfg;
     CHECK_ST(shmring_config_init(&cfg), SHMRING_OK);
     cfg.capacity = 64 << 10;
+    char create[96];
+    snprintf(create, sizeof create, "create:%s", name);
     shmring_segment *s = NULL;
-    CHECK_ST(shmring_segment_create_named(name, &cfg, &s), SHMRING_OK);
+    CHECK_ST(shmring_create(create, &cfg, &s), SHMRING_OK);
     shmring_consumer *owner = NULL;
     shmring_producer *p = NULL;
     CHECK_ST(shmring_consumer_attach(s, NULL, &owner), SHMRING_OK);
     CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
     shmring_tap *t = NULL;
-    CHECK_ST(shmring_tap_open_named(name, NULL, &t), SHMRING_OK);
+    CHECK_ST(shmring_tap_open(name, NULL, &t), SHMRING_OK);
     CHECK_ST(send_record(p, 3, 64), SHMRING_OK);
     uint8_t buf[128];
     shmring_tap_frame tf;
@@ -401,20 +405,22 @@ static void test_tap_named_and_misuse(void) {
     CHECK_ST(shmring_tap_close(t), SHMRING_OK);
 
     shmring_tap *u = NULL;
-    CHECK_ST(shmring_tap_open_named("shmring-test-readers-absent", NULL, &u), SHMRING_ERR_NOT_FOUND);
+    CHECK_ST(shmring_tap_open("shmring-test-readers-absent", NULL, &u), SHMRING_ERR_NOT_FOUND);
     CHECK(u == NULL);
     shmring_tap_options o;
     CHECK_ST(shmring_tap_options_init(&o), SHMRING_OK);
     o.kind = -5;
-    CHECK_ST(shmring_tap_open_named(name, &o, &u), SHMRING_ERR_INVALID_ARGUMENT);
+    CHECK_ST(shmring_tap_open(name, &o, &u), SHMRING_ERR_INVALID_ARGUMENT);
     CHECK_MSG("kind -5");
     o.kind = 1LL << 40;
-    CHECK_ST(shmring_tap_open_named(name, &o, &u), SHMRING_ERR_INVALID_ARGUMENT);
-    CHECK_ST(shmring_tap_open_fd(-1, NULL, &u), SHMRING_ERR_INVALID_ARGUMENT);
+    CHECK_ST(shmring_tap_open(name, &o, &u), SHMRING_ERR_INVALID_ARGUMENT);
+    CHECK_ST(shmring_tap_open("fd:-1", NULL, &u), SHMRING_ERR_CONFIG);
     /* A named ring's descriptor is not a sealed memfd: open it by name instead. */
     int ro = -1;
     CHECK_ST(shmring_segment_read_only_fd(s, &ro), SHMRING_OK);
-    CHECK_ST(shmring_tap_open_fd(dup(ro), NULL, &u), SHMRING_ERR_UNSEALED);
+    char by_fd[32];
+    snprintf(by_fd, sizeof by_fd, "fd:%d", dup(ro));
+    CHECK_ST(shmring_tap_open(by_fd, NULL, &u), SHMRING_ERR_UNSEALED);
     CHECK(u == NULL);
     shmring_producer_close(p);
     shmring_consumer_close(owner);

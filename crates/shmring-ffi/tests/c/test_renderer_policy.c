@@ -85,20 +85,14 @@ static void say(const char *fmt, ...) {
 /* ---- the roles, in child processes ------------------------------------------ */
 
 /* The ring's descriptors, as the orchestrator hands them over: fds 3 and 4. */
-static size_t inherited(int fds[2]) {
-    fds[0] = 3;
-    fds[1] = 4;
-    return 2;
-}
+static const char inherited[] = "fd:3,4";
 
 /* Produces `frames` frames; enters the policy before or after attaching. */
 static int role_producer(int frames, int sandbox_first) {
     if (sandbox_first && renderer_policy_enter() != 0) return 4;
-    int fds[2];
-    size_t n = inherited(fds);
     shmring_segment *seg = NULL;
     shmring_producer *p = NULL;
-    if (shmring_segment_attach_fds(fds, n, &seg) != SHMRING_OK ||
+    if (shmring_open(inherited, 0, &seg) != SHMRING_OK ||
         shmring_producer_attach(seg, &p) != SHMRING_OK) {
         fprintf(stderr, "producer: attach: %s\n", shmring_last_error());
         return 2;
@@ -144,11 +138,9 @@ static int role_producer(int frames, int sandbox_first) {
  * stops taking frames after `stop_after` (holding its last ones) until killed;
  * otherwise it ends after the last frame. */
 static int role_consumer(int stop_after) {
-    int fds[2];
-    size_t n = inherited(fds);
     shmring_segment *seg = NULL;
     shmring_consumer *c = NULL;
-    if (shmring_segment_attach_fds(fds, n, &seg) != SHMRING_OK ||
+    if (shmring_open(inherited, 0, &seg) != SHMRING_OK ||
         shmring_consumer_attach(seg, NULL, &c) != SHMRING_OK) {
         fprintf(stderr, "consumer: attach: %s\n", shmring_last_error());
         return 2;
@@ -311,7 +303,7 @@ static shmring_segment *ring(int fds[2], size_t *nfds) {
     shmring_config_init(&cfg);
     cfg.capacity = 1u << 20;
     shmring_segment *s = NULL;
-    if (shmring_segment_create_memfd("renderer-policy", &cfg, &s) != SHMRING_OK ||
+    if (shmring_create("memfd:renderer-policy", &cfg, &s) != SHMRING_OK ||
         shmring_segment_descriptors(s, fds, 2, nfds) != SHMRING_OK || *nfds != 2) {
         fprintf(stderr, "  ring: %s\n", shmring_last_error());
         return NULL;

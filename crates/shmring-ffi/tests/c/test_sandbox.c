@@ -96,7 +96,7 @@ static void run_case(const char *name, int eventfd_ring, int delay_ms, int frame
     cfg.eventfd = (uint32_t)eventfd_ring;
     shmring_segment *s = NULL;
     shmring_consumer *c = NULL;
-    int ok = shmring_segment_create_memfd("sandbox-test", &cfg, &s) == SHMRING_OK &&
+    int ok = shmring_create("memfd:sandbox-test", &cfg, &s) == SHMRING_OK &&
              shmring_consumer_attach(s, NULL, &c) == SHMRING_OK;
     pid_t pid = ok ? spawn(s, extra) : -1;
     if (delay_ms) sleep_ms(delay_ms); /* let the ring fill: full-ring paths */
@@ -130,7 +130,7 @@ static void run_connect_case(void) {
     shmring_consumer *c = NULL;
     shmring_listener *l = NULL;
     int ok = mkdir(dir, 0700) == 0 &&
-             shmring_segment_create_memfd("sandbox-connect", &cfg, &s) == SHMRING_OK &&
+             shmring_create("memfd:sandbox-connect", &cfg, &s) == SHMRING_OK &&
              shmring_consumer_attach(s, NULL, &c) == SHMRING_OK &&
              shmring_listen(s, sock, NULL, &l) == SHMRING_OK;
     if (!ok) fprintf(stderr, "  setup: %s\n", shmring_last_error());
@@ -166,7 +166,7 @@ static void run_violation(void) {
     cfg.capacity = 1u << 20;
     shmring_segment *s = NULL;
     shmring_consumer *c = NULL;
-    shmring_segment_create_memfd("sandbox-violation", &cfg, &s);
+    shmring_create("memfd:sandbox-violation", &cfg, &s);
     shmring_consumer_attach(s, NULL, &c);
     char *extra[] = {"--frames", "1", "--sandbox", "--violate", "--quiet", NULL};
     pid_t pid = spawn(s, extra);
