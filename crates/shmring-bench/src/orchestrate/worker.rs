@@ -27,7 +27,7 @@ fn worker_exe() -> Result<std::path::PathBuf, String> {
     places.iter().find(|p| p.is_file()).cloned().ok_or_else(|| {
         format!(
             "cannot find {WORKER} at {} or {} (it is built with `cargo build --release -p \
-             shmring-cli`)",
+             shmring-bench`)",
             places[0].display(),
             places[1].display()
         )

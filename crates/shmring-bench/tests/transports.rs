@@ -1,5 +1,7 @@
 //! `shmring bench` end to end: every transport moves frames with every checksum
 //! verified, corruption is caught, the JSON is complete, bad input is refused.
+//! The bench runs as `shmring-bench` (what `shmring bench` runs), beside its
+//! worker program.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -54,8 +56,7 @@ fn bench(dir: &Scratch, args: &[&str]) -> Outcome {
     let err = dir.path("stderr");
     // Killed if the test ends early.
     let mut bench = ChildGuard::spawn(
-        Command::new(env!("CARGO_BIN_EXE_shmring"))
-            .arg("bench")
+        Command::new(env!("CARGO_BIN_EXE_shmring-bench"))
             .args(args)
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&out).unwrap())
@@ -478,4 +479,23 @@ fn bad_repeat_and_participants_are_refused() {
         assert_eq!(o.code, Some(2), "{args:?}: {}", o.stderr);
         assert!(o.stderr.contains(args[args.len() - 2]), "{}", o.stderr);
     }
+}
+
+#[test]
+fn long_work_says_each_run_as_it_starts_on_stderr_when_it_is_not_a_terminal() {
+    // A line as each run starts (stderr is a file here).
+    let dir = Scratch::new("status");
+    let o = bench_with(
+        &dir,
+        "--quick --transports floor --workload audio --mode rated",
+        &[],
+    );
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    assert!(
+        o.stderr
+            .lines()
+            .any(|l| l.starts_with("shmring bench: run 1 of 1: floor audio rated")),
+        "{}",
+        o.stderr
+    );
 }
