@@ -17,7 +17,8 @@ use crate::{producer::*, segment::*};
 pub struct shmring_frame {
     /// The payload, in shared memory (64-byte aligned, read-only). Valid until the
     /// frame is released or its consumer is closed. A hostile producer could still
-    /// change these bytes: copy what you validate.
+    /// change these bytes: copy what you validate. (A tap reader's: the caller's
+    /// buffer, shmring_reader_next.)
     pub data: *const u8,
     pub len: usize,
     pub meta: shmring_meta,
