@@ -30,6 +30,9 @@
  *     shmring_consumer_reset / _close. Frames may be released in any order.
  *   - shmring_tap_next copies into the caller's buffer: nothing a tap returns
  *     points into the ring.
+ *   - shmring_reader_next: a consumer kind's frame is in the ring, valid until
+ *     shmring_reader_release of that frame or shmring_reader_close; a tap's is
+ *     copied into the caller's buffer.
  *   - Strings returned by the library (shmring_last_error, shmring_status_name,
  *     shmring_version, shmring_segment_name) are never freed by the caller.
  *
@@ -37,10 +40,12 @@
  *   A segment handle may be used from any number of threads. A producer, a
  *   consumer or a tap is used by one thread at a time (it may move between
  *   threads); a concurrent call returns SHMRING_ERR_BUSY. Use one producer per
- *   thread. One exception: shmring_consumer_release may be called from any
- *   thread at any time, also while another thread waits in shmring_consumer_next
- *   (the release is queued and that wait applies it at once, so producers get
- *   the space back; it never waits for the other thread).
+ *   thread. A reader (shmring_reader, of any kind) is used as a consumer is. One
+ *   exception: shmring_consumer_release (shmring_reader_release) may be called
+ *   from any thread at any time, also while another thread waits in
+ *   shmring_consumer_next (shmring_reader_next; the release is queued and that
+ *   wait applies it at once, so producers get the space back; it never waits for
+ *   the other thread).
  *
  * SANDBOXES
  *   After shmring_open("fd:...") + shmring_producer_attach, the producer path
@@ -264,7 +269,8 @@ typedef struct shmring_meta {
 typedef struct shmring_frame {
   // The payload, in shared memory (64-byte aligned, read-only). Valid until the
   // frame is released or its consumer is closed. A hostile producer could still
-  // change these bytes: copy what you validate.
+  // change these bytes: copy what you validate. (A tap reader's: the caller's
+  // buffer, shmring_reader_next.)
   const uint8_t *data;
   size_t len;
   struct shmring_meta meta;
@@ -681,6 +687,7 @@ enum shmring_status shmring_stats_fields(const struct shmring_stats *s, struct s
 
 #include "shmring/media.h"
 #include "shmring/tap.h"
+#include "shmring/reader.h"
 #include "shmring/handoff.h"
 /* The media header mirrors crates/shmring/src/media/mod.rs byte for byte. */
 SHMRING_STATIC_ASSERT(sizeof(shmring_media_header) == 128, "media header is 128 bytes");

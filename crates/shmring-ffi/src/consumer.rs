@@ -17,7 +17,8 @@ use crate::{producer::*, segment::*};
 pub struct shmring_frame {
     /// The payload, in shared memory (64-byte aligned, read-only). Valid until the
     /// frame is released or its consumer is closed. A hostile producer could still
-    /// change these bytes: copy what you validate.
+    /// change these bytes: copy what you validate. (A tap reader's: the caller's
+    /// buffer, shmring_reader_next.)
     pub data: *const u8,
     pub len: usize,
     pub meta: shmring_meta,
@@ -157,7 +158,7 @@ pub unsafe extern "C" fn shmring_consumer_options_init(
 
 /// The core's options from the C struct (NULL: the defaults), by the core's rules
 /// (`shmring::Setting::from_nanos`: 0 the default, SHMRING_NEVER never).
-fn core_options(opts: *const shmring_consumer_options) -> Res<ConsumerOptions> {
+pub(crate) fn core_options(opts: *const shmring_consumer_options) -> Res<ConsumerOptions> {
     if opts.is_null() {
         return Ok(ConsumerOptions::default());
     }
@@ -272,25 +273,35 @@ pub unsafe extern "C" fn shmring_consumer_next(
 ) -> shmring_status {
     entry("shmring_consumer_next", || {
         let (h, _l) = lease(c as *const shmring_consumer)?;
-        let out = out_ptr(out, "out")?;
-        let timeout = (timeout_ns >= 0).then(|| Duration::from_nanos(timeout_ns as u64));
-        match h.consumer.next_raw(timeout).map_err(core_err)? {
-            Some(f) => {
-                *out = shmring_frame {
-                    data: f.ptr,
-                    len: f.len,
-                    meta: shmring_meta::from_core(f.meta),
-                    seq: f.seq,
-                    owner: h.id,
-                };
-                ok()
-            }
-            None => {
-                set_error(format_args!("no frame within {timeout_ns} ns"));
-                Ok(SHMRING_TIMEOUT)
-            }
-        }
+        next_frame(&h.consumer, h.id, timeout_ns, out_ptr(out, "out")?)
     })
+}
+
+/// The next frame of `c` into `out` (shmring_consumer_next, shmring_reader_next of
+/// a consumer), handed out by the handle numbered `owner`.
+pub(crate) fn next_frame(
+    c: &SharedConsumer,
+    owner: u64,
+    timeout_ns: i64,
+    out: &mut shmring_frame,
+) -> Res<shmring_status> {
+    let timeout = (timeout_ns >= 0).then(|| Duration::from_nanos(timeout_ns as u64));
+    match c.next_raw(timeout).map_err(core_err)? {
+        Some(f) => {
+            *out = shmring_frame {
+                data: f.ptr,
+                len: f.len,
+                meta: shmring_meta::from_core(f.meta),
+                seq: f.seq,
+                owner,
+            };
+            ok()
+        }
+        None => {
+            set_error(format_args!("no frame within {timeout_ns} ns"));
+            Ok(SHMRING_TIMEOUT)
+        }
+    }
 }
 
 /// Releases a frame handed out by this consumer; frames may be released in any
@@ -307,19 +318,31 @@ pub unsafe extern "C" fn shmring_consumer_release(
 ) -> shmring_status {
     entry("shmring_consumer_release", || {
         let (h, _l) = lease_shared(c as *const shmring_consumer, |h| &h.releasers)?;
-        let f = in_ptr(frame, "frame")?;
-        if f.owner != h.id {
-            return Err(fail!(
-                SHMRING_ERR_NOT_HELD,
-                "frame {} was handed out by another consumer (owner {}, this is {})",
-                f.seq,
-                f.owner,
-                h.id
-            ));
-        }
-        h.consumer.release_raw(f.seq).map_err(core_err)?;
-        ok()
+        release_frame(Some(&h.consumer), h.id, frame)
     })
+}
+
+/// Releases `frame`, which the handle numbered `owner` handed out, to `c`
+/// (shmring_consumer_release, shmring_reader_release; `None`: a tap's copy,
+/// nothing to release).
+pub(crate) fn release_frame(
+    c: Option<&SharedConsumer>,
+    owner: u64,
+    frame: *const shmring_frame,
+) -> Res<shmring_status> {
+    let f = in_ptr(frame, "frame")?;
+    if f.owner != owner {
+        return Err(fail!(
+            SHMRING_ERR_NOT_HELD,
+            "frame {} was handed out by another consumer or reader (owner {}, this is {owner})",
+            f.seq,
+            f.owner,
+        ));
+    }
+    if let Some(c) = c {
+        c.release_raw(f.seq).map_err(core_err)?;
+    }
+    ok()
 }
 
 /// Frames handed out and not yet released.

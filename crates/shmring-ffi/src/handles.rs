@@ -19,6 +19,7 @@ pub(crate) enum Kind {
     Listener,
     Observer,
     Tap,
+    Reader,
 }
 
 /// Addresses of live handles. Looked up (read lock, no allocation) on every call;

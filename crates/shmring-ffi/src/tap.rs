@@ -73,9 +73,81 @@ pub struct shmring_tap_counters {
 
 struct TapState {
     tap: Tap,
-    /// A record too large for the caller's buffer, kept for the next call.
-    kept: Vec<u8>,
-    kept_frame: Option<TapFrame>,
+    kept: Kept,
+}
+
+/// A record too large for the caller's buffer, kept for the next call: the rule
+/// of every call that copies a tap's record into a caller's buffer
+/// (shmring_tap_next, shmring_reader_next).
+#[derive(Default)]
+pub(crate) struct Kept {
+    bytes: Vec<u8>,
+    frame: Option<TapFrame>,
+}
+
+impl Kept {
+    /// Copies the next record `tap` takes (or the one kept) into `buf` (`cap`
+    /// bytes), waiting up to `timeout_ns` (0: do not wait; negative: no limit).
+    /// `write` describes the record to the caller on SHMRING_OK and on
+    /// SHMRING_ERR_BUFFER_TOO_SMALL (the record is then kept for the next call).
+    pub(crate) fn copy_next(
+        &mut self,
+        tap: &mut Tap,
+        buf: *mut u8,
+        cap: usize,
+        timeout_ns: i64,
+        write: impl FnOnce(&TapFrame),
+    ) -> Res<shmring_status> {
+        if buf.is_null() && cap != 0 {
+            return Err(fail!(SHMRING_ERR_NULL, "buf is NULL but cap is {cap}"));
+        }
+        let too_small = |f: &TapFrame| {
+            fail!(
+                SHMRING_ERR_BUFFER_TOO_SMALL,
+                "the record is {} bytes, the buffer {cap}; it is kept for the next call",
+                f.len
+            )
+        };
+        if let Some(f) = self.frame {
+            write(&f);
+            if f.len > cap {
+                return Err(too_small(&f));
+            }
+            copy_out(&self.bytes[..f.len], buf);
+            self.frame = None;
+            return ok();
+        }
+        let timeout = (timeout_ns >= 0).then(|| Duration::from_nanos(timeout_ns as u64));
+        let kept = &mut self.bytes;
+        let got = tap
+            .next_with(timeout, |payload, _| {
+                if payload.len() <= cap {
+                    // A torn copy is discarded by the tap: the caller never sees it.
+                    copy_out(payload, buf);
+                    false
+                } else {
+                    kept.clear();
+                    kept.extend_from_slice(payload);
+                    true
+                }
+            })
+            .map_err(core_err)?;
+        match got {
+            None => {
+                set_error(format_args!("no record within {timeout_ns} ns"));
+                Ok(SHMRING_TIMEOUT)
+            }
+            Some((f, true)) => {
+                write(&f);
+                self.frame = Some(f);
+                Err(too_small(&f))
+            }
+            Some((f, false)) => {
+                write(&f);
+                ok()
+            }
+        }
+    }
 }
 
 /// A read-only tap on a ring (opaque). One thread at a time.
@@ -151,7 +223,7 @@ fn any_or(v: i64, what: &str) -> Res<Option<u32>> {
     }
 }
 
-fn core_tap_options(opts: *const shmring_tap_options) -> Res<TapOptions> {
+pub(crate) fn core_tap_options(opts: *const shmring_tap_options) -> Res<TapOptions> {
     let d = TapOptions::default();
     if opts.is_null() {
         return Ok(d);
@@ -182,8 +254,7 @@ fn new_tap(
         users: AtomicU32::new(0),
         state: UnsafeCell::new(TapState {
             tap: Tap::new(ro, opts),
-            kept: Vec::new(),
-            kept_frame: None,
+            kept: Kept::default(),
         }),
     }));
     ok()
@@ -229,58 +300,10 @@ pub unsafe extern "C" fn shmring_tap_next(
     entry("shmring_tap_next", || {
         let (h, _l) = lease(tap as *const shmring_tap)?;
         let out = out_ptr(out, "out")?;
-        if buf.is_null() && cap != 0 {
-            return Err(fail!(SHMRING_ERR_NULL, "buf is NULL but cap is {cap}"));
-        }
         // SAFETY: the exclusive lease makes us the only user of the state.
         let st = unsafe { &mut *h.state.get() };
-        let too_small = |f: &TapFrame| {
-            fail!(
-                SHMRING_ERR_BUFFER_TOO_SMALL,
-                "the record is {} bytes, the buffer {cap}; it is kept for the next call",
-                f.len
-            )
-        };
-        if let Some(f) = st.kept_frame {
-            *out = c_frame(&f);
-            if f.len > cap {
-                return Err(too_small(&f));
-            }
-            copy_out(&st.kept[..f.len], buf);
-            st.kept_frame = None;
-            return ok();
-        }
-        let timeout = (timeout_ns >= 0).then(|| Duration::from_nanos(timeout_ns as u64));
-        let kept = &mut st.kept;
-        let got = st
-            .tap
-            .next_with(timeout, |payload, _| {
-                if payload.len() <= cap {
-                    // A torn copy is discarded by the tap: the caller never sees it.
-                    copy_out(payload, buf);
-                    false
-                } else {
-                    kept.clear();
-                    kept.extend_from_slice(payload);
-                    true
-                }
-            })
-            .map_err(core_err)?;
-        match got {
-            None => {
-                set_error(format_args!("no record within {timeout_ns} ns"));
-                Ok(SHMRING_TIMEOUT)
-            }
-            Some((f, true)) => {
-                *out = c_frame(&f);
-                st.kept_frame = Some(f);
-                Err(too_small(&f))
-            }
-            Some((f, false)) => {
-                *out = c_frame(&f);
-                ok()
-            }
-        }
+        st.kept
+            .copy_next(&mut st.tap, buf, cap, timeout_ns, |f| *out = c_frame(f))
     })
 }
 

@@ -21,6 +21,12 @@ const PARTS: &[(&str, &[&str], &str)] = &[
         "taps: read-only observers that copy records as they go by",
     ),
     (
+        "include/shmring/reader.h",
+        &["src/reader.rs"],
+        "one reader of any kind: the ring's consumer, a tethered consumer or a tap, \
+         chosen by a value and read with the same calls",
+    ),
+    (
         "include/shmring/handoff.h",
         &["src/handoff.rs"],
         "the hand-off: a consumer serves its ring on a Unix socket (shmring_listen); \

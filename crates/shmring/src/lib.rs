@@ -91,7 +91,7 @@ pub use options::{ConsumerOptions, ConsumerSettings, Setting, SettingKind, Setti
 #[cfg(not(loom))]
 pub use producer::{FullPolicy, Meta, Producer, RawReservation, Reservation};
 #[cfg(not(loom))]
-pub use reader::{Reader, ReaderCounts, ReaderFrame, ReaderKind, ReaderOptions};
+pub use reader::{Reader, ReaderCounts, ReaderFlavor, ReaderFrame, ReaderKind, ReaderOptions};
 #[cfg(not(loom))]
 pub use segment::{Config, ReadOnlySegment, Segment};
 #[cfg(not(loom))]

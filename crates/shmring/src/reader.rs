@@ -356,6 +356,39 @@ impl Reader {
             Flavor::Tap(t) => Some(t),
         }
     }
+
+    /// The reader inside, by flavor, for a binding that hands out frames its own
+    /// way (by number from the consumer, into a caller's buffer from the tap) with
+    /// one match.
+    ///
+    /// ```
+    /// use shmring::{Address, Config, Meta, Reader, ReaderFlavor, ReaderOptions};
+    /// let name = format!("doc-reader-flavor-{}", std::process::id());
+    /// let mut reader = Reader::open(
+    ///     Address::create(name.clone(), Config::with_capacity(1 << 20)),
+    ///     ReaderOptions::default(),
+    /// )?;
+    /// Address::Named(name).open()?.producer()?.send(b"hi", Meta::new(0, 0))?;
+    /// let ReaderFlavor::Consumer(c) = reader.flavor_mut() else { panic!("a consumer") };
+    /// let f = c.next_raw(None)?.expect("a record");
+    /// assert_eq!(f.len, 2);
+    /// c.release_raw(f.seq)?;
+    /// # Ok::<(), shmring::Error>(())
+    /// ```
+    pub fn flavor_mut(&mut self) -> ReaderFlavor<'_> {
+        match &mut self.flavor {
+            Flavor::Consumer(c) => ReaderFlavor::Consumer(c),
+            Flavor::Tap(t) => ReaderFlavor::Tap(t),
+        }
+    }
+}
+
+/// A [`Reader`]'s flavor, borrowed ([`Reader::flavor_mut`]).
+#[derive(Debug)]
+pub enum ReaderFlavor<'a> {
+    /// The ring's consumer or a tethered one.
+    Consumer(&'a SharedConsumer),
+    Tap(&'a mut Tap),
 }
 
 impl From<Consumer> for Reader {

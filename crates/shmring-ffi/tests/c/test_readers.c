@@ -1,8 +1,9 @@
 /*
  * C tests of a ring's further readers: tethered consumers (every record the ring's
  * consumer gets, space held until they release, detached when they stop
- * releasing) and taps (read-only copies, a buffer too small, filters, losses
- * counted). Built against the shared library and with ASan/UBSan by the Makefile.
+ * releasing), taps (read-only copies, a buffer too small, filters, losses
+ * counted), and one reader of any kind (shmring_reader). Built against the
+ * shared library and with ASan/UBSan by the Makefile.
  * Last line: "N passed, M failed".
  */
 #include <stdio.h>
@@ -430,6 +431,168 @@ static void test_tap_named_and_misuse(void) {
     CHECK(access(path, F_OK) != 0);
 }
 
+/* shmring_reader: one reader of any kind, on a named ring `NAME` (unique). */
+static void reader_ring_name(char *name, size_t n, const char *what) {
+    snprintf(name, n, "shmring-test-reader-%s-%d", what, (int)getpid());
+}
+
+static shmring_reader *reader_of(const char *address, uint32_t kind, const shmring_tap_options *t) {
+    shmring_reader *r = NULL;
+    CHECK_ST(shmring_reader_open(address, kind, NULL, t, &r), SHMRING_OK);
+    CHECK(r != NULL);
+    uint32_t k = 99;
+    CHECK_ST(shmring_reader_kind(r, &k), SHMRING_OK);
+    CHECK(k == kind);
+    return r;
+}
+
+/* The one reading loop, whatever the reader's kind: every record it gives is the
+ * record its stream names; returns how many it gave. A consumer's frames are in
+ * the ring, a tap's in `buf`. */
+static uint32_t read_all(shmring_reader *r, int in_place) {
+    uint8_t buf[4096];
+    uint32_t got = 0;
+    shmring_frame f;
+    while (shmring_reader_next(r, in_place ? NULL : buf, in_place ? 0 : sizeof buf, 0, &f) == SHMRING_OK) {
+        CHECK(is_record(f.data, f.len, f.meta.stream, 10 + f.meta.stream));
+        CHECK(in_place ? f.data != buf : f.data == buf);
+        CHECK_ST(shmring_reader_release(r, &f), SHMRING_OK);
+        got++;
+    }
+    return got;
+}
+
+static void test_reader_every_kind_same_loop(void) {
+    char name[64], create[96];
+    reader_ring_name(name, sizeof name, "kinds");
+    snprintf(create, sizeof create, "create:%s,capacity=64K", name);
+    shmring_tap_options every2;
+    CHECK_ST(shmring_tap_options_init(&every2), SHMRING_OK);
+    every2.every = 2;
+    shmring_reader *r[3];
+    r[0] = reader_of(create, SHMRING_READER_CONSUMER, NULL);
+    r[1] = reader_of(name, SHMRING_READER_TETHERED, NULL);
+    r[2] = reader_of(name, SHMRING_READER_TAP, &every2);
+    shmring_frame f;
+    CHECK_ST(shmring_reader_next(r[0], NULL, 0, 0, &f), SHMRING_TIMEOUT); /* adopts r[1] */
+    shmring_segment *s = NULL;
+    shmring_producer *p = NULL;
+    CHECK_ST(shmring_open(name, 0, &s), SHMRING_OK);
+    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    enum { N = 20 };
+    for (uint32_t i = 0; i < N; i++) CHECK_ST(send_record(p, i, 10 + i), SHMRING_OK);
+    uint32_t got[3];
+    for (int k = 0; k < 3; k++) got[k] = read_all(r[k], k != 2);
+    CHECK(got[0] == N && got[1] == N && got[2] == N / 2);
+    for (int k = 0; k < 3; k++) {
+        shmring_reader_counters c = {9, 9, 9};
+        CHECK_ST(shmring_reader_counts(r[k], &c), SHMRING_OK);
+        CHECK(c.resets == 0 && got[k] + c.lost + c.filtered == N);
+        CHECK(k == 2 ? c.filtered == N / 2 : c.filtered == 0 && c.lost == 0);
+        shmring_stats st;
+        CHECK_ST(shmring_reader_stats(r[k], &st), SHMRING_OK);
+        CHECK(st.records_committed == N && st.records_consumed == N);
+        shmring_geometry g;
+        CHECK_ST(shmring_reader_geometry(r[k], &g), SHMRING_OK);
+        CHECK(g.capacity == 64 << 10);
+    }
+    shmring_producer_close(p);
+    shmring_segment_close(s);
+    for (int k = 2; k >= 0; k--) CHECK_ST(shmring_reader_close(r[k]), SHMRING_OK);
+    char path[96];
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    CHECK(access(path, F_OK) != 0); /* created by the consumer reader, removed with it */
+}
+
+static void test_reader_tap_buffer_too_small(void) {
+    char name[64], create[96];
+    reader_ring_name(name, sizeof name, "small");
+    snprintf(create, sizeof create, "create:%s,capacity=64K", name);
+    shmring_reader *owner = reader_of(create, SHMRING_READER_CONSUMER, NULL);
+    shmring_reader *tap = reader_of(name, SHMRING_READER_TAP, NULL);
+    shmring_segment *s = NULL;
+    shmring_producer *p = NULL;
+    CHECK_ST(shmring_open(name, 0, &s), SHMRING_OK);
+    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    CHECK_ST(send_record(p, 4, 300), SHMRING_OK);
+    uint8_t buf[512];
+    shmring_frame f;
+    CHECK_ST(shmring_reader_next(tap, buf, 10, 1000 * MS, &f), SHMRING_ERR_BUFFER_TOO_SMALL);
+    CHECK(f.len == 300 && f.meta.stream == 4 && f.data == NULL);
+    CHECK_MSG("300 bytes");
+    CHECK_ST(shmring_reader_next(tap, NULL, 0, 0, &f), SHMRING_ERR_BUFFER_TOO_SMALL);
+    CHECK(f.len == 300);
+    CHECK_ST(shmring_reader_next(tap, NULL, 10, 0, &f), SHMRING_ERR_NULL);
+    CHECK_ST(shmring_reader_next(tap, buf, 300, 0, &f), SHMRING_OK);
+    CHECK(f.data == buf && f.meta.stream == 4 && is_record(buf, f.len, 4, 300));
+    CHECK_ST(shmring_reader_release(tap, &f), SHMRING_OK);
+    CHECK_ST(shmring_reader_next(tap, buf, sizeof buf, 0, &f), SHMRING_TIMEOUT);
+    /* The consumer's record is in the ring, whatever the buffer. */
+    CHECK_ST(shmring_reader_next(owner, NULL, 0, 1000 * MS, &f), SHMRING_OK);
+    CHECK(is_record(f.data, f.len, 4, 300));
+    CHECK_ST(shmring_reader_release(owner, &f), SHMRING_OK);
+    shmring_producer_close(p);
+    shmring_segment_close(s);
+    shmring_reader_close(tap);
+    shmring_reader_close(owner);
+}
+
+/* shmring_reader_open(address, kind) is refused with `want`, its message naming
+ * `msg`, and makes no reader (closed if it did, so a failure leaves no ring). */
+static void check_refused(const char *address, uint32_t kind, shmring_status want, const char *msg) {
+    shmring_reader *r = NULL;
+    CHECK_ST(shmring_reader_open(address, kind, NULL, NULL, &r), want);
+    CHECK_MSG(msg);
+    CHECK(r == NULL);
+    shmring_reader_close(r);
+}
+
+static void test_reader_misuse(void) {
+    char name[64], create[96];
+    reader_ring_name(name, sizeof name, "misuse");
+    snprintf(create, sizeof create, "create:%s,capacity=64K", name);
+    char path[96];
+    snprintf(path, sizeof path, "/dev/shm/%s", name);
+    /* Only the ring's consumer creates the ring it reads. */
+    check_refused(create, SHMRING_READER_TETHERED, SHMRING_ERR_CONFIG, "reads a ring that exists");
+    check_refused(create, SHMRING_READER_TAP, SHMRING_ERR_CONFIG, "a tap reads a ring that exists");
+    check_refused("memfd:x", SHMRING_READER_TAP, SHMRING_ERR_CONFIG, "a tap reads a ring that exists");
+    /* A kind that is none. */
+    check_refused(create, 3, SHMRING_ERR_INVALID_ARGUMENT, "reader kind 3");
+    check_refused(create, 0xffffffffu, SHMRING_ERR_INVALID_ARGUMENT, "SHMRING_READER_TAP (2)");
+    CHECK(access(path, F_OK) != 0);
+    shmring_reader *r = NULL;
+    CHECK_ST(shmring_reader_open(NULL, SHMRING_READER_CONSUMER, NULL, NULL, &r), SHMRING_ERR_NULL);
+    CHECK_ST(shmring_reader_open(create, SHMRING_READER_CONSUMER, NULL, NULL, NULL), SHMRING_ERR_NULL);
+
+    /* Frames go back to the reader that gave them, once. */
+    shmring_reader *a = reader_of(create, SHMRING_READER_CONSUMER, NULL);
+    shmring_reader *b = reader_of(name, SHMRING_READER_TETHERED, NULL);
+    shmring_frame f;
+    CHECK_ST(shmring_reader_next(a, NULL, 0, 0, &f), SHMRING_TIMEOUT);
+    shmring_segment *s = NULL;
+    shmring_producer *p = NULL;
+    CHECK_ST(shmring_open(name, 0, &s), SHMRING_OK);
+    CHECK_ST(shmring_producer_attach(s, &p), SHMRING_OK);
+    CHECK_ST(send_record(p, 1, 10), SHMRING_OK);
+    CHECK_ST(shmring_reader_next(a, NULL, 0, 1000 * MS, &f), SHMRING_OK);
+    CHECK_ST(shmring_reader_release(b, &f), SHMRING_ERR_NOT_HELD);
+    CHECK_ST(shmring_reader_release(a, &f), SHMRING_OK);
+    CHECK_ST(shmring_reader_release(a, &f), SHMRING_ERR_NOT_HELD);
+    CHECK_ST(shmring_reader_release(a, NULL), SHMRING_ERR_NULL);
+    CHECK_ST(shmring_reader_next(b, NULL, 0, 1000 * MS, &f), SHMRING_OK);
+    CHECK_ST(shmring_reader_release(b, &f), SHMRING_OK);
+    CHECK_ST(shmring_reader_next((shmring_reader *)p, NULL, 0, 0, &f), SHMRING_ERR_BAD_HANDLE);
+    CHECK_ST(shmring_reader_next(a, NULL, 0, 0, NULL), SHMRING_ERR_NULL);
+    shmring_producer_close(p);
+    shmring_segment_close(s);
+    CHECK_ST(shmring_reader_close(b), SHMRING_OK);
+    CHECK_ST(shmring_reader_close(b), SHMRING_ERR_BAD_HANDLE);
+    CHECK_ST(shmring_reader_close(NULL), SHMRING_OK);
+    CHECK_ST(shmring_reader_close(a), SHMRING_OK);
+    CHECK(access(path, F_OK) != 0);
+}
+
 int main(void) {
     RUN(test_tethered_gets_every_record);
     RUN(test_tethered_misuse);
@@ -438,5 +601,8 @@ int main(void) {
     RUN(test_tap_filters_and_losses);
     RUN(test_consumer_filter);
     RUN(test_tap_named_and_misuse);
+    RUN(test_reader_every_kind_same_loop);
+    RUN(test_reader_tap_buffer_too_small);
+    RUN(test_reader_misuse);
     return check_summary();
 }
