@@ -7,8 +7,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use shmring_host::ChildGuard;
 
 use common::RingName;
 
@@ -48,35 +50,23 @@ impl PluginDir {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        Proc(Some(
-            cmd.spawn()
-                .expect("gst-launch-1.0 runs (install gstreamer1.0-tools)"),
-        ))
+        Proc(ChildGuard::spawn(&mut cmd).expect("gst-launch-1.0 runs (install gstreamer1.0-tools)"))
     }
 }
 
-/// A gst-launch-1.0 process, killed and reaped on drop.
-struct Proc(Option<Child>);
+/// A gst-launch-1.0 process (the host kit's guard: killed and reaped on drop).
+struct Proc(ChildGuard);
 
 impl Proc {
     /// Waits for the end (failing after LIMIT): success and the output.
     fn finish(mut self) -> (bool, String) {
-        let mut child = self.0.take().expect("running");
-        let start = Instant::now();
-        let ok = loop {
-            if let Some(s) = child.try_wait().expect("wait") {
-                break s.success();
-            }
-            if start.elapsed() > LIMIT {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("gst-launch-1.0 still running after {LIMIT:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let out = child.wait_with_output().expect("output");
+        if self.0.wait_for(LIMIT).is_none() {
+            self.0.kill();
+            panic!("gst-launch-1.0 still running after {LIMIT:?}");
+        }
+        let out = self.0.wait_with_output().expect("output");
         (
-            ok,
+            out.status.success(),
             format!(
                 "{}{}",
                 String::from_utf8_lossy(&out.stdout),
@@ -87,20 +77,7 @@ impl Proc {
 
     /// SIGINT (gst-launch-1.0 -e then sends EOS and ends).
     fn interrupt(&self) {
-        if let Some(c) = &self.0 {
-            let _ = Command::new("kill")
-                .args(["-INT", &c.id().to_string()])
-                .status();
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.0.interrupt();
     }
 }
 

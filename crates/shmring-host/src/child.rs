@@ -147,6 +147,11 @@ impl ChildGuard {
         }
     }
 
+    /// SIGINT, as Ctrl-C in a terminal sends it (unless reaped).
+    pub fn interrupt(&self) {
+        self.signal(libc::SIGINT);
+    }
+
     /// Waits up to `t` for the child to exit; its status, or None if it still runs.
     pub fn wait_for(&mut self, t: Duration) -> Option<ExitStatus> {
         let until = Instant::now() + t;
