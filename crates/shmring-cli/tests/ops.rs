@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use shmring::handoff::{Listener, ListenerOptions};
-use shmring::{Config, Consumer, ConsumerOptions, Meta, Segment, Snapshot};
+use shmring::{Address, Config, Consumer, ConsumerOptions, Meta, Segment, Snapshot};
 
 mod common;
 
@@ -75,7 +75,9 @@ fn with_records(
     n: usize,
     body: &[u8],
 ) -> (std::sync::Arc<Segment>, Consumer, shmring::Producer) {
-    let seg = Segment::create_named(&ring.0, &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::create(&ring.0, Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let consumer = seg.consumer().unwrap();
     let mut producer = seg.producer().unwrap();
     for _ in 0..n {
@@ -93,7 +95,7 @@ fn top_shows_every_ring_and_the_error_of_each_bad_one_and_no_other_file() {
         drop(consumer.try_next().unwrap().unwrap());
     }
     let busy = Arc::new(AtomicBool::new(true));
-    let extra = Segment::open_named(&healthy.0).unwrap();
+    let extra = Address::named(&healthy.0).open().unwrap();
     let writer = {
         let busy = busy.clone();
         std::thread::spawn(move || {
@@ -124,7 +126,9 @@ fn top_shows_every_ring_and_the_error_of_each_bad_one_and_no_other_file() {
     let dead = stale_ring("dead");
     // Truncated by another program after it was made.
     let cut = new_ring("cut");
-    let c = Segment::create_named(&cut.0, &Config::with_capacity(1 << 20)).unwrap();
+    let c = Address::create(&cut.0, Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     c.persist();
     drop(c);
     std::fs::OpenOptions::new()
@@ -280,13 +284,17 @@ fn top_observes_rings_on_sockets_beside_named_rings() {
     let dir = tempfile::tempdir().unwrap();
     // A named ring with a consumer, beside the sockets.
     let named = new_ring("beside");
-    let nseg = Segment::create_named(&named.0, &Config::with_capacity(1 << 20)).unwrap();
+    let nseg = Address::create(&named.0, Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let _nconsumer = nseg.consumer().unwrap();
 
     // Served on a socket by this process: a producer holds a reservation open while
     // another sends 10 records, which the consumer delivers past it (overtaking).
     let live = dir.path().join("live.sock");
-    let seg = Segment::create_memfd("ops-live", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("ops-live", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let consumer = Consumer::with_options(
         seg.clone(),
         ConsumerOptions {
@@ -627,7 +635,9 @@ fn stat_prometheus_prints_the_cores_counters_with_the_ring_label() {
 #[test]
 fn stat_prometheus_serves_every_tethered_consumer_by_line() {
     let ring = new_ring("promtether");
-    let seg = Segment::create_named(&ring.0, &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::create(&ring.0, Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let consumer = seg.consumer().unwrap();
     let tethered = Consumer::tethered(seg.clone(), ConsumerOptions::default()).unwrap();
     assert!(
@@ -840,7 +850,7 @@ fn the_producer_stops_when_the_recorder_is_gone() {
     let (code, err) = prod.wait();
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("has no live consumer any more"), "{err}");
-    let st = Segment::open_named(&ring.0).unwrap().stats();
+    let st = Address::named(&ring.0).open().unwrap().stats();
     let v = &produced["video"][0];
     // Everything counted as sent was committed while the recorder lived, and the
     // producer stopped at once: it did not fill the ring for nobody.

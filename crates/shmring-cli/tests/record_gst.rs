@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use shmring::media::{kind, Format, MediaHeader, SEQUENCE_AUTO};
-use shmring::{FullPolicy, Meta, Segment};
+use shmring::{Address, FullPolicy, Meta, Segment};
 
 const SIGINT: i32 = 2;
 
@@ -114,7 +114,7 @@ fn produce(ring: &str, sources: &[Source]) -> Vec<Sent> {
 /// [`produce`], each record written when its capture time comes at `speed` times
 /// real time (`None`: as fast as the ring takes them).
 fn produce_at(ring: &str, sources: &[Source], speed: Option<f64>) -> Vec<Sent> {
-    let seg = Segment::open_named(ring).expect("the recorder's ring");
+    let seg = Address::named(ring).open().expect("the recorder's ring");
     let mut p = seg.producer().expect("a producer");
     p.set_policy(FullPolicy::Block(Duration::from_secs(30)));
     let base = shmring::now_ns() + 1_000_000;
@@ -542,7 +542,7 @@ fn mp4s(dir: &Path) -> Vec<PathBuf> {
 
 /// A producer of the recorder's ring that waits for space rather than drop.
 fn blocking_producer(ring: &Ring) -> (std::sync::Arc<Segment>, shmring::Producer) {
-    let seg = Segment::open_named(&ring.0).unwrap();
+    let seg = Address::named(&ring.0).open().unwrap();
     let mut p = seg.producer().unwrap();
     p.set_policy(FullPolicy::Block(Duration::from_secs(30)));
     (seg, p)

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use common::{spawn, wait_until, Child};
 use shmring::handoff::{self, Allow, Listener, ListenerOptions, Role};
-use shmring::{Config, Error, FullPolicy, Meta, Segment};
+use shmring::{Address, Config, Error, FullPolicy, Meta, Segment};
 
 const ENTRY: &str = "handoff_child_entry";
 const GUARD: Duration = Duration::from_secs(60);
@@ -57,7 +57,7 @@ fn ring(eventfd: bool) -> Arc<Segment> {
         eventfd,
         ..Config::default()
     };
-    Segment::create_memfd("handoff-test", &cfg).unwrap()
+    Address::memfd("handoff-test", cfg).open().unwrap()
 }
 
 fn env(k: &str) -> String {
@@ -94,7 +94,7 @@ fn handoff_child_entry() {
     match role.as_str() {
         // Connect as a producer and write N records 0..N (payload = index).
         "produce" => {
-            let seg = match Segment::connect(env("SOCK")) {
+            let seg = match Address::socket(env("SOCK")).open() {
                 Ok(s) => s,
                 Err(e) => {
                     say(&format!("ERR {e}"));
@@ -114,7 +114,9 @@ fn handoff_child_entry() {
         }
         // Serve a fresh ring on SOCK; print how many records arrived when told.
         "serve" => {
-            let seg = Segment::create_memfd("served", &Config::with_capacity(1 << 20)).unwrap();
+            let seg = Address::memfd("served", Config::with_capacity(1 << 20))
+                .open()
+                .unwrap();
             let consumer = seg.consumer().unwrap();
             let _l = Listener::bind(&seg, env("SOCK"), ListenerOptions::default())
                 .unwrap()
@@ -166,7 +168,7 @@ fn handoff_child_entry() {
         // row: closed at once, garbage, half a hello, and valid observers.
         "flood-client" => {
             let sock = env("SOCK");
-            drop(Segment::connect(&sock).unwrap());
+            drop(Address::socket(&sock).open().unwrap());
             for i in 0..1000 {
                 if i % 4 == 3 {
                     drop(handoff::request(&sock, Role::Observer, GUARD).unwrap());
@@ -327,7 +329,7 @@ fn eventfd_ring_hands_over_the_eventfd() {
     let consumer = seg.consumer().unwrap();
     let l = Listener::bind(&seg, dir.sock(), ListenerOptions::default()).unwrap();
     let l = l.spawn().unwrap();
-    let remote = Segment::connect(dir.sock()).unwrap();
+    let remote = Address::socket(dir.sock()).open().unwrap();
     // The eventfd received is the ring's: a write on it wakes the consumer's.
     let efd = remote.eventfd().expect("an eventfd ring sends its eventfd");
     assert!(!consumer.arm(), "nothing in the ring yet");
@@ -382,8 +384,8 @@ fn observer_gets_a_read_only_descriptor_the_kernel_will_not_map_writable() {
         "{msg}"
     );
 
-    // Segment::observe: counters through the read-only mapping.
-    let obs = Segment::observe(dir.sock()).unwrap();
+    // A read-only open of the socket: counters through the read-only mapping.
+    let obs = Address::socket(dir.sock()).open_read_only().unwrap();
     let s = obs.stats();
     assert_eq!(s.records_committed, 3);
     assert!(s.consumer_attached);
@@ -436,7 +438,7 @@ fn refused_peers_get_the_rule_they_failed_and_are_counted() {
         .spawn()
         .unwrap();
 
-    match Segment::connect(dir.sock()) {
+    match Address::socket(dir.sock()).open() {
         Err(Error::Refused { rule, message, .. }) => {
             assert_eq!(rule, "peer-credentials");
             assert!(message.contains(&format!("uid {me}")), "{message}");
@@ -444,7 +446,7 @@ fn refused_peers_get_the_rule_they_failed_and_are_counted() {
         }
         r => panic!("expected a refusal, got {r:?}"),
     }
-    match Segment::observe(dir.sock()) {
+    match Address::socket(dir.sock()).open_read_only() {
         Err(Error::Refused { rule, .. }) => assert_eq!(rule, "role"),
         r => panic!("expected a refusal, got {r:?}"),
     }
@@ -504,7 +506,7 @@ fn a_live_socket_is_not_taken_over_and_a_stale_one_is_replaced() {
     // child another test spawns at this moment holds the socket for that instant:
     // wait for the one answer a socket nobody holds gives.
     wait_until("the stale socket to answer `no consumer`", GUARD, || {
-        let r = Segment::connect(dir.sock());
+        let r = Address::socket(dir.sock()).open();
         let stale = matches!(r, Err(Error::NoConsumer(_)));
         if !stale {
             eprintln!("a stale socket answered {r:?}");
@@ -523,7 +525,9 @@ fn a_live_socket_is_not_taken_over_and_a_stale_one_is_replaced() {
     assert!(file.exists());
     // A named segment is not served.
     let name = common::shm_name("handoff-named");
-    let named = Segment::create_named(&name.0, &Config::with_capacity(1 << 20)).unwrap();
+    let named = Address::create(&name.0, Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     match Listener::bind(&named, dir.0.join("n.sock"), ListenerOptions::default()) {
         Err(Error::Config(m)) => assert!(m.contains("not a sealed memfd"), "{m}"),
         r => panic!("expected a config error, got {r:?}"),
@@ -538,7 +542,8 @@ fn abstract_socket_names_work() {
     let mut l = Listener::bind(&seg, &name, ListenerOptions::default()).unwrap();
     // Driven by poll from this thread (no listener thread): the client in another.
     let n2 = name.clone();
-    let t = std::thread::spawn(move || Segment::connect(n2).map(|s| s.producer().map(|_| ())));
+    let t =
+        std::thread::spawn(move || Address::socket(n2).open().map(|s| s.producer().map(|_| ())));
     let done = AtomicBool::new(false);
     while !done.load(Ordering::Relaxed) {
         l.poll(Some(Duration::from_millis(20))).unwrap();
@@ -547,7 +552,7 @@ fn abstract_socket_names_work() {
         }
     }
     t.join().unwrap().unwrap().unwrap();
-    let remote = Segment::connect_timeout(&name, Duration::from_millis(200));
+    let remote = Address::socket(&name).open_timeout(Duration::from_millis(200));
     // Nobody polls now: the connect is accepted by the kernel's backlog and the
     // reply never comes, so the client's own timeout ends it.
     assert!(matches!(remote, Err(Error::Timeout { .. })), "{remote:?}");
@@ -704,7 +709,8 @@ fn a_peer_holding_connections_open_does_not_lock_others_out() {
         l.stats().pending as usize == max
     });
     for i in 0..20u64 {
-        let remote = Segment::connect(dir.sock())
+        let remote = Address::socket(dir.sock())
+            .open()
             .unwrap_or_else(|e| panic!("connect {i} while a peer hogs the socket: {e}"));
         remote
             .producer()
@@ -797,7 +803,7 @@ fn consumer_restart_producers_get_no_consumer_and_reconnect() {
     let sock = dir.sock().display().to_string();
     let mut first = spawn_child("serve", &[("SOCK", sock.clone()), ("N", "1000000".into())]);
     first.expect("READY", GUARD);
-    let seg = Segment::connect(&sock).unwrap();
+    let seg = Address::socket(&sock).open().unwrap();
     let mut p = seg.producer().unwrap();
     p.set_policy(FullPolicy::Block(Duration::from_millis(100)));
     p.send(b"before", Meta::new(0, 0)).unwrap();
@@ -810,13 +816,16 @@ fn consumer_restart_producers_get_no_consumer_and_reconnect() {
         }
     };
     assert!(matches!(err, Error::NoConsumer(_)), "{err}");
-    assert!(matches!(Segment::connect(&sock), Err(Error::NoConsumer(_))));
+    assert!(matches!(
+        Address::socket(&sock).open(),
+        Err(Error::NoConsumer(_))
+    ));
     drop(p);
     drop(seg);
 
     let mut second = spawn_child("serve", &[("SOCK", sock.clone()), ("N", "10".into())]);
     second.expect("READY", GUARD);
-    let seg = Segment::connect(&sock).unwrap();
+    let seg = Address::socket(&sock).open().unwrap();
     let mut p = seg.producer().unwrap();
     for _ in 0..10 {
         p.send(b"after", Meta::new(0, 0)).unwrap();
