@@ -19,7 +19,7 @@ use std::time::Duration;
 use shmring::layout::{
     pack_cursor, ClaimState, Geometry, LogEntry, RecordHeader, Slot, POS_MASK, SEQ_MASK,
 };
-use shmring::{Config, ConsumerOptions, FullPolicy, Meta, RawFrame, Segment};
+use shmring::{Address, Config, ConsumerOptions, FullPolicy, Meta, RawFrame, Segment};
 use shmring_testkit::matrix::{self, Ctx, Peek, Value, Word};
 use shmring_testkit::Peer;
 
@@ -172,7 +172,7 @@ thread_local! {
     /// One ring per thread and a copy of its pristine bytes: every input starts
     /// from exactly the same segment contents, without creating a new one.
     static RING: (Arc<Segment>, Vec<u8>) = {
-        let seg = Segment::create_memfd("fuzz", &config()).expect("create");
+        let seg = Address::memfd("fuzz", config()).open().expect("create");
         let (base, len) = seg.mapping();
         // SAFETY: the mapping is ours, `len` bytes long, and nobody writes it now.
         let pristine = unsafe { std::slice::from_raw_parts(base, len) }.to_vec();

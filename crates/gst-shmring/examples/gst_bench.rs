@@ -171,7 +171,8 @@ fn case(name: &str, frames: u64, live: bool) -> Result<Measured, String> {
     // The ring outlives both processes of the ring case (the consumer opens it).
     let seg = if name == "ring" {
         Some(
-            shmring::Segment::create_named(&tag, &shmring::Config::default())
+            shmring::Address::create(&tag, shmring::Config::default())
+                .open()
                 .map_err(|e| e.to_string())?,
         )
     } else {

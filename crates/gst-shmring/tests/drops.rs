@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::*;
 use gst::prelude::*;
 use shmring::media::Format;
-use shmring::{Config, Segment};
+use shmring::{Address, Config};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -24,7 +24,9 @@ fn a_sink_facing_a_full_ring_says_each_drop_and_the_ring_counts_it_once() {
     for policy in ["full-policy=drop", "full-policy=block timeout=50"] {
         let ring = RingName::new("gst", "full");
         // A consumer that reads nothing: 1 MiB takes a few 320x240 frames.
-        let seg = Segment::create_named(&ring.0, &Config::with_capacity(1 << 20)).unwrap();
+        let seg = Address::create(&ring.0, Config::with_capacity(1 << 20))
+            .open()
+            .unwrap();
         let _consumer = seg.consumer().unwrap();
         let s = Pipeline::launch(&format!(
             "videotestsrc num-buffers={N} ! video/x-raw,format=I420,width=320,height=240,framerate=30/1 ! identity name=up ! shmringsink name=sink ring={} sync=false {policy}",
@@ -92,7 +94,7 @@ fn records_missing_from_a_stream_are_counted_and_said_by_the_source() {
         ring.0
     ));
     p.play();
-    let seg = Segment::open_named(&ring.0).unwrap();
+    let seg = Address::named(&ring.0).open().unwrap();
     let mut prod = seg.producer().unwrap();
     // Numbers 0, 1, 2, then 6, 7, then 10: 3 and 2 records the producer dropped.
     for seq in [0u64, 1, 2, 6, 7, 10] {

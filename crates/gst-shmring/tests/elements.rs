@@ -13,7 +13,7 @@ use common::*;
 use gst::prelude::*;
 use gst_check::Harness;
 use shmring::media::{self, kind, Format, MediaHeader, MediaRecord, SEQUENCE_AUTO};
-use shmring::{Config, FullPolicy, Meta, Segment};
+use shmring::{Address, Config, FullPolicy, Meta};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -139,7 +139,7 @@ fn sources_are_live_and_do_not_preroll() {
 fn latency_is_live_with_a_frame_and_what_the_ring_holds() {
     let ring = RingName::new("gst", "latency");
     let mut h = src_harness(&format!("ring={} create=true", ring.0));
-    let seg = Segment::open_named(&ring.0).unwrap();
+    let seg = Address::named(&ring.0).open().unwrap();
     let mut p = seg.producer().unwrap();
     for _ in 0..3 {
         p.send(&video_record(64, 48, 25, 1), Meta::new(0, kind::VIDEO))
@@ -256,7 +256,9 @@ fn the_sink_starts_before_its_consumer_either_way() {
 fn without_a_consumer_the_sink_drops_at_once_instead_of_waiting_for_room() {
     let ring = RingName::new("gst", "noconsumer");
     // A ring whose consumer is gone (a crash): created, then its consumer dropped.
-    let seg = Segment::create_named(&ring.0, &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::create(&ring.0, Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     drop(seg.consumer().unwrap());
     // 1 MiB: a few 640x360 frames fill it; with a consumer the sink would then wait
     // up to its timeout per buffer.
@@ -277,7 +279,7 @@ fn without_a_consumer_the_sink_drops_at_once_instead_of_waiting_for_room() {
 #[test]
 fn eos_travels_across_the_ring_as_an_end_of_stream_record() {
     let ring = RingName::new("gst", "eos");
-    let seg = Segment::create_named(&ring.0, &Config::default()).unwrap();
+    let seg = Address::create(&ring.0, Config::default()).open().unwrap();
     let consumer = seg.consumer().unwrap();
     let mut h = sink_harness(&format!("ring={}", ring.0), I420);
     let frame = gst::ClockTime::from_mseconds(40);
@@ -333,7 +335,7 @@ fn eos_after_counts_from_the_last_producer_not_from_the_start() {
     p.play();
     // Longer than eos-after before the first producer comes: still waiting.
     std::thread::sleep(Duration::from_millis(800));
-    let seg = Segment::open_named(&ring.0).unwrap();
+    let seg = Address::named(&ring.0).open().unwrap();
     let mut prod = seg.producer().unwrap();
     for _ in 0..3 {
         prod.send(&video_record(64, 48, 25, 3), Meta::new(0, kind::VIDEO))
@@ -352,7 +354,7 @@ fn caps_carry_the_frame_rate_and_a_variable_one_fixates_to_downstream() {
         ring.0
     ));
     p.play();
-    let seg = Segment::open_named(&ring.0).unwrap();
+    let seg = Address::named(&ring.0).open().unwrap();
     let mut prod = seg.producer().unwrap();
     // Variable rate (0): downstream asks 30/1 and gets it.
     prod.send(&video_record(64, 48, 0, 1), Meta::new(0, kind::VIDEO))
@@ -371,7 +373,7 @@ fn caps_carry_the_frame_rate_and_a_variable_one_fixates_to_downstream() {
         ring.0
     ));
     p.play();
-    let seg = Segment::open_named(&ring.0).unwrap();
+    let seg = Address::named(&ring.0).open().unwrap();
     let mut prod = seg.producer().unwrap();
     prod.send(&video_record(64, 48, 15, 1), Meta::new(0, kind::VIDEO))
         .unwrap();
@@ -391,7 +393,7 @@ fn a_video_only_pipeline_skips_the_audio_of_its_ring() {
         ring.0
     ));
     p.play();
-    let seg = Segment::open_named(&ring.0).unwrap();
+    let seg = Address::named(&ring.0).open().unwrap();
     let mut prod = seg.producer().unwrap();
     for _ in 0..5 {
         prod.send(&audio_record(), Meta::new(0, kind::AUDIO))
@@ -412,7 +414,7 @@ fn two_producers_of_one_stream_id_are_warned_about() {
         ring.0
     ));
     p.play();
-    let seg = Segment::open_named(&ring.0).unwrap();
+    let seg = Address::named(&ring.0).open().unwrap();
     let (mut a, mut b) = (seg.producer().unwrap(), seg.producer().unwrap());
     for _ in 0..4 {
         for prod in [&mut a, &mut b] {
@@ -482,7 +484,7 @@ fn a_restarted_consumer_keeps_the_backlogs_capture_spacing() {
     let ring = RingName::new("gst", "backlog");
     // A ring with a backlog: 5 frames 40 ms apart, captured a while ago, and no
     // consumer (the one that read it crashed).
-    let seg = Segment::create_named(&ring.0, &Config::default()).unwrap();
+    let seg = Address::create(&ring.0, Config::default()).open().unwrap();
     let old = seg.consumer().unwrap();
     let mut prod = seg.producer().unwrap();
     let t0 = shmring::now_ns();
@@ -519,7 +521,7 @@ fn one_demuxer_serves_every_participants_video_and_audio() {
         r = ring.0
     ));
     p.play();
-    let seg = Segment::open_named(&ring.0).unwrap();
+    let seg = Address::named(&ring.0).open().unwrap();
     let mut prod = seg.producer().unwrap();
     for i in 0..10u8 {
         for s in 0..2 {
@@ -644,7 +646,7 @@ fn a_look_ahead_encoder_across_caps_changes_gets_every_frame() {
             ring.0
         ));
         h.play();
-        let seg = Segment::open_named(&ring.0).unwrap();
+        let seg = Address::named(&ring.0).open().unwrap();
         let mut prod = seg.producer().unwrap();
         // Longer than any wait for an encoder working: only a stall times out.
         prod.set_policy(FullPolicy::Block(Duration::from_secs(10)));

@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::*;
 use gst::prelude::*;
 use shmring::media::{kind, Format};
-use shmring::Segment;
+use shmring::{Address, Segment};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const SMALL: (Format, u32, u32, u32) = (Format::I420, 64, 48, 25);
@@ -32,7 +32,7 @@ fn a_source_over_every_stream_keeps_running_while_participants_come_and_go() {
         ring.0
     ));
     p.play();
-    let seg = Segment::open_named(&ring.0).unwrap();
+    let seg = Address::named(&ring.0).open().unwrap();
     let out = p.appsink("out");
     // A alone, then leaves: every stream output has ended, and the source goes on.
     visit(&seg, 0, 1);
@@ -78,7 +78,7 @@ fn a_participant_back_after_its_end_gets_new_pads_from_the_demuxer() {
     ));
     link_new_pads(&p, "d");
     p.play();
-    let seg = Segment::open_named(&ring.0).unwrap();
+    let seg = Address::named(&ring.0).open().unwrap();
     visit(&seg, 0, 1);
     let first = pull(&p.appsink("first"), 3, LIMIT);
     assert_eq!(first.len(), 3);
@@ -113,7 +113,7 @@ fn with_keep_running_a_participant_back_continues_on_its_pads() {
         ring.0
     ));
     p.play();
-    let seg = Segment::open_named(&ring.0).unwrap();
+    let seg = Address::named(&ring.0).open().unwrap();
     let v0 = p.appsink("v0");
     visit(&seg, 0, 1);
     visit(&seg, 0, 2);
@@ -136,7 +136,7 @@ fn a_pad_nobody_links_is_said_not_dropped_silently() {
         ring.0
     ));
     p.play();
-    let seg = Segment::open_named(&ring.0).unwrap();
+    let seg = Address::named(&ring.0).open().unwrap();
     visit(&seg, 0, 1);
     assert_eq!(pull(&p.appsink("v0"), 3, LIMIT).len(), 3);
     // Back after its end: video_0_2, which this launch line does not link.

@@ -9,7 +9,7 @@ use common::*;
 use gst::prelude::*;
 use gst_video::prelude::*;
 use shmring::media::{kind, Format, MediaHeader};
-use shmring::{Config, Meta, Segment};
+use shmring::{Address, Config, Meta, Segment};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -192,7 +192,7 @@ fn killing_a_sink_process_leaves_the_source_running() {
 #[test]
 fn a_reader_restarts_while_a_producer_keeps_running() {
     let ring = RingName::new("gst", "restart");
-    let seg = Segment::create_named(&ring.0, &Config::default()).expect("ring");
+    let seg = Address::create(&ring.0, Config::default()).open().unwrap();
     let live = ChildPipeline::spawn(&format!(
         "videotestsrc is-live=true pattern=ball ! video/x-raw,format=I420,width=320,height=240,framerate=30/1 ! shmringsink ring={} full-policy=drop",
         ring.0
@@ -217,7 +217,7 @@ fn a_reader_restarts_while_a_producer_keeps_running() {
 fn hostile_producer_headers_are_dropped_counted_and_warned() {
     let ring = RingName::new("gst", "hostile");
     let p = src(&ring, "");
-    let seg = Segment::open_named(&ring.0).expect("open");
+    let seg = Address::named(&ring.0).open().expect("open");
     let mut producer = seg.producer().expect("producer");
     let good = MediaHeader::video(Format::I420, 64, 64, 0, 0).unwrap();
     let mut payload = vec![0u8; good.payload_len()];
@@ -380,7 +380,7 @@ fn encodes_from_the_ring_into_an_mp4_with_every_frame() {
 #[test]
 fn inherited_descriptors_work_for_both_elements() {
     use std::os::fd::AsRawFd;
-    let seg = Segment::create_memfd("gst-fd", &Config::default()).expect("memfd ring");
+    let seg = Address::memfd("gst-fd", Config::default()).open().unwrap();
     let fds = seg.descriptors();
     let (fd, lock) = (fds[0].as_raw_fd(), fds[1].as_raw_fd());
     let desc = video("ball", 5, "I420", 320, 240);
@@ -441,7 +441,7 @@ fn a_corrupted_record_resets_the_ring_and_the_source_goes_on() {
     ));
     // Paused, a live source creates its ring but reads nothing yet.
     assert!(p.0.set_state(gst::State::Paused).is_ok());
-    let seg = Segment::open_named(&ring.0).expect("open");
+    let seg = Address::named(&ring.0).open().expect("open");
     let mut producer = seg.producer().expect("producer");
     let frame = |fill: u8, seq: u64| {
         let h = MediaHeader::video(Format::I420, 64, 64, seq, seq).unwrap();
@@ -540,7 +540,7 @@ fn a_full_ring_drops_and_counts_with_either_policy() {
 fn strides_other_than_gstreamers_travel_as_video_meta() {
     let ring = RingName::new("gst", "stride");
     let p = src(&ring, "");
-    let seg = Segment::open_named(&ring.0).expect("open");
+    let seg = Address::named(&ring.0).open().expect("open");
     let mut producer = seg.producer().expect("producer");
     // The core's layout: tight strides (322 and 161), where GStreamer's default for
     // I420 322x4 is 324 and 164.
@@ -645,7 +645,7 @@ fn a_tethered_source_beside_the_consumer_gets_every_frame_in_place() {
     let tethered = reader(&ring, "tethered", 4);
     // The ring's consumer takes the tethered one on at its next look at the ring;
     // from then on it sees every record.
-    let seg = Segment::open_named(&ring.0).expect("ring");
+    let seg = Address::named(&ring.0).open().expect("ring");
     taken_on(&seg);
     let [a, b] = feed_and_pull(&ring, &desc, N, &owner, &tethered);
     assert_same(&a, &want);
@@ -682,10 +682,8 @@ fn a_tap_source_beside_the_consumer_gets_copies_of_every_frame() {
     assert!(b[0].discont && !b[1..].iter().any(|g| g.discont));
     assert_eq!(tap.u64("src", "lost"), 0);
     // The tap is not one of the ring's readers: the ring lists none.
-    assert!(Segment::open_named(&ring.0)
-        .expect("ring")
-        .tethers()
-        .is_empty());
+    let seg = Address::named(&ring.0).open().expect("ring");
+    assert!(seg.tethers().is_empty());
     assert!(owner.error().is_none() && tap.error().is_none());
 }
 
@@ -702,7 +700,7 @@ fn a_tap_that_falls_behind_loses_records_and_marks_the_next_buffer_discont() {
     let sink = tap.appsink("out");
     assert_eq!(pull(&sink, 1, LIMIT).len(), 1);
     // The tap now waits on its appsink while the producer writes twice the ring.
-    let seg = Segment::open_named(&ring.0).expect("ring");
+    let seg = Address::named(&ring.0).open().expect("ring");
     let frame = MediaHeader::video(Format::I420, 320, 240, 0, 0)
         .unwrap()
         .payload_len() as u64;
@@ -733,7 +731,7 @@ fn reader_modes_refuse_to_create_a_ring_and_need_its_consumer() {
         assert!(!ring.exists(), "{mode}: no ring made");
     }
     // A ring with no consumer: a tethered source has nothing to read beside.
-    let seg = Segment::create_named(&ring.0, &Config::default()).expect("ring");
+    let seg = Address::create(&ring.0, Config::default()).open().unwrap();
     let p = Pipeline::launch(&format!(
         "shmringsrc ring={} mode=tethered ! fakesink",
         ring.0
@@ -751,7 +749,7 @@ fn a_tethered_source_that_stops_releasing_is_detached_with_an_error() {
     // Its appsink takes one buffer and is never pulled from: the source stops
     // releasing frames while the ring's consumer reads on.
     let tethered = reader(&ring, "tethered", 1);
-    let seg = Segment::open_named(&ring.0).expect("ring");
+    let seg = Address::named(&ring.0).open().expect("ring");
     taken_on(&seg);
     let sink = Pipeline::launch(&format!(
         "{} ! shmringsink ring={}",
@@ -779,7 +777,7 @@ fn video_and_audio_of_one_stream_id_keep_their_own_sequence_numbers() {
         ring.0
     ));
     assert!(p.0.set_state(gst::State::Paused).is_ok());
-    let seg = Segment::open_named(&ring.0).expect("open");
+    let seg = Address::named(&ring.0).open().expect("open");
     let mut producer = seg.producer().expect("producer");
     // Stream 0 carries both: video and audio records interleaved, each kind
     // numbered from 0 without a gap.

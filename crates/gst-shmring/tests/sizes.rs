@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use shmring::media::{Format, MediaHeader};
-use shmring::Segment;
+use shmring::Address;
 
 const LIMIT: Duration = Duration::from_secs(60);
 const RGBA_1080P: &str = "video/x-raw,format=RGBA,width=1920,height=1080,framerate=30/1";
@@ -35,7 +35,7 @@ fn the_default_ring_takes_frames_of_every_format_up_to_1080p_rgba() {
         let p = Pipeline::launch(&desc);
         p.play();
         wait_until("the ring is created", LIMIT, || ring.exists());
-        let seg = Segment::open_named(&ring.0).unwrap();
+        let seg = Address::named(&ring.0).open().unwrap();
         let geo = *seg.geometry();
         for f in [Format::I420, Format::Nv12, Format::Rgba] {
             let len = MediaHeader::video(f, 1920, 1080, 0, 0)

@@ -7,7 +7,7 @@ use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use shmring::{media::kind, Segment};
+use shmring::{media::kind, Address, Segment};
 use shmring_host::{alloc_count, counting_installed, rusage};
 
 use crate::args::WorkerArgs;
@@ -314,5 +314,7 @@ impl Checker {
 /// The ring from its descriptors, one `--fd` each, in the order of
 /// `Segment::descriptors`.
 pub fn ring(a: &WorkerArgs) -> Res<std::sync::Arc<Segment>> {
-    Segment::from_descriptors(fd_args(a)?).map_err(|e| format!("cannot map the ring: {e}"))
+    Address::Descriptors(fd_args(a)?)
+        .open()
+        .map_err(|e| format!("cannot map the ring: {e}"))
 }

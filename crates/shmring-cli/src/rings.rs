@@ -9,9 +9,10 @@
 //!
 //! Rings served on Unix sockets (`shmring record --listen`) are the other source
 //! ([`SocketRings`]): every socket in the given directories is observed read-only
-//! ([`Segment::observe`]). Connections are made in the background and kept between
-//! scans, so a consumer that does not answer never holds up a scan; a socket whose
-//! file was replaced, or whose consumer is gone, is connected to afresh.
+//! ([`Address::open_read_only`] of a socket). Connections are made in the
+//! background and kept between scans, so a consumer that does not answer never
+//! holds up a scan; a socket whose file was replaced, or whose consumer is gone, is
+//! connected to afresh.
 
 use std::collections::HashMap;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -406,7 +407,9 @@ mod tests {
     use shmring::Config;
 
     fn serve(path: &Path, capacity: u64) -> (shmring::Consumer, shmring::handoff::ListenerThread) {
-        let seg = Segment::create_memfd("rings-test", &Config::with_capacity(capacity)).unwrap();
+        let seg = Address::memfd("rings-test", Config::with_capacity(capacity))
+            .open()
+            .unwrap();
         let consumer = seg.consumer().unwrap();
         let l = Listener::bind(&seg, path, ListenerOptions::default())
             .unwrap()

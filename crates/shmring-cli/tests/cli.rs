@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use shmring::media::{kind, Format, MediaHeader, MEDIA_HEADER_SIZE};
-use shmring::{Meta, Segment};
+use shmring::{Address, Meta};
 use shmring_cli::pattern::decode_frame_number;
 
 mod common;
@@ -177,7 +177,7 @@ fn malformed_media_headers_are_counted_skipped_and_reported() {
     let dir = tempfile::tempdir().unwrap();
     let mut rec = start_recorder(&ring, dir.path());
     {
-        let seg = Segment::open_named(&ring.0).unwrap();
+        let seg = Address::named(&ring.0).open().unwrap();
         let mut p = seg.producer().unwrap();
         let hd = MediaHeader::video(Format::I420, 64, 16, 0, 0).unwrap();
         let mut good = vec![0u8; hd.payload_len()];
@@ -241,7 +241,7 @@ fn a_killed_producer_does_not_stop_the_recorder() {
     assert!(sent_b > 0);
     let until = Instant::now() + PATIENCE;
     loop {
-        let s = Segment::open_named(&ring.0).unwrap().stats();
+        let s = Address::named(&ring.0).open().unwrap().stats();
         if s.records_consumed == s.records_committed || Instant::now() > until {
             break;
         }
@@ -348,7 +348,9 @@ fn ring_of_another_layout_is_refused() {
     );
     // A real ring whose layout version is not ours.
     let other = ring_name("version");
-    let seg = Segment::create_named(&other.0, &shmring::Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::create(&other.0, shmring::Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     {
         use std::io::{Seek, SeekFrom, Write};
         let mut f = std::fs::OpenOptions::new()
@@ -531,7 +533,7 @@ fn encode_writes_h264_mp4_when_ffmpeg_is_installed() {
     let p = prod.expect("produced");
     assert_eq!(prod.wait().0, Some(0));
     let sent = p["video"][0]["sent"].as_u64().unwrap();
-    let seg = Segment::open_named(&ring.0).unwrap();
+    let seg = Address::named(&ring.0).open().unwrap();
     wait_for("the recorder to read every frame sent", || {
         seg.stats().records_consumed >= sent
     });

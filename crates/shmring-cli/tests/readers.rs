@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use shmring::{Config, Consumer, ConsumerOptions, Listener, ListenerOptions, Meta, Segment};
+use shmring::{Address, Config, Consumer, ConsumerOptions, Listener, ListenerOptions, Meta};
 
 mod common;
 use common::{assert_fails_with, ring_name, run, run_line, Proc, Ring, PATIENCE};
@@ -137,7 +137,9 @@ fn a_tethered_recorder_beside_the_owner_records_every_frame() {
 #[test]
 fn stat_and_top_show_each_tethered_consumer_with_its_lag() {
     let ring = ring_name("lag");
-    let seg = Segment::create_named(&ring.0, &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::create(&ring.0, Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     // The stall limit is the ring's consumer's: far away, so nothing here is
     // detached however slowly the test runs.
     let opts = ConsumerOptions {
@@ -210,7 +212,9 @@ fn stat_and_top_show_each_tethered_consumer_with_its_lag() {
 fn stat_over_a_socket_shows_a_tethered_consumer_read_only() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("ring.sock");
-    let seg = Segment::create_memfd("readers-sock", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("readers-sock", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let opts = ConsumerOptions {
         tether_stall_limit: Duration::from_secs(3600),
         ..Default::default()
@@ -394,7 +398,9 @@ fn readers_fail_cleanly_on_a_ring_without_consumer_or_no_ring() {
 #[test]
 fn a_tethered_recorder_is_refused_when_every_line_is_taken() {
     let ring = ring_name("full");
-    let seg = Segment::create_named(&ring.0, &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::create(&ring.0, Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let _consumer = seg.consumer().unwrap();
     let mut lines = Vec::new();
     let err = loop {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::*;
 use serde_json::Value;
 use shmring::media::{kind, Format, MediaHeader, SEQUENCE_AUTO};
-use shmring::{FullPolicy, Meta, Producer, Segment};
+use shmring::{Address, FullPolicy, Meta, Producer, Segment};
 
 const SIGINT: i32 = 2;
 
@@ -64,7 +64,7 @@ fn ends_from_another_slot_are_refused_and_counted() {
     let ring = ring_name("forged-ends");
     let dir = tempfile::tempdir().unwrap();
     let mut rec = recorder(&ring, dir.path());
-    let seg = Segment::open_named(&ring.0).unwrap();
+    let seg = Address::named(&ring.0).open().unwrap();
     let (mut owner, mut forger) = (producer(&seg), producer(&seg));
     let pcm = packet();
     for _ in 0..300 {
@@ -108,7 +108,7 @@ fn one_slots_junk_streams_leave_room_for_others() {
     let ring = ring_name("junk-ids");
     let dir = tempfile::tempdir().unwrap();
     let mut rec = recorder(&ring, dir.path());
-    let seg = Segment::open_named(&ring.0).unwrap();
+    let seg = Address::named(&ring.0).open().unwrap();
     let mut junk = producer(&seg);
     let pcm = packet();
     for id in 1000..1200 {
@@ -193,7 +193,7 @@ fn the_next_recorder_finishes_what_a_killed_one_left() {
     let (ring, next) = (ring_name("killed"), ring_name("after-kill"));
     let dir = tempfile::tempdir().unwrap();
     let mut rec = recorder(&ring, dir.path());
-    let seg = Segment::open_named(&ring.0).unwrap();
+    let seg = Address::named(&ring.0).open().unwrap();
     let mut p = producer(&seg);
     let (v, pcm) = (frame(), packet());
     for _ in 0..100 {
@@ -216,7 +216,7 @@ fn the_next_recorder_finishes_what_a_killed_one_left() {
     let out = dir.path().to_str().unwrap();
     let mut again = Proc::spawn(&["record", "--create", &next.0, "--out", out]);
     again.expect("ready");
-    let seg = Segment::open_named(&next.0).unwrap();
+    let seg = Address::named(&next.0).open().unwrap();
     let mut p = producer(&seg);
     p.send(&v, Meta::new(0, kind::VIDEO)).unwrap();
     p.end_stream(0, kind::VIDEO).unwrap();
@@ -255,7 +255,7 @@ fn the_summary_says_which_memory_it_measured() {
     let ring = ring_name("memory");
     let dir = tempfile::tempdir().unwrap();
     let mut rec = recorder(&ring, dir.path());
-    let seg = Segment::open_named(&ring.0).unwrap();
+    let seg = Address::named(&ring.0).open().unwrap();
     let mut p = producer(&seg);
     for _ in 0..50 {
         p.send(&frame(), Meta::new(0, kind::VIDEO)).unwrap();

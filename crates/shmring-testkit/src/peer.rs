@@ -227,11 +227,13 @@ impl crate::matrix::Peek for Peer {
 mod tests {
     use super::*;
     use shmring::layout::{cursor_seq, ClaimState, LogEntry, MAGIC};
-    use shmring::{Config, Meta};
+    use shmring::{Address, Config, Meta};
 
     #[test]
     fn fields_are_where_the_core_reads_them() {
-        let seg = Segment::create_memfd("peer", &Config::with_capacity(1 << 16)).unwrap();
+        let seg = Address::memfd("peer", Config::with_capacity(1 << 16))
+            .open()
+            .unwrap();
         let peer = Peer::new(&seg);
         for copy in 0..3 {
             assert_eq!(peer.identity(copy).magic.load(Ordering::Relaxed), MAGIC);

@@ -5,7 +5,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shmring::{Error, FullPolicy, Meta, Segment};
+use shmring::{Address, Error, FullPolicy, Meta, Segment};
 
 use crate::common::{
     fill_body, seal_record, state, verify_record, ChildGuard, Flags, Rng, REC_HDR,
@@ -59,7 +59,9 @@ pub fn attach_fd(fds: &RingFds) -> Result<Arc<Segment>, String> {
         // else in this process owns them.
         .map(|&fd| unsafe { OwnedFd::from_raw_fd(fd) })
         .collect();
-    Segment::from_descriptors(owned).map_err(|e| format!("attach the ring's descriptors: {e}"))
+    Address::Descriptors(owned)
+        .open()
+        .map_err(|e| format!("attach the ring's descriptors: {e}"))
 }
 
 /// Attaches a producer, waiting up to 10 s for a free slot (a killed

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use shmring::{Config, Segment};
+use shmring::{Address, Config};
 
 use crate::common::{drained, ms, state, verify_record, ChildGuard, Flags, Report, Rng, Watchdog};
 
@@ -90,7 +90,7 @@ fn run_consumer_child(
 pub fn run(a: Args) -> i32 {
     let mut rep = Report::new("consumer-crash");
     let seg =
-        match Segment::create_memfd("verify-consumer-crash", &Config::with_capacity(a.capacity)) {
+        match Address::memfd("verify-consumer-crash", Config::with_capacity(a.capacity)).open() {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("consumer-crash: create segment: {e}");

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use shmring::layout::{
     cursor_pos, cursor_seq, pack_cursor, ClaimState, Control, LogEntry, SEQ_MASK, SLOT_ACTIVE,
 };
-use shmring::{Config, FullPolicy, Meta, Segment};
+use shmring::{Address, Config, FullPolicy, Meta};
 use shmring_testkit::{Peer, Target};
 
 use crate::common::{ms, Report, Rng};
@@ -355,7 +355,7 @@ fn run_case(case: &Case, records: u64, seed: u64) -> Outcome {
         max_producers: 8,
         ..Config::default()
     };
-    let seg = match Segment::create_memfd("verify-forgery", &cfg) {
+    let seg = match Address::memfd("verify-forgery", cfg).open() {
         Ok(s) => s,
         Err(e) => {
             return Outcome {
@@ -442,7 +442,7 @@ fn run_case(case: &Case, records: u64, seed: u64) -> Outcome {
         let deadline = Instant::now() + Duration::from_secs(20);
         let seg2 = loop {
             let copies = fds.iter().map(|f| f.try_clone().expect("dup")).collect();
-            match Segment::from_descriptors(copies) {
+            match Address::Descriptors(copies).open() {
                 Ok(s) => break Some(s),
                 Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
                 Err(_) => break None,

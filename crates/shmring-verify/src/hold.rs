@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shmring::layout::{ClaimState, LogEntry};
-use shmring::{Config, Consumer, ConsumerOptions, FullPolicy, Meta, Segment};
+use shmring::{Address, Config, Consumer, ConsumerOptions, FullPolicy, Meta, Segment};
 
 use crate::common::{fill_body, ms, seal_record, verify_record, Report};
 
@@ -47,7 +47,7 @@ pub fn run(a: Args) -> i32 {
         max_producers: 64,
         ..Config::default()
     };
-    let seg = match Segment::create_memfd("verify-hold", &cfg) {
+    let seg = match Address::memfd("verify-hold", cfg).open() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("hold: {e}");

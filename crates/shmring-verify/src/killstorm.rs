@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shmring::{Config, Segment};
+use shmring::{Address, Config, Segment};
 
 use crate::common::{
     ms, quantile, seq_after, state, verify_record, ChildGuard, Flags, Report, Rng, Watchdog,
@@ -93,7 +93,7 @@ pub fn run(a: Args) -> i32 {
         max_record: Some(a.max_size.min(a.capacity / 2 - 64)),
         ..Config::default()
     };
-    let seg = match Segment::create_memfd("verify-killstorm", &cfg) {
+    let seg = match Address::memfd("verify-killstorm", cfg).open() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("killstorm: create segment: {e}");

@@ -8,7 +8,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use shmring::{Config, Error, Segment};
+use shmring::{Address, Config, Error};
 
 use crate::common::{shm_name, ChildGuard, Report};
 
@@ -23,7 +23,7 @@ pub struct Args {
 pub fn child_open_named(name: &str) -> i32 {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
-    match Segment::open_named(name) {
+    match Address::named(name).open() {
         Err(Error::Os { source, .. }) if source.raw_os_error() == Some(libc::EACCES) => {
             println!("uid={uid} EACCES");
             0
@@ -53,7 +53,7 @@ fn nobody() -> Option<(u32, u32)> {
 pub fn run(a: Args) -> i32 {
     let mut rep = Report::new("perms");
     let name = shm_name("perms");
-    let seg = match Segment::create_named(&name.0, &Config::with_capacity(64 << 10)) {
+    let seg = match Address::create(&name.0, Config::with_capacity(64 << 10)).open() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("perms: create named segment: {e}");

@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use shmring::{Config, Error, Segment};
+use shmring::{Address, Config, Error};
 
 use crate::child::spawn_producers;
 use crate::common::{ms, verify_record, ChildGuard, Flags, Report, Watchdog};
@@ -74,7 +74,7 @@ pub fn run(a: Args) -> i32 {
         return 2;
     }
     let mut rep = Report::new("scribble");
-    let seg = match Segment::create_memfd("verify-scribble", &Config::with_capacity(a.capacity)) {
+    let seg = match Address::memfd("verify-scribble", Config::with_capacity(a.capacity)).open() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("scribble: create segment: {e}");

@@ -15,7 +15,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use shmring::{Config, Meta, Segment};
+use shmring::{Address, Config, Meta};
 
 use crate::common::{shm_name, ChildGuard, Report};
 
@@ -70,7 +70,7 @@ pub fn child_resize(fd: &crate::child::RingFds) -> i32 {
 /// reads (the parent truncated the file meanwhile). With `foreign`, it then also
 /// faults on a mapping that is not a segment, which must still end it with SIGBUS.
 pub fn child_named_consumer(name: &str, foreign: bool) -> i32 {
-    let seg = match Segment::open_named(name) {
+    let seg = match Address::named(name).open() {
         Ok(s) => s,
         Err(e) => {
             println!("ERR {e}");
@@ -166,7 +166,7 @@ fn foreign_fault() {
 pub fn run(a: Args) -> i32 {
     let mut rep = Report::new("sigbus");
     // 1. Sealed memfd.
-    match Segment::create_memfd("verify-seals", &Config::with_capacity(1 << 20)) {
+    match Address::memfd("verify-seals", Config::with_capacity(1 << 20)).open() {
         Ok(seg) => {
             let fd = crate::child::RingFds::of(&seg);
             let mut cmd = Command::new(std::env::current_exe().expect("own path"));
@@ -236,7 +236,7 @@ pub fn run(a: Args) -> i32 {
 /// exit status and its last line.
 fn truncate_under_consumer(foreign: bool) -> (Option<std::process::ExitStatus>, String) {
     let name = shm_name(if foreign { "trunc-foreign" } else { "trunc" });
-    let seg = match Segment::create_named(&name.0, &Config::with_capacity(64 << 10)) {
+    let seg = match Address::create(&name.0, Config::with_capacity(64 << 10)).open() {
         Ok(s) => s,
         Err(e) => return (None, format!("create: {e}")),
     };

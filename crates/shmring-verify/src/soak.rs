@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use shmring::{Config, Segment};
+use shmring::{Address, Config};
 
 use crate::child::spawn_producers;
 use crate::common::{drained, read_rss, state, verify_record, Flags, Report, Rss, Watchdog};
@@ -45,7 +45,7 @@ struct Series {
 
 pub fn run(a: Args) -> i32 {
     let mut rep = Report::new("soak");
-    let seg = match Segment::create_memfd("verify-soak", &Config::with_capacity(a.capacity)) {
+    let seg = match Address::memfd("verify-soak", Config::with_capacity(a.capacity)).open() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("soak: create segment: {e}");

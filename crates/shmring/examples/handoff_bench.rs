@@ -1,5 +1,5 @@
 //! The hand-off's cost: how long a fresh producer process takes from the start of
-//! `Segment::connect` to its first record committed (connect, hello, reply with
+//! `Address::open` of a socket to its first record committed (connect, hello, reply with
 //! the descriptors, attach and validate, map, take a slot, reserve, commit), p50 /
 //! p99 / max over many processes.
 //!
@@ -11,14 +11,14 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use shmring::handoff::{Listener, ListenerOptions};
-use shmring::{Config, Meta, Segment};
+use shmring::{Address, Config, Meta};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() == 3 && args[1] == "--child" {
         // One producer: connect, attach, commit one 4 KiB record.
         let t0 = Instant::now();
-        let seg = Segment::connect(&args[2]).expect("connect");
+        let seg = Address::socket(&args[2]).open().expect("connect");
         let mut p = seg.producer().expect("producer");
         let mut r = p.reserve(4096).expect("reserve");
         r.payload().fill(1);
@@ -30,7 +30,9 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("shmring-handoff-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("socket directory");
     let sock = dir.join("ring.sock");
-    let seg = Segment::create_memfd("bench", &Config::with_capacity(64 << 20)).expect("ring");
+    let seg = Address::memfd("bench", Config::with_capacity(64 << 20))
+        .open()
+        .expect("ring");
     let consumer = seg.consumer().expect("consumer");
     let listener = Listener::bind(&seg, &sock, ListenerOptions::default())
         .and_then(Listener::spawn)

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use shmring::{now_ns, Config, Consumer, ConsumerOptions, FullPolicy, Meta, Segment};
+use shmring::{now_ns, Address, Config, Consumer, ConsumerOptions, FullPolicy, Meta};
 
 const PAGE: usize = 4096;
 
@@ -33,8 +33,9 @@ struct Throughput {
 }
 
 fn throughput(size: usize, producers: u32, spin: bool, secs: f64) -> Throughput {
-    let seg =
-        Segment::create_memfd("ringbench", &Config::with_capacity(64 << 20)).expect("create ring");
+    let seg = Address::memfd("ringbench", Config::with_capacity(64 << 20))
+        .open()
+        .expect("create ring");
     let consumer = Consumer::with_options(seg.clone(), options(spin)).expect("consumer");
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = (0..producers)
@@ -113,7 +114,8 @@ fn throughput(size: usize, producers: u32, spin: bool, secs: f64) -> Throughput 
 
 /// Commit-to-return latency with one record every `gap`, the consumer idle between.
 fn latency(spin: bool, samples: u32, gap: Duration) -> Histogram<u64> {
-    let seg = Segment::create_memfd("ringbench-latency", &Config::with_capacity(1 << 20))
+    let seg = Address::memfd("ringbench-latency", Config::with_capacity(1 << 20))
+        .open()
         .expect("create ring");
     let consumer = Consumer::with_options(seg.clone(), options(spin)).expect("consumer");
     let producer = {

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use shmring::tokio::{AsyncConsumer, AsyncProducer};
-use shmring::{Config, Meta, Segment};
+use shmring::{Address, Config, Meta, Segment};
 
 const PER_PRODUCER: u32 = 1000;
 
@@ -20,7 +20,7 @@ async fn main() -> shmring::Result<()> {
         eventfd: true,
         ..Config::with_capacity(256 << 10)
     };
-    let seg = Segment::create_memfd("tokio-example", &cfg)?;
+    let seg = Address::memfd("tokio-example", cfg.clone()).open()?;
     let mut frames = AsyncConsumer::new(seg.consumer()?)?;
 
     let mut tasks = Vec::new();

@@ -11,7 +11,7 @@ pub type Name = Arc<str>;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A system call failed. `segment` names the segment, or the socket of a
-    /// hand-off ([`socket_name`]): the message says which.
+    /// hand-off (its path, marked as a socket): the message says which.
     #[error("{op} failed for {}: {source}", Subject(segment))]
     Os {
         op: &'static str,
@@ -28,7 +28,7 @@ pub enum Error {
     #[error("segment {segment} already exists{}", occupant.words())]
     Exists { segment: Name, occupant: Occupant },
     /// A named segment does not exist, or no socket is at a hand-off's path
-    /// ([`socket_name`]).
+    /// (named by that path, marked as a socket).
     #[error("{} does not exist", Subject(.0))]
     NotFound(Name),
     /// The segment is not one of ours, or of another layout. `field` names what
@@ -148,7 +148,7 @@ pub enum Error {
 /// [`Error::Exists`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Occupant {
-    /// Not looked at ([`crate::Segment::create_named`] only says the name is taken).
+    /// Not looked at (creating with `replace_stale` off only says the name is taken).
     Unknown,
     /// A ring whose consumer is alive: in use, never replaced.
     Live,

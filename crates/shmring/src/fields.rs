@@ -50,8 +50,8 @@ impl Field {
 /// [`ListenerStats`] (a hand-off listener's).
 ///
 /// ```
-/// use shmring::{Config, FieldKind, Segment, Snapshot};
-/// let seg = Segment::create_memfd("fields", &Config::with_capacity(1 << 20)).unwrap();
+/// use shmring::{Address, Config, FieldKind, Snapshot};
+/// let seg = Address::memfd("fields", Config::with_capacity(1 << 20)).open().unwrap();
 /// let s = seg.stats();
 /// let cap = s.fields().find(|f| f.name == "capacity").unwrap();
 /// assert_eq!((cap.kind, cap.value), (FieldKind::Gauge, 1 << 20));

@@ -15,8 +15,8 @@
 //! `docs/DESIGN.md`.
 //!
 //! ```
-//! use shmring::{Config, Segment, Meta};
-//! let seg = Segment::create_memfd("example", &Config::with_capacity(1 << 20))?;
+//! use shmring::{Address, Config, Meta};
+//! let seg = Address::memfd("example", Config::with_capacity(1 << 20)).open()?;
 //! let consumer = seg.consumer()?;
 //! let mut producer = seg.producer()?;
 //! let mut r = producer.reserve(4096)?;

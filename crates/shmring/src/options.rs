@@ -122,8 +122,8 @@ pub struct ConsumerOptions {
     /// count them; they are not in `records_consumed`).
     ///
     /// ```
-    /// use shmring::{media::kind, Config, Consumer, ConsumerOptions, Filter, Meta, Segment};
-    /// let seg = Segment::create_memfd("doc-filter", &Config::with_capacity(1 << 16))?;
+    /// use shmring::{media::kind, Address, Config, Consumer, ConsumerOptions, Filter, Meta};
+    /// let seg = Address::memfd("doc-filter", Config::with_capacity(1 << 16)).open()?;
     /// let c = Consumer::with_options(seg.clone(), ConsumerOptions {
     ///     filter: Filter { stream: Some(2), ..Filter::ANY },
     ///     ..Default::default()

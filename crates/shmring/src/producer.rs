@@ -61,8 +61,8 @@ impl Meta {
 /// the ring for its lifetime and at most one reservation at a time.
 ///
 /// ```
-/// # use shmring::{Config, Segment, Meta};
-/// let seg = Segment::create_memfd("doc-producer", &Config::with_capacity(1 << 20)).unwrap();
+/// # use shmring::{Address, Config, Meta};
+/// let seg = Address::memfd("doc-producer", Config::with_capacity(1 << 20)).open().unwrap();
 /// let consumer = seg.consumer().unwrap();
 /// let mut producer = seg.producer().unwrap();
 /// let mut r = producer.reserve(1000).unwrap();
@@ -152,8 +152,8 @@ impl Producer {
     /// most one open reservation: [`Error::ReservationOpen`] otherwise.
     ///
     /// ```
-    /// # use shmring::{Config, Segment, Meta, FullPolicy};
-    /// let seg = Segment::create_memfd("doc-raw", &Config::with_capacity(1 << 20)).unwrap();
+    /// # use shmring::{Address, Config, Meta, FullPolicy};
+    /// let seg = Address::memfd("doc-raw", Config::with_capacity(1 << 20)).open().unwrap();
     /// let consumer = seg.consumer().unwrap();
     /// let mut producer = seg.producer().unwrap();
     /// let r = producer.reserve_raw(3, FullPolicy::Fail).unwrap();

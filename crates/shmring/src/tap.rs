@@ -13,11 +13,11 @@
 //! skips to the newest record and counts what it skipped.
 //!
 //! ```
-//! # use shmring::{Config, Meta, ReadOnlySegment, Segment, Tap, TapOptions};
+//! # use shmring::{Address, Config, Meta, ReadOnlySegment, Tap, TapOptions};
 //! # use std::time::Duration;
-//! let seg = Segment::create_memfd("doc-tap", &Config::with_capacity(1 << 20)).unwrap();
+//! let seg = Address::memfd("doc-tap", Config::with_capacity(1 << 20)).open().unwrap();
 //! let consumer = seg.consumer().unwrap();
-//! let ro = ReadOnlySegment::from_fd(seg.read_only_fd().unwrap().try_clone_to_owned().unwrap()).unwrap();
+//! let ro = ReadOnlySegment::of(&seg).unwrap();
 //! let mut tap = Tap::new(ro, TapOptions::default());
 //! let mut producer = seg.producer().unwrap();
 //! producer.send(b"frame", Meta::new(0, 1)).unwrap();

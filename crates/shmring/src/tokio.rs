@@ -18,11 +18,11 @@
 //!
 //! ```
 //! use shmring::tokio::{AsyncConsumer, AsyncProducer};
-//! use shmring::{Config, Meta, Segment};
+//! use shmring::{Address, Config, Meta};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> shmring::Result<()> {
-//! let seg = Segment::create_memfd("doc-tokio", &Config { eventfd: true, ..Config::default() })?;
+//! let seg = Address::memfd("doc-tokio", Config { eventfd: true, ..Config::default() }).open()?;
 //! let mut frames = AsyncConsumer::new(seg.consumer()?)?;
 //! let mut producer = AsyncProducer::new(seg.producer()?);
 //! let mut r = producer.reserve(5).await?;

@@ -153,7 +153,9 @@ fn a_memfd_ring_by_descriptors_and_through_its_socket() {
 
 #[test]
 fn taking_descriptors_takes_none_when_one_is_not_open() {
-    let seg = Segment::create_memfd("address-take", &Config::with_capacity(1 << 16)).unwrap();
+    let seg = Address::memfd("address-take", Config::with_capacity(1 << 16))
+        .open()
+        .unwrap();
     let dup = seg.fd().try_clone_to_owned().unwrap();
     let n = std::os::fd::IntoRawFd::into_raw_fd(dup);
     // SAFETY: `n` is ours and handed over; 999999 is not open.

@@ -8,7 +8,7 @@
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use shmring::{Config, FullPolicy, Meta, Segment};
+use shmring::{Address, Config, FullPolicy, Meta};
 use shmring_host::thread_alloc_count as allocs;
 
 #[global_allocator]
@@ -35,7 +35,7 @@ fn no_allocation_per_record_on_either_side() {
         max_record: Some(LARGE as u64),
         ..Config::default()
     };
-    let seg = Segment::create_memfd("alloc", &cfg).unwrap();
+    let seg = Address::memfd("alloc", cfg).open().unwrap();
     let consumer = seg.consumer().unwrap();
     let barrier = Arc::new(Barrier::new(2));
 
@@ -164,7 +164,9 @@ fn no_allocation_per_record_on_either_side() {
 #[test]
 fn no_allocation_per_frame_released_on_another_thread() {
     use shmring::{SharedConsumer, SharedFrame};
-    let seg = Segment::create_memfd("alloc-shared", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("alloc-shared", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let consumer = SharedConsumer::new(seg.consumer().unwrap());
     // A bounded channel's places are made once; with a place for every frame the
     // sender never blocks (a blocked sender may allocate its wait context).

@@ -3,11 +3,13 @@
 //! (`Segment::producer_alive`): what a reader needs to hold each stream to the
 //! producer that started it.
 
-use shmring::{Config, Consumer, ConsumerOptions, Meta, Segment};
+use shmring::{Address, Config, Consumer, ConsumerOptions, Meta};
 
 #[test]
 fn each_record_names_the_slot_that_committed_it() {
-    let seg = Segment::create_memfd("attribution", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("attribution", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let consumer = seg.consumer().unwrap();
     let tethered = Consumer::tethered(seg.clone(), ConsumerOptions::default()).unwrap();
     while !tethered.adopted().unwrap() {

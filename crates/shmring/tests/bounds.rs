@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use shmring::layout::{
     cursor_pos, cursor_seq, pack_cursor, ClaimState, LogEntry, SLOT_ACTIVE, UNIT,
 };
-use shmring::{Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, Producer, Segment};
+use shmring::{
+    Address, Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, Producer, Segment,
+};
 use shmring_testkit::Peer;
 
 /// The liveness bound these tests hold the ring to; more under Miri, whose clock
@@ -121,7 +123,7 @@ fn a_write_cursor_moved_about_a_ring_ahead_recovers() {
         (2 * cap, 0),
         (cap / 2, 0),
     ] {
-        let seg = Segment::create_memfd("bounds-ahead", &small()).unwrap();
+        let seg = Address::memfd("bounds-ahead", small()).open().unwrap();
         let consumer = Consumer::with_options(seg.clone(), fast(Default::default())).unwrap();
         let mut producer = seg.producer().unwrap();
         for i in 0..committed_first {
@@ -139,7 +141,7 @@ fn a_write_cursor_moved_about_a_ring_ahead_recovers() {
 
 #[test]
 fn a_producer_killed_between_stamping_its_claim_and_moving_the_cursor_costs_no_reset() {
-    let seg = Segment::create_memfd("bounds-half-claim", &small()).unwrap();
+    let seg = Address::memfd("bounds-half-claim", small()).open().unwrap();
     let consumer = Consumer::with_options(seg.clone(), fast(Default::default())).unwrap();
     let mut producer = seg.producer().unwrap();
     producer.send(&payload(1), Meta::new(0, 1)).unwrap();
@@ -182,7 +184,7 @@ fn a_producer_killed_between_stamping_its_claim_and_moving_the_cursor_costs_no_r
 
 #[test]
 fn any_number_of_held_reservations_lets_the_records_behind_them_through() {
-    let seg = Segment::create_memfd("bounds-held", &small()).unwrap();
+    let seg = Address::memfd("bounds-held", small()).open().unwrap();
     let opts = fast(ConsumerOptions {
         overtake_after: Some(Duration::from_millis(10)),
         claim_timeout: None,
@@ -213,7 +215,7 @@ fn any_number_of_held_reservations_lets_the_records_behind_them_through() {
 
 #[test]
 fn held_reservations_expire_after_the_claim_timeout() {
-    let seg = Segment::create_memfd("bounds-expire", &small()).unwrap();
+    let seg = Address::memfd("bounds-expire", small()).open().unwrap();
     let opts = fast(ConsumerOptions {
         claim_timeout: Some(Duration::from_millis(50)),
         ..Default::default()
@@ -243,7 +245,9 @@ fn held_reservations_expire_after_the_claim_timeout() {
 
 #[test]
 fn a_claim_forged_in_an_idle_producers_name_stalls_no_longer_than_the_claim_timeout() {
-    let seg = Segment::create_memfd("bounds-forged-idle", &small()).unwrap();
+    let seg = Address::memfd("bounds-forged-idle", small())
+        .open()
+        .unwrap();
     let opts = fast(ConsumerOptions {
         claim_timeout: Some(Duration::from_millis(100)),
         ..Default::default()
@@ -281,7 +285,7 @@ fn a_claim_forged_in_an_idle_producers_name_stalls_no_longer_than_the_claim_time
 
 #[test]
 fn a_tether_line_written_by_another_process_is_expelled_and_its_reader_told_why() {
-    let seg = Segment::create_memfd("bounds-tether", &small()).unwrap();
+    let seg = Address::memfd("bounds-tether", small()).open().unwrap();
     let owner = Consumer::with_options(seg.clone(), fast(Default::default())).unwrap();
     let tethered = Consumer::tethered(seg.clone(), fast(Default::default())).unwrap();
     let mut producer = seg.producer().unwrap();
@@ -332,7 +336,7 @@ fn a_tether_line_written_by_another_process_is_expelled_and_its_reader_told_why(
 
 /// A ring with its consumer and a tethered one, each having read record 1.
 fn owner_and_tethered(name: &str) -> (std::sync::Arc<Segment>, Consumer, Consumer, Producer) {
-    let seg = Segment::create_memfd(name, &small()).unwrap();
+    let seg = Address::memfd(name, small()).open().unwrap();
     let owner = Consumer::with_options(seg.clone(), fast(Default::default())).unwrap();
     let tethered = Consumer::tethered(seg.clone(), fast(Default::default())).unwrap();
     let mut producer = seg.producer().unwrap();
@@ -365,7 +369,9 @@ fn a_tethered_reader_notices_its_own_line_was_written() {
 #[test]
 fn a_claim_stamped_at_an_unmoved_write_cursor_never_makes_a_tap_go_back() {
     use shmring::{ReadOnlySegment, Tap, TapOptions};
-    let seg = Segment::create_memfd("bounds-tap-unmoved", &small()).unwrap();
+    let seg = Address::memfd("bounds-tap-unmoved", small())
+        .open()
+        .unwrap();
     let consumer = Consumer::with_options(seg.clone(), fast(Default::default())).unwrap();
     let mut tap = Tap::new(
         ReadOnlySegment::of(&seg).unwrap(),
@@ -463,7 +469,9 @@ fn a_forged_detached_state_does_not_end_an_honest_tethered_consumer() {
 /// back.
 #[test]
 fn a_stalled_tethered_consumer_is_still_expelled() {
-    let seg = Segment::create_memfd("bounds-tether-stalled", &small()).unwrap();
+    let seg = Address::memfd("bounds-tether-stalled", small())
+        .open()
+        .unwrap();
     let opts = ConsumerOptions {
         tether_stall_limit: Duration::from_millis(20),
         ..fast(Default::default())
@@ -505,7 +513,9 @@ fn a_stalled_tethered_consumer_is_still_expelled() {
 /// them) are cleared by the ring's consumer's audit, counted as a repair.
 #[test]
 fn tether_mask_bits_past_the_last_line_are_repaired() {
-    let seg = Segment::create_memfd("bounds-tether-mask", &small()).unwrap();
+    let seg = Address::memfd("bounds-tether-mask", small())
+        .open()
+        .unwrap();
     let owner = Consumer::with_options(seg.clone(), fast(Default::default())).unwrap();
     let peer = Peer::new(&seg);
     let mask = &peer.control().tethers.0.mask;
@@ -523,7 +533,7 @@ fn tether_mask_bits_past_the_last_line_are_repaired() {
 /// consumer's counts, not the peer's.
 #[test]
 fn the_consumers_counters_a_peer_scribbled_are_repaired() {
-    let seg = Segment::create_memfd("bounds-counters", &small()).unwrap();
+    let seg = Address::memfd("bounds-counters", small()).open().unwrap();
     let owner = Consumer::with_options(seg.clone(), fast(Default::default())).unwrap();
     let mut producer = seg.producer().unwrap();
     for i in 0..5u64 {

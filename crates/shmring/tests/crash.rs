@@ -14,7 +14,7 @@ use std::time::Duration;
 use std::os::fd::RawFd;
 
 use common::{retry_full, shm_name, spawn, wait_until, write_record, Checker, Child};
-use shmring::{Config, Consumer, Error, Frame, FullPolicy, Segment};
+use shmring::{Address, Config, Consumer, Error, Frame, FullPolicy};
 
 const ENTRY: &str = "child_process_entry";
 const GUARD: Duration = Duration::from_secs(30);
@@ -55,7 +55,9 @@ fn env(seg: String, p: u32, n: u64, max: usize) -> Vec<(&'static str, String)> {
 
 #[test]
 fn producer_killed_holding_a_reservation_is_skipped() {
-    let seg = Segment::create_memfd("crash-hold", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("crash-hold", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     // In claim order (the default parks a claim pending for 100 ms and delivers
     // past it): the records behind the held claim wait for its producer's death.
     let consumer = shmring::Consumer::with_options(
@@ -112,7 +114,9 @@ fn producer_killed_holding_a_reservation_is_skipped() {
 #[test]
 fn producer_killed_between_records_loses_nothing() {
     let name = shm_name("crash-idle");
-    let seg = Segment::create_named(&name.0, &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::create(&name.0, Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let consumer = seg.consumer().unwrap();
     let mut child = spawn(
         ENTRY,
@@ -148,7 +152,9 @@ fn producer_killed_between_records_loses_nothing() {
 
 #[test]
 fn producer_killed_while_blocked_for_space() {
-    let seg = Segment::create_memfd("crash-block", &Config::with_capacity(64 << 10)).unwrap();
+    let seg = Address::memfd("crash-block", Config::with_capacity(64 << 10))
+        .open()
+        .unwrap();
     let consumer = seg.consumer().unwrap();
     let (spec, fds) = common::inherit(&seg);
     let mut child = producer_child(&spec, &fds, "fill-and-block", (0, 0, SMALL));
@@ -191,7 +197,7 @@ fn consumer_killed_new_consumer_takes_over() {
         max_record: Some(MAX as u64),
         ..Config::default()
     };
-    let seg = Segment::create_memfd("takeover", &cfg).unwrap();
+    let seg = Address::memfd("takeover", cfg).open().unwrap();
     let (spec, fds) = common::inherit(&seg);
     let old = spawn(
         ENTRY,
@@ -302,7 +308,9 @@ fn consumer_killed_new_consumer_takes_over() {
 /// consumer is refused while the first lives, and accepted once it is dead.
 #[test]
 fn blocked_producer_learns_the_consumer_died() {
-    let seg = Segment::create_memfd("nocons", &Config::with_capacity(64 << 10)).unwrap();
+    let seg = Address::memfd("nocons", Config::with_capacity(64 << 10))
+        .open()
+        .unwrap();
     let (spec, fds) = common::inherit(&seg);
     let mut child = consumer_child(&spec, &fds, "consume-idle");
     child.expect("ATTACHED", GUARD);
@@ -368,7 +376,9 @@ fn blocked_producer_learns_the_consumer_died() {
 /// system call although nobody sleeps.
 #[test]
 fn consumer_killed_asleep_leaves_producers_quiet() {
-    let seg = Segment::create_memfd("asleep", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("asleep", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let (spec, fds) = common::inherit(&seg);
     let mut child = consumer_child(&spec, &fds, "consume-wait");
     child.expect("ATTACHED", GUARD);
@@ -414,7 +424,9 @@ fn consumer_killed_asleep_leaves_producers_quiet() {
 /// reaps dead slots (taking their share back) when it sees waiters.
 #[test]
 fn producer_killed_asleep_leaves_consumer_quiet() {
-    let seg = Segment::create_memfd("asleep-p", &Config::with_capacity(64 << 10)).unwrap();
+    let seg = Address::memfd("asleep-p", Config::with_capacity(64 << 10))
+        .open()
+        .unwrap();
     let consumer = seg.consumer().unwrap();
     let (spec, fds) = common::inherit(&seg);
     let mut child = producer_child(&spec, &fds, "fill-and-block", (0, 0, SMALL));
@@ -448,7 +460,7 @@ fn producers_killed_at_random_points_lose_no_committed_record() {
         max_producers: 4,
         ..Config::default()
     };
-    let seg = Segment::create_memfd("random-kill", &cfg).unwrap();
+    let seg = Address::memfd("random-kill", cfg).open().unwrap();
     let consumer = seg.consumer().unwrap();
     let (spec, fds) = common::inherit(&seg);
     let stop = Arc::new(AtomicBool::new(false));

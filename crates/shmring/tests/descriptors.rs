@@ -2,7 +2,7 @@
 //! that keeps a consumer open opens and closes producers, tethered consumers and
 //! taps by name thousands of times, and its descriptor table does not grow (the
 //! lock file of a named ring open here is never opened again; see
-//! `shmring::Segment::open_named`). One test per binary: the count is the process's.
+//! `shmring::Address::open` of a named ring). One test per binary: the count is the process's.
 
 mod common;
 
@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use std::os::fd::AsRawFd;
 
-use shmring::{
-    Address, Config, Consumer, ConsumerOptions, Meta, ReadOnlySegment, Segment, Tap, TapOptions,
-};
+use shmring::{Address, Config, Consumer, ConsumerOptions, Meta, Segment, Tap, TapOptions};
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
@@ -48,21 +46,23 @@ fn own_locks(seg: &Segment) -> u64 {
 #[test]
 fn ten_thousand_opens_and_closes_by_name_leave_the_descriptor_count_flat() {
     let name = common::shm_name("fds-by-name");
-    let seg = Segment::create_named(&name.0, &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::create(&name.0, Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let consumer = seg.consumer().unwrap();
     // Warm up: whatever one cycle opens for good (none expected) is counted once.
     let cycle = |i: u64| {
-        let p_seg = Segment::open_named(&name.0).unwrap();
+        let p_seg = Address::named(&name.0).open().unwrap();
         let mut p = p_seg.producer().unwrap();
         p.send(&i.to_le_bytes(), Meta::new(0, 0)).unwrap();
         drop((p, p_seg));
         let tap = Tap::new(
-            ReadOnlySegment::open_named(&name.0).unwrap(),
+            Address::named(&name.0).open_read_only().unwrap(),
             TapOptions::default(),
         );
         drop(tap);
         if i % 10 == 0 {
-            let t_seg = Segment::open_named(&name.0).unwrap();
+            let t_seg = Address::named(&name.0).open().unwrap();
             drop(Consumer::tethered(t_seg, ConsumerOptions::default()).unwrap());
         }
         drop(consumer.recv().unwrap());
@@ -88,7 +88,9 @@ fn ten_thousand_opens_and_closes_by_name_leave_the_descriptor_count_flat() {
 /// Descriptors handed over for a ring this process holds no role on are closed
 /// with the segment.
 fn descriptors_handed_over_are_closed_once_no_role_needs_them() {
-    let seg = Segment::create_memfd("fds-handed", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("fds-handed", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let dup = || -> Vec<std::os::fd::OwnedFd> {
         seg.descriptors()
             .iter()
@@ -97,7 +99,7 @@ fn descriptors_handed_over_are_closed_once_no_role_needs_them() {
     };
     let base = open_fds();
     for _ in 0..100 {
-        let other = Segment::from_descriptors(dup()).unwrap();
+        let other = Address::Descriptors(dup()).open().unwrap();
         drop(other.producer().unwrap());
         drop(other);
     }
@@ -110,8 +112,12 @@ fn descriptors_handed_over_are_closed_once_no_role_needs_them() {
 /// long as the role lasted), and the role's locks stay held throughout.
 fn fd_addresses_opened_while_holding_a_role_add_no_descriptor() {
     let name = common::shm_name("fds-fd-address");
-    let named = Segment::create_named(&name.0, &Config::with_capacity(1 << 20)).unwrap();
-    let memfd = Segment::create_memfd("fds-fd-address", &Config::with_capacity(1 << 20)).unwrap();
+    let named = Address::create(&name.0, Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
+    let memfd = Address::memfd("fds-fd-address", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     for seg in [&named, &memfd] {
         let consumer = seg.consumer().unwrap();
         let text = format!(
@@ -157,18 +163,20 @@ fn connects_while_holding_a_role_add_no_descriptor() {
     use shmring::handoff::{Listener, ListenerOptions};
     // An abstract socket: nothing to remove afterwards.
     let sock = format!("@shmring-fds-connect-{}", std::process::id());
-    let seg = Segment::create_memfd("fds-connect", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("fds-connect", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let consumer = seg.consumer().unwrap();
     let listener = Listener::bind(&seg, &sock, ListenerOptions::default())
         .unwrap()
         .spawn()
         .unwrap();
-    let first = Segment::connect(&sock).unwrap();
+    let first = Address::socket(&sock).open().unwrap();
     let mut held = first.producer().unwrap();
     held.send(b"first", Meta::new(0, 0)).unwrap();
     assert_eq!(consumer.recv().unwrap().payload(), b"first");
     let cycle = |i: u64| {
-        let s = Segment::connect(&sock).unwrap();
+        let s = Address::socket(&sock).open().unwrap();
         s.producer()
             .unwrap()
             .send(&i.to_le_bytes(), Meta::new(1, 0))

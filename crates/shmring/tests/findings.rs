@@ -5,13 +5,15 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use shmring::layout::{Identity, LAYOUT_VERSION, MAGIC};
-use shmring::{Config, ConsumerOptions, Error, Meta, Segment};
+use shmring::{Address, Config, ConsumerOptions, Error, Meta, Segment};
 use shmring_testkit::Peer;
 
 /// Commits two records, then damages the stamp of the first one's claim-log entry
 /// (as a hostile producer may). Returns the segment and consumer state after.
 fn scribbled_stamp(opts: ConsumerOptions) -> (std::sync::Arc<Segment>, shmring::Consumer) {
-    let seg = Segment::create_memfd("finding-stamp", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("finding-stamp", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let consumer = shmring::Consumer::with_options(seg.clone(), opts).unwrap();
     let mut prod = seg.producer().unwrap();
     let mut r = prod.reserve(100).unwrap();
@@ -78,7 +80,9 @@ fn identity_of(line: &Identity) -> Vec<(&'static str, u64)> {
 /// (magic last), and new producers can attach again.
 #[test]
 fn reset_restores_identity_line() {
-    let seg = Segment::create_memfd("finding-identity", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("finding-identity", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let mut consumer = seg.consumer().unwrap();
     let peer = Peer::new(&seg);
     let pristine = identity_of(peer.identity(0));
@@ -105,7 +109,7 @@ fn reset_restores_identity_line() {
         peer.identity(copy).capacity.fetch_add(64, Ordering::SeqCst);
     }
     assert!(
-        Segment::from_descriptors(dup(&seg)).is_err(),
+        Address::Descriptors(dup(&seg)).open().is_err(),
         "a broken identity"
     );
     consumer.reset().unwrap();
@@ -118,7 +122,9 @@ fn reset_restores_identity_line() {
             "identity line {line}"
         );
     }
-    let again = Segment::from_descriptors(dup(&seg)).expect("attach after reset");
+    let again = Address::Descriptors(dup(&seg))
+        .open()
+        .expect("attach after reset");
     drop(again.producer().expect("a producer after reset"));
 }
 
@@ -137,7 +143,9 @@ fn dup(seg: &Segment) -> Vec<std::os::fd::OwnedFd> {
 /// is not empty.
 #[test]
 fn try_next_skips_an_aborted_claim_and_returns_the_next_record() {
-    let seg = Segment::create_memfd("skip-aborted", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("skip-aborted", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let consumer = seg.consumer().unwrap();
     let mut p = seg.producer().unwrap();
     p.reserve(100).unwrap().abort();

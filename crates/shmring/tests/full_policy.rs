@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use shmring::{Config, Error, FullPolicy, Meta, Segment};
+use shmring::{Address, Config, Error, FullPolicy, Meta, Segment};
 
 /// 4000 payload bytes + 64 header bytes, rounded to 64: 4096 bytes per record, so a
 /// 64 KiB ring holds exactly 16.
@@ -15,7 +15,9 @@ const FIT: usize = 16;
 const GUARD: Duration = Duration::from_secs(30);
 
 fn ring() -> std::sync::Arc<Segment> {
-    Segment::create_memfd("full", &Config::with_capacity(64 << 10)).unwrap()
+    Address::memfd("full", Config::with_capacity(64 << 10))
+        .open()
+        .unwrap()
 }
 
 #[test]
@@ -73,7 +75,7 @@ fn fail_policy_when_the_claim_log_is_full() {
         log_entries: Some(16),
         ..Config::default()
     };
-    let seg = Segment::create_memfd("full-log", &cfg).unwrap();
+    let seg = Address::memfd("full-log", cfg).open().unwrap();
     let _consumer = seg.consumer().unwrap();
     let mut prod = seg.producer().unwrap();
     for _ in 0..16 {

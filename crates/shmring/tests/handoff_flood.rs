@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::{spawn, wait_until, Child};
 use shmring::handoff::{self, Listener, ListenerOptions, Role, DEFAULT_CONNECT_TIMEOUT};
-use shmring::{Config, Meta, Segment};
+use shmring::{Address, Config, Meta};
 
 const ENTRY: &str = "flood_child_entry";
 const GUARD: Duration = Duration::from_secs(120);
@@ -120,7 +120,7 @@ fn flood_child_entry() {
     // kernel kills it if the parent dies first (`ChildGuard::spawn_tied`).
     match role.as_str() {
         "flood" => flood(),
-        // Connects as a producer, as `Segment::connect` does, counting the
+        // Connects as a producer, as `Address::open` of a socket does, counting the
         // connections it took; attaches and sends its index I.
         "honest" => {
             let i: u64 = env("I").parse().unwrap();
@@ -130,7 +130,7 @@ fn flood_child_entry() {
             match got {
                 Ok(got) => {
                     let (attempts, fds) = (got.attempts, got.fds.len());
-                    let seg = Segment::from_descriptors(got.fds).unwrap();
+                    let seg = Address::Descriptors(got.fds).open().unwrap();
                     seg.producer()
                         .unwrap()
                         .send(&i.to_le_bytes(), Meta::new(0, 0))
@@ -148,7 +148,9 @@ fn flood_child_entry() {
 fn honest_producers_connect_through_a_forking_flood() {
     let _one = one_flood();
     let dir = SockDir::new("same-uid");
-    let seg = Segment::create_memfd("flood", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("flood", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let consumer = seg.consumer().unwrap();
     let opts = ListenerOptions::default();
     let max = opts.max_pending as u64;
@@ -265,7 +267,9 @@ fn a_flood_of_another_uid_never_pushes_out_a_slow_peer() {
     }
     let _one = one_flood();
     let dir = SockDir::new("other-uid");
-    let seg = Segment::create_memfd("flood", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("flood", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let _consumer = seg.consumer().unwrap();
     let opts = ListenerOptions {
         // Only pushing out can end a silent connection here.

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use shmring::layout::{
     cursor_seq, ClaimState, Control, Identity, LogEntry, RecordHeader, SEQ_MASK, UNIT,
 };
-use shmring::{Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, Segment};
+use shmring::{Address, Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, Segment};
 use shmring_testkit::{Peer, Rng, Target};
 
 /// One random act of vandalism, by a peer writing where any producer can write.
@@ -187,7 +187,7 @@ fn honest_flow(seg: &Arc<Segment>, consumer: &Consumer, round: u64) {
 
 #[test]
 fn upfront_scribbles_never_break_the_consumer() {
-    let seg = Segment::create_memfd("hostile-upfront", &config()).unwrap();
+    let seg = Address::memfd("hostile-upfront", config()).open().unwrap();
     let peer = Peer::new(&seg);
     let mut consumer = Consumer::with_options(seg.clone(), options()).unwrap();
     let mut rng = Rng(0x5eed_0001);
@@ -229,7 +229,9 @@ fn upfront_scribbles_never_break_the_consumer() {
 
 #[test]
 fn concurrent_scribbles_never_break_the_consumer() {
-    let seg = Segment::create_memfd("hostile-concurrent", &config()).unwrap();
+    let seg = Address::memfd("hostile-concurrent", config())
+        .open()
+        .unwrap();
     let peer = Peer::new(&seg);
     let mut consumer = Consumer::with_options(seg.clone(), options()).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -304,10 +306,10 @@ fn concurrent_scribbles_never_break_the_consumer() {
 /// Every identity field, scribbled, makes a new attach fail naming it.
 #[test]
 fn identity_scribbles_fail_attach_naming_the_field() {
-    let seg = Segment::create_memfd("hostile-identity", &config()).unwrap();
+    let seg = Address::memfd("hostile-identity", config()).open().unwrap();
     let peer = Peer::new(&seg);
     let g = *seg.geometry();
-    let attach = || Segment::from_descriptors(dup_descriptors(&seg));
+    let attach = || Address::Descriptors(dup_descriptors(&seg)).open();
     // (the identity field, the value written, the field named in the error)
     let cases: &[(IdField, u64, &str)] = &[
         (W64(|i| &i.magic), u64::from_le_bytes(*b"SHMRING0"), "magic"),
@@ -407,7 +409,7 @@ impl IdField {
 /// statistics must not overflow (debug builds panic on `+=` overflow).
 #[test]
 fn stats_survive_hostile_counters() {
-    let seg = Segment::create_memfd("hostile-stats", &config()).unwrap();
+    let seg = Address::memfd("hostile-stats", config()).open().unwrap();
     let peer = Peer::new(&seg);
     for slot in 0..2 {
         for counter in peer.producer_counters(slot) {
@@ -423,7 +425,7 @@ fn stats_survive_hostile_counters() {
 /// consumer as fast as it skips them) must not keep `next_timeout` from returning.
 #[test]
 fn next_timeout_returns_during_a_flood_of_aborted_claims() {
-    let seg = Segment::create_memfd("hostile-flood", &config()).unwrap();
+    let seg = Address::memfd("hostile-flood", config()).open().unwrap();
     let peer = Peer::new(&seg);
     // Entries stamped ahead of a write cursor that never moves are corruption too:
     // the consumer resets by itself, the flood goes on, and the call still returns.
@@ -474,7 +476,7 @@ fn next_timeout_returns_during_a_flood_of_aborted_claims() {
 /// a producer died mid-attach) is lost forever today.
 #[test]
 fn reset_recovers_a_scribbled_slot_table() {
-    let seg = Segment::create_memfd("hostile-slots", &config()).unwrap();
+    let seg = Address::memfd("hostile-slots", config()).open().unwrap();
     let peer = Peer::new(&seg);
     let mut consumer = Consumer::with_options(seg.clone(), options()).unwrap();
     for i in 0..peer.geometry().max_producers {

@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use shmring::{
-    Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, ReadOnlySegment, Segment, Tap,
-    TapOptions,
+    Address, Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, ReadOnlySegment, Segment,
+    Tap, TapOptions,
 };
 
 /// Guards against a hang only (virtual time under Miri runs fast).
@@ -80,7 +80,7 @@ fn an_in_process_ring_hands_out_no_descriptor() {
 fn its_placeholder_descriptor_is_refused_by_attach_and_listener() {
     let seg = ring("placeholder");
     let fd = seg.fd().try_clone_to_owned().unwrap();
-    assert!(Segment::from_fd(fd).is_err());
+    assert!(Address::Descriptors(vec![fd]).open().is_err());
     let dir = std::env::temp_dir().join(format!("shmring-in-process-{}", std::process::id()));
     let e = shmring::Listener::bind(&seg, &dir, Default::default())
         .expect_err("an in-process ring cannot be served");
@@ -196,7 +196,9 @@ fn a_killed_tethered_consumer_is_expelled_and_producers_carry_on() {
 #[test]
 #[cfg_attr(miri, ignore = "Miri has no memfd")]
 fn only_an_in_process_rings_holders_can_be_killed() {
-    let seg = Segment::create_memfd("kill-memfd", &Config::with_capacity(1 << 16)).unwrap();
+    let seg = Address::memfd("kill-memfd", Config::with_capacity(1 << 16))
+        .open()
+        .unwrap();
     let p = seg.producer().unwrap();
     let e = Segment::kill_producer(p).expect_err("a memfd ring's producer dies by kill");
     assert!(e.to_string().contains("in-process"), "{e}");

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use shmring::{Config, Consumer, ConsumerOptions, FullPolicy, Meta, Producer, Segment};
+use shmring::{Address, Config, Consumer, ConsumerOptions, FullPolicy, Meta, Producer, Segment};
 
 const RECORD: usize = 3000;
 
@@ -22,7 +22,7 @@ fn ring(name: &str, overtake: Option<Duration>) -> (std::sync::Arc<Segment>, Con
         log_entries: Some(64),
         ..Config::default()
     };
-    let seg = Segment::create_memfd(name, &cfg).unwrap();
+    let seg = Address::memfd(name, cfg).open().unwrap();
     let opts = ConsumerOptions {
         liveness_interval: Duration::from_millis(2),
         claim_timeout: Some(Duration::from_millis(10)),

@@ -6,11 +6,13 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shmring::{Config, Consumer, ConsumerOptions, FullPolicy, Meta, Segment};
+use shmring::{Address, Config, Consumer, ConsumerOptions, FullPolicy, Meta, Segment};
 
 fn paced_run(budget: Option<Duration>) -> (u64, u64) {
     const N: u32 = 2000;
-    let seg = Segment::create_memfd("budget", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("budget", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let opts = ConsumerOptions {
         latency_budget: budget,
         spin: 0,
@@ -63,7 +65,9 @@ fn with_a_budget_every_record_arrives_and_one_wake_up_serves_many() {
 #[test]
 fn with_a_budget_a_filling_ring_wakes_the_consumer() {
     // A budget far longer than the test: only the fill mark can wake it.
-    let seg = Segment::create_memfd("budget-fill", &Config::with_capacity(1 << 16)).unwrap();
+    let seg = Address::memfd("budget-fill", Config::with_capacity(1 << 16))
+        .open()
+        .unwrap();
     let opts = ConsumerOptions {
         latency_budget: Some(Duration::from_secs(3600)),
         spin: 0,

@@ -7,7 +7,7 @@ mod common;
 use std::os::unix::fs::FileExt;
 
 use common::{shm_name, ShmName};
-use shmring::{Config, Error, Meta, Segment};
+use shmring::{Address, Config, Error, Meta, Segment};
 
 fn small() -> Config {
     Config::with_capacity(1 << 20)
@@ -15,7 +15,7 @@ fn small() -> Config {
 
 #[test]
 fn double_release_of_a_raw_frame_is_not_held() {
-    let seg = Segment::create_memfd("misuse-raw", &small()).unwrap();
+    let seg = Address::memfd("misuse-raw", small()).open().unwrap();
     let consumer = seg.consumer().unwrap();
     let mut prod = seg.producer().unwrap();
     for i in 0..3u8 {
@@ -70,12 +70,12 @@ fn double_release_of_a_raw_frame_is_not_held() {
 
 #[test]
 fn second_consumer_is_busy_while_the_first_lives() {
-    let seg = Segment::create_memfd("misuse-busy", &small()).unwrap();
+    let seg = Address::memfd("misuse-busy", small()).open().unwrap();
     let first = seg.consumer().unwrap();
     let e = seg.consumer().err().expect("second consumer refused");
     assert!(matches!(e, Error::ConsumerBusy(_)), "{e}");
     // Also through a second Segment mapping the same file.
-    let again = Segment::from_descriptors(dup_descriptors(&seg)).unwrap();
+    let again = Address::Descriptors(dup_descriptors(&seg)).open().unwrap();
     assert!(matches!(again.consumer(), Err(Error::ConsumerBusy(_))));
     assert!(seg.stats().consumer_attached);
     drop(first);
@@ -92,7 +92,7 @@ fn oversize_record_is_too_large() {
         max_record: Some(100_000),
         ..small()
     };
-    let seg = Segment::create_memfd("misuse-large", &cfg).unwrap();
+    let seg = Address::memfd("misuse-large", cfg).open().unwrap();
     let consumer = seg.consumer().unwrap();
     let mut prod = seg.producer().unwrap();
     let e = prod.reserve(100_001).err().expect("too large");
@@ -119,13 +119,14 @@ fn oversize_record_is_too_large() {
         (0, 0, 1)
     );
     // The largest record the layout allows is capacity/2 - 64.
-    let e = Segment::create_memfd(
+    let e = Address::memfd(
         "misuse-cfg",
-        &Config {
+        Config {
             max_record: Some((1 << 19) - 63),
             ..small()
         },
     )
+    .open()
     .expect_err("max_record above capacity/2 - 64");
     assert!(
         matches!(&e, Error::Config(m) if m.contains("max_record")),
@@ -136,7 +137,7 @@ fn oversize_record_is_too_large() {
 #[test]
 fn opening_a_missing_name_is_not_found() {
     let name = shm_name("missing");
-    let e = Segment::open_named(&name.0).expect_err("no such segment");
+    let e = Address::named(&name.0).open().expect_err("no such segment");
     assert!(
         matches!(&e, Error::NotFound(n) if n.contains(&name.0)),
         "{e}"
@@ -179,10 +180,10 @@ fn mismatch_field(e: Error) -> (&'static str, String, String) {
 #[test]
 fn segment_of_another_layout_is_a_layout_mismatch() {
     let name = shm_name("layout");
-    let seg = Segment::create_named(&name.0, &small()).unwrap();
+    let seg = Address::create(&name.0, small()).open().unwrap();
     // Offsets in the identity line (see layout.rs): magic 0, version 8,
     // capacity 16, total_size 56.
-    let open = || Segment::open_named(&name.0).expect_err("mismatch");
+    let open = || Address::named(&name.0).open().expect_err("mismatch");
 
     scribble(&name, 8, &99u32.to_le_bytes());
     let e = open();
@@ -239,7 +240,7 @@ fn segment_of_another_layout_is_a_layout_mismatch() {
         .unwrap();
 
     // Restored: it opens again.
-    let again = Segment::open_named(&name.0).unwrap();
+    let again = Address::named(&name.0).open().unwrap();
     assert_eq!(again.geometry(), seg.geometry());
     drop((again, seg));
     assert!(!name.exists());
@@ -250,27 +251,27 @@ fn foreign_files_are_layout_mismatches() {
     // Not ours at all: wrong magic.
     let name = shm_name("foreign");
     std::fs::write(name.path(), vec![b'x'; 8192]).unwrap();
-    let e = Segment::open_named(&name.0).err().unwrap().to_string();
+    let e = Address::named(&name.0).open().err().unwrap().to_string();
     assert!(e.contains("not a shmring ring (bad magic"), "{e}");
     assert_eq!(
-        mismatch_field(Segment::open_named(&name.0).err().unwrap()).0,
+        mismatch_field(Address::named(&name.0).open().err().unwrap()).0,
         "magic"
     );
     // Too small to hold a control block.
     std::fs::write(name.path(), [0u8; 100]).unwrap();
-    let e = Segment::open_named(&name.0).err().unwrap().to_string();
+    let e = Address::named(&name.0).open().err().unwrap().to_string();
     assert!(
         e.contains("not a shmring ring (the file is 100 bytes"),
         "{e}"
     );
     assert_eq!(
-        mismatch_field(Segment::open_named(&name.0).err().unwrap()).0,
+        mismatch_field(Address::named(&name.0).open().err().unwrap()).0,
         "file size"
     );
     // Empty.
     std::fs::write(name.path(), []).unwrap();
     assert_eq!(
-        mismatch_field(Segment::open_named(&name.0).err().unwrap()).0,
+        mismatch_field(Address::named(&name.0).open().err().unwrap()).0,
         "file size"
     );
     drop(name);
@@ -287,17 +288,22 @@ fn memfd_without_seals_is_unsealed() {
         rustix::fs::ftruncate(&fd, size).unwrap();
         fd
     };
-    let e = Segment::from_fd(make()).expect_err("unsealed");
+    let e = Address::Descriptors(vec![make()])
+        .open()
+        .expect_err("unsealed");
     assert!(matches!(e, Error::Unsealed(_)), "{e}");
     // Sealed against shrinking only: a peer could still grow it.
     let fd = make();
     rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK).unwrap();
-    assert!(matches!(Segment::from_fd(fd), Err(Error::Unsealed(_))));
+    assert!(matches!(
+        Address::Descriptors(vec![fd]).open(),
+        Err(Error::Unsealed(_))
+    ));
     // Sealed but not a segment.
     let fd = make();
     rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).unwrap();
     assert_eq!(
-        mismatch_field(Segment::from_fd(fd).err().unwrap()).0,
+        mismatch_field(Address::Descriptors(vec![fd]).open().err().unwrap()).0,
         "magic"
     );
 }
@@ -323,7 +329,9 @@ fn invalid_configurations_name_the_field() {
         ),
     ];
     for (cfg, field) in cases {
-        let e = Segment::create_memfd("cfg", &cfg).expect_err("invalid");
+        let e = Address::memfd("cfg", cfg.clone())
+            .open()
+            .expect_err("invalid");
         assert!(
             matches!(&e, Error::Config(m) if m.contains(field)),
             "{field}: {e}"
@@ -337,14 +345,14 @@ fn eventfd_ring_producer_without_the_eventfd_is_refused() {
         eventfd: true,
         ..small()
     };
-    let seg = Segment::create_memfd("misuse-efd", &cfg).unwrap();
+    let seg = Address::memfd("misuse-efd", cfg).open().unwrap();
     let mut fds = dup_descriptors(&seg);
     assert_eq!(fds.len(), 3, "segment, lock file, eventfd");
     fds.pop();
-    let bare = Segment::from_descriptors(fds).unwrap();
+    let bare = Address::Descriptors(fds).open().unwrap();
     let e = bare.producer().expect_err("no eventfd");
     assert!(matches!(e, Error::EventfdRequired(_)), "{e}");
-    let with = Segment::from_descriptors(dup_descriptors(&seg)).unwrap();
+    let with = Address::Descriptors(dup_descriptors(&seg)).open().unwrap();
     let consumer = seg.consumer().unwrap();
     with.producer()
         .unwrap()
@@ -356,7 +364,7 @@ fn eventfd_ring_producer_without_the_eventfd_is_refused() {
 #[test]
 fn raw_reservations_are_one_at_a_time_and_commit_at_most_their_length() {
     use shmring::FullPolicy;
-    let seg = Segment::create_memfd("misuse-raw-res", &small()).unwrap();
+    let seg = Address::memfd("misuse-raw-res", small()).open().unwrap();
     let consumer = seg.consumer().unwrap();
     let mut prod = seg.producer().unwrap();
     assert!(matches!(
@@ -394,11 +402,11 @@ fn raw_reservations_are_one_at_a_time_and_commit_at_most_their_length() {
 #[test]
 fn consumer_alive_and_unlink_named() {
     let name = shm_name("unlink");
-    let seg = Segment::create_named(&name.0, &small()).unwrap();
+    let seg = Address::create(&name.0, small()).open().unwrap();
     seg.persist();
     assert!(!seg.consumer_alive(), "no consumer yet");
     let c = seg.consumer().unwrap();
-    let other = Segment::open_named(&name.0).unwrap();
+    let other = Address::named(&name.0).open().unwrap();
     assert!(other.consumer_alive());
     drop(c);
     assert!(!other.consumer_alive(), "the consumer detached");
@@ -426,19 +434,23 @@ fn dup_descriptors(seg: &Segment) -> Vec<std::os::fd::OwnedFd> {
 
 #[test]
 fn a_memfd_ring_attached_without_its_lock_file_says_so() {
-    let seg = Segment::create_memfd("misuse-locks", &small()).unwrap();
-    let e = Segment::from_fd(seg.fd().try_clone_to_owned().unwrap()).expect_err("no lock file");
+    let seg = Address::memfd("misuse-locks", small()).open().unwrap();
+    let e = Address::Descriptors(vec![seg.fd().try_clone_to_owned().unwrap()])
+        .open()
+        .expect_err("no lock file");
     assert!(matches!(e, Error::Descriptors { .. }), "{e}");
     assert!(e.to_string().contains("lock file"), "{e}");
     let mut fds = dup_descriptors(&seg);
     fds.push(seg.fd().try_clone_to_owned().unwrap());
-    let e = Segment::from_descriptors(fds).expect_err("one too many");
+    let e = Address::Descriptors(fds).open().expect_err("one too many");
     assert!(e.to_string().contains("more than the ring has"), "{e}");
     // The segment given twice: its copy is not a lock file.
     let twice = vec![
         seg.fd().try_clone_to_owned().unwrap(),
         seg.fd().try_clone_to_owned().unwrap(),
     ];
-    let e = Segment::from_descriptors(twice).expect_err("not a lock file");
+    let e = Address::Descriptors(twice)
+        .open()
+        .expect_err("not a lock file");
     assert!(e.to_string().contains("lock file"), "{e}");
 }

@@ -8,7 +8,7 @@ mod common;
 use std::ffi::CString;
 use std::os::unix::fs::symlink;
 
-use shmring::{Address, Config, Error, Meta, ReadOnlySegment, Segment};
+use shmring::{Address, Config, Error, Meta, Segment};
 
 /// A file removed on drop.
 struct Removed(std::path::PathBuf);
@@ -27,7 +27,9 @@ fn says_link(e: &Error) -> bool {
 fn a_symbolic_link_in_dev_shm_is_not_followed() {
     let real = common::shm_name("link-target");
     let link = common::shm_name("link");
-    let seg = Segment::create_named(&real.0, &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::create(&real.0, Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let _consumer = seg.consumer().unwrap();
     // A link to a ring file elsewhere (on disk: a copy of a real ring's bytes),
     // and a link to a ring this process has open.
@@ -37,10 +39,10 @@ fn a_symbolic_link_in_dev_shm_is_not_followed() {
     for target in [image.as_path(), real.path().as_path()] {
         let _ = std::fs::remove_file(link.path());
         symlink(target, link.path()).unwrap();
-        let e = Segment::open_named(&link.0).unwrap_err();
+        let e = Address::named(&link.0).open().unwrap_err();
         assert!(says_link(&e), "{e}");
         assert!(e.to_string().contains(&link.0), "names the ring: {e}");
-        let e = ReadOnlySegment::open_named(&link.0).unwrap_err();
+        let e = Address::named(&link.0).open_read_only().unwrap_err();
         assert!(says_link(&e), "{e}");
         let e = link.0.parse::<Address>().unwrap().open().unwrap_err();
         assert!(says_link(&e), "{e}");
@@ -51,7 +53,7 @@ fn a_symbolic_link_in_dev_shm_is_not_followed() {
         std::fs::read(real.path()).unwrap()
     );
     // The ring itself, by its own name, opens as ever.
-    let p = Segment::open_named(&real.0).unwrap();
+    let p = Address::named(&real.0).open().unwrap();
     p.producer().unwrap().send(b"x", Meta::new(0, 0)).unwrap();
 }
 
@@ -62,9 +64,9 @@ fn a_fifo_in_dev_shm_is_refused_at_once() {
     // SAFETY: a valid C string; mkfifo only creates the node.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     // Opened read-only, a FIFO with no writer would block for ever.
-    let e = ReadOnlySegment::open_named(&fifo.0).unwrap_err();
+    let e = Address::named(&fifo.0).open_read_only().unwrap_err();
     assert!(e.to_string().contains("not a regular file"), "{e}");
-    let e = Segment::open_named(&fifo.0).unwrap_err();
+    let e = Address::named(&fifo.0).open().unwrap_err();
     assert!(e.to_string().contains("not a regular file"), "{e}");
 }
 
@@ -75,15 +77,15 @@ fn a_fifo_in_dev_shm_is_refused_at_once() {
 fn a_ring_removes_only_its_own_file() {
     let name = common::shm_name("replaced");
     let cfg = Config::with_capacity(1 << 20);
-    let first = Segment::create_named(&name.0, &cfg).unwrap();
+    let first = Address::create(&name.0, cfg.clone()).open().unwrap();
     let _first_consumer = first.consumer().unwrap();
     Segment::unlink_named(&name.0).unwrap();
-    let second = Segment::create_named(&name.0, &cfg).unwrap();
+    let second = Address::create(&name.0, cfg).open().unwrap();
     let second_consumer = second.consumer().unwrap();
     drop(_first_consumer);
     drop(first);
     assert!(name.exists(), "the second ring's file is still there");
-    let p = Segment::open_named(&name.0).unwrap();
+    let p = Address::named(&name.0).open().unwrap();
     p.producer()
         .unwrap()
         .send(b"still here", Meta::new(0, 0))
@@ -105,7 +107,7 @@ fn a_ring_being_made_is_not_there_or_whole() {
         std::thread::spawn(move || {
             let (mut missing, mut opened) = (0u64, 0u64);
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                match ReadOnlySegment::open_named(&name) {
+                match Address::named(&name).open_read_only() {
                     Ok(_) => opened += 1,
                     Err(Error::NotFound(_)) => missing += 1,
                     Err(e) => panic!("opened while being made: {e}"),
@@ -115,7 +117,9 @@ fn a_ring_being_made_is_not_there_or_whole() {
         })
     };
     for _ in 0..200 {
-        let seg = Segment::create_named(&name.0, &Config::with_capacity(1 << 20)).unwrap();
+        let seg = Address::create(&name.0, Config::with_capacity(1 << 20))
+            .open()
+            .unwrap();
         drop(seg);
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

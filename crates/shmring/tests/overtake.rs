@@ -4,13 +4,15 @@
 
 use std::time::Duration;
 
-use shmring::{Config, Consumer, ConsumerOptions, Meta, Segment};
+use shmring::{Address, Config, Consumer, ConsumerOptions, Meta, Segment};
 
 const VIDEO: u32 = 1;
 const AUDIO: u32 = 2;
 
 fn ring(name: &str, overtake: Option<Duration>) -> (std::sync::Arc<Segment>, Consumer) {
-    let seg = Segment::create_memfd(name, &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd(name, Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let opts = ConsumerOptions {
         overtake_after: overtake,
         liveness_interval: Duration::from_millis(5),
@@ -164,7 +166,7 @@ fn the_ring_goes_on_around_every_slot_holding_a_claim() {
         max_producers: 64,
         ..Config::default()
     };
-    let seg = Segment::create_memfd("overtake-all-slots", &cfg).unwrap();
+    let seg = Address::memfd("overtake-all-slots", cfg).open().unwrap();
     let consumer = Consumer::with_options(
         seg.clone(),
         ConsumerOptions {

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use shmring::layout::{record_units, UNIT};
 use shmring::protocol::{place_window, PLACE_FRACTION};
-use shmring::{Config, Error, FullPolicy, Meta, ReadOnlySegment, Segment, Tap, TapOptions};
+use shmring::{
+    Address, Config, Error, FullPolicy, Meta, ReadOnlySegment, Segment, Tap, TapOptions,
+};
 
 /// A 4 MiB ring: its placement window is 64 KiB (1/64 of it). Under Miri (a slow
 /// machine), 1 MiB and frames of 64 KiB.
@@ -18,7 +20,9 @@ const CAP: u64 = if cfg!(miri) { 1 << 20 } else { 4 << 20 };
 const FRAME: usize = if cfg!(miri) { 64 << 10 } else { 256 << 10 };
 
 fn ring(name: &str, capacity: u64) -> Arc<Segment> {
-    Segment::create_memfd(name, &Config::with_capacity(capacity)).unwrap()
+    Address::memfd(name, Config::with_capacity(capacity))
+        .open()
+        .unwrap()
 }
 
 fn cap_units(capacity: u64) -> u64 {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{consume_all, shm_name, spawn, Checker, Child};
-use shmring::{Config, Segment};
+use shmring::{Address, Config, Segment};
 
 const ENTRY: &str = "child_process_entry";
 const CHILDREN: u32 = 3;
@@ -65,7 +65,7 @@ fn consume_from(seg: &Arc<Segment>, children: &mut [Child], seed: u64) {
 
 #[test]
 fn memfd_inherited_across_exec() {
-    let seg = Segment::create_memfd("inherit", &cfg()).unwrap();
+    let seg = Address::memfd("inherit", cfg()).open().unwrap();
     let (spec, fds) = common::inherit(&seg);
     let mut children: Vec<Child> = (0..CHILDREN)
         .map(|p| spawn(ENTRY, "produce", &producer_env(spec.clone(), p), &fds))
@@ -91,7 +91,7 @@ fn producers_over_sockets(seg: &Segment) -> Vec<Child> {
 
 #[test]
 fn memfd_sent_over_unix_socket() {
-    let seg = Segment::create_memfd("sendfds", &cfg()).unwrap();
+    let seg = Address::memfd("sendfds", cfg()).open().unwrap();
     let mut children = producers_over_sockets(&seg);
     consume_from(&seg, &mut children, 2);
 }
@@ -104,7 +104,7 @@ fn eventfd_ring_sent_over_unix_socket() {
         eventfd: true,
         ..cfg()
     };
-    let seg = Segment::create_memfd("sendfds-efd", &cfg).unwrap();
+    let seg = Address::memfd("sendfds-efd", cfg).open().unwrap();
     assert!(seg.eventfd().is_some(), "an eventfd ring has one");
     let mut children = producers_over_sockets(&seg);
     consume_from(&seg, &mut children, 4);
@@ -117,7 +117,7 @@ fn eventfd_ring_sent_over_unix_socket() {
 #[test]
 fn named_segment_opened_by_name() {
     let name = shm_name("named");
-    let seg = Segment::create_named(&name.0, &cfg()).unwrap();
+    let seg = Address::create(&name.0, cfg()).open().unwrap();
     assert!(name.exists());
     let mut children: Vec<Child> = (0..CHILDREN)
         .map(|p| {
@@ -142,7 +142,7 @@ fn failing_test_leaves_no_child_and_no_segment() {
     let path = name.path();
     let mut pid = 0;
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let seg = Segment::create_named(&name.0, &cfg()).unwrap();
+        let seg = Address::create(&name.0, cfg()).open().unwrap();
         seg.persist(); // even a segment nobody unlinks is removed by the guard
         let child = spawn(
             ENTRY,

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use shmring::{Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, Segment};
+use shmring::{Address, Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta};
 
 /// Spins until `flag` is set (relaxed: no happens-before edge for a detector).
 fn spin_until(flag: &AtomicBool) {
@@ -52,7 +52,9 @@ fn a_write_after_the_claim_was_taken_back_touches_no_other_record() {
     const LEN: usize = 100_000;
     // 1 MiB: its placement window (16 KiB) is far below LEN, so the ring's start
     // is where the next record goes once the claim is given up.
-    let seg = Segment::create_memfd("late-write", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("late-write", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let consumer = Consumer::with_options(
         seg.clone(),
         ConsumerOptions {

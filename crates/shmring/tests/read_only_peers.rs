@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{inherit, shm_name, spawn, wait_until, Child};
 use shmring::handoff::{Allow, ListenerOptions};
-use shmring::{Config, ConsumerOptions, Listener, Meta, Segment};
+use shmring::{Address, Config, ConsumerOptions, Listener, Meta, Segment};
 
 const ENTRY: &str = "child_process_entry";
 const GUARD: Duration = Duration::from_secs(20);
@@ -89,7 +89,7 @@ fn liveness_holds(seg: &std::sync::Arc<Segment>) {
 
 #[test]
 fn a_taps_descriptor_cannot_fake_liveness_with_read_locks() {
-    let seg = Segment::create_memfd("ro-peers-tap", &cfg()).unwrap();
+    let seg = Address::memfd("ro-peers-tap", cfg()).open().unwrap();
     let ro = seg.read_only_fd().unwrap().as_raw_fd();
     let attacker = spawn(
         ENTRY,
@@ -107,7 +107,7 @@ fn a_taps_descriptor_cannot_fake_liveness_with_read_locks() {
 
 #[test]
 fn an_observer_of_another_uid_cannot_fake_liveness_with_read_locks() {
-    let seg = Segment::create_memfd("ro-peers-observer", &cfg()).unwrap();
+    let seg = Address::memfd("ro-peers-observer", cfg()).open().unwrap();
     let dir = tempdir();
     let sock = dir.join("ring.sock");
     let uid = if rustix::process::geteuid().is_root() {
@@ -140,7 +140,7 @@ fn an_observer_of_another_uid_cannot_fake_liveness_with_read_locks() {
 #[test]
 fn read_locks_on_a_named_ring_never_make_the_dead_look_alive() {
     let name = shm_name("ro-peers-named");
-    let seg = Segment::create_named(&name.0, &cfg()).unwrap();
+    let seg = Address::create(&name.0, cfg()).open().unwrap();
     // Producers and the consumer hold their locks before the attacker comes.
     let consumer = shmring::Consumer::with_options(seg.clone(), fast()).unwrap();
     kill_holding_a_claim(&seg);

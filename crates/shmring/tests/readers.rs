@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::{consume_all, shm_name, spawn, wait_until, write_record, Checker, Child};
 use shmring::{
-    Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, ReadOnlySegment, Segment, Tap,
-    TapOptions,
+    Address, Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, ReadOnlySegment, Segment,
+    Tap, TapOptions,
 };
 
 const ENTRY: &str = "child_process_entry";
@@ -93,7 +93,7 @@ impl Owner {
 fn every_tethered_consumer_gets_every_record_once_in_order() {
     const P: u32 = 3;
     const PER: u64 = if cfg!(miri) { 10 } else { 20_000 };
-    let seg = Segment::create_memfd("tethers", &cfg(1 << 20)).unwrap();
+    let seg = Address::memfd("tethers", cfg(1 << 20)).open().unwrap();
     // The owner first (it adopts the tethered consumers), then two tethered ones.
     let started = Arc::new(AtomicBool::new(false));
     let owner = {
@@ -153,7 +153,7 @@ fn every_tethered_consumer_gets_every_record_once_in_order() {
 
 #[test]
 fn a_tethered_consumer_holds_space_until_it_releases() {
-    let seg = Segment::create_memfd("tether-holds", &cfg(1 << 16)).unwrap();
+    let seg = Address::memfd("tether-holds", cfg(1 << 16)).open().unwrap();
     let owner = seg.consumer().unwrap();
     let t = Consumer::tethered(seg.clone(), ConsumerOptions::default()).unwrap();
     // Not adopted yet: it sees nothing until the ring's consumer looks.
@@ -197,7 +197,7 @@ fn a_tethered_consumer_holds_space_until_it_releases() {
 
 #[test]
 fn a_tethered_consumer_that_stops_releasing_is_expelled() {
-    let seg = Segment::create_memfd("tether-stall", &cfg(1 << 16)).unwrap();
+    let seg = Address::memfd("tether-stall", cfg(1 << 16)).open().unwrap();
     let opts = ConsumerOptions {
         liveness_interval: Duration::from_millis(10),
         tether_stall_limit: Duration::from_millis(100),
@@ -242,7 +242,7 @@ fn a_tethered_consumer_that_stops_releasing_is_expelled() {
 #[test]
 #[cfg_attr(miri, ignore = "child processes")]
 fn a_killed_tethered_consumer_is_expelled_and_producers_carry_on() {
-    let seg = Segment::create_memfd("tether-kill", &cfg(1 << 16)).unwrap();
+    let seg = Address::memfd("tether-kill", cfg(1 << 16)).open().unwrap();
     let opts = ConsumerOptions {
         liveness_interval: Duration::from_millis(10),
         // Only its death can expel it here.
@@ -281,7 +281,7 @@ fn a_killed_tethered_consumer_is_expelled_and_producers_carry_on() {
 
 #[test]
 fn a_tethered_consumer_needs_the_rings_consumer() {
-    let seg = Segment::create_memfd("tether-alone", &cfg(1 << 16)).unwrap();
+    let seg = Address::memfd("tether-alone", cfg(1 << 16)).open().unwrap();
     match Consumer::tethered(seg.clone(), ConsumerOptions::default()) {
         Err(Error::NoConsumer(_)) => {}
         other => panic!("expected NoConsumer, got {:?}", other.map(|_| ())),
@@ -290,7 +290,7 @@ fn a_tethered_consumer_needs_the_rings_consumer() {
 
 #[test]
 fn a_tap_sees_records_as_they_go_by_and_never_slows_anyone() {
-    let seg = Segment::create_memfd("tap", &cfg(1 << 20)).unwrap();
+    let seg = Address::memfd("tap", cfg(1 << 20)).open().unwrap();
     let consumer = seg.consumer().unwrap();
     let mut tap = Tap::new(read_only(&seg), TapOptions::default());
     let mut prod = seg.producer().unwrap();
@@ -320,7 +320,7 @@ fn a_tap_sees_records_as_they_go_by_and_never_slows_anyone() {
 
 #[test]
 fn a_lagging_tap_skips_to_the_newest_and_counts_exactly_what_it_lost() {
-    let seg = Segment::create_memfd("tap-lag", &cfg(1 << 16)).unwrap();
+    let seg = Address::memfd("tap-lag", cfg(1 << 16)).open().unwrap();
     let consumer = seg.consumer().unwrap();
     let mut tap = Tap::new(read_only(&seg), TapOptions::default());
     let mut prod = seg.producer().unwrap();
@@ -358,7 +358,7 @@ fn a_lagging_tap_skips_to_the_newest_and_counts_exactly_what_it_lost() {
               lends its closure as &[u8] (tap.rs, read_committed)"
 )]
 fn a_record_overwritten_while_a_tap_reads_it_is_lost_not_delivered() {
-    let seg = Segment::create_memfd("tap-torn", &cfg(1 << 16)).unwrap();
+    let seg = Address::memfd("tap-torn", cfg(1 << 16)).open().unwrap();
     let consumer = seg.consumer().unwrap();
     let mut tap = Tap::new(read_only(&seg), TapOptions::default());
     let mut prod = seg.producer().unwrap();
@@ -396,7 +396,7 @@ fn a_record_overwritten_while_a_tap_reads_it_is_lost_not_delivered() {
 
 #[test]
 fn a_tap_takes_every_nth_frame_of_one_kind() {
-    let seg = Segment::create_memfd("tap-every", &cfg(1 << 20)).unwrap();
+    let seg = Address::memfd("tap-every", cfg(1 << 20)).open().unwrap();
     let consumer = seg.consumer().unwrap();
     let opts = TapOptions {
         every: 3,
@@ -436,7 +436,9 @@ fn a_tap_takes_every_nth_frame_of_one_kind() {
 fn a_consumer_filtering_one_stream_gets_all_of_it_and_frees_the_rest() {
     const KEPT: u32 = 7;
     let capacity = 1u64 << 16;
-    let seg = Segment::create_memfd("consumer-filter", &cfg(capacity)).unwrap();
+    let seg = Address::memfd("consumer-filter", cfg(capacity))
+        .open()
+        .unwrap();
     let consumer = Consumer::with_options(
         seg.clone(),
         ConsumerOptions {
@@ -504,7 +506,9 @@ fn a_consumer_filtering_one_stream_gets_all_of_it_and_frees_the_rest() {
 #[test]
 fn consumer_and_tap_filters_agree_and_a_tethered_consumer_counts_its_own() {
     use shmring::media::kind;
-    let seg = Segment::create_memfd("consumer-filter-kind", &cfg(1 << 20)).unwrap();
+    let seg = Address::memfd("consumer-filter-kind", cfg(1 << 20))
+        .open()
+        .unwrap();
     let filter = shmring::Filter {
         kind: Some(kind::AUDIO),
         stream: Some(2),
@@ -570,7 +574,7 @@ fn consumer_and_tap_filters_agree_and_a_tethered_consumer_counts_its_own() {
 #[cfg_attr(miri, ignore = "child processes")]
 fn a_tap_cannot_write_the_ring() {
     let name = shm_name("tap-ro");
-    let seg = Segment::create_named(&name.0, &cfg(1 << 16)).unwrap();
+    let seg = Address::create(&name.0, cfg(1 << 16)).open().unwrap();
     let _consumer = seg.consumer().unwrap();
     let mut child = spawn(
         ENTRY,
@@ -610,7 +614,9 @@ fn a_tap_cannot_write_the_ring() {
 fn owner_tethered_recorder_and_tap_in_separate_processes() {
     const P: u32 = 2;
     const PER: u64 = 30_000;
-    let seg = Segment::create_memfd("readers-procs", &cfg(1 << 20)).unwrap();
+    let seg = Address::memfd("readers-procs", cfg(1 << 20))
+        .open()
+        .unwrap();
     let owner = owner_thread(seg.clone(), ConsumerOptions::default(), P as usize, PER);
     wait_until("the owner attached", GUARD, || seg.consumer_alive());
     let (spec, fds) = common::inherit(&seg);
@@ -686,7 +692,9 @@ fn every_reader_recovers_after_a_peer_scribbles_the_ring() {
     use shmring::layout::Control;
     use shmring_testkit::{Peer, Target};
     use std::mem::offset_of;
-    let seg = Segment::create_memfd("readers-scribble", &cfg(1 << 18)).unwrap();
+    let seg = Address::memfd("readers-scribble", cfg(1 << 18))
+        .open()
+        .unwrap();
     let opts = ConsumerOptions {
         liveness_interval: Duration::from_millis(10),
         tether_stall_limit: Duration::from_millis(100),

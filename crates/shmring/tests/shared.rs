@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use shmring::{
-    Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, Segment, SharedConsumer,
+    Address, Config, Consumer, ConsumerOptions, Error, FullPolicy, Meta, Segment, SharedConsumer,
 };
 
 /// Guards against a hang only: the test fails if it is reached.
@@ -17,7 +17,7 @@ fn ring(name: &str, capacity: u64) -> std::sync::Arc<Segment> {
         max_record: Some(capacity / 4),
         ..Config::default()
     };
-    Segment::create_memfd(name, &cfg).unwrap()
+    Address::memfd(name, cfg).open().unwrap()
 }
 
 /// A producer blocked on a full ring gets through once another thread drops a
@@ -142,7 +142,7 @@ fn a_receive_behind_a_frame_held_on_another_thread_waits_for_its_release() {
         log_entries: Some(16),
         ..Config::default()
     };
-    let seg = Segment::create_memfd("shared-held", &cfg).unwrap();
+    let seg = Address::memfd("shared-held", cfg).open().unwrap();
     let log = seg.geometry().log_entries;
     let total = 3 * log;
     let consumer = SharedConsumer::new(seg.consumer().unwrap());

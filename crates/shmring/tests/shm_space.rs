@@ -7,7 +7,7 @@
 use std::os::fd::AsFd;
 use std::process::Stdio;
 
-use shmring::{Config, Error, Meta, Room, Segment};
+use shmring::{Address, Config, Error, Meta, Room};
 
 const ENTRY: &str = "shm_space_child_entry";
 const ROLE: &str = "SHMRING_SHM_SPACE_ROLE";
@@ -60,7 +60,9 @@ fn fill(bytes: Option<u64>) {
 
 fn too_big_at_creation() {
     // 64 MiB asked on a 20 MiB /dev/shm.
-    let e = Segment::create_named("space-big", &Config::with_capacity(64 * MIB)).unwrap_err();
+    let e = Address::create("space-big", Config::with_capacity(64 * MIB))
+        .open()
+        .unwrap_err();
     let Error::NoSpace {
         needed,
         room: Room::ShmDir { free, size },
@@ -87,7 +89,9 @@ fn too_big_at_creation() {
 
     // An 8 MiB ring with 2 MiB free.
     fill(Some(18 * MIB));
-    let e = Segment::create_named("space-8", &Config::with_capacity(8 * MIB)).unwrap_err();
+    let e = Address::create("space-8", Config::with_capacity(8 * MIB))
+        .open()
+        .unwrap_err();
     assert!(
         matches!(&e, Error::NoSpace { room: Room::ShmDir { free, .. }, .. } if *free == 2 * MIB),
         "{e}"
@@ -95,14 +99,18 @@ fn too_big_at_creation() {
     assert_eq!(shm_files(), ["filler"]);
     // One that fits is made, and its pages are taken from /dev/shm at once.
     std::fs::remove_file("/dev/shm/filler").unwrap();
-    let seg = Segment::create_named("space-ok", &Config::with_capacity(8 * MIB)).unwrap();
+    let seg = Address::create("space-ok", Config::with_capacity(8 * MIB))
+        .open()
+        .unwrap();
     let s = rustix::fs::statvfs("/dev/shm").unwrap();
     let used = (s.f_blocks - s.f_bfree) * s.f_frsize;
     assert!(used >= seg.geometry().total_size, "only {used} bytes taken");
 }
 
 fn page_missing_later() {
-    let seg = Segment::create_named("space-later", &Config::with_capacity(4 * MIB)).unwrap();
+    let seg = Address::create("space-later", Config::with_capacity(4 * MIB))
+        .open()
+        .unwrap();
     let consumer = seg.consumer().unwrap();
     let mut producer = seg.producer().unwrap();
     // A peer gives the data ring's pages back (the file keeps its size), then the

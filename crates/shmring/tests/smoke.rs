@@ -1,12 +1,14 @@
 //! A fast end-to-end check of the public API: several producer threads, one
 //! consumer holding frames and releasing them out of order.
 
-use shmring::{Config, FullPolicy, Meta, Segment};
+use shmring::{Address, Config, FullPolicy, Meta};
 use std::time::Duration;
 
 #[test]
 fn threads_deliver_every_record_once_in_producer_order() {
-    let seg = Segment::create_memfd("smoke", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("smoke", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let consumer = seg.consumer().unwrap();
     // Under Miri (a slow machine): fewer, smaller records.
     const PER: u32 = if cfg!(miri) { 20 } else { 20_000 };
@@ -69,7 +71,9 @@ fn threads_deliver_every_record_once_in_producer_order() {
 
 #[test]
 fn the_peak_occupancy_counts_records_waiting_for_the_consumer() {
-    let seg = Segment::create_memfd("smoke-peak", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("smoke-peak", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let consumer = seg.consumer().unwrap();
     let mut prod = seg.producer().unwrap();
     // 100 records of 1 KiB (plus header) wait before the consumer takes any.

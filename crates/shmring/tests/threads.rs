@@ -11,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use common::{consume_all, write_record, Checker};
-use shmring::{Config, FullPolicy, Segment};
+use shmring::{Address, Config, FullPolicy};
 
 const PRODUCERS: u32 = 4;
 // Under Miri (a slow machine): fewer, smaller records in a smaller ring.
@@ -25,7 +25,7 @@ fn four_threads_100k_records_each_exactly_once_in_order() {
         max_record: Some(MAX as u64),
         ..Config::default()
     };
-    let seg = Segment::create_memfd("threads", &cfg).unwrap();
+    let seg = Address::memfd("threads", cfg).open().unwrap();
     let consumer = seg.consumer().unwrap();
     common::pool(); // build the payload pool before the clock matters
 

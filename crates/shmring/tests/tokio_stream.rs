@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shmring::tokio::{AsyncConsumer, AsyncFrame, AsyncProducer};
-use shmring::{Config, Meta, Segment};
+use shmring::{Address, Config, Meta, Segment};
 
 fn eventfd_ring(name: &str, capacity: u64) -> Arc<Segment> {
     let cfg = Config {
         eventfd: true,
         ..Config::with_capacity(capacity)
     };
-    Segment::create_memfd(name, &cfg).unwrap()
+    Address::memfd(name, cfg.clone()).open().unwrap()
 }
 
 /// The next item through the `Stream` trait itself.
@@ -180,7 +180,9 @@ fn needs_an_eventfd_ring() {
         .build()
         .unwrap();
     let _g = rt.enter();
-    let seg = Segment::create_memfd("tokio-no-eventfd", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("tokio-no-eventfd", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let err = AsyncConsumer::new(seg.consumer().unwrap()).err().unwrap();
     assert!(matches!(err, shmring::Error::EventfdRequired(_)), "{err}");
 }

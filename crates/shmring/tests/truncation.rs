@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use common::{shm_name, ShmName};
-use shmring::{Config, Error, Meta, Segment};
+use shmring::{Address, Config, Error, Meta};
 
 fn truncate(name: &ShmName, len: u64) {
     std::fs::OpenOptions::new()
@@ -25,7 +25,9 @@ fn is_truncation(e: &Error) -> bool {
 #[test]
 fn consumer_of_a_truncated_named_segment_gets_an_error_not_sigbus() {
     let name = shm_name("trunc");
-    let seg = Segment::create_named(&name.0, &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::create(&name.0, Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let consumer = seg.consumer().unwrap();
     let mut prod = seg.producer().unwrap();
     prod.send(&[9u8; 5000], Meta::new(1, 2)).unwrap();
@@ -49,7 +51,9 @@ fn consumer_of_a_truncated_named_segment_gets_an_error_not_sigbus() {
 #[test]
 fn truncation_to_zero_is_reported_too() {
     let name = shm_name("trunc0");
-    let seg = Segment::create_named(&name.0, &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::create(&name.0, Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let consumer = seg.consumer().unwrap();
     truncate(&name, 0);
     let e = consumer.try_next().map(|_| ()).unwrap_err();
@@ -61,8 +65,12 @@ fn truncation_to_zero_is_reported_too() {
 fn a_guarded_segment_leaves_other_segments_alone() {
     let a = shm_name("trunc-a");
     let b = shm_name("trunc-b");
-    let seg_a = Segment::create_named(&a.0, &Config::with_capacity(1 << 20)).unwrap();
-    let seg_b = Segment::create_named(&b.0, &Config::with_capacity(1 << 20)).unwrap();
+    let seg_a = Address::create(&a.0, Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
+    let seg_b = Address::create(&b.0, Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let (ca, cb) = (seg_a.consumer().unwrap(), seg_b.consumer().unwrap());
     let mut pb = seg_b.producer().unwrap();
     truncate(&a, 0);
@@ -75,7 +83,9 @@ fn a_guarded_segment_leaves_other_segments_alone() {
 
 #[test]
 fn a_memfd_segment_cannot_be_truncated() {
-    let seg = Segment::create_memfd("trunc-memfd", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("trunc-memfd", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let fd = seg.fd().as_raw_fd();
     for len in [0, 4096, 1 << 30] {
         // SAFETY: ftruncate on a descriptor we own.
@@ -92,14 +102,16 @@ fn a_memfd_segment_cannot_be_truncated() {
 #[test]
 fn truncation_to_half_is_noticed_by_the_consumer_and_a_tap() {
     let name = shm_name("trunc-half");
-    let seg = Segment::create_named(&name.0, &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::create(&name.0, Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let opts = shmring::ConsumerOptions {
         liveness_interval: Duration::from_millis(5),
         ..Default::default()
     };
     let consumer = shmring::Consumer::with_options(seg.clone(), opts).unwrap();
     let mut tap = shmring::Tap::new(
-        shmring::ReadOnlySegment::open_named(&name.0).unwrap(),
+        shmring::Address::named(&name.0).open_read_only().unwrap(),
         shmring::TapOptions::default(),
     );
     let mut prod = seg.producer().unwrap();

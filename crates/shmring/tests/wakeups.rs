@@ -2,11 +2,13 @@
 
 use std::time::Duration;
 
-use shmring::{Config, Consumer, ConsumerOptions, Meta, Segment};
+use shmring::{Address, Config, Consumer, ConsumerOptions, Meta};
 
 #[test]
 fn a_burst_of_commits_wakes_a_sleeping_consumer_once() {
-    let seg = Segment::create_memfd("wake-once", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("wake-once", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let consumer = seg.consumer().unwrap();
     let mut producers: Vec<_> = (0..3).map(|_| seg.producer().unwrap()).collect();
     // The consumer announces it is about to sleep, as before every sleep.
@@ -36,7 +38,9 @@ fn a_burst_of_commits_wakes_a_sleeping_consumer_once() {
 fn a_sleeping_consumer_is_woken_by_every_burst() {
     // Blocking waits with producers committing in bursts from several threads,
     // each burst waking the consumer once at most: every record arrives, in order.
-    let seg = Segment::create_memfd("wake-bursts", &Config::with_capacity(1 << 20)).unwrap();
+    let seg = Address::memfd("wake-bursts", Config::with_capacity(1 << 20))
+        .open()
+        .unwrap();
     let opts = ConsumerOptions {
         spin: 0,
         ..Default::default()

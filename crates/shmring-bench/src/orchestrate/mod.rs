@@ -6,7 +6,7 @@ use std::net::TcpListener;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use shmring::{Config, Segment};
+use shmring::{Address, Config, Segment};
 use shmring_host::status::{Look, StatusLine};
 
 use crate::args::{parse, BenchArgs, ModeArg, WorkloadArg};
@@ -368,7 +368,7 @@ fn wire(t: Transport, size: usize, producers: u32, plan: &Plan) -> Result<Wiring
                 huge_pages: plan.huge_pages,
                 ..Config::for_records(plan.ring_mib << 20, size as u64)
             };
-            Wiring::Ring(Segment::create_memfd("shmring-bench", &cfg).map_err(|e| {
+            Wiring::Ring(Address::memfd("shmring-bench", cfg).open().map_err(|e| {
                 format!("setup: {e} (a {size}-byte record needs --ring-mib of at least twice that)")
             })?)
         }

@@ -98,7 +98,9 @@ impl SecondReader {
                         })
                     })
                     .map_err(|e| e.to_string())?;
-                let ro = shmring::ReadOnlySegment::from_fd(fd).map_err(|e| e.to_string())?;
+                let ro = shmring::Address::Descriptors(vec![fd])
+                    .open_read_only()
+                    .map_err(|e| e.to_string())?;
                 let mut tap = shmring::Tap::new(ro, shmring::TapOptions::default());
                 let stop = stop.clone();
                 std::thread::spawn(move || {

@@ -15,7 +15,7 @@
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::time::Duration;
 
-use shmring::{FullPolicy, Meta, Segment};
+use shmring::{Address, FullPolicy, Meta};
 use shmring_testkit::record;
 
 /// Where the ring comes from.
@@ -58,8 +58,8 @@ fn main() {
     let pause = Duration::from_micros(rest.get(1).and_then(|s| s.parse().ok()).unwrap_or(100));
     let run = move || -> shmring::Result<()> {
         let seg = match source {
-            Source::Socket(path) => Segment::connect(path)?,
-            Source::Fds(fds) => Segment::from_descriptors(fds)?,
+            Source::Socket(path) => Address::socket(path).open()?,
+            Source::Fds(fds) => Address::Descriptors(fds).open()?,
         };
         let mut p = seg.producer()?;
         for i in 0..count {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shmring::layout::{ClaimState, LogEntry};
-use shmring::{Consumer, Error, Segment};
+use shmring::{Address, Consumer, Error, Segment};
 
 use super::ring::{self, Honest, Ring, Seen, State, A, B, LATE, NEWCOMER, PRODUCERS};
 use super::values::{apply, Ctx, Peek, Value};
@@ -626,7 +626,7 @@ fn late_attach(
                 .map(|f| f.try_clone_to_owned())
                 .collect::<std::io::Result<Vec<_>>>()
                 .map_err(|e| Error::Config(e.to_string()))
-                .and_then(Segment::from_descriptors)
+                .and_then(|fds| Address::Descriptors(fds).open())
                 .and_then(|s: Arc<Segment>| Honest::new(&s, LATE));
             match attached {
                 Ok(h) => late = Some(h),

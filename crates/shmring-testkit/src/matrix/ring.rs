@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use shmring::layout::record_units;
 use shmring::{
-    Config, Consumer, ConsumerOptions, FullPolicy, Meta, Producer, RawFrame, Result, Segment,
+    Address, Config, Consumer, ConsumerOptions, FullPolicy, Meta, Producer, RawFrame, Result,
+    Segment,
 };
 
 use crate::{checksum, mix, Rng};
@@ -247,7 +248,7 @@ impl Ring {
     /// A fresh ring in `state`. Setting up uses the library as an application
     /// would; any error here is a harness failure, not a finding.
     pub fn new(state: State) -> Result<Ring> {
-        let seg = Segment::create_memfd("matrix", &state.config())?;
+        let seg = Address::memfd("matrix", state.config()).open()?;
         let owner = Consumer::with_options(seg.clone(), options())?;
         let mut a = Honest::new(&seg, A)?;
         let mut b = Honest::new(&seg, B)?;
@@ -442,7 +443,7 @@ pub fn writer_child() {
             unsafe { OwnedFd::from_raw_fd(n) }
         })
         .collect();
-    let seg = Segment::from_descriptors(fds).expect("attach");
+    let seg = Address::Descriptors(fds).open().expect("attach");
     let mut p = seg.producer().expect("a producer slot");
     let r = p.reserve_raw(300, FullPolicy::Fail).expect("a claim");
     // SAFETY: the reservation gives us `r.len` writable bytes at `r.ptr`.

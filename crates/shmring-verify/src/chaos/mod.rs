@@ -33,7 +33,7 @@ mod roles;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use shmring::{Config, ConsumerOptions, Segment};
+use shmring::{Address, Config, ConsumerOptions};
 
 use crate::child::RingFds;
 use crate::common::{ChildGuard, Report, Rng};
@@ -142,7 +142,7 @@ impl ShmFill {
         }
         f.shm_fills += 1;
         let extra = format!("chaos-while-full-{}", std::process::id());
-        match Segment::create_named(&extra, &Config::with_capacity(1 << 20)) {
+        match Address::create(&extra, Config::with_capacity(1 << 20)).open() {
             Err(shmring::Error::NoSpace { .. }) => f.shm_refusals += 1,
             Err(e) => f.shm_misreported.push(e.to_string()),
             Ok(_) => f
@@ -196,9 +196,9 @@ fn run_inner(a: &Args, report: &mut Report) -> Result<(), String> {
     };
     let name = format!("chaos-{}", std::process::id());
     let seg = if a.full_shm {
-        Segment::create_named(&name, &cfg)
+        Address::create(&name, cfg).open()
     } else {
-        Segment::create_memfd("chaos", &cfg)
+        Address::memfd("chaos", cfg).open()
     }
     .map_err(|e| e.to_string())?;
     let fds = RingFds::of(&seg);

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use shmring::{Consumer, ConsumerOptions, Error, FullPolicy, Meta, ReadOnlySegment, Tap};
+use shmring::{Address, Consumer, ConsumerOptions, Error, FullPolicy, Meta, Tap};
 
 use super::check::stream_id;
 use super::log::{error_code, Event, Kind, Writer};
@@ -358,7 +358,7 @@ fn consume(a: &ReaderArgs, log: &Writer) -> i32 {
 /// it logs what it counted lost.
 fn tap(a: &ReaderArgs, log: &Writer) -> i32 {
     let ro = match &a.name {
-        Some(name) => ReadOnlySegment::open_named(name),
+        Some(name) => Address::named(name).open_read_only(),
         None => {
             let Some(&fd) = a.fd.0.first() else {
                 eprintln!("chaos tap: no descriptor");
@@ -367,7 +367,7 @@ fn tap(a: &ReaderArgs, log: &Writer) -> i32 {
             // SAFETY: the orchestrator left this descriptor open for us; nothing
             // else in this process owns it.
             let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-            ReadOnlySegment::from_fd(fd)
+            Address::Descriptors(vec![fd]).open_read_only()
         }
     };
     let ro = match ro {

@@ -88,7 +88,7 @@ pub enum Address {
     Descriptors(Vec<OwnedFd>),
     /// The Unix socket a consumer serves its ring on (see [`crate::Listener`];
     /// `@NAME`: a Linux abstract socket). Producers get the ring's descriptors
-    /// ([`Segment::connect`]), observers a read-only one ([`Segment::observe`]).
+    /// ([`Address::open`]), observers a read-only one ([`Address::open_read_only`]).
     Socket(PathBuf),
     /// Create the named ring `/dev/shm/NAME`. One of that name whose consumer is
     /// gone (its process was killed or crashed) is replaced when `replace_stale`,
@@ -132,6 +132,44 @@ impl Address {
         }
     }
 
+    /// The named ring `/dev/shm/NAME`, existing ([`Address::Named`]).
+    ///
+    /// ```
+    /// use shmring::{Address, Config};
+    /// let name = format!("doc-address-named-{}", std::process::id());
+    /// let created = Address::create(name.clone(), Config::with_capacity(1 << 16)).open()?;
+    /// let consumer = created.consumer()?;
+    /// let opened = Address::named(name.clone()).open()?;
+    /// assert_eq!(opened.name(), created.name());
+    /// assert_eq!(Address::named(name.clone()).to_string(), name);
+    /// # drop((consumer, created, opened));
+    /// # Ok::<(), shmring::Error>(())
+    /// ```
+    pub fn named(name: impl Into<String>) -> Address {
+        Address::Named(name.into())
+    }
+
+    /// An anonymous ring to create: a sealed memfd labelled `label`
+    /// ([`Address::Memfd`]).
+    ///
+    /// ```
+    /// use shmring::{Address, Config};
+    /// let seg = Address::memfd("cam0", Config::with_capacity(1 << 16)).open()?;
+    /// assert_eq!(seg.descriptors().len(), 2); // the memfd and its lock file
+    /// # Ok::<(), shmring::Error>(())
+    /// ```
+    pub fn memfd(label: impl Into<String>, config: Config) -> Address {
+        Address::Memfd {
+            label: label.into(),
+            config,
+        }
+    }
+
+    /// The ring a consumer serves on the Unix socket `path` ([`Address::Socket`]).
+    pub fn socket(path: impl Into<PathBuf>) -> Address {
+        Address::Socket(path.into())
+    }
+
     /// Opens the ring writable, for producers and consumers (a socket's consumer
     /// gets [`DEFAULT_CONNECT_TIMEOUT`] for each step of the hand-off).
     pub fn open(self) -> Result<Arc<Segment>> {
@@ -139,7 +177,8 @@ impl Address {
     }
 
     /// [`Address::open`] with a timeout for each step of a socket's hand-off
-    /// ([`Segment::connect_timeout`]); other addresses do not wait.
+    /// (a consumer answers within it, or the open fails with [`Error::Timeout`]); other
+    /// addresses do not wait.
     pub fn open_timeout(self, timeout: Duration) -> Result<Arc<Segment>> {
         self.open_detailed(timeout).map(|o| o.segment)
     }
@@ -167,16 +206,16 @@ impl Address {
     }
 
     /// Maps the ring read-only, for taps and observers: a named ring opened
-    /// `O_RDONLY` ([`ReadOnlySegment::open_named`]), a socket's ring observed
-    /// ([`Segment::observe`], [`DEFAULT_CONNECT_TIMEOUT`] for each step), the first
-    /// of the descriptors (a sealed memfd, [`ReadOnlySegment::from_fd`]). Creating
+    /// `O_RDONLY`, a socket's ring observed (the consumer hands over a read-only
+    /// descriptor; [`DEFAULT_CONNECT_TIMEOUT`] for each step), the first of the
+    /// descriptors (a sealed memfd, or a named ring's file). Creating
     /// addresses are refused ([`Error::Config`]).
     pub fn open_read_only(self) -> Result<ReadOnlySegment> {
         self.open_read_only_timeout(DEFAULT_CONNECT_TIMEOUT)
     }
 
     /// [`Address::open_read_only`] with a timeout for each step of a socket's
-    /// hand-off ([`Segment::observe_timeout`]).
+    /// hand-off.
     pub fn open_read_only_timeout(self, timeout: Duration) -> Result<ReadOnlySegment> {
         match self {
             Address::Named(name) | Address::NamedEventfd { name, .. } => {

@@ -184,8 +184,8 @@ impl Consumer {
     /// the new generation, frames it holds staying valid.
     ///
     /// ```
-    /// # use shmring::{Config, Segment, Meta, Consumer, ConsumerOptions};
-    /// let seg = Segment::create_memfd("doc-tether", &Config::with_capacity(1 << 20)).unwrap();
+    /// # use shmring::{Address, Config, Meta, Consumer, ConsumerOptions};
+    /// let seg = Address::memfd("doc-tether", Config::with_capacity(1 << 20)).open().unwrap();
     /// let recorder = seg.consumer().unwrap();
     /// let preview = Consumer::tethered(seg.clone(), ConsumerOptions::default()).unwrap();
     /// let mut producer = seg.producer().unwrap();

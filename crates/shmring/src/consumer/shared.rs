@@ -109,8 +109,8 @@ struct Inner {
 /// for it). See the module documentation for how releases reach it.
 ///
 /// ```
-/// # use shmring::{Config, Segment, Meta, SharedConsumer};
-/// let seg = Segment::create_memfd("doc-shared", &Config::with_capacity(1 << 20)).unwrap();
+/// # use shmring::{Address, Config, Meta, SharedConsumer};
+/// let seg = Address::memfd("doc-shared", Config::with_capacity(1 << 20)).open().unwrap();
 /// let consumer = SharedConsumer::new(seg.consumer().unwrap());
 /// seg.producer().unwrap().send(b"frame", Meta::new(0, 1)).unwrap();
 /// let frame = consumer.try_next().unwrap().unwrap();

@@ -1,6 +1,6 @@
 //! The peer's side of the hand-off: connect, say hello, receive the reply and its
-//! descriptors ([`request`]), and attach ([`Segment::connect`],
-//! [`Segment::observe`]).
+//! descriptors ([`request`]), and attach (what opening an
+//! [`Address::Socket`](crate::Address::Socket) does).
 
 use std::io::IoSliceMut;
 use std::mem::MaybeUninit;
@@ -13,7 +13,7 @@ use rustix::io::Errno;
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendFlags};
 
 use super::wire::{self, Announced, MAX_DESCRIPTORS};
-use super::{display, handoff_err, os_err, Refusal, Role, DEFAULT_CONNECT_TIMEOUT, REPLY_LEN};
+use super::{display, handoff_err, os_err, Refusal, Role, REPLY_LEN};
 use crate::error::{Error, Result};
 use crate::layout::{Geometry, FLAG_EVENTFD, FLAG_LOCK_FILE};
 use crate::segment::{ReadOnlySegment, Segment};
@@ -33,13 +33,14 @@ pub struct Received {
 }
 
 /// Connects to a consumer's socket, asks for `role`, and returns the descriptors it
-/// hands over (most callers want [`Segment::connect`] or [`Segment::observe`]).
+/// hands over (most callers want [`Address::open`](crate::Address::open) or
+/// [`Address::open_read_only`](crate::Address::open_read_only) of a socket).
 /// Waits at most `timeout` for each step (connect, hello, reply).
 ///
 /// Do not call this in a process that already has the ring attached (the consumer
 /// itself, say) and then close what it returns: closing any descriptor of a
 /// segment's file drops the process's record locks on it, its liveness signal.
-/// `Segment::connect` / `observe` keep the descriptors where the segment keeps its
+/// Opening a socket's address keeps the descriptors where the segment keeps its
 /// own.
 ///
 /// A consumer that is busy (it answers `too-many-pending`, or its backlog is full)
@@ -180,17 +181,16 @@ fn check_geometry(a: &Announced, geo: &Geometry, socket: &str) -> Result<()> {
 impl Segment {
     /// Connects to a consumer serving its ring on `path` (see
     /// [`Listener`](super::Listener)) as a producer, receives the sealed memfd (and the eventfd of an eventfd ring) and
-    /// attaches. Waits at most [`DEFAULT_CONNECT_TIMEOUT`] for each step.
+    /// attaches (an [`Address::Socket`](crate::Address::Socket) opened). Waits at
+    /// most `timeout` for each step.
     ///
     /// Errors: [`Error::NotFound`] (no socket there), [`Error::NoConsumer`] (a stale
     /// socket: its consumer is gone), [`Error::Refused`] (names the consumer's
     /// rule), [`Error::Timeout`], [`Error::Handoff`] (not a shmring socket...).
-    pub fn connect(path: impl AsRef<Path>) -> Result<Arc<Segment>> {
-        Self::connect_timeout(path, DEFAULT_CONNECT_TIMEOUT)
-    }
-
-    /// [`Segment::connect`] with a timeout for each step.
-    pub fn connect_timeout(path: impl AsRef<Path>, timeout: Duration) -> Result<Arc<Segment>> {
+    pub(crate) fn connect_timeout(
+        path: impl AsRef<Path>,
+        timeout: Duration,
+    ) -> Result<Arc<Segment>> {
         let socket = display(path.as_ref());
         let Received { fds, announced, .. } = request(path, Role::Producer, timeout)?;
         if announced.flags & FLAG_EVENTFD != 0
@@ -209,12 +209,11 @@ impl Segment {
     /// Connects to a consumer serving its ring on `path` as an observer: receives a
     /// read-only descriptor and maps it read-only. Counters only: no producer or
     /// consumer can be made from it, and the kernel refuses to map it writable.
-    pub fn observe(path: impl AsRef<Path>) -> Result<ReadOnlySegment> {
-        Self::observe_timeout(path, DEFAULT_CONNECT_TIMEOUT)
-    }
-
-    /// [`Segment::observe`] with a timeout for each step.
-    pub fn observe_timeout(path: impl AsRef<Path>, timeout: Duration) -> Result<ReadOnlySegment> {
+    /// Waits at most `timeout` for each step.
+    pub(crate) fn observe_timeout(
+        path: impl AsRef<Path>,
+        timeout: Duration,
+    ) -> Result<ReadOnlySegment> {
         let socket = display(path.as_ref());
         let Received { fds, announced, .. } = request(path, Role::Observer, timeout)?;
         let Ok::<[OwnedFd; 1], _>([fd]) = fds.try_into() else {

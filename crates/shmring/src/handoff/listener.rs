@@ -209,7 +209,7 @@ fn remove_stale(path: &Path, socket: &str) -> Result<()> {
 
 impl Listener {
     /// Binds `path` (a file system path, or `@name` for a Linux abstract socket) and
-    /// serves `seg`, which must be a sealed memfd ([`Segment::create_memfd`]). A stale
+    /// serves `seg`, which must be a sealed memfd ([`Address::Memfd`](crate::Address::Memfd)). A stale
     /// socket file left by a consumer that died is replaced; one a live consumer
     /// listens on is an error. The memfd's mode becomes 0400, so that a peer holding
     /// the read-only descriptor cannot re-open it for writing through `/proc`.
@@ -225,8 +225,8 @@ impl Listener {
             Ok(s) if s.contains(SealFlags::SHRINK | SealFlags::GROW) => {}
             _ => {
                 return Err(Error::Config(format!(
-                    "listener {socket}: ring {} is not a sealed memfd; serve a ring made by \
-                     Segment::create_memfd (a named segment can be opened by name instead)",
+                    "listener {socket}: ring {} is not a sealed memfd; serve a memfd ring \
+                     (Address::Memfd, `memfd:`; a named segment can be opened by name instead)",
                     seg.name()
                 )))
             }

@@ -25,15 +25,15 @@
 //!
 //! ```
 //! use shmring::handoff::{Listener, ListenerOptions};
-//! use shmring::{Config, Segment, Meta};
+//! use shmring::{Address, Config, Meta};
 //! let dir = std::env::temp_dir().join(format!("shmring-doc-{}", std::process::id()));
 //! std::fs::create_dir_all(&dir).unwrap();
 //! let path = dir.join("ring.sock");
-//! let seg = Segment::create_memfd("doc", &Config::with_capacity(1 << 20))?;
+//! let seg = Address::memfd("doc", Config::with_capacity(1 << 20)).open()?;
 //! let consumer = seg.consumer()?;
 //! let listener = Listener::bind(&seg, &path, ListenerOptions::default())?.spawn()?;
 //!
-//! let remote = Segment::connect(&path)?;          // normally another process
+//! let remote = Address::socket(&path).open()?;          // normally another process
 //! remote.producer()?.send(b"hello", Meta::new(0, 0))?;
 //! assert_eq!(consumer.recv()?.payload(), b"hello");
 //! assert_eq!(listener.stats().producers, 1);
@@ -45,8 +45,9 @@
 //! The module by concept: [`wire`] (the hello and the reply, byte for byte),
 //! [`policy`] (who may connect, fair shares of the pending connections), `listener`
 //! (the consumer's side: accept, read, answer, time out) and `client` (the peer's
-//! side: [`request`], [`Segment::connect`](crate::Segment::connect),
-//! [`Segment::observe`](crate::Segment::observe)).
+//! side: [`request`], and [`Address::open`](crate::Address::open) /
+//! [`Address::open_read_only`](crate::Address::open_read_only) of an
+//! [`Address::Socket`](crate::Address::Socket)).
 
 use std::path::Path;
 use std::time::Duration;
@@ -69,7 +70,8 @@ pub const DEFAULT_MAX_PENDING: usize = 16;
 pub const MAX_PENDING_LIMIT: usize = 1024;
 /// Default time a connected peer has to send its hello.
 pub const DEFAULT_HELLO_TIMEOUT: Duration = Duration::from_secs(1);
-/// Default time [`Segment::connect`](crate::Segment::connect) waits for the consumer's reply.
+/// Default time opening an [`Address::Socket`](crate::Address::Socket) waits for the
+/// consumer's reply.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn os_err(op: &'static str, socket: &str, e: impl Into<std::io::Error>) -> Error {

@@ -75,8 +75,8 @@ impl crate::Producer {
     ///
     /// ```
     /// use shmring::media::{self, kind, Format, MediaHeader, MediaRecord, SEQUENCE_AUTO};
-    /// use shmring::{Config, Meta, Segment};
-    /// let seg = Segment::create_memfd("doc-end", &Config::with_capacity(1 << 20))?;
+    /// use shmring::{Address, Config, Meta};
+    /// let seg = Address::memfd("doc-end", Config::with_capacity(1 << 20)).open()?;
     /// let consumer = seg.consumer()?;
     /// let mut producer = seg.producer()?;
     /// let hd = MediaHeader::video(Format::I420, 16, 16, 0, SEQUENCE_AUTO).unwrap();

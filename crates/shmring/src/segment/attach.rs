@@ -111,7 +111,7 @@ impl Segment {
     ///
     /// Under Miri, which has no `memfd_create`, this makes an in-process ring
     /// ([`Segment::create_in_process`]), so the suites run there unchanged.
-    pub fn create_memfd(name: &str, cfg: &Config) -> Result<Arc<Segment>> {
+    pub(crate) fn create_memfd(name: &str, cfg: &Config) -> Result<Arc<Segment>> {
         #[cfg(miri)]
         return Self::create_in_process(name, cfg);
         #[cfg_attr(miri, allow(unreachable_code))]
@@ -151,7 +151,7 @@ impl Segment {
     /// file is left). It is unlinked when
     /// this `Segment` is dropped, unless [`Segment::persist`] is called. Its lock
     /// file is the segment file itself (see [`Segment::descriptors`]).
-    pub fn create_named(name: &str, cfg: &Config) -> Result<Arc<Segment>> {
+    pub(crate) fn create_named(name: &str, cfg: &Config) -> Result<Arc<Segment>> {
         let geo = cfg.geometry()?;
         let path = shm_name(name)?;
         let exists = || Error::Exists {
@@ -211,7 +211,7 @@ impl Segment {
     }
 
     /// Removes the named segment `/dev/shm/NAME` (the name is checked as by
-    /// [`Segment::open_named`]). Processes that have it mapped keep their mapping;
+    /// [`Address::Named`](crate::Address::Named)). Processes that have it mapped keep their mapping;
     /// nobody can open it by name any more. Whether the ring is still in use is the
     /// caller's question (see [`Segment::consumer_alive`]).
     pub fn unlink_named(name: &str) -> Result<()> {
@@ -223,7 +223,7 @@ impl Segment {
     }
 
     /// Opens an existing named segment.
-    pub fn open_named(name: &str) -> Result<Arc<Segment>> {
+    pub(crate) fn open_named(name: &str) -> Result<Arc<Segment>> {
         let path = shm_name(name)?;
         let locks = match Self::named_open_here(&path)?.filter(|l| l.writable().is_some()) {
             Some(locks) => locks,
@@ -265,20 +265,12 @@ impl Segment {
         }
     }
 
-    /// Attaches from a descriptor (inherited or received): a named ring's file, or
-    /// a sealed memfd. A memfd ring needs its lock file too: use
-    /// [`Segment::from_descriptors`] with every descriptor of
-    /// [`Segment::descriptors`].
-    pub fn from_fd(fd: OwnedFd) -> Result<Arc<Segment>> {
-        Self::from_descriptors(vec![fd])
-    }
-
     /// Attaches from a ring's descriptors, in the one order shmring hands them over
     /// (see [`Segment::descriptors`]): the segment; for a memfd ring, its lock file;
     /// for a ring created with [`Config::eventfd`], its eventfd (which a consumer
     /// or a tap may leave out). The ring itself says which it has: a missing lock
     /// file or a descriptor too many is [`Error::Descriptors`].
-    pub fn from_descriptors(fds: Vec<OwnedFd>) -> Result<Arc<Segment>> {
+    pub(crate) fn from_descriptors(fds: Vec<OwnedFd>) -> Result<Arc<Segment>> {
         let mut fds = fds.into_iter();
         let Some(fd) = fds.next() else {
             return Err(Error::Descriptors {
@@ -399,7 +391,7 @@ impl Segment {
     }
 
     /// The ring's descriptors, in the one order shmring hands them over (and
-    /// [`Segment::from_descriptors`] takes them): the segment; for a memfd ring,
+    /// an [`Address::Descriptors`](crate::Address::Descriptors) takes them): the segment; for a memfd ring,
     /// its lock file; for an eventfd ring, its eventfd. A producer needs all of
     /// them. (A read-only observer gets [`Segment::read_only_fd`] alone, and
     /// nothing it can lock.) An in-process ring has none.
@@ -430,12 +422,6 @@ impl Segment {
             ));
         }
         crate::sys::fdpass::send_fds(sock, &self.descriptors())
-    }
-
-    /// Receives a ring's descriptors sent with [`Segment::send`] and attaches.
-    pub fn receive(sock: impl AsFd) -> Result<Arc<Segment>> {
-        let fds = crate::sys::fdpass::recv_fds(sock).map_err(|e| os("recvmsg", "(socket)", e))?;
-        Self::from_descriptors(fds)
     }
 
     /// Opens a named segment created with [`Config::eventfd`], with its eventfd

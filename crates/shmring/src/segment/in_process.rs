@@ -90,9 +90,10 @@ static DEAD: Mutex<Vec<Box<dyn std::any::Any + Send>>> = Mutex::new(Vec::new());
 impl Segment {
     /// Creates a ring in this process's heap (`in-process:NAME`): for threads of
     /// one process, and for checkers that cannot map shared memory (under Miri,
-    /// [`Segment::create_memfd`] makes one of these). It has no descriptor to hand
-    /// over ([`Segment::descriptors`] is empty) and no file; liveness is an
-    /// in-process table, wake-ups the same futexes as a shared ring's.
+    /// an [`Address::Memfd`](crate::Address::Memfd) makes one of these). It has no
+    /// descriptor to hand over ([`Segment::descriptors`] is empty) and no file;
+    /// liveness is an in-process table, wake-ups the same futexes as a shared
+    /// ring's.
     ///
     /// ```
     /// use shmring::{Config, Meta, Segment};

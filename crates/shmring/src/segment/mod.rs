@@ -47,8 +47,8 @@ enum Backing {
 /// `Arc`; other processes attach by name or by descriptor.
 ///
 /// ```
-/// use shmring::{Config, Segment, Meta};
-/// let seg = Segment::create_memfd("doc", &Config::with_capacity(1 << 20)).unwrap();
+/// use shmring::{Address, Config, Meta};
+/// let seg = Address::memfd("doc", Config::with_capacity(1 << 20)).open().unwrap();
 /// let consumer = seg.consumer().unwrap();
 /// let mut producer = seg.producer().unwrap();
 /// producer.send(b"hello", Meta::new(1, 2)).unwrap();
@@ -105,7 +105,7 @@ impl Segment {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// The segment's descriptor (a memfd for [`Segment::create_memfd`]). A
+    /// The segment's descriptor (a memfd for an [`Address::Memfd`](crate::Address::Memfd)). A
     /// producer in another process needs [`Segment::descriptors`]. An in-process
     /// ring has none: its is an eventfd no ring is behind (every attach and
     /// listener refuse it).

@@ -6,7 +6,7 @@ use super::{Backing, Segment};
 use crate::error::{os, Result};
 use crate::layout::Geometry;
 
-/// A ring mapped read-only (`PROT_READ`), from [`Segment::observe`]: its counters
+/// A ring mapped read-only (`PROT_READ`), from [`Address::open_read_only`](crate::Address::open_read_only): its counters
 /// and geometry. Nothing here writes to the segment, and the kernel refuses a
 /// writable mapping of its descriptor (`EACCES`).
 pub struct ReadOnlySegment {
@@ -15,7 +15,7 @@ pub struct ReadOnlySegment {
 
 impl ReadOnlySegment {
     /// Opens a named ring (`/dev/shm/NAME`) read-only: `O_RDONLY` and `PROT_READ`.
-    pub fn open_named(name: &str) -> Result<ReadOnlySegment> {
+    pub(crate) fn open_named(name: &str) -> Result<ReadOnlySegment> {
         Ok(ReadOnlySegment {
             seg: Segment::open_named_read_only(name)?,
         })
@@ -23,15 +23,15 @@ impl ReadOnlySegment {
 
     /// Maps a ring read-only from a descriptor (a sealed memfd, e.g. one received
     /// from [`Segment::read_only_fd`] of the ring's owner).
-    pub fn from_fd(fd: std::os::fd::OwnedFd) -> Result<ReadOnlySegment> {
+    pub(crate) fn from_fd(fd: std::os::fd::OwnedFd) -> Result<ReadOnlySegment> {
         Ok(ReadOnlySegment {
             seg: Segment::attach_read_only(fd)?,
         })
     }
 
     /// A read-only view of a ring this process has, for a tap here: a memfd
-    /// ring's read-only descriptor mapped `PROT_READ` (as [`ReadOnlySegment::from_fd`]
-    /// of [`Segment::read_only_fd`]), a named ring's file mapped `PROT_READ`, an
+    /// ring's read-only descriptor mapped `PROT_READ` (as a read-only open of its
+    /// [`Segment::read_only_fd`] as [`Address::Descriptors`](crate::Address::Descriptors)), a named ring's file mapped `PROT_READ`, an
     /// in-process ring's own block ([`Segment::create_in_process`]).
     pub fn of(seg: &Segment) -> Result<ReadOnlySegment> {
         if let Some(seg) = seg.in_process_view()? {

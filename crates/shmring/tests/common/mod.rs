@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use shmring::{Consumer, Error, FullPolicy, Meta, Producer, Segment};
+use shmring::{Address, Consumer, Error, FullPolicy, Meta, Producer, Segment};
 
 // ---- names and cleanup -------------------------------------------------------------
 
@@ -344,14 +344,19 @@ pub fn open_segment(spec: &str) -> Arc<Segment> {
                 // else in this process owns them.
                 .map(|n| unsafe { OwnedFd::from_raw_fd(n.parse().unwrap()) })
                 .collect();
-            Segment::from_descriptors(fds).expect("attach inherited descriptors")
+            Address::Descriptors(fds)
+                .open()
+                .expect("attach inherited descriptors")
         }
         "sock" => {
             // SAFETY: as above, for the socket.
             let sock = unsafe { UnixStream::from_raw_fd(arg.parse().unwrap()) };
-            Segment::receive(&sock).expect("receive and attach the ring's descriptors")
+            let fds = shmring::recv_fds(&sock).expect("receive the ring's descriptors");
+            Address::Descriptors(fds)
+                .open()
+                .expect("attach the ring's descriptors")
         }
-        "name" => Segment::open_named(arg).expect("open named segment"),
+        "name" => Address::named(arg).open().expect("open named segment"),
         _ => panic!("bad segment spec {spec}"),
     }
 }
@@ -390,7 +395,9 @@ fn run_tap_role(role: &str) -> bool {
         "tap-check" => {
             // SAFETY: the parent left this descriptor open for us; nobody else owns it.
             let fd = unsafe { OwnedFd::from_raw_fd(env_num("SHMRING_TEST_RO") as RawFd) };
-            let ro = shmring::ReadOnlySegment::from_fd(fd).expect("map read-only");
+            let ro = shmring::Address::Descriptors(vec![fd])
+                .open_read_only()
+                .expect("map read-only");
             let (n, max) = (env_num("N"), env_num("MAX") as usize);
             let mut tap = shmring::Tap::new(ro, shmring::TapOptions::default());
             println!("@@ATTACHED");
@@ -425,7 +432,7 @@ fn run_tap_role(role: &str) -> bool {
                         assert_eq!(libc::setuid(uid), 0);
                     }
                 }
-                let ro = Segment::observe(&sock).expect("observe");
+                let ro = Address::socket(&sock).open_read_only().expect("observe");
                 ro.fd().try_clone_to_owned().unwrap()
             } else if let Ok(n) = std::env::var("SHMRING_TEST_RO") {
                 // SAFETY: the parent left this descriptor open for us.
@@ -451,7 +458,9 @@ fn run_tap_role(role: &str) -> bool {
         "tap-write" => {
             let name = env("SHMRING_TEST_SEG");
             let name = name.strip_prefix("name:").expect("a named ring");
-            let ro = shmring::ReadOnlySegment::open_named(name).expect("open read-only");
+            let ro = shmring::Address::named(name)
+                .open_read_only()
+                .expect("open read-only");
             let (ptr, len) = ro.mapping();
             // SAFETY: asking the kernel to change the protection of our own mapping.
             let r =
