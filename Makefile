@@ -104,8 +104,8 @@ deps-checkers:
 	@$(if $(SKIP_DEPS),true,scripts/deps.sh checkers)
 HOST := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
 
-## Miri: the suites below on an in-process ring (Miri has no memfd; Segment::create_memfd
-## makes one there), with small counts under cfg(miri), under Miri's data-race detector
+## Miri: the suites below on an in-process ring (Miri has no memfd: creating a memfd
+## ring, `Address::memfd`, makes one there), with small counts under cfg(miri), under Miri's data-race detector
 ## and Tree Borrows. Any undefined behaviour fails it.
 MIRI_TESTS ?= smoke threads shared bounds overtake readers placement in_process integrity races
 MIRIFLAGS ?= -Zmiri-tree-borrows -Zmiri-permissive-provenance

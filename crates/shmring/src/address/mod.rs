@@ -95,6 +95,10 @@ pub enum Address {
     /// which is what "create" means in every binding and element unless told
     /// otherwise (text `stale=refuse`); one whose consumer is alive, or a file that
     /// is no ring, is never touched: [`Error::Exists`] says which ([`Occupant`]).
+    /// A ring counts as stale from its creation until its consumer attaches (for
+    /// a ring created by a producer, until a consumer ever does): two processes
+    /// that create one name at the same moment can leave the first with a ring
+    /// no one else reaches. Give each creator a name of its own.
     Create {
         name: String,
         config: Config,
