@@ -10,7 +10,7 @@
 #[path = "../tests/common/pattern.rs"]
 mod pattern;
 
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -18,10 +18,14 @@ use shmring::media::{kind, Format, MediaHeader};
 use shmring::{Address, Config, Meta};
 use shmring_host::rusage;
 
-fn rust_child(frames: u64) -> i32 {
-    // SAFETY: the parent placed the ring's descriptor at 3 for us.
-    let fds = vec![unsafe { OwnedFd::from_raw_fd(3) }];
-    let seg = Address::Descriptors(fds).open().expect("attach fd 3");
+fn rust_child(frames: u64, count: RawFd) -> i32 {
+    // SAFETY: the parent placed the ring's `count` descriptors at 3, 4, ... for us.
+    let fds = (3..3 + count)
+        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) })
+        .collect();
+    let seg = Address::Descriptors(fds)
+        .open()
+        .expect("attach the ring's descriptors");
     let mut p = seg.producer().expect("producer");
     let ramp = pattern::ramp();
     for i in 0..frames {
@@ -40,18 +44,30 @@ fn rust_child(frames: u64) -> i32 {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage = "usage: ffi_throughput (c PATH/TO/producer | rust) [FRAMES]";
+    if args.first().map(String::as_str) == Some("--child") {
+        let n = |i: usize| args.get(i).and_then(|a| a.parse().ok()).expect(usage);
+        std::process::exit(rust_child(n(1), n(2) as RawFd));
+    }
+    // The ring first: the producer gets every one of its descriptors (a memfd ring's
+    // segment and lock file), placed at 3, 4, ...
+    let config = Config::with_capacity(64 << 20);
+    let seg = Address::memfd("ffi-throughput", config).open().unwrap();
+    let consumer = seg.consumer().unwrap();
+    let fds: Vec<RawFd> = seg.descriptors().iter().map(|d| d.as_raw_fd()).collect();
+    let count = fds.len() as RawFd;
     let (mut cmd, frames) = match args.first().map(String::as_str) {
-        Some("--child") => std::process::exit(rust_child(args[1].parse().unwrap())),
         Some("c") if args.len() >= 2 => {
             let frames: u64 = args.get(2).map_or(2000, |f| f.parse().expect(usage));
+            let list: Vec<String> = (3..3 + count).map(|fd| fd.to_string()).collect();
             let mut c = Command::new(&args[1]);
-            c.args(["--fd", "3", "--frames", &frames.to_string(), "--quiet"]);
+            c.args(["--fds", &list.join(",")])
+                .args(["--frames", &frames.to_string(), "--quiet"]);
             (c, frames)
         }
         Some("rust") => {
             let frames: u64 = args.get(1).map_or(2000, |f| f.parse().expect(usage));
             let mut c = Command::new(std::env::current_exe().unwrap());
-            c.args(["--child", &frames.to_string()]);
+            c.args(["--child", &frames.to_string(), &count.to_string()]);
             (c, frames)
         }
         _ => {
@@ -59,12 +75,7 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let config = Config::with_capacity(64 << 20);
-    let label = "ffi-throughput".into();
-    let seg = Address::Memfd { label, config }.open().unwrap();
-    let consumer = seg.consumer().unwrap();
-    let fd = std::os::fd::AsRawFd::as_raw_fd(&seg.fd());
-    shmring_host::place_fds(&mut cmd, &[fd], 3);
+    shmring_host::place_fds(&mut cmd, &fds, 3);
     let cpu0 = rusage(false).cpu_s();
     let start = Instant::now();
     let mut child = cmd.spawn().expect("spawn producer");
