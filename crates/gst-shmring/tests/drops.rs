@@ -2,7 +2,7 @@
 //! message per buffer dropped (with the counts), sends QoS events upstream and
 //! warns at most once a second; the ring counts each drop once (`shmring stat`'s
 //! drops_full); a source finding records missing from a stream counts them and
-//! says so the same way.
+//! says so the same way; a source's `max-age` skips old records and counts them.
 
 mod common;
 
@@ -112,4 +112,38 @@ fn records_missing_from_a_stream_are_counted_and_said_by_the_source() {
         warnings.iter().any(|w| w.contains("missing from stream 0")),
         "{warnings:?}"
     );
+}
+
+#[test]
+fn a_source_with_max_age_skips_records_older_than_it_and_counts_them() {
+    init();
+    let ring = RingName::new("gst", "max-age");
+    let p = Pipeline::launch(&format!(
+        "shmringsrc name=src ring={} create=true max-age=1000 ! appsink name=out sync=false",
+        ring.0
+    ));
+    p.play();
+    let seg = Address::named(&ring.0).open().unwrap();
+    let mut prod = seg.producer().unwrap();
+    // Captured 5 s ago (64x48) or now (32x24), alternately.
+    let old = shmring::now_ns() - 5_000_000_000;
+    for i in 0..4u64 {
+        let (shape, ts) = if i % 2 == 0 {
+            ((Format::I420, 64, 48, 25), old)
+        } else {
+            ((Format::I420, 32, 24, 25), 0)
+        };
+        send_video(&mut prod, 0, shape, Some(i), 1, ts).unwrap();
+    }
+    let got = pull(&p.appsink("out"), 2, LIMIT);
+    // An I420 frame of 32x24: 1,152 bytes.
+    assert!(
+        got.iter().all(|g| g.size == 32 * 24 * 3 / 2),
+        "only the fresh frames: {:?}",
+        got.iter().map(|g| g.size).collect::<Vec<_>>()
+    );
+    wait_until("the old frames counted", LIMIT, || {
+        p.u64("src", "skipped") == 2
+    });
+    assert_eq!(seg.stats().records_filtered, 2);
 }

@@ -171,8 +171,8 @@ pub struct ReaderCounts {
     /// passed by the producers, stepped over while pending); 0 for a consumer,
     /// which misses none it is given.
     pub lost: u64,
-    /// Records not taken because of a tap's filter or `every` (a consumer's
-    /// filter counts in the ring's `records_filtered`).
+    /// Records not taken: a tap's filter or `every`; a consumer's filter or age
+    /// limit ([`Consumer::records_filtered`]).
     pub filtered: u64,
     /// Times this consumer reset the ring (its records from before the reset
     /// dropped, counted by the ring); 0 for a tap, whose jumps over a reset count
@@ -265,10 +265,14 @@ impl Reader {
     /// What it has counted.
     pub fn counts(&self) -> Result<ReaderCounts> {
         Ok(match &self.flavor {
-            Flavor::Consumer(c) => ReaderCounts {
-                resets: c.with(|c| c.resets())?,
-                ..ReaderCounts::default()
-            },
+            Flavor::Consumer(c) => {
+                let (resets, filtered) = c.with(|c| (c.resets(), c.records_filtered()))?;
+                ReaderCounts {
+                    lost: 0,
+                    filtered,
+                    resets,
+                }
+            }
             Flavor::Tap(t) => {
                 let s = t.stats();
                 ReaderCounts {

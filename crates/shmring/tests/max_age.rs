@@ -112,3 +112,29 @@ fn a_tethered_consumer_applies_its_own_limit_and_counts_on_its_line() {
     let line = tethered.tether_info().unwrap();
     assert_eq!(line.records_filtered, 2);
 }
+
+#[test]
+fn a_readers_counts_say_what_its_consumer_released_unread() {
+    let seg = Address::memfd("max-age-reader", Config::with_capacity(1 << 16))
+        .open()
+        .unwrap();
+    let opts = ConsumerOptions {
+        max_age: Some(Duration::from_secs(10)),
+        ..Default::default()
+    };
+    let mut reader =
+        shmring::Reader::consume(seg.clone(), shmring::ReaderKind::Consumer, opts).unwrap();
+    let mut p = seg.producer().unwrap();
+    let mut old = Meta::new(0, 0);
+    old.timestamp_ns = 1;
+    p.send(b"old", old).unwrap();
+    p.send(b"new", Meta::new(0, 0)).unwrap();
+    let mut buf = Vec::new();
+    let f = reader
+        .next_into(&mut buf, Some(Duration::ZERO))
+        .unwrap()
+        .unwrap();
+    assert_eq!(f.payload(&buf), b"new");
+    drop(f);
+    assert_eq!(reader.counts().unwrap().filtered, 1);
+}

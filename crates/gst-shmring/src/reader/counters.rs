@@ -38,7 +38,7 @@ impl Counters {
             ("copies", "Copies", "Buffers output as copies instead of the ring's memory, because downstream keeps frames longer than the ring can carry (see max-held) or is an encoder whose look-ahead was not measured yet"),
             ("malformed", "Malformed", "Records dropped because their media header was malformed"),
             ("resets", "Resets", "Times the ring was reset after corruption"),
-            ("skipped", "Skipped", "Records not output: other streams or kinds than the filters take, or a kind downstream does not accept"),
+            ("skipped", "Skipped", "Records not output: other streams or kinds than the filters take, a kind downstream does not accept, or older than max-age"),
             ("lost", "Lost", "Mode tap: records lost (overwritten while read, or passed by the producers); 0 in the other modes, which lose nothing"),
             ("missing", "Missing", "Records missing from their stream's numbering: dropped by their producer before they reached the ring (a full ring, no consumer; shmringsink's dropped). The next buffer is DISCONT; a QoS message and a warning (at most one a second) say so"),
         ]

@@ -210,6 +210,8 @@ impl Reader {
                 .open_for(el, element, gst::ResourceError::OpenRead)?;
             let copts = ConsumerOptions {
                 tether_stall_limit: Duration::from_millis(opts.tether_stall_ms as u64),
+                max_age: (opts.max_age_ms > 0)
+                    .then(|| Duration::from_millis(opts.max_age_ms as u64)),
                 ..Default::default()
             };
             shmring::Reader::consume(seg, kind, copts).map_err(|e| {

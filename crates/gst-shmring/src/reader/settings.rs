@@ -75,6 +75,9 @@ pub struct Options {
     pub timestamp_mode: TimestampMode,
     pub max_held_percent: u32,
     pub tether_stall_ms: u32,
+    /// Modes consumer and tethered: release unread the records older than this
+    /// (ms; 0: none), the core's `ConsumerOptions::max_age`.
+    pub max_age_ms: u32,
 }
 
 /// The library's stall limit for tethered consumers, in ms.
@@ -92,6 +95,7 @@ pub struct ReaderSettings {
     pub max_held_percent: u32,
     pub eos_after_ms: u32,
     pub tether_stall_ms: u32,
+    pub max_age_ms: u32,
     pub keep_running: bool,
 }
 
@@ -104,6 +108,7 @@ impl Default for ReaderSettings {
             max_held_percent: 50,
             eos_after_ms: 0,
             tether_stall_ms: default_tether_stall_ms(),
+            max_age_ms: 0,
             keep_running: false,
         }
     }
@@ -145,6 +150,12 @@ impl ReaderSettings {
                 .default_value(default_tether_stall_ms())
                 .mutable_ready()
                 .build(),
+            glib::ParamSpecUInt::builder("max-age")
+                .nick("Max age")
+                .blurb("Modes consumer and tethered: milliseconds after its capture past which a record is released unread when the source reaches it (counted in 'skipped'), so a live view that fell behind skips to fresh frames instead of playing a backlog; 0: every record, however old")
+                .default_value(0)
+                .mutable_ready()
+                .build(),
             glib::ParamSpecBoolean::builder("keep-running")
                 .nick("Keep running")
                 .blurb("Participants come and go: a producer's end of stream does not end this element's output. shmringsrc then sends no EOS when every stream it output has ended, and shmringdemux sends none on a participant's pads: a participant who comes back (same stream id) continues on them, its first buffer DISCONT; eos-after, or an EOS sent to the pipeline (gst-launch-1.0 -e), ends it. false: shmringsrc sends EOS once every stream it output has ended; shmringdemux sends EOS on a participant's pads when it ends its streams, and one who comes back gets new pads (video_ID_2, audio_ID_2, then _3, ...)")
@@ -167,6 +178,7 @@ impl ReaderSettings {
             "max-held" => self.max_held_percent = value.get().expect(CHECKED),
             "eos-after" => self.eos_after_ms = value.get().expect(CHECKED),
             "tether-stall-limit" => self.tether_stall_ms = value.get().expect(CHECKED),
+            "max-age" => self.max_age_ms = value.get().expect(CHECKED),
             "keep-running" => self.keep_running = value.get().expect(CHECKED),
             _ => return false,
         }
@@ -184,6 +196,7 @@ impl ReaderSettings {
             "max-held" => self.max_held_percent.to_value(),
             "eos-after" => self.eos_after_ms.to_value(),
             "tether-stall-limit" => self.tether_stall_ms.to_value(),
+            "max-age" => self.max_age_ms.to_value(),
             "keep-running" => self.keep_running.to_value(),
             _ => return None,
         })
@@ -199,6 +212,7 @@ impl ReaderSettings {
             timestamp_mode: self.timestamp_mode,
             max_held_percent: self.max_held_percent,
             tether_stall_ms: self.tether_stall_ms,
+            max_age_ms: self.max_age_ms,
         }
     }
 

@@ -301,6 +301,14 @@ impl Consumer {
         self.role.info(&self.seg)
     }
 
+    /// Records released unread by this consumer's filter and age limit
+    /// ([`ConsumerOptions::filter`], [`ConsumerOptions::max_age`]): the ring's
+    /// `records_filtered` for its consumer, its line's for a tethered one.
+    pub fn records_filtered(&self) -> u64 {
+        // Relaxed: a counter read for reporting, ordered with nothing.
+        self.role.filtered(&self.seg).load(Ordering::Relaxed)
+    }
+
     /// Is this a tethered consumer (see [`Consumer::tethered`])?
     pub fn is_tethered(&self) -> bool {
         !self.role.is_owner()
