@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use shmring::tokio::{AsyncConsumer, AsyncProducer};
-use shmring::{Address, Config, Meta, Segment};
+use shmring::{Address, Config, Meta};
 
 const PER_PRODUCER: u32 = 1000;
 
