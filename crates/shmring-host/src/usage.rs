@@ -132,6 +132,16 @@ fn parse_status(s: &str) -> Option<ProcMemory> {
     seen.then_some(m)
 }
 
+/// The descriptors process `pid` (None: this process) has open: the entries of
+/// `/proc/PID/fd`. None if it cannot be read (gone, or another user's).
+pub fn open_descriptors(pid: Option<u32>) -> Option<u64> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/fd"),
+        None => "/proc/self/fd".to_string(),
+    };
+    Some(std::fs::read_dir(path).ok()?.count() as u64)
+}
+
 /// CPU time of a process so far, in nanoseconds: the sum of its threads'
 /// `schedstat` run times (exact), falling back to the utime + stime of `stat`,
 /// which counts whole clock ticks (10 ms): too coarse for 100 ms samples of a
@@ -224,6 +234,33 @@ impl CpuMeter {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn open_descriptors_counts_what_a_process_has_open() {
+        use std::process::{Command, Stdio};
+        // Two children alike but for one descriptor more (whatever else they
+        // inherit from the test's runner, both have it).
+        let f = std::fs::File::open("/proc/self/status").unwrap();
+        let open = |extra: bool| {
+            let mut cmd = Command::new("sleep");
+            cmd.arg("30")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            if extra {
+                crate::place_fds(&mut cmd, &[std::os::fd::AsRawFd::as_raw_fd(&f)], 200);
+            }
+            let mut child = crate::ChildGuard::spawn(&mut cmd).expect("sleep");
+            let n = open_descriptors(Some(child.pid()));
+            child.kill();
+            n.expect("the child's /proc/PID/fd")
+        };
+        let (without, with) = (open(false), open(true));
+        assert!(without >= 3, "{without}");
+        assert_eq!(with, without + 1);
+        assert_eq!(open_descriptors(Some(u32::MAX)), None);
+        assert!(open_descriptors(None).is_some_and(|n| n >= 3));
+    }
 
     #[test]
     fn status_parser_reads_the_memory_lines() {
