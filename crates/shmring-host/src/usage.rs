@@ -237,9 +237,11 @@ mod tests {
 
     #[test]
     fn open_descriptors_counts_what_a_process_has_open() {
+        use std::os::unix::process::CommandExt;
         use std::process::{Command, Stdio};
-        // Two children alike but for one descriptor more (whatever else they
-        // inherit from the test's runner, both have it).
+        // A child with its three standard descriptors and, if `extra`, number 200;
+        // every other one closed before exec (tests running beside this one may
+        // have descriptors open that a child would inherit).
         let f = std::fs::File::open("/proc/self/status").unwrap();
         let open = |extra: bool| {
             let mut cmd = Command::new("sleep");
@@ -250,14 +252,32 @@ mod tests {
             if extra {
                 crate::place_fds(&mut cmd, &[std::os::fd::AsRawFd::as_raw_fd(&f)], 200);
             }
+            // SAFETY: runs in the forked child before exec (after place_fds's
+            // step) and only closes descriptors.
+            unsafe {
+                cmd.pre_exec(move || {
+                    for fd in (3..4096).filter(|&fd| !(extra && fd == 200)) {
+                        libc::close(fd);
+                    }
+                    Ok(())
+                });
+            }
             let mut child = crate::ChildGuard::spawn(&mut cmd).expect("sleep");
+            // Closing Rust's own exec-error pipe above lets spawn return before
+            // exec: count once the child runs `sleep`.
+            let comm = format!("/proc/{}/comm", child.pid());
+            for _ in 0..500 {
+                if std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep") {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
             let n = open_descriptors(Some(child.pid()));
             child.kill();
-            n.expect("the child's /proc/PID/fd")
+            n
         };
-        let (without, with) = (open(false), open(true));
-        assert!(without >= 3, "{without}");
-        assert_eq!(with, without + 1);
+        assert_eq!(open(false), Some(3));
+        assert_eq!(open(true), Some(4));
         assert_eq!(open_descriptors(Some(u32::MAX)), None);
         assert!(open_descriptors(None).is_some_and(|n| n >= 3));
     }
