@@ -42,6 +42,31 @@ pub enum WorkloadArg {
     Meeting,
 }
 
+/// What `--scale` grows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScaleArg {
+    /// One ring and one consumer; for each of --counts (default 1,2,4,8,16,32,64)
+    /// that many sending threads, in two producer processes (threads round robin;
+    /// with --processes, each thread a producer process of its own), each sending
+    /// records of one --size (default 4096 and 1382400, a 1280x720 I420 frame, as
+    /// two series) at --rate in all (rated) or as fast as they go (unthrottled),
+    /// following --mode. The consumer reads and checks every byte. Transports:
+    /// shmring, floor (every thread writes and reads its own records in one
+    /// process: the baseline) and, when built in, iceoryx2 (a publisher per thread).
+    Producers,
+    /// For each of --counts (default 1,4,16,64) that many rings side by side, each
+    /// with its own producer process and consumer process at a meeting
+    /// participant's rate (a 1280x720@30 I420 stream and a 10 ms 48 kHz stereo
+    /// stream, two threads; --mode does not apply): total CPU and CPU per ring,
+    /// resident memory and open descriptors per ring process, and latency over all
+    /// rings. Each ring is --ring-mib of shared memory (64 rings of 16 MiB: 1 GiB,
+    /// resident once written; --ring-mib 4 holds two frames). On a small host 64 rings
+    /// (128 processes, 2.7 GB/s) are more than it sustains: the row then reports
+    /// "could not sustain" with what it moved. Transports: shmring and, when
+    /// built in, iceoryx2 (a service per ring).
+    Rings,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ModeArg {
     /// At a fixed byte rate (--rate) for a fixed time.
@@ -84,9 +109,26 @@ pub struct BenchArgs {
     /// Participants of the meeting workload.
     #[arg(long, default_value_t = 9, value_name = "N")]
     pub participants: u32,
-    /// Move exactly this many frames per run instead of running for --seconds.
+    /// Move exactly this many frames per run instead of running for --seconds (the
+    /// meeting and --scale: per sending thread, per stream).
     #[arg(long)]
     pub frames: Option<u64>,
+    /// Measure how the cost grows with producer threads on one ring, or with rings
+    /// side by side, instead of the --workload (see the values); --plot draws CPU
+    /// per GiB and p99 latency against the count. --transports may name any
+    /// transport the meeting runs on; --repeat gives medians and ranges.
+    #[arg(long, value_enum, value_name = "WHAT")]
+    pub scale: Option<ScaleArg>,
+    /// --scale: the counts to run, comma separated, each from 1 to 64.
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub counts: Option<Vec<String>>,
+    /// --scale producers: the record sizes in bytes, comma separated (a series each).
+    #[arg(long, value_delimiter = ',', value_name = "BYTES")]
+    pub size: Option<Vec<String>>,
+    /// --scale producers: each sending thread in a producer process of its own
+    /// (instead of all of them in two).
+    #[arg(long)]
+    pub processes: bool,
     /// Write the results as JSON (an array, one object per transport, workload and
     /// mode; with --repeat, the medians and ranges of its runs).
     #[arg(long, value_name = "FILE")]
@@ -157,6 +199,13 @@ pub struct WorkerArgs {
     /// describe the wake-up row's schedule only).
     #[arg(long)]
     pub meeting: Option<u32>,
+    /// --scale producers: this many sending threads in all, each a stream of --size
+    /// records at --rate / N (0: unthrottled), spread over --producers processes.
+    #[arg(long)]
+    pub threads: Option<u32>,
+    /// The consumer reports its whole latency histogram (to merge several).
+    #[arg(long)]
+    pub histogram: bool,
     /// Producer processes of the meeting, and which one this is.
     #[arg(long, default_value_t = 1)]
     pub producers: u32,

@@ -8,7 +8,7 @@ use iceoryx2::prelude::*;
 
 use crate::args::{Role, WorkerArgs};
 use crate::kit::{produce, ready, Checker, Res};
-use crate::meeting;
+use crate::meeting::{self, Streams};
 use crate::report::WorkerReport;
 /// User header: [sequence, send timestamp, flags].
 type Header = [u64; 3];
@@ -213,9 +213,9 @@ pub fn consumer(a: &WorkerArgs) -> Res<WorkerReport> {
 // ---- the meeting: one publisher per sending thread, one subscriber ----
 
 /// The meeting's service: every stream's thread publishes on it; the queue holds
-/// what the ring holds of video frames.
-fn meeting_ports(a: &WorkerArgs, streams: usize) -> Res<Ports> {
-    open(a, streams, depth(a, meeting::VIDEO_BYTES))
+/// what the ring holds of its largest records.
+fn meeting_ports(a: &WorkerArgs, plan: &Streams) -> Res<Ports> {
+    open(a, plan.count(), depth(a, plan.largest()))
 }
 
 /// The third header word: flags, and the stream in the upper half.
@@ -223,24 +223,24 @@ fn tag(stream: usize, flags: u64) -> u64 {
     ((stream as u64) << 32) | flags
 }
 
-/// One side of the meeting.
+/// One side of the meeting (or of `--scale producers`: the same, threads of one size).
 pub fn meeting(a: &WorkerArgs, role: Role) -> Res<WorkerReport> {
-    let n = meeting::participants(a)?;
+    let plan = Streams::of(a)?;
     match role {
-        Role::Producer => meeting_producer(a, meeting::streams_of(a.part, n), 2 * n as usize),
-        Role::Consumer => meeting_consumer(a, n),
+        Role::Producer => meeting_producer(a, &plan),
+        Role::Consumer => meeting_consumer(a, &plan),
         Role::Floor => Err("iceoryx2 has no floor".into()),
     }
 }
 
-fn meeting_producer(a: &WorkerArgs, mine: Vec<usize>, streams: usize) -> Res<WorkerReport> {
-    use crate::meeting::stream_size;
+fn meeting_producer(a: &WorkerArgs, plan: &Streams) -> Res<WorkerReport> {
     meeting::produce_streams(
         a,
-        mine,
-        |stream| Sender::new(meeting_ports(a, streams)?, stream_size(stream)),
+        plan,
+        plan.of_part(a.part),
+        |stream| Sender::new(meeting_ports(a, plan)?, plan.size(stream)),
         |tx, pacer, stream, seq| {
-            tx.send(stream_size(stream), [seq, 0, tag(stream, 0)], &mut |b| {
+            tx.send(plan.size(stream), [seq, 0, tag(stream, 0)], &mut |b| {
                 pacer.make(b, seq)
             })
         },
@@ -248,9 +248,9 @@ fn meeting_producer(a: &WorkerArgs, mine: Vec<usize>, streams: usize) -> Res<Wor
     )
 }
 
-fn meeting_consumer(a: &WorkerArgs, n: u32) -> Res<WorkerReport> {
-    let ports = meeting_ports(a, 2 * n as usize)?;
-    let mut ck = Checker::streams(meeting::sizes(n));
+fn meeting_consumer(a: &WorkerArgs, plan: &Streams) -> Res<WorkerReport> {
+    let ports = meeting_ports(a, plan)?;
+    let mut ck = Checker::streams(plan.sizes());
     receive(a, ports, &mut ck, |ck, [seq, ts, word], payload, now| {
         let stream = (word >> 32) as usize;
         if word & END != 0 {

@@ -45,6 +45,23 @@ pub fn cpu_s() -> f64 {
 
 static COUNTING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
+static HISTOGRAM: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether reports carry their whole latency histogram (`--histogram`: the bench
+/// merges those of several consumers).
+pub fn keep_histogram(on: bool) {
+    HISTOGRAM.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// A latency histogram, ns, as the reports carry it.
+pub fn histogram_of(pairs: &[[u64; 2]]) -> Histogram<u64> {
+    let mut h = histogram();
+    for &[v, n] in pairs {
+        let _ = h.record_n(v, n);
+    }
+    h
+}
+
 /// Allocations so far, if they are counted (checked once, before any measurement).
 pub fn allocs_now() -> Option<u64> {
     COUNTING.get_or_init(counting_installed).then(alloc_count)
@@ -165,7 +182,7 @@ pub struct Checker {
     cpu0: f64,
 }
 
-fn histogram() -> Histogram<u64> {
+pub fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("histogram bounds")
 }
 
@@ -306,6 +323,14 @@ impl Checker {
         if let Some([a, v]) = &self.by_kind {
             self.rep.lat_audio_ns = q(a);
             self.rep.lat_video_ns = q(v);
+        }
+        if HISTOGRAM.load(std::sync::atomic::Ordering::Relaxed) {
+            self.rep.lat_hist = Some(
+                self.hist
+                    .iter_recorded()
+                    .map(|v| [v.value_iterated_to(), v.count_at_value()])
+                    .collect(),
+            );
         }
         self.rep
     }

@@ -46,11 +46,6 @@ fn interval_ns(stream: usize) -> f64 {
     }
 }
 
-/// The record size of every stream of a meeting of `n` participants.
-pub fn sizes(n: u32) -> Vec<usize> {
-    (0..2 * n as usize).map(stream_size).collect()
-}
-
 /// Bytes and records per second of a meeting of `n`.
 pub fn rate(n: u32) -> (f64, f64) {
     let n = n as f64;
@@ -71,12 +66,92 @@ pub fn describe(n: u32) -> String {
     )
 }
 
-/// The streams producer process `part` sends: its participants round robin.
-pub fn streams_of(part: u32, n: u32) -> Vec<usize> {
-    (0..n)
-        .filter(|p| p % PRODUCERS == part)
-        .flat_map(|p| [2 * p as usize, 2 * p as usize + 1])
-        .collect()
+/// The most sending threads of `--scale producers` (stream numbers must fit in 8
+/// bits on the ring).
+pub const MAX_THREADS: u32 = 64;
+
+/// What the sending threads of a run send, a thread per stream: each stream's
+/// record size and schedule, and which producer process sends it.
+#[derive(Debug, Clone)]
+pub struct Streams {
+    sizes: Vec<usize>,
+    /// ns between records (0: as fast as it goes).
+    interval_ns: Vec<f64>,
+    /// Streams that go together to one process (a participant's two).
+    group: usize,
+    /// Producer processes.
+    parts: u32,
+}
+
+impl Streams {
+    /// A meeting of `n` participants sent by `parts` processes, participants round robin.
+    pub fn meeting(n: u32, parts: u32) -> Streams {
+        let all = 0..2 * n as usize;
+        Streams {
+            sizes: all.clone().map(stream_size).collect(),
+            interval_ns: all.map(interval_ns).collect(),
+            group: 2,
+            parts: parts.max(1),
+        }
+    }
+
+    /// `n` streams of `size`-byte records, `bps` bytes per second in all (0: as fast
+    /// as they go), sent by `parts` processes, streams round robin.
+    pub fn uniform(n: u32, size: usize, bps: f64, parts: u32) -> Streams {
+        let iv = if bps > 0.0 {
+            size as f64 * 1e9 * n as f64 / bps
+        } else {
+            0.0
+        };
+        Streams {
+            sizes: vec![size; n as usize],
+            interval_ns: vec![iv; n as usize],
+            group: 1,
+            parts: parts.max(1),
+        }
+    }
+
+    /// The streams a worker takes part in: `--meeting N` or `--threads N`.
+    pub fn of(a: &WorkerArgs) -> Res<Streams> {
+        match (a.meeting, a.threads) {
+            (Some(n), _) if !(1..=MAX_PARTICIPANTS).contains(&n) => Err(format!(
+                "--meeting {n}: 1 to {MAX_PARTICIPANTS} participants"
+            )),
+            (Some(n), _) => Ok(Streams::meeting(n, a.producers)),
+            (None, Some(n)) if !(1..=MAX_THREADS).contains(&n) => {
+                Err(format!("--threads {n}: 1 to {MAX_THREADS} threads"))
+            }
+            (None, Some(_)) if a.size == 0 => Err("--size 0: records have bytes".into()),
+            (None, Some(n)) => Ok(Streams::uniform(n, a.size, a.rate, a.producers)),
+            (None, None) => Err("--meeting or --threads is required".into()),
+        }
+    }
+
+    /// Every stream's record size.
+    pub fn sizes(&self) -> Vec<usize> {
+        self.sizes.clone()
+    }
+
+    pub fn size(&self, stream: usize) -> usize {
+        self.sizes[stream]
+    }
+
+    /// How many streams (sending threads).
+    pub fn count(&self) -> usize {
+        self.sizes.len()
+    }
+
+    /// The largest record.
+    pub fn largest(&self) -> usize {
+        self.sizes.iter().copied().max().unwrap_or(0)
+    }
+
+    /// The streams producer process `part` sends.
+    pub fn of_part(&self, part: u32) -> Vec<usize> {
+        (0..self.count())
+            .filter(|s| (s / self.group) as u32 % self.parts == part)
+            .collect()
+    }
 }
 
 /// On a ring, the stream number and the record's sequence share the u32 `stream`
@@ -88,50 +163,43 @@ fn ring_tag(stream: usize, seq: u64) -> u32 {
     ((stream as u32) << SEQ_BITS) | (seq & SEQ_MASK) as u32
 }
 
-/// The participants of the meeting a worker takes part in (`--meeting N`).
-pub fn participants(a: &WorkerArgs) -> Res<u32> {
-    let n = a.meeting.unwrap_or(0);
-    if !(1..=MAX_PARTICIPANTS).contains(&n) {
-        return Err(format!(
-            "--meeting {n}: 1 to {MAX_PARTICIPANTS} participants"
-        ));
-    }
-    Ok(n)
-}
-
 /// One side of the meeting on any transport but iceoryx2 (`ice::meeting`).
 pub fn worker(a: &WorkerArgs, role: Role) -> Res<WorkerReport> {
     use Transport as T;
-    let n = participants(a)?;
-    let mine = || streams_of(a.part, n);
+    let all = Streams::of(a)?;
+    let s = &all;
+    let mine = || all.of_part(a.part);
     match (a.transport, role) {
-        (T::Floor, _) => floor(a, n),
-        (T::Floor2Core, _) => crate::twocore::meeting(a, n),
-        (T::Shmring | T::ShmringCopy | T::ShmringBudget, Role::Producer) => shm_producer(a, mine()),
-        (T::Shmring | T::ShmringCopy | T::ShmringBudget, Role::Consumer) => shm_consumer(a, n),
+        (T::Floor, _) => floor(a, s),
+        (T::Floor2Core, _) => crate::twocore::meeting(a, s),
+        (T::Shmring | T::ShmringCopy | T::ShmringBudget, Role::Producer) => {
+            shm_producer(a, s, mine())
+        }
+        (T::Shmring | T::ShmringCopy | T::ShmringBudget, Role::Consumer) => shm_consumer(a, s),
         (T::Uds | T::Pipe, Role::Producer) => {
             let fd = fd_args(a)?.remove(0);
-            stream_producer(a, mine(), std::fs::File::from(fd))
+            stream_producer(a, s, mine(), std::fs::File::from(fd))
         }
         (T::Uds | T::Pipe, Role::Consumer) => {
             let conns: Vec<std::fs::File> = fd_args(a)?.into_iter().map(Into::into).collect();
             ready();
-            stream_consumer(n, conns, read_frames)
+            stream_consumer(s, conns, read_frames)
         }
-        (T::Tcp, Role::Producer) => stream_producer(a, mine(), tcp_connect(a)?),
-        (T::Tcp, Role::Consumer) => stream_consumer(n, accept_all(a)?, read_frames),
-        (T::WebSocket, Role::Producer) => ws_producer(a, mine()),
-        (T::WebSocket, Role::Consumer) => stream_consumer(n, accept_all(a)?, read_ws),
+        (T::Tcp, Role::Producer) => stream_producer(a, s, mine(), tcp_connect(a)?),
+        (T::Tcp, Role::Consumer) => stream_consumer(s, accept_all(a)?, read_frames),
+        (T::WebSocket, Role::Producer) => ws_producer(a, s, mine()),
+        (T::WebSocket, Role::Consumer) => stream_consumer(s, accept_all(a)?, read_ws),
         (t, _) => Err(format!("the meeting has no {t} transport")),
     }
 }
 
-/// Runs one thread per stream of `streams`, each on its own schedule; every thread
+/// Runs one thread per stream of `streams` (of `plan`), each on its own schedule; every thread
 /// makes its sender with `open`, then sends with `send(sender, pacer, stream, seq)`
 /// and ends its stream with `end(sender, stream)`. CPU and allocations are those of
 /// the whole process while the threads send.
 pub fn produce_streams<S>(
     a: &WorkerArgs,
+    plan: &Streams,
     streams: Vec<usize>,
     open: impl Fn(usize) -> Res<S> + Sync,
     send: impl Fn(&mut S, &Pacer, usize, u64) -> Res<()> + Sync,
@@ -151,7 +219,7 @@ pub fn produce_streams<S>(
                     go.wait();
                     let mut sender = sender?;
                     let t0 = start.load(std::sync::atomic::Ordering::Acquire);
-                    let iv = interval_ns(stream);
+                    let iv = plan.interval_ns[stream];
                     // Streams start spread over their first interval, as independent
                     // cameras and microphones do.
                     let phase = (iv * (stream as f64 * 0.618_034).fract()) as u64;
@@ -193,22 +261,23 @@ pub fn produce_streams<S>(
     for (&stream, r) in streams.iter().zip(results) {
         let frames = r?;
         rep.frames += frames;
-        rep.bytes += frames * stream_size(stream) as u64;
+        rep.bytes += frames * plan.size(stream) as u64;
     }
     Ok(rep)
 }
 
 // ---- floor: every thread writes its records and reads them back, no transport ----
 
-fn floor(a: &WorkerArgs, n: u32) -> Res<WorkerReport> {
-    let all: Vec<usize> = (0..2 * n as usize).collect();
-    let seen = Mutex::new(Checker::streams(sizes(n)));
+fn floor(a: &WorkerArgs, plan: &Streams) -> Res<WorkerReport> {
+    let all: Vec<usize> = (0..plan.count()).collect();
+    let seen = Mutex::new(Checker::streams(plan.sizes()));
     let rep = produce_streams(
         a,
+        plan,
         all,
         |stream| {
-            let size = stream_size(stream);
-            let mut ck = Checker::streams(sizes(n));
+            let size = plan.size(stream);
+            let mut ck = Checker::streams(plan.sizes());
             ck.begin();
             Ok((vec![0u8; size], ck))
         },
@@ -239,23 +308,24 @@ fn floor(a: &WorkerArgs, n: u32) -> Res<WorkerReport> {
 
 // ---- shmring: every thread its own producer handle on the one ring ----
 
-fn shm_producer(a: &WorkerArgs, streams: Vec<usize>) -> Res<WorkerReport> {
+fn shm_producer(a: &WorkerArgs, plan: &Streams, streams: Vec<usize>) -> Res<WorkerReport> {
     let seg = kit::ring(a)?;
     let copy = a.transport == Transport::ShmringCopy;
     let meta = |stream: usize, seq: u64, flags: u32| Meta {
         stream: ring_tag(stream, seq),
-        kind: media_kind(stream_size(stream)),
+        kind: media_kind(plan.size(stream)),
         timestamp_ns: shmring::now_ns(),
         flags,
     };
     produce_streams(
         a,
+        plan,
         streams,
         |stream| -> Res<(Producer, Vec<u8>)> {
             let mut p = seg.producer().map_err(|e| e.to_string())?;
             p.set_policy(FullPolicy::Block(STALL));
             let own = if copy {
-                vec![0u8; stream_size(stream)]
+                vec![0u8; plan.size(stream)]
             } else {
                 Vec::new()
             };
@@ -266,7 +336,7 @@ fn shm_producer(a: &WorkerArgs, streams: Vec<usize>) -> Res<WorkerReport> {
                 pacer.make(own, seq);
                 return p.send(own, meta(stream, seq, 0)).map_err(|e| e.to_string());
             }
-            let mut r = p.reserve(stream_size(stream)).map_err(|e| e.to_string())?;
+            let mut r = p.reserve(plan.size(stream)).map_err(|e| e.to_string())?;
             pacer.make(r.payload(), seq);
             r.commit(meta(stream, seq, 0)).map_err(|e| e.to_string())
         },
@@ -277,11 +347,11 @@ fn shm_producer(a: &WorkerArgs, streams: Vec<usize>) -> Res<WorkerReport> {
     )
 }
 
-fn shm_consumer(a: &WorkerArgs, n: u32) -> Res<WorkerReport> {
+fn shm_consumer(a: &WorkerArgs, plan: &Streams) -> Res<WorkerReport> {
     let seg = kit::ring(a)?;
     let c =
         Consumer::with_options(seg, a.transport.consumer_options()).map_err(|e| e.to_string())?;
-    let mut ck = Checker::streams(sizes(n));
+    let mut ck = Checker::streams(plan.sizes());
     ready();
     ck.begin();
     while !ck.all_ended() {
@@ -310,6 +380,7 @@ fn stalled(frames: u64) -> String {
 
 fn stream_producer<W: Write + Send>(
     a: &WorkerArgs,
+    plan: &Streams,
     streams: Vec<usize>,
     conn: W,
 ) -> Res<WorkerReport> {
@@ -320,8 +391,9 @@ fn stream_producer<W: Write + Send>(
     };
     let rep = produce_streams(
         a,
+        plan,
         streams,
-        |stream| Ok(vec![0u8; HDR + stream_size(stream)]),
+        |stream| Ok(vec![0u8; HDR + plan.size(stream)]),
         |buf, pacer, stream, seq| {
             pacer.make(&mut buf[HDR..], seq);
             let len = buf.len() - HDR;
@@ -342,7 +414,7 @@ fn stream_producer<W: Write + Send>(
     Ok(rep)
 }
 
-fn ws_producer(a: &WorkerArgs, streams: Vec<usize>) -> Res<WorkerReport> {
+fn ws_producer(a: &WorkerArgs, plan: &Streams, streams: Vec<usize>) -> Res<WorkerReport> {
     let ws = Mutex::new(ws_connect(a)?);
     let lock = || {
         ws.lock()
@@ -350,11 +422,12 @@ fn ws_producer(a: &WorkerArgs, streams: Vec<usize>) -> Res<WorkerReport> {
     };
     let rep = produce_streams(
         a,
+        plan,
         streams,
-        |stream| Ok(WsFrames::new(stream_size(stream))),
+        |stream| Ok(WsFrames::new(plan.size(stream))),
         |frames, pacer, stream, seq| {
             // Made outside the lock: only the sending is serialised.
-            frames.prepare((0, seq, stream as u32), stream_size(stream), |b| {
+            frames.prepare((0, seq, stream as u32), plan.size(stream), |b| {
                 pacer.make(b, seq)
             });
             frames.write(&mut *lock()?)
@@ -378,19 +451,19 @@ fn accept_all(a: &WorkerArgs) -> Res<Vec<TcpStream>> {
 }
 
 /// Reads one connection to its END_ALL, checking every record.
-type ReadConn<C> = fn(C, &mut Checker) -> Res<()>;
+type ReadConn<C> = fn(C, &Streams, &mut Checker) -> Res<()>;
 
 /// One reading thread per connection, their checks added up.
-fn stream_consumer<C: Send>(n: u32, conns: Vec<C>, read: ReadConn<C>) -> Res<WorkerReport> {
-    let mut ck = Checker::streams(sizes(n));
+fn stream_consumer<C: Send>(plan: &Streams, conns: Vec<C>, read: ReadConn<C>) -> Res<WorkerReport> {
+    let mut ck = Checker::streams(plan.sizes());
     ck.begin();
     let parts: Vec<Res<Checker>> = std::thread::scope(|sc| {
         let hs: Vec<_> = conns
             .into_iter()
             .map(|c| {
                 sc.spawn(move || {
-                    let mut mine = Checker::streams(sizes(n));
-                    read(c, &mut mine).map(|_| mine)
+                    let mut mine = Checker::streams(plan.sizes());
+                    read(c, plan, &mut mine).map(|_| mine)
                 })
             })
             .collect();
@@ -418,7 +491,7 @@ enum Next {
     Record(usize),
 }
 
-fn next(h: &Header, ck: &mut Checker) -> Res<Next> {
+fn next(h: &Header, plan: &Streams, ck: &mut Checker) -> Res<Next> {
     let stream = h.stream as usize;
     if h.flags & END_ALL != 0 {
         return Ok(Next::Done);
@@ -427,19 +500,19 @@ fn next(h: &Header, ck: &mut Checker) -> Res<Next> {
         ck.end(stream);
         return Ok(Next::Again);
     }
-    if stream >= 2 * MAX_PARTICIPANTS as usize || h.len != stream_size(stream) as u64 {
+    if stream >= plan.count() || h.len != plan.size(stream) as u64 {
         return Err(format!("a record of {} bytes on stream {stream}", h.len));
     }
     Ok(Next::Record(stream))
 }
 
-fn read_frames<R: Read>(mut s: R, ck: &mut Checker) -> Res<()> {
-    let mut buf = vec![0u8; HDR + VIDEO_BYTES.max(AUDIO_BYTES)];
+fn read_frames<R: Read>(mut s: R, plan: &Streams, ck: &mut Checker) -> Res<()> {
+    let mut buf = vec![0u8; HDR + plan.largest()];
     loop {
         s.read_exact(&mut buf[..HDR])
             .map_err(|e| format!("read: {e}"))?;
         let h = parse_header(&buf[..HDR])?;
-        let stream = match next(&h, ck)? {
+        let stream = match next(&h, plan, ck)? {
             Next::Done => return Ok(()),
             Next::Again => continue,
             Next::Record(stream) => stream,
@@ -452,7 +525,7 @@ fn read_frames<R: Read>(mut s: R, ck: &mut Checker) -> Res<()> {
     }
 }
 
-fn read_ws(s: TcpStream, ck: &mut Checker) -> Res<()> {
+fn read_ws(s: TcpStream, plan: &Streams, ck: &mut Checker) -> Res<()> {
     use tungstenite::Message;
     let mut ws = ws_accept(s)?;
     loop {
@@ -461,7 +534,7 @@ fn read_ws(s: TcpStream, ck: &mut Checker) -> Res<()> {
         };
         let now = shmring::now_ns();
         let h = parse_header(&b)?;
-        let stream = match next(&h, ck)? {
+        let stream = match next(&h, plan, ck)? {
             Next::Done => return Ok(()),
             Next::Again => continue,
             Next::Record(stream) => stream,
@@ -485,10 +558,15 @@ mod tests {
     #[test]
     fn participants_are_split_over_the_producers_and_every_stream_has_its_kind() {
         let n = 9;
-        let mut all: Vec<usize> = (0..PRODUCERS).flat_map(|p| streams_of(p, n)).collect();
+        let m = Streams::meeting(n, PRODUCERS);
+        let mut all: Vec<usize> = (0..PRODUCERS).flat_map(|p| m.of_part(p)).collect();
         all.sort();
         assert_eq!(all, (0..18).collect::<Vec<_>>());
-        assert_eq!(streams_of(0, n).len(), 10);
+        assert_eq!(m.of_part(0), [0, 1, 4, 5, 8, 9, 12, 13, 16, 17]);
+        // Threads of one size: round robin one by one, at the rate in all.
+        let u = Streams::uniform(5, 1000, 5e6, 2);
+        assert_eq!((u.of_part(0), u.of_part(1)), (vec![0, 2, 4], vec![1, 3]));
+        assert_eq!(u.interval_ns, [1e6; 5], "1,000 records/s each");
         assert_eq!(kind_of(4), kind::VIDEO);
         assert_eq!(kind_of(5), kind::AUDIO);
         assert_eq!(media_kind(AUDIO_BYTES), kind::AUDIO);

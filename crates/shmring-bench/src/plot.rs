@@ -167,14 +167,11 @@ fn legend<'a>(out: &mut String, p: &Panel, names: impl Iterator<Item = &'a str>)
     }
 }
 
+/// A named series of points (x, y).
+type Points = (String, Vec<(f64, f64)>);
+
 /// Lines over time on a linear axis.
-fn lines(
-    out: &mut String,
-    p: &Panel,
-    title: &str,
-    unit: &str,
-    series: &[(String, Vec<(f64, f64)>)],
-) {
+fn lines(out: &mut String, p: &Panel, title: &str, unit: &str, series: &[Points]) {
     p.title(out, title);
     let pts: Vec<(f64, f64)> = series.iter().flat_map(|s| s.1.iter().copied()).collect();
     if pts.is_empty() {
@@ -250,15 +247,21 @@ fn fmt_num(v: f64) -> String {
     }
 }
 
-/// The whole figure.
-pub fn svg(rows: &[Row], timelines: &[Timeline]) -> String {
-    let (w, h) = (1100.0, 860.0);
+/// An SVG of `w` x `h` on white, open for its panels.
+fn start(w: f64, h: f64) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif">"#
     );
     let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    out
+}
+
+/// The whole figure.
+pub fn svg(rows: &[Row], timelines: &[Timeline]) -> String {
+    let (w, h) = (1100.0, 860.0);
+    let mut out = start(w, h);
     // Workload shown in the bar charts: video if present, else the first one run.
     let wl = if rows.iter().any(|r| r.workload == "video") {
         "video"
@@ -382,6 +385,162 @@ pub fn svg(rows: &[Row], timelines: &[Timeline]) -> String {
         &format!("RSS over time: {label}"),
         "MiB",
         &get(&|s| s.rss_kib as f64 / 1024.0),
+    );
+    out.push_str("</svg>\n");
+    out
+}
+
+/// Lines through points (x, y) on log axes: x in powers of two (the counts), y in
+/// powers of ten; a series per name.
+fn log_lines(out: &mut String, p: &Panel, title: &str, unit: &str, series: &[Points]) {
+    p.title(out, title);
+    let pts: Vec<(f64, f64)> = series
+        .iter()
+        .flat_map(|s| s.1.iter().copied())
+        .filter(|q| q.0 > 0.0 && q.1 > 0.0)
+        .collect();
+    if pts.is_empty() {
+        p.note(out, "no data");
+        return;
+    }
+    let xhi = pts
+        .iter()
+        .map(|q| q.0)
+        .fold(1.0, f64::max)
+        .log2()
+        .ceil()
+        .max(1.0);
+    let ylo = pts
+        .iter()
+        .map(|q| q.1)
+        .fold(f64::MAX, f64::min)
+        .log10()
+        .floor();
+    let yhi = pts
+        .iter()
+        .map(|q| q.1)
+        .fold(0.0, f64::max)
+        .log10()
+        .ceil()
+        .max(ylo + 1.0);
+    // A margin at either end, so the first and last points clear the border.
+    let xpos = |x: f64| p.x + (x.log2() + 0.3) / (xhi + 0.6) * p.w;
+    let ypos = |y: f64| p.y + p.h - (y.log10() - ylo) / (yhi - ylo) * p.h;
+    p.frame(out);
+    let mut d = ylo;
+    while d <= yhi {
+        let v = 10f64.powf(d);
+        p.grid_line(out, ypos(v), v, "#ddd");
+        d += 1.0;
+    }
+    for k in 0..=xhi as u32 {
+        let xx = xpos(f64::from(1u32 << k));
+        let _ = writeln!(
+            out,
+            r##"<line x1="{xx:.1}" y1="{}" x2="{xx:.1}" y2="{}" stroke="#eee"/><text x="{xx:.1}" y="{}" font-size="10" text-anchor="middle">{}</text>"##,
+            p.y,
+            p.y + p.h,
+            p.y + p.h + 14.0,
+            1u32 << k
+        );
+    }
+    p.axis_label(out, unit);
+    for (i, (name, s)) in series.iter().enumerate() {
+        let pts: Vec<(f64, f64)> = s
+            .iter()
+            .copied()
+            .filter(|q| q.0 > 0.0 && q.1 > 0.0)
+            .collect();
+        let path: Vec<String> = pts
+            .iter()
+            .map(|&(x, y)| format!("{:.1},{:.1}", xpos(x), ypos(y)))
+            .collect();
+        let colour = COLORS[i % COLORS.len()];
+        // Past the colours, the same ones dashed.
+        let dash = if i >= COLORS.len() {
+            r#" stroke-dasharray="5,3""#
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            r#"<polyline fill="none" stroke="{colour}" stroke-width="1.5"{dash} points="{}"/>"#,
+            path.join(" ")
+        );
+        for &(x, y) in &pts {
+            let _ = writeln!(
+                out,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{colour}"><title>{} at {x}: {}</title></circle>"#,
+                xpos(x),
+                ypos(y),
+                esc(name),
+                fmt_num(y)
+            );
+        }
+    }
+    legend(out, p, series.iter().map(|s| s.0.as_str()));
+}
+
+/// The figure of `--scale`: CPU per GiB and p99 latency against the count (producer
+/// threads on one ring, or rings side by side), a line per transport, record size
+/// and mode.
+pub fn scale_svg(rows: &[Row]) -> String {
+    let (w, h) = (1100.0, 440.0);
+    let mut out = start(w, h);
+    let rings = rows.iter().any(|r| r.workload == "rings");
+    let mut names: Vec<(String, u64, String)> = Vec::new();
+    for r in rows {
+        let k = (r.transport.clone(), r.frame_bytes, r.mode.clone());
+        if !names.contains(&k) {
+            names.push(k);
+        }
+    }
+    let series = |f: &dyn Fn(&Row) -> Option<f64>| -> Vec<(String, Vec<(f64, f64)>)> {
+        names
+            .iter()
+            .map(|(t, size, m)| {
+                let label = if rings {
+                    t.clone()
+                } else {
+                    format!("{t} {size} B {m}")
+                };
+                let pts = rows
+                    .iter()
+                    .filter(|r| &r.transport == t && r.frame_bytes == *size && &r.mode == m)
+                    .filter_map(|r| Some((f64::from(r.count?), f(r)?)))
+                    .collect();
+                (label, pts)
+            })
+            .collect()
+    };
+    let what = if rings {
+        "rings side by side"
+    } else {
+        "producer threads on one ring"
+    };
+    log_lines(
+        &mut out,
+        &Panel {
+            x: 70.0,
+            y: 40.0,
+            w: 460.0,
+            h: 340.0,
+        },
+        &format!("CPU seconds per GiB against {what} (log)"),
+        "CPU s / GiB",
+        &series(&|r| (r.cpu_s_per_gib > 0.0).then_some(r.cpu_s_per_gib)),
+    );
+    log_lines(
+        &mut out,
+        &Panel {
+            x: 620.0,
+            y: 40.0,
+            w: 460.0,
+            h: 340.0,
+        },
+        &format!("p99 latency against {what} (log)"),
+        "microseconds",
+        &series(&|r| r.lat_p99_us),
     );
     out.push_str("</svg>\n");
     out

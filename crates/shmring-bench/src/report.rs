@@ -36,6 +36,9 @@ pub struct WorkerReport {
     /// Consumer: frames whose checksum or sequence number was wrong.
     pub bad_checksums: u64,
     pub bad_sequence: u64,
+    /// Consumer with `--histogram`: its latency histogram, [ns, count] pairs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lat_hist: Option<Vec<[u64; 2]>>,
 }
 
 /// One transport's figures for one workload and mode (the `--json` objects). With
@@ -68,6 +71,8 @@ pub struct Row {
     pub lat_video_p99_us: Option<f64>,
     pub allocs_per_frame_producer: Option<f64>,
     pub allocs_per_frame_consumer: Option<f64>,
+    /// Peak resident memory of the producer (the largest of several) and of the
+    /// consumer; `--scale rings`: the mean over the rings' processes.
     pub rss_producer_kib: Option<u64>,
     pub rss_consumer_kib: Option<u64>,
     /// CPU per GiB relative to shmring / floor in the same run.
@@ -94,6 +99,16 @@ pub struct Row {
     pub ring_producer_waits: Option<u64>,
     pub ring_consumer_waits: Option<u64>,
     pub ring_peak_occupancy: Option<u64>,
+    /// `--scale`: the producer threads on the ring, or the rings side by side.
+    pub count: Option<u32>,
+    /// `--scale`: producer processes (in all, over every ring).
+    pub processes: Option<u32>,
+    /// `--scale rings`: CPU % of one core per ring (producer and consumer).
+    pub cpu_pct_per_ring: Option<f64>,
+    /// `--scale`: the open descriptors of a producer / consumer process at its
+    /// peak (/proc/PID/fd), the mean over the processes.
+    pub fds_producer: Option<f64>,
+    pub fds_consumer: Option<f64>,
     /// Why this transport failed (then the figures are partial or zero).
     pub error: Option<String>,
 }
@@ -141,4 +156,16 @@ pub const JSON_FIELDS: &[&str] = &[
     "cpu_s_per_gib_above_floor_2core",
     "runs",
     "cpu_s_per_gib_range",
+];
+
+/// The fields every `--scale` object has besides [`JSON_FIELDS`].
+pub const SCALE_JSON_FIELDS: &[&str] = &[
+    "count",
+    "processes",
+    "frame_bytes",
+    "mode",
+    "lat_p99_us_range",
+    "fds_producer",
+    "fds_consumer",
+    "cpu_pct_per_ring",
 ];

@@ -366,9 +366,9 @@ pub fn run(a: &WorkerArgs) -> Res<WorkerReport> {
 }
 
 /// The meeting: every stream's thread writes on one core, one reader on the other.
-pub fn meeting(a: &WorkerArgs, n: u32) -> Res<WorkerReport> {
+pub fn meeting(a: &WorkerArgs, plan: &meeting::Streams) -> Res<WorkerReport> {
     let (wcore, rcore) = two_cores()?;
-    let sizes = meeting::sizes(n);
+    let sizes = plan.sizes();
     let streams = sizes.len();
     let h = Handoff::new(&sizes, &vec![MEETING_POOL; streams], a.huge_pages)?;
     // Every stream ends, also after a failure, so the reader returns.
@@ -391,6 +391,7 @@ pub fn meeting(a: &WorkerArgs, n: u32) -> Res<WorkerReport> {
         });
         let sent = meeting::produce_streams(
             a,
+            plan,
             (0..streams).collect(),
             |stream| {
                 if let Err(e) = pin(wcore) {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use shmring_bench::report::JSON_FIELDS;
+use shmring_bench::report::{JSON_FIELDS, SCALE_JSON_FIELDS};
 use shmring_bench::serde_json::{self, Value};
 use shmring_bench::transport::{Set, Transport};
 use shmring_host::ChildGuard;
@@ -499,4 +499,241 @@ fn long_work_says_each_run_as_it_starts_on_stderr_when_it_is_not_a_terminal() {
         "{}",
         o.stderr
     );
+}
+
+/// The shared-memory segments in /dev/shm whose name has `tag` (the bench's rings
+/// are memfds; a named segment left behind would show here).
+fn shm_left(tag: &str) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(tag))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn scale_producers_runs_every_count_and_size_with_every_record_checked() {
+    let dir = Scratch::new("scale-producers");
+    let (json, svg) = (dir.path("out.json"), dir.path("out.svg"));
+    let o = bench_with(
+        &dir,
+        "--scale producers --counts 1,2 --size 4096,100000 --mode both --frames 6 \
+         --transports shmring,floor",
+        &[("--json", &json), ("--plot", &svg)],
+    );
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+    let rows = rows(&json);
+    assert_eq!(
+        rows.len(),
+        2 * 2 * 2 * 2,
+        "transports x counts x sizes x modes"
+    );
+    for t in ["shmring", "floor"] {
+        for count in [1u64, 2] {
+            for size in [4096u64, 100_000] {
+                for mode in ["rated", "unthrottled"] {
+                    let r = rows
+                        .iter()
+                        .find(|r| {
+                            r["transport"] == t
+                                && r["count"] == count
+                                && r["frame_bytes"] == size
+                                && r["mode"] == mode
+                        })
+                        .unwrap_or_else(|| panic!("no {t} {count} {size} {mode} row"));
+                    assert_eq!(r["workload"], "producers", "{r}");
+                    for f in JSON_FIELDS.iter().chain(SCALE_JSON_FIELDS) {
+                        assert!(r.get(*f).is_some(), "field {f} missing in {r}");
+                    }
+                    assert_eq!(r["error"], Value::Null, "{r}");
+                    // Every thread sent 6 records; every one arrived with its checksum good.
+                    assert_eq!(r["frames"], 6 * count, "{r}");
+                    assert_eq!(r["bytes"], 6 * count * size, "{r}");
+                    assert!(r["cpu_s_per_gib"].as_f64().unwrap() > 0.0, "{r}");
+                    // Threads in two processes at most; the floor is one.
+                    let procs = if t == "floor" { 1 } else { count };
+                    assert_eq!(r["processes"], procs, "{r}");
+                    assert_eq!(r["lat_p99_us"].is_number(), t == "shmring", "{r}");
+                    if t == "shmring" {
+                        assert_eq!(r["allocs_per_frame_producer"], 0.0, "{r}");
+                        assert!(r["fds_producer"].as_f64().unwrap() >= 3.0, "{r}");
+                        assert!(r["fds_consumer"].as_f64().unwrap() >= 3.0, "{r}");
+                    }
+                    assert!(r["cpu_vs_floor"].is_number(), "{r}");
+                }
+            }
+        }
+    }
+    let table = o
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("transport"))
+        .count();
+    assert_eq!(table, 4, "a table per size and mode:\n{}", o.stdout);
+    let plot = std::fs::read_to_string(&svg).expect("the plot");
+    assert!(
+        plot.starts_with("<svg")
+            && plot.contains("CPU seconds per GiB against producer threads on one ring")
+            && plot.contains("p99 latency against producer threads")
+            && plot.contains("shmring 4096 B rated at 2"),
+        "{plot}"
+    );
+    assert!(shm_left("shmring-bench").is_empty());
+}
+
+#[test]
+fn scale_producers_with_processes_gives_each_thread_its_own() {
+    let dir = Scratch::new("scale-processes");
+    let json = dir.path("out.json");
+    let o = bench_with(
+        &dir,
+        "--scale producers --processes --counts 3 --size 4096 --mode unthrottled --frames 5 \
+         --transports shmring",
+        &[("--json", &json)],
+    );
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+    let rows = rows(&json);
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!(
+        (r["count"].as_u64(), r["processes"].as_u64()),
+        (Some(3), Some(3)),
+        "{r}"
+    );
+    assert_eq!(
+        (r["frames"].as_u64(), r["bytes"].as_u64()),
+        (Some(15), Some(15 * 4096))
+    );
+}
+
+#[test]
+fn a_corrupted_record_of_one_producer_thread_is_detected() {
+    let dir = Scratch::new("scale-corrupt");
+    let o = bench_with(
+        &dir,
+        "--scale producers --counts 2 --size 4096 --mode unthrottled --frames 6 \
+         --transports shmring --corrupt-every 3",
+        &[],
+    );
+    // 2 threads of 6 records, every third damaged.
+    assert_caught("shmring", &o, "4 of 12 frames failed their checksum");
+}
+
+#[test]
+fn scale_rings_runs_rings_side_by_side_with_memory_and_descriptors_per_ring() {
+    let dir = Scratch::new("scale-rings");
+    let (json, svg) = (dir.path("out.json"), dir.path("out.svg"));
+    let o = bench_with(
+        &dir,
+        "--scale rings --counts 1,2 --frames 5 --transports shmring",
+        &[("--json", &json), ("--plot", &svg)],
+    );
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+    let rows = rows(&json);
+    assert_eq!(rows.len(), 2);
+    // A ring: one participant, a video and an audio stream of 5 records each.
+    let ring_bytes = 5 * (1280 * 720 * 3 / 2 + 480 * 2 * 2);
+    for rings in [1u64, 2] {
+        let r = rows
+            .iter()
+            .find(|r| r["count"] == rings)
+            .unwrap_or_else(|| panic!("no row of {rings} rings"));
+        for f in JSON_FIELDS.iter().chain(SCALE_JSON_FIELDS) {
+            assert!(r.get(*f).is_some(), "field {f} missing in {r}");
+        }
+        assert_eq!(r["error"], Value::Null, "{r}");
+        assert_eq!(
+            (r["workload"].as_str(), r["mode"].as_str()),
+            (Some("rings"), Some("rated"))
+        );
+        assert_eq!(r["frames"], rings * 10, "{r}");
+        assert_eq!(r["bytes"], rings * ring_bytes, "{r}");
+        assert_eq!(r["processes"], rings, "{r}");
+        for f in [
+            "lat_p50_us",
+            "lat_p99_us",
+            "cpu_pct_per_ring",
+            "fds_producer",
+            "fds_consumer",
+        ] {
+            assert!(r[f].as_f64().is_some_and(|v| v > 0.0), "{f}: {r}");
+        }
+        assert!(r["rss_producer_kib"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["rss_consumer_kib"].as_u64().unwrap() > 0, "{r}");
+        let per = r["cpu_pct_per_ring"].as_f64().unwrap();
+        let all = r["cpu_pct_at_rate"].as_f64().unwrap();
+        assert!((per * rings as f64 - all).abs() < 1e-6, "{r}");
+    }
+    let header = o
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("transport"))
+        .unwrap();
+    for c in [
+        "rings",
+        "CPU%/ring",
+        "RSS P MiB",
+        "fds P",
+        "fds C",
+        "p99 us",
+    ] {
+        assert!(header.contains(c), "{c} missing: {header}");
+    }
+    let plot = std::fs::read_to_string(&svg).expect("the plot");
+    assert!(plot.contains("against rings side by side"), "{plot}");
+    assert!(shm_left("shmring-bench").is_empty());
+}
+
+#[test]
+fn bad_scale_arguments_are_refused_before_anything_runs() {
+    let dir = Scratch::new("scale-args");
+    let json = dir.path("out.json");
+    let j = json.to_str().unwrap();
+    for (args, says) in [
+        (
+            &["--scale", "producers", "--counts", "0"][..],
+            "--counts must list counts from 1 to 64",
+        ),
+        (
+            &["--scale", "producers", "--counts", ""][..],
+            "--counts must list counts from 1 to 64",
+        ),
+        (
+            &["--scale", "producers", "--counts", "1,65"][..],
+            "not \"1,65\"",
+        ),
+        (
+            &["--scale", "rings", "--counts", "2,x"][..],
+            "--counts must list counts from 1 to 64",
+        ),
+        (&["--scale", "rings", "--counts", "100"][..], "not \"100\""),
+        (
+            &["--scale", "producers", "--size", "0"][..],
+            "--size must list record sizes",
+        ),
+        (
+            &["--scale", "rings", "--processes"][..],
+            "apply to --scale producers",
+        ),
+        (&["--counts", "4"][..], "apply to --scale only"),
+        (
+            &["--scale", "producers", "--transports", "wakeup"][..],
+            "--scale has no wakeup row",
+        ),
+        (
+            &["--scale", "producers", "--size", "20000000"][..],
+            "cannot hold two --size records of 20000000 bytes",
+        ),
+    ] {
+        let mut v = args.to_vec();
+        v.extend(["--frames", "2", "--json", j]);
+        let o = bench(&dir, &v);
+        assert_eq!(o.code, Some(2), "{args:?}: {}\n{}", o.stdout, o.stderr);
+        assert!(o.stderr.contains(says), "{args:?}: {}", o.stderr);
+        assert_eq!(o.stderr.trim().lines().count(), 1, "{args:?}: {}", o.stderr);
+        assert!(!json.exists(), "{args:?}: no run, no results");
+    }
 }

@@ -28,4 +28,6 @@ pub use alloc::{alloc_count, counting_installed, thread_alloc_count, CountingAll
 pub use child::{pid_gone, place_fds, ChildGuard};
 pub use shm::{futex_wait, futex_wake, SharedMemory};
 pub use stop::stop_flag;
-pub use usage::{cpu_ns, private_memory, proc_memory, rusage, CpuMeter, ProcMemory, Rusage};
+pub use usage::{
+    cpu_ns, open_descriptors, private_memory, proc_memory, rusage, CpuMeter, ProcMemory, Rusage,
+};

@@ -132,6 +132,16 @@ fn parse_status(s: &str) -> Option<ProcMemory> {
     seen.then_some(m)
 }
 
+/// The descriptors process `pid` (None: this process) has open: the entries of
+/// `/proc/PID/fd`. None if it cannot be read (gone, or another user's).
+pub fn open_descriptors(pid: Option<u32>) -> Option<u64> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/fd"),
+        None => "/proc/self/fd".to_string(),
+    };
+    Some(std::fs::read_dir(path).ok()?.count() as u64)
+}
+
 /// CPU time of a process so far, in nanoseconds: the sum of its threads'
 /// `schedstat` run times (exact), falling back to the utime + stime of `stat`,
 /// which counts whole clock ticks (10 ms): too coarse for 100 ms samples of a
@@ -224,6 +234,53 @@ impl CpuMeter {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn open_descriptors_counts_what_a_process_has_open() {
+        use std::os::unix::process::CommandExt;
+        use std::process::{Command, Stdio};
+        // A child with its three standard descriptors and, if `extra`, number 200;
+        // every other one closed before exec (tests running beside this one may
+        // have descriptors open that a child would inherit).
+        let f = std::fs::File::open("/proc/self/status").unwrap();
+        let open = |extra: bool| {
+            let mut cmd = Command::new("sleep");
+            cmd.arg("30")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            if extra {
+                crate::place_fds(&mut cmd, &[std::os::fd::AsRawFd::as_raw_fd(&f)], 200);
+            }
+            // SAFETY: runs in the forked child before exec (after place_fds's
+            // step) and only closes descriptors.
+            unsafe {
+                cmd.pre_exec(move || {
+                    for fd in (3..4096).filter(|&fd| !(extra && fd == 200)) {
+                        libc::close(fd);
+                    }
+                    Ok(())
+                });
+            }
+            let mut child = crate::ChildGuard::spawn(&mut cmd).expect("sleep");
+            // Closing Rust's own exec-error pipe above lets spawn return before
+            // exec: count once the child runs `sleep`.
+            let comm = format!("/proc/{}/comm", child.pid());
+            for _ in 0..500 {
+                if std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep") {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            let n = open_descriptors(Some(child.pid()));
+            child.kill();
+            n
+        };
+        assert_eq!(open(false), Some(3));
+        assert_eq!(open(true), Some(4));
+        assert_eq!(open_descriptors(Some(u32::MAX)), None);
+        assert!(open_descriptors(None).is_some_and(|n| n >= 3));
+    }
 
     #[test]
     fn status_parser_reads_the_memory_lines() {

@@ -14,8 +14,9 @@ use crate::report::{Row, WorkerReport};
 use crate::sys::{grow_pipe, pipe, Inheritable};
 use crate::transport::{Set, Transport};
 use crate::work::{AUDIO_RECORD, FRAME_1080P_I420};
-use shmring_host::{proc_memory, CpuMeter};
+use shmring_host::{open_descriptors, proc_memory, CpuMeter};
 
+mod scale;
 mod tables;
 mod worker;
 
@@ -148,17 +149,39 @@ pub fn run(args: &[String]) -> i32 {
         }
         None => Transport::default_set().collect(),
     };
+    let scale = match scale::options(&a) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("shmring bench: {e}");
+            return 2;
+        }
+    };
+    let transports = match &scale {
+        Some(sc) => match scale::transports(sc, a.transports.is_some().then_some(transports)) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("shmring bench: {e}");
+                return 2;
+            }
+        },
+        None => transports,
+    };
     let workloads: &[Workload] = match a.workload {
         WorkloadArg::Video => &[Workload::Video],
         WorkloadArg::Audio => &[Workload::Audio],
         WorkloadArg::All => &[Workload::Video, Workload::Audio],
         WorkloadArg::Meeting => &[Workload::Meeting],
     };
+    // The record sizes on a ring, by what carries them.
+    let records: Vec<(&str, usize)> = match &scale {
+        Some(sc) => scale::records(sc),
+        None => workloads.iter().map(|w| (w.name(), w.size())).collect(),
+    };
     // The ring size is checked once, against the core's rules, before any run.
     if transports.iter().any(|t| t.is_ring()) {
-        for &w in workloads {
+        for &(name, size) in &records {
             let fits = |mib: u64| {
-                Config::for_records(mib << 20, w.size() as u64)
+                Config::for_records(mib << 20, size as u64)
                     .geometry()
                     .is_ok()
             };
@@ -169,8 +192,8 @@ pub fn run(args: &[String]) -> i32 {
                      of {} bytes{}; nothing was run",
                     a.ring_mib,
                     a.ring_mib,
-                    w.name(),
-                    w.size(),
+                    name,
+                    size,
                     least.map_or(String::new(), |m| format!(" (use --ring-mib {m} or more)"))
                 );
                 return 2;
@@ -213,6 +236,14 @@ pub fn run(args: &[String]) -> i32 {
              median of the runs, with the smallest and largest beside the main ones"
         );
     }
+    if let Some(sc) = &scale {
+        let (mut rows, f) = scale::run(sc, &transports, modes, &plan, repeat);
+        add_ratios(&mut rows);
+        tables::print_scale(&rows, a.rate);
+        quick_note(&a);
+        let svg = crate::plot::scale_svg(&rows);
+        return i32::from(!write_out(&a, &rows, svg) || f || failed);
+    }
 
     let runs = workloads
         .iter()
@@ -220,16 +251,7 @@ pub fn run(args: &[String]) -> i32 {
         .sum::<usize>() as u64
         * u64::from(repeat);
     let per_run_ms = (plan.seconds * 1000.0) as u64;
-    // On a terminal a bar of the planned milliseconds; elsewhere a line as each
-    // run starts.
-    let mut bar = StatusLine::new(
-        "shmring bench",
-        Duration::ZERO,
-        Look::Bar {
-            len: runs * per_run_ms.max(1),
-            template: "{spinner} [{elapsed_precise}] {wide_bar} {pos:>}/{len} ms {msg}",
-        },
-    );
+    let mut bar = progress(runs, per_run_ms);
     let started = Instant::now();
     let total = runs;
     let mut rows = Vec::new();
@@ -286,37 +308,65 @@ pub fn run(args: &[String]) -> i32 {
     bar.finish();
     add_ratios(&mut rows);
     print_table(&rows, a.rate, plan.participants);
+    quick_note(&a);
+    let svg = match a.plot {
+        Some(_) => crate::plot::svg(&rows, &timelines),
+        None => String::new(),
+    };
+    failed |= !write_out(&a, &rows, svg);
+    if failed {
+        1
+    } else {
+        0
+    }
+}
+
+/// The progress of `runs` runs of `per_run_ms` each: on a terminal a bar of the
+/// planned milliseconds; elsewhere a line as each run starts.
+fn progress(runs: u64, per_run_ms: u64) -> StatusLine {
+    StatusLine::new(
+        "shmring bench",
+        Duration::ZERO,
+        Look::Bar {
+            len: runs * per_run_ms.max(1),
+            template: "{spinner} [{elapsed_precise}] {wide_bar} {pos:>}/{len} ms {msg}",
+        },
+    )
+}
+
+/// After the tables of a `--quick` run: what its figures are worth.
+fn quick_note(a: &BenchArgs) {
     if a.quick {
         println!(
             "\n--quick: one-second runs, so these figures are indicative only; for figures \
              to rely on, run longer and repeated (--seconds 8 --repeat 3)"
         );
     }
+}
+
+/// Writes the JSON (`--json`) and the plot (`--plot`); false if one could not be.
+fn write_out(a: &BenchArgs, rows: &[Row], svg: String) -> bool {
+    let mut ok = true;
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&rows).unwrap_or_else(|_| "[]".into());
         match std::fs::write(path, text + "\n") {
             Ok(()) => println!("shmring bench: results (JSON) written to {}", shown(path)),
             Err(e) => {
                 eprintln!("shmring bench: cannot write {}: {e}", path.display());
-                failed = true;
+                ok = false;
             }
         }
     }
     if let Some(path) = &a.plot {
-        let svg = crate::plot::svg(&rows, &timelines);
         match std::fs::write(path, svg) {
             Ok(()) => println!("shmring bench: plot (SVG) written to {}", shown(path)),
             Err(e) => {
                 eprintln!("shmring bench: cannot write {}: {e}", path.display());
-                failed = true;
+                ok = false;
             }
         }
     }
-    if failed {
-        1
-    } else {
-        0
-    }
+    ok
 }
 
 /// A path as the user can find it: absolute.
@@ -440,20 +490,7 @@ fn run_one(
         label: format!("{t} {} {mode}", w.name()),
         ..Default::default()
     };
-    let mut common = vec![
-        "--transport".to_string(),
-        t.name().to_string(),
-        "--size".into(),
-        size.to_string(),
-        "--frames".into(),
-        plan.frames.unwrap_or(0).to_string(),
-        "--seconds".into(),
-        plan.seconds.to_string(),
-        "--rate".into(),
-        (if rated { rate_bps } else { 0.0 }).to_string(),
-        "--ring-mib".into(),
-        plan.ring_mib.to_string(),
-    ];
+    let mut common = worker_args(t, size, if rated { rate_bps } else { 0.0 }, plan);
     if meeting && !wakeup {
         common.extend([
             "--meeting".into(),
@@ -461,12 +498,6 @@ fn run_one(
             "--producers".into(),
             producers.to_string(),
         ]);
-    }
-    if let Some(n) = plan.corrupt_every {
-        common.extend(["--corrupt-every".into(), n.to_string()]);
-    }
-    if plan.huge_pages {
-        common.push("--huge-pages".into());
     }
     let mut stats = None;
     let res = drive(
@@ -500,6 +531,32 @@ fn run_one(
     (row, tl)
 }
 
+/// The arguments every worker of a run of `t` gets: records of up to `size`
+/// bytes, `rate_bps` bytes a second (0: unthrottled), and what `plan` says.
+fn worker_args(t: Transport, size: usize, rate_bps: f64, plan: &Plan) -> Vec<String> {
+    let mut v = vec![
+        "--transport".to_string(),
+        t.name().to_string(),
+        "--size".into(),
+        size.to_string(),
+        "--frames".into(),
+        plan.frames.unwrap_or(0).to_string(),
+        "--seconds".into(),
+        plan.seconds.to_string(),
+        "--rate".into(),
+        rate_bps.to_string(),
+        "--ring-mib".into(),
+        plan.ring_mib.to_string(),
+    ];
+    if let Some(n) = plan.corrupt_every {
+        v.extend(["--corrupt-every".into(), n.to_string()]);
+    }
+    if plan.huge_pages {
+        v.push("--huge-pages".into());
+    }
+    v
+}
+
 type Reports = (WorkerReport, Option<WorkerReport>);
 type Failure = Box<(String, Option<WorkerReport>, Option<WorkerReport>)>;
 
@@ -529,10 +586,38 @@ fn drive(
     (size, producers): (usize, u32),
     common: &[String],
     plan: &Plan,
-    (bar, base_ms, per_run_ms): (&StatusLine, u64, u64),
+    progress: (&StatusLine, u64, u64),
     tl: &mut Timeline,
     ring_stats: &mut Option<shmring::Stats>,
 ) -> Result<Reports, Failure> {
+    let fail = |e: String| -> Failure { Box::new((e, None, None)) };
+    let mut run = [launch(t, (size, producers), common, plan)?];
+    run[0].start().map_err(fail)?;
+    supervise(&mut run, plan, progress, tl).map_err(fail)?;
+    *ring_stats = run[0].ring.as_ref().map(|r| r.stats());
+    let [mut run] = run;
+    run.gather()
+}
+
+/// The workers of one transport's run: wired, its consumer (or floor) started and
+/// ready, its producers started by [`Launched::start`].
+struct Launched {
+    t: Transport,
+    /// (role, worker): producers first, the consumer last.
+    workers: Vec<(String, Worker)>,
+    ring: Option<std::sync::Arc<Segment>>,
+    /// The producers' arguments and descriptors, until they start.
+    pending: Vec<(Vec<String>, Vec<Inheritable>)>,
+    consumer: Option<Worker>,
+}
+
+/// Wires transport `t` and starts its consumer (or its floor process), ready.
+fn launch(
+    t: Transport,
+    (size, producers): (usize, u32),
+    common: &[String],
+    plan: &Plan,
+) -> Result<Launched, Failure> {
     let fail = |e: String| -> Failure { Box::new((e, None, None)) };
     let wiring = wire(t, size, producers, plan).map_err(fail)?;
     let args = |role: &str, extra: Vec<String>| {
@@ -541,110 +626,211 @@ fn drive(
         v.extend(extra);
         v
     };
-    // (role, worker): producers first, the consumer last.
-    let mut workers: Vec<(String, Worker)> = Vec::new();
-    let mut ring = None;
+    let mut run = Launched {
+        t,
+        workers: Vec::new(),
+        ring: None,
+        pending: Vec::new(),
+        consumer: None,
+    };
     if t.is_floor() {
-        workers.push((
+        run.workers.push((
             "floor".into(),
             Worker::spawn(&args("floor", vec![])).map_err(fail)?,
         ));
-    } else {
-        let mut cons_extra: Vec<String> = Vec::new();
-        let mut prod_extra: Vec<String> = Vec::new();
-        let mut prod_fds: Vec<Vec<Inheritable>> = Vec::new();
-        let mut keep: Vec<Inheritable> = Vec::new();
-        let dup = |fd: &dyn std::os::fd::AsRawFd| {
-            Inheritable::new(&fd.as_raw_fd()).map_err(|e| fail(e.to_string()))
-        };
-        match wiring {
-            Wiring::Fds(p, c) => {
-                keep = c;
-                prod_fds = p;
-            }
-            Wiring::Listener(l, port) => {
-                keep.push(l);
-                prod_extra = vec!["--port".into(), port.to_string()];
-            }
-            Wiring::Ring(seg) => {
-                for f in seg.descriptors() {
-                    keep.push(dup(&f)?);
-                }
-                for _ in 0..producers {
-                    prod_fds.push(
-                        seg.descriptors()
-                            .iter()
-                            .map(|f| dup(f))
-                            .collect::<Result<_, _>>()?,
-                    );
-                }
-                ring = Some(seg);
-            }
-            Wiring::Page(fd) => {
-                keep.push(dup(&fd)?);
-                prod_fds.push(vec![dup(&fd)?]);
-            }
-            Wiring::Service(name) => {
-                cons_extra = vec!["--service".into(), name];
-                prod_extra.clone_from(&cons_extra);
-            }
-            Wiring::None => return Err(fail(format!("no wiring for transport {t:?}"))),
+        return Ok(run);
+    }
+    let mut cons_extra: Vec<String> = Vec::new();
+    let mut prod_extra: Vec<String> = Vec::new();
+    let mut prod_fds: Vec<Vec<Inheritable>> = Vec::new();
+    let mut keep: Vec<Inheritable> = Vec::new();
+    let dup = |fd: &dyn std::os::fd::AsRawFd| {
+        Inheritable::new(&fd.as_raw_fd()).map_err(|e| fail(e.to_string()))
+    };
+    match wiring {
+        Wiring::Fds(p, c) => {
+            keep = c;
+            prod_fds = p;
         }
-        for f in &keep {
-            cons_extra.extend(["--fd".into(), f.raw().to_string()]);
+        Wiring::Listener(l, port) => {
+            keep.push(l);
+            prod_extra = vec!["--port".into(), port.to_string()];
         }
-        // A producer's descriptor must not leak into the consumer or the other
-        // producer (it would keep the stream open), so each is made inheritable
-        // only while its own producer starts.
-        for f in prod_fds.iter().flatten() {
-            // SAFETY: mark our own descriptor close-on-exec until its producer starts.
-            unsafe { libc::fcntl(f.raw(), libc::F_SETFD, libc::FD_CLOEXEC) };
+        Wiring::Ring(seg) => {
+            for f in seg.descriptors() {
+                keep.push(dup(&f)?);
+            }
+            for _ in 0..producers {
+                prod_fds.push(
+                    seg.descriptors()
+                        .iter()
+                        .map(|f| dup(f))
+                        .collect::<Result<_, _>>()?,
+                );
+            }
+            run.ring = Some(seg);
         }
-        let mut cons = Worker::spawn(&args("consumer", cons_extra)).map_err(fail)?;
-        drop(keep);
-        cons.wait_ready(Duration::from_secs(20))
-            .map_err(|e| fail(format!("consumer: {e}")))?;
-        let mut fds = prod_fds.into_iter();
-        for k in 0..producers {
-            let mut extra = prod_extra.clone();
-            extra.extend(["--part".into(), k.to_string()]);
-            let fd = fds.next();
-            for f in fd.iter().flatten() {
+        Wiring::Page(fd) => {
+            keep.push(dup(&fd)?);
+            prod_fds.push(vec![dup(&fd)?]);
+        }
+        Wiring::Service(name) => {
+            cons_extra = vec!["--service".into(), name];
+            prod_extra.clone_from(&cons_extra);
+        }
+        Wiring::None => return Err(fail(format!("no wiring for transport {t:?}"))),
+    }
+    for f in &keep {
+        cons_extra.extend(["--fd".into(), f.raw().to_string()]);
+    }
+    // A producer's descriptor must not leak into the consumer or another producer
+    // (it would keep the stream open), so each is made inheritable only while its
+    // own producer starts.
+    for f in prod_fds.iter().flatten() {
+        // SAFETY: mark our own descriptor close-on-exec until its producer starts.
+        unsafe { libc::fcntl(f.raw(), libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    let mut cons = Worker::spawn(&args("consumer", cons_extra)).map_err(fail)?;
+    drop(keep);
+    cons.wait_ready(Duration::from_secs(20))
+        .map_err(|e| fail(format!("consumer: {e}")))?;
+    let mut fds = prod_fds.into_iter();
+    for k in 0..producers {
+        let mut extra = prod_extra.clone();
+        extra.extend(["--part".into(), k.to_string()]);
+        run.pending
+            .push((args("producer", extra), fds.next().unwrap_or_default()));
+    }
+    run.consumer = Some(cons);
+    Ok(run)
+}
+
+impl Launched {
+    /// Starts the producers.
+    fn start(&mut self) -> Result<(), String> {
+        for (k, (mut args, fd)) in std::mem::take(&mut self.pending).into_iter().enumerate() {
+            for f in &fd {
                 // SAFETY: clear close-on-exec on our own descriptor for this producer.
                 unsafe { libc::fcntl(f.raw(), libc::F_SETFD, 0) };
-                extra.extend(["--fd".into(), f.raw().to_string()]);
+                args.extend(["--fd".into(), f.raw().to_string()]);
             }
-            let prod = Worker::spawn(&args("producer", extra));
+            let prod = Worker::spawn(&args);
             drop(fd);
             let role = if k == 0 {
                 "producer".to_string()
             } else {
                 format!("producer {}", k + 1)
             };
-            workers.push((role, prod.map_err(fail)?));
+            self.workers.push((role, prod?));
         }
-        workers.push(("consumer".into(), cons));
+        if let Some(c) = self.consumer.take() {
+            self.workers.push(("consumer".into(), c));
+        }
+        Ok(())
     }
 
-    // Wait, sampling CPU and RSS every 100 ms (the plot shows the first producer
-    // and the consumer).
+    /// The reports of a finished run, checked: every worker succeeded, and every
+    /// record sent was received.
+    fn gather(&mut self) -> Result<Reports, Failure> {
+        let t = self.t;
+        let mut errors = Vec::new();
+        for (role, w) in self.workers.iter_mut() {
+            if !w.ok() {
+                let why = w.failure();
+                // Workers name their transport and role; say it if one died silently.
+                if why.starts_with(t.name()) {
+                    errors.push(why);
+                } else {
+                    errors.push(format!("{role}: {why}"));
+                }
+            } else if w.report.is_none() {
+                errors.push(format!("{role}: no report"));
+            }
+        }
+        let consumer = self
+            .workers
+            .last()
+            .filter(|(role, _)| role == "consumer")
+            .and_then(|(_, w)| w.report.clone());
+        let sent: Vec<WorkerReport> = self
+            .workers
+            .iter()
+            .filter(|(role, _)| role != "consumer")
+            .filter_map(|(_, w)| w.report.clone())
+            .collect();
+        let p = sum_reports(&sent);
+        if errors.is_empty() {
+            // Every record sent must have been received and checked.
+            if let (Some(p), Some(c)) = (&p, &consumer) {
+                if p.frames != c.frames {
+                    errors.push(format!("{} records sent, {} received", p.frames, c.frames));
+                }
+            }
+        }
+        if !errors.is_empty() {
+            return Err(Box::new((errors.join("; "), p, consumer)));
+        }
+        match p {
+            Some(p) => Ok((p, consumer)),
+            None => Err(Box::new(("no report".into(), None, None))),
+        }
+    }
+
+    /// The peak open descriptors of its producers and of its consumer, each the
+    /// mean over those processes.
+    fn descriptors(&self) -> (Option<f64>, Option<f64>) {
+        let mean = |consumer: bool| {
+            let v: Vec<f64> = self
+                .workers
+                .iter()
+                .filter(|(role, _)| (role == "consumer") == consumer)
+                .filter_map(|(_, w)| w.peak_fds.map(|n| n as f64))
+                .collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        };
+        (mean(false), mean(true))
+    }
+}
+
+/// Waits for every worker of `runs` to finish, sampling CPU and RSS every 100 ms
+/// (the plot shows the first run's first producer and its consumer) and each
+/// worker's open descriptors. A failed worker ends them all within 2 s.
+fn supervise(
+    runs: &mut [Launched],
+    plan: &Plan,
+    (bar, base_ms, per_run_ms): (&StatusLine, u64, u64),
+    tl: &mut Timeline,
+) -> Result<(), String> {
     let start = Instant::now();
     let limit = Duration::from_secs_f64(plan.seconds * 3.0 + 30.0);
-    let mut meters: Vec<CpuMeter> = workers
+    let mut meters: Vec<CpuMeter> = runs[0]
+        .workers
         .iter()
         .map(|(_, w)| CpuMeter::new(w.pid()))
         .collect();
     let mut first_fail: Option<Instant> = None;
+    let all = |runs: &mut [Launched], f: &mut dyn FnMut(&mut Worker)| {
+        for r in runs.iter_mut() {
+            for (_, w) in r.workers.iter_mut() {
+                f(w);
+            }
+        }
+    };
     loop {
         let mut all_done = true;
-        for (_, w) in workers.iter_mut() {
-            all_done &= w.poll();
-        }
+        all(runs, &mut |w| all_done &= w.poll());
         if all_done {
-            break;
+            return Ok(());
         }
         let now = start.elapsed();
-        for (i, (role, w)) in workers.iter().enumerate() {
+        all(runs, &mut |w| {
+            if w.status.is_none() {
+                if let Some(n) = open_descriptors(Some(w.pid())) {
+                    w.peak_fds = Some(w.peak_fds.unwrap_or(0).max(n));
+                }
+            }
+        });
+        for (i, (role, w)) in runs[0].workers.iter().enumerate() {
             let series = match role.as_str() {
                 "producer" | "floor" => &mut tl.producer,
                 "consumer" => &mut tl.consumer,
@@ -664,60 +850,18 @@ fn drive(
             }
         }
         bar.set_position(base_ms + (now.as_millis() as u64).min(per_run_ms));
-        if workers.iter().any(|(_, w)| w.status.is_some() && !w.ok()) {
+        let mut failed = false;
+        all(runs, &mut |w| failed |= w.status.is_some() && !w.ok());
+        if failed {
             let since = *first_fail.get_or_insert_with(Instant::now);
             if since.elapsed() > Duration::from_secs(2) {
-                for (_, w) in workers.iter_mut() {
-                    w.kill();
-                }
+                all(runs, &mut |w| w.kill());
             }
         }
         if now > limit {
-            for (_, w) in workers.iter_mut() {
-                w.kill();
-            }
-            return Err(fail(format!("timed out after {:.0} s", now.as_secs_f64())));
+            all(runs, &mut |w| w.kill());
+            return Err(format!("timed out after {:.0} s", now.as_secs_f64()));
         }
         std::thread::sleep(Duration::from_millis(100));
-    }
-    *ring_stats = ring.as_ref().map(|r| r.stats());
-    let mut errors = Vec::new();
-    for (role, w) in workers.iter_mut() {
-        if !w.ok() {
-            let why = w.failure();
-            // Workers name their transport and role; say it if one died silently.
-            if why.starts_with(t.name()) {
-                errors.push(why);
-            } else {
-                errors.push(format!("{role}: {why}"));
-            }
-        } else if w.report.is_none() {
-            errors.push(format!("{role}: no report"));
-        }
-    }
-    let consumer = workers
-        .last()
-        .filter(|(role, _)| role == "consumer")
-        .and_then(|(_, w)| w.report.clone());
-    let sent: Vec<WorkerReport> = workers
-        .iter()
-        .filter(|(role, _)| role != "consumer")
-        .filter_map(|(_, w)| w.report.clone())
-        .collect();
-    let p = sum_reports(&sent);
-    if errors.is_empty() {
-        // Every record sent must have been received and checked.
-        if let (Some(p), Some(c)) = (&p, &consumer) {
-            if p.frames != c.frames {
-                errors.push(format!("{} records sent, {} received", p.frames, c.frames));
-            }
-        }
-    }
-    if !errors.is_empty() {
-        return Err(Box::new((errors.join("; "), p, consumer)));
-    }
-    match p {
-        Some(p) => Ok((p, consumer)),
-        None => Err(fail("no report".into())),
     }
 }

@@ -93,11 +93,20 @@ fn python(r: &Row) -> bool {
     Transport::named(&r.transport).is_some_and(|t| t.set() == Set::Python)
 }
 
+/// Do two rows measure the same thing (workload, mode, and for `--scale` the
+/// count and record size)?
+fn alike(a: &Row, b: &Row) -> bool {
+    a.workload == b.workload
+        && a.mode == b.mode
+        && a.count == b.count
+        && (a.count.is_none() || a.frame_bytes == b.frame_bytes)
+}
+
 pub(super) fn add_ratios(rows: &mut [Row]) {
-    let find = |rows: &[Row], t: Transport, w: &str, m: &str| {
+    let find = |rows: &[Row], t: Transport, r: &Row| {
         rows.iter()
-            .find(|r| r.is(t) && r.workload == w && r.mode == m && r.cpu_s_per_gib > 0.0)
-            .map(|r| r.cpu_s_per_gib)
+            .find(|o| o.is(t) && alike(o, r) && o.cpu_s_per_gib > 0.0)
+            .map(|o| o.cpu_s_per_gib)
     };
     let snapshot = rows.to_vec();
     for r in rows.iter_mut() {
@@ -106,16 +115,15 @@ pub(super) fn add_ratios(rows: &mut [Row]) {
         }
         if python(r) {
             // Receiver-only figures: compared with shmring's own Python row.
-            r.cpu_vs_shmring = find(&snapshot, Transport::PyShmring, &r.workload, &r.mode)
-                .map(|s| r.cpu_s_per_gib / s);
+            r.cpu_vs_shmring =
+                find(&snapshot, Transport::PyShmring, r).map(|s| r.cpu_s_per_gib / s);
             continue;
         }
-        r.cpu_vs_shmring =
-            find(&snapshot, Transport::Shmring, &r.workload, &r.mode).map(|s| r.cpu_s_per_gib / s);
-        let floor = find(&snapshot, Transport::Floor, &r.workload, &r.mode);
+        r.cpu_vs_shmring = find(&snapshot, Transport::Shmring, r).map(|s| r.cpu_s_per_gib / s);
+        let floor = find(&snapshot, Transport::Floor, r);
         r.cpu_vs_floor = floor.map(|f| r.cpu_s_per_gib / f);
         r.cpu_s_per_gib_above_floor = floor.map(|f| r.cpu_s_per_gib - f);
-        let two = find(&snapshot, Transport::Floor2Core, &r.workload, &r.mode);
+        let two = find(&snapshot, Transport::Floor2Core, r);
         r.cpu_vs_floor_2core = two.map(|f| r.cpu_s_per_gib / f);
         r.cpu_s_per_gib_above_floor_2core = two.map(|f| r.cpu_s_per_gib - f);
     }
@@ -200,6 +208,9 @@ pub(super) fn combine(runs: Vec<Row>) -> Row {
     row.ring_producer_waits = kib(&|r| r.ring_producer_waits);
     row.ring_consumer_waits = kib(&|r| r.ring_consumer_waits);
     row.ring_peak_occupancy = kib(&|r| r.ring_peak_occupancy);
+    row.cpu_pct_per_ring = med(&|r| r.cpu_pct_per_ring);
+    row.fds_producer = med(&|r| r.fds_producer);
+    row.fds_consumer = med(&|r| r.fds_consumer);
     row.runs = n;
     let rng = |f: &dyn Fn(&Row) -> Option<f64>| range(&vals(f));
     row.cpu_s_per_gib_range = rng(&|r| Some(r.cpu_s_per_gib).filter(|c| *c > 0.0));
@@ -283,23 +294,34 @@ fn columns(meeting: bool, repeated: bool) -> Vec<Col> {
             c.push(col("range", 13, |r| span(r.lat_video_p99_us_range, 0)));
         }
     } else {
-        c.extend([
-            col("p50 us", 9, |r| opt(r.lat_p50_us, 1)),
-            col("p99 us", 9, |r| opt(r.lat_p99_us, 1)),
-        ]);
-        if repeated {
-            c.push(col("range", 13, |r| span(r.lat_p99_us_range, 0)));
-        }
+        c.extend(latency(repeated));
         c.push(col("p99.9 us", 9, |r| opt(r.lat_p999_us, 1)));
     }
+    c.extend(memory());
+    c
+}
+
+/// p50 and p99 latency, with the range of p99 over repeated runs.
+fn latency(repeated: bool) -> Vec<Col> {
+    let mut c = vec![
+        col("p50 us", 9, |r| opt(r.lat_p50_us, 1)),
+        col("p99 us", 9, |r| opt(r.lat_p99_us, 1)),
+    ];
+    if repeated {
+        c.push(col("range", 13, |r| span(r.lat_p99_us_range, 0)));
+    }
+    c
+}
+
+/// Allocations per frame and resident memory of each side.
+fn memory() -> Vec<Col> {
     let mib = |k: Option<u64>| opt(k.map(|k| k as f64 / 1024.0), 1);
-    c.extend([
+    vec![
         col("alc/fP", 6, |r| opt(r.allocs_per_frame_producer, 2)),
         col("alc/fC", 6, |r| opt(r.allocs_per_frame_consumer, 2)),
         col("RSS P MiB", 9, move |r| mib(r.rss_producer_kib)),
         col("RSS C MiB", 9, move |r| mib(r.rss_consumer_kib)),
-    ]);
-    c
+    ]
 }
 
 /// Figures per byte mean nothing for a row that moves no bytes (the wake-up row).
@@ -353,21 +375,7 @@ pub(super) fn print_table(rows: &[Row], rate: f64, participants: u32) {
             println!("  median of {runs} interleaved runs; range: smallest-largest of the runs");
         }
         let cols = columns(meeting, runs > 1);
-        let mut line = format!("{:<13}", "transport");
-        for (h, wd, _) in &cols {
-            line += &format!(" {h:>wd$}");
-        }
-        println!("{line}");
-        for r in &group {
-            let mut line = format!("{:<13}", r.transport);
-            for (_, wd, f) in &cols {
-                line += &format!(" {:>wd$}", f(r));
-            }
-            if r.error.is_some() {
-                line += "  FAILED";
-            }
-            println!("{line}");
-        }
+        print_rows(&cols, &group);
         if group.iter().any(|r| python(r)) {
             println!(
                 "  py-*: CPU of the receiving Python process only; xshmring is against py-shmring"
@@ -409,6 +417,98 @@ pub(super) fn print_table(rows: &[Row], rate: f64, participants: u32) {
                 );
             }
         }
+    }
+}
+
+/// The tables of `--scale`: one per workload, record size and mode, a series per
+/// transport (every count in a row of its own).
+pub(super) fn print_scale(rows: &[Row], rate: f64) {
+    let mut groups: Vec<(String, u64, String)> = Vec::new();
+    for r in rows {
+        let g = (r.workload.clone(), r.frame_bytes, r.mode.clone());
+        if !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    for (w, size, m) in groups {
+        let group: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r.workload == w && r.frame_bytes == size && r.mode == m)
+            .collect();
+        let runs = group.iter().map(|r| r.runs).max().unwrap_or(1);
+        let rings = w == "rings";
+        if rings {
+            let (bps, _) = super::meeting::rate(1);
+            println!(
+                "\nrings side by side, each a producer process and a consumer process at a meeting \
+                 participant's rate (1280x720@30 I420 + 10 ms 48 kHz stereo, {:.1} MB/s a ring); \
+                 CPU% measured, of one core; RSS and fds: the mean per process; latency over \
+                 every record of every ring",
+                bps / 1e6
+            );
+        } else {
+            let how = if m == "rated" {
+                format!("rated at {rate} MB/s in all")
+            } else {
+                "unthrottled".into()
+            };
+            println!(
+                "\nproducer threads on one ring, {size}-byte records, {how}; threads round robin \
+                 over the producer processes (procs); one consumer"
+            );
+        }
+        if runs > 1 {
+            println!("  median of {runs} interleaved runs; range: smallest-largest of the runs");
+        }
+        let count = if rings { "rings" } else { "threads" };
+        let mut cols = vec![
+            col(count, 7, |r| r.count.map_or("-".into(), |c| c.to_string())),
+            col("procs", 5, |r| {
+                r.processes.map_or("-".into(), |c| c.to_string())
+            }),
+            col("frames", 9, |r| r.frames.to_string()),
+            col("MB/s", 8, |r| format!("{:.1}", r.gbps * 1e3)),
+            col("CPU s/GiB", 9, |r| format!("{:.3}", r.cpu_s_per_gib)),
+        ];
+        if runs > 1 {
+            cols.push(col("range", 11, |r| span(r.cpu_s_per_gib_range, 3)));
+        }
+        cols.push(col("xfloor", 6, |r| opt(r.cpu_vs_floor, 2)));
+        cols.push(col("CPU%", 6, |r| format!("{:.1}", r.cpu_pct_at_rate)));
+        if rings {
+            cols.push(col("CPU%/ring", 9, |r| opt(r.cpu_pct_per_ring, 1)));
+        }
+        cols.extend(latency(runs > 1));
+        cols.extend(memory());
+        cols.extend([
+            col("fds P", 5, |r| opt(r.fds_producer, 0)),
+            col("fds C", 5, |r| opt(r.fds_consumer, 0)),
+        ]);
+        print_rows(&cols, &group);
+        if group.iter().any(|r| r.is(Transport::Floor)) {
+            println!(
+                "  floor: every thread writes and reads its own records in one process, no transport"
+            );
+        }
+    }
+}
+
+/// A table's heading and its rows, the transport first.
+fn print_rows(cols: &[Col], group: &[&Row]) {
+    let mut line = format!("{:<13}", "transport");
+    for (h, wd, _) in cols {
+        line += &format!(" {h:>wd$}");
+    }
+    println!("{line}");
+    for r in group {
+        let mut line = format!("{:<13}", r.transport);
+        for (_, wd, f) in cols {
+            line += &format!(" {:>wd$}", f(r));
+        }
+        if r.error.is_some() {
+            line += "  FAILED";
+        }
+        println!("{line}");
     }
 }
 

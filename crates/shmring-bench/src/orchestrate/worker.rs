@@ -41,6 +41,8 @@ pub(super) struct Worker {
     stderr: Option<JoinHandle<String>>,
     pub(super) status: Option<std::process::ExitStatus>,
     pub(super) report: Option<WorkerReport>,
+    /// The most descriptors it was seen to have open.
+    pub(super) peak_fds: Option<u64>,
 }
 
 impl Worker {
@@ -73,6 +75,7 @@ impl Worker {
             stderr,
             status: None,
             report: None,
+            peak_fds: None,
         })
     }
 

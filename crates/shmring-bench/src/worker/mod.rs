@@ -29,13 +29,16 @@ pub fn worker_main(args: &[String]) -> i32 {
         Role::Floor => "floor",
     };
     let _ = allocs_now();
+    crate::kit::keep_histogram(a.histogram);
+    // The meeting, and --scale producers: a thread per stream.
+    let streams = a.meeting.is_some() || a.threads.is_some();
     use Transport as T;
     let res = match (a.transport, a.role) {
         (T::Wakeup, Role::Producer) => crate::wakeup::producer(&a),
         (T::Wakeup, Role::Consumer) => crate::wakeup::consumer(&a),
         #[cfg(feature = "iceoryx2")]
-        (T::Iceoryx2, role) if a.meeting.is_some() => crate::ice::meeting(&a, role),
-        (_, role) if a.meeting.is_some() => crate::meeting::worker(&a, role),
+        (T::Iceoryx2, role) if streams => crate::ice::meeting(&a, role),
+        (_, role) if streams => crate::meeting::worker(&a, role),
         (T::Floor, _) => floor::run(&a),
         (T::Floor2Core, _) => crate::twocore::run(&a),
         (t, Role::Producer) if t.is_ring() => ring::producer(&a),
