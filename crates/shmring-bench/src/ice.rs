@@ -48,6 +48,9 @@ fn open(a: &WorkerArgs, publishers: usize, depth: usize) -> Res<Ports> {
         .history_size(0)
         .max_publishers(publishers)
         .max_subscribers(1)
+        // A node per publisher (each sending thread opens its own) and the
+        // subscriber's: past iceoryx2's default, more threads are refused.
+        .max_nodes(publishers + 1)
         .open_or_create()
         .map_err(|x| e("publish-subscribe service")(&x))?;
     let ename: ServiceName = format!("{name}.event")
@@ -58,6 +61,7 @@ fn open(a: &WorkerArgs, publishers: usize, depth: usize) -> Res<Ports> {
         .service_builder(&ename)
         .event()
         .max_notifiers(publishers)
+        .max_nodes(publishers + 1)
         .open_or_create()
         .map_err(|x| e("event service")(&x))?;
     Ok(Ports {

@@ -10,7 +10,7 @@ pub struct Rusage {
     pub user_s: f64,
     /// System CPU seconds.
     pub system_s: f64,
-    /// Peak resident set, KiB.
+    /// Peak resident set, KiB: of this program since it started (see [`rusage`]).
     pub max_rss_kb: u64,
 }
 
@@ -36,10 +36,17 @@ pub fn rusage(children: bool) -> Rusage {
         return Rusage::default();
     }
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    // Linux keeps `ru_maxrss` across `execve`: a child started by a large parent
+    // reports at least the parent's resident set at the fork. The peak of this
+    // program's own memory since its start is `VmHWM`.
+    let own_peak = (!children)
+        .then(|| proc_memory(None).map(|m| m.peak_rss_kb))
+        .flatten()
+        .filter(|&k| k > 0);
     Rusage {
         user_s: tv(ru.ru_utime),
         system_s: tv(ru.ru_stime),
-        max_rss_kb: ru.ru_maxrss as u64,
+        max_rss_kb: own_peak.unwrap_or(ru.ru_maxrss as u64),
     }
 }
 
@@ -48,6 +55,8 @@ pub fn rusage(children: bool) -> Rusage {
 pub struct ProcMemory {
     /// VmRSS: everything resident.
     pub rss_kb: u64,
+    /// VmHWM: the most resident at once since the program started (`execve`).
+    pub peak_rss_kb: u64,
     /// RssAnon: heap, stacks.
     pub anon_kb: u64,
     /// RssFile: the program and its libraries.
@@ -123,6 +132,7 @@ fn parse_status(s: &str) -> Option<ProcMemory> {
                 m.rss_kb = v;
                 seen = true
             }
+            "VmHWM" => m.peak_rss_kb = v,
             "RssAnon" => m.anon_kb = v,
             "RssFile" => m.file_kb = v,
             "RssShmem" => m.shmem_kb = v,
@@ -293,6 +303,59 @@ mod tests {
         assert_eq!(parse_status("Name:\tx\n"), None);
         let short = parse_status("VmRSS:\t  1234 kB\nRssAnon:\t 10 kB\n").expect("parsed");
         assert_eq!(short.rss_kb, 1234);
+        let peak = parse_status("VmHWM:\t  2000 kB\nVmRSS:\t  1234 kB\n").expect("parsed");
+        assert_eq!((peak.peak_rss_kb, peak.rss_kb), (2000, 1234));
+    }
+
+    /// Runs this test binary's `peak_of_this_process` with `env` set; its output.
+    fn run_peak_test(env: &str) -> String {
+        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "usage::tests::peak_of_this_process",
+                "--nocapture",
+            ])
+            .env(env, "1")
+            .output()
+            .expect("test binary runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Run by `a_child_reports_its_own_peak_not_its_parents`, in processes of their
+    /// own (a large resident set here would disturb the other tests): as the
+    /// parent, makes 256 MiB resident and starts the child; as the child, prints
+    /// its peak resident set.
+    #[test]
+    fn peak_of_this_process() {
+        if std::env::var_os("SHMRING_HOST_PEAK_CHILD").is_some() {
+            println!("peak={}", rusage(false).max_rss_kb);
+        } else if std::env::var_os("SHMRING_HOST_PEAK_PARENT").is_some() {
+            let mut big = vec![0u8; PEAK_PARENT_BYTES];
+            for i in (0..big.len()).step_by(4096) {
+                big[i] = 1;
+            }
+            std::hint::black_box(&big);
+            print!("{}", run_peak_test("SHMRING_HOST_PEAK_CHILD"));
+        }
+    }
+
+    const PEAK_PARENT_BYTES: usize = 256 << 20;
+
+    #[test]
+    fn a_child_reports_its_own_peak_not_its_parents() {
+        // The kernel's `ru_maxrss` of a child starts at its parent's resident set
+        // at the fork.
+        let text = run_peak_test("SHMRING_HOST_PEAK_PARENT");
+        let peak: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("peak="))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("the child said no peak: {text}"));
+        assert!(peak > 0);
+        assert!(
+            peak < (PEAK_PARENT_BYTES as u64 >> 10) / 2,
+            "the child's peak ({peak} KiB) counts its parent's memory"
+        );
     }
 
     #[test]

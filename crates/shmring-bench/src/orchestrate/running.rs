@@ -273,7 +273,9 @@ pub(super) fn supervise(
         }
         let now = start.elapsed();
         all(runs, &mut |w| {
-            if w.status.is_none() {
+            // Only once it runs the worker program: between fork and exec a
+            // child has this process's descriptors.
+            if w.status.is_none() && w.runs_worker_program() {
                 if let Some(n) = open_descriptors(Some(w.pid())) {
                     w.peak_fds = Some(w.peak_fds.unwrap_or(0).max(n));
                 }

@@ -46,6 +46,13 @@ pub(super) struct Worker {
 }
 
 impl Worker {
+    /// Whether the process runs the worker program yet (its `comm`, the program
+    /// name cut to 15 bytes by the kernel).
+    pub(super) fn runs_worker_program(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/comm", self.pid()))
+            .is_ok_and(|c| c.trim_end() == &WORKER[..WORKER.len().min(15)])
+    }
+
     pub(super) fn spawn(args: &[String]) -> Result<Worker, String> {
         let mut child = Command::new(worker_exe()?)
             .args(args)
