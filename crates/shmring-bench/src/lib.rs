@@ -23,7 +23,8 @@ mod sys;
 pub mod transport;
 mod twocore;
 mod wakeup;
-mod wire;
+/// The stream transports' frame header and the browser-style WebSocket.
+pub mod wire;
 mod work;
 mod worker;
 
