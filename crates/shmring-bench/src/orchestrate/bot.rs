@@ -289,13 +289,23 @@ fn fill(row: &mut Row, m: &Measured, bot: &Bot) {
     let dropped: u64 = video().filter_map(|s| s["dropped"].as_u64()).sum();
     row.frames_encoded = Some(encoded);
     row.frames_dropped = Some(dropped);
-    if dropped > 0 {
-        row.note = Some(format!(
-            "the encoders fell behind: {dropped} of {} frames dropped (more participants than \
-             this host encodes in real time; --participants runs fewer)",
-            encoded + dropped
+    let mut notes = Vec::new();
+    // Every frame made reached the recorder (checked below): encoded or dropped.
+    let made = encoded + dropped;
+    let due = (f64::from(bot.participants * FPS) * wall) as u64;
+    if bot.frames.is_none() && made + u64::from(bot.participants) < due {
+        notes.push(format!(
+            "the producer fell behind the real rate: {made} of {due} video frames made in \
+             {wall:.1} s"
         ));
     }
+    if dropped > 0 {
+        notes.push(format!(
+            "the encoders fell behind: {dropped} of {made} frames dropped (more participants \
+             than this host encodes in real time; --participants runs fewer)"
+        ));
+    }
+    row.note = (!notes.is_empty()).then(|| notes.join("; "));
     // Every record sent, and each stream's end, reached the recorder.
     let read = match m.t {
         Transport::Shmring => &m.recorded["ring"]["records_consumed"],

@@ -7,10 +7,11 @@
 //! message is the bench's 64-byte frame header ([`shmring_bench::wire`]: stream
 //! id, kind, capture time) and a media record; the message goes, as it is, to the
 //! main thread, which gives it to [`Recorder::process`] as the ring's recorder
-//! gives a record (each connection stands for one producer slot). The run ends at
-//! SIGINT or SIGTERM, at `--seconds`, or once every connection has ended (its
-//! closing message, or the peer closing it), and prints the same `{"recorded":..}`
-//! line, with `websocket` in place of `ring`.
+//! gives a record (each connection stands for one producer slot). The run ends
+//! once every connection has ended (its closing message, or the peer closing it),
+//! or at SIGINT or SIGTERM or `--seconds` after recording what the connections
+//! still hold (as the ring's recorder drains its ring), and prints the same
+//! `{"recorded":..}` line, with `websocket` in place of `ring`.
 
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +29,10 @@ use crate::{fail, CmdError};
 
 /// Messages on their way from the reading threads to the recorder.
 const QUEUE: usize = 8;
+/// After the stop: the longest pause of the connections, and the longest time,
+/// before the recording ends.
+const DRAIN_IDLE: Duration = Duration::from_millis(500);
+const DRAIN_MAX: Duration = Duration::from_secs(10);
 
 /// From a connection's thread to the recorder.
 enum Msg {
@@ -73,12 +78,28 @@ pub(super) fn run(
     let mut conns = Connections::default();
     let mut read = Read::default();
     let mut write_error = None;
+    // From the stop on, what the connections still hold is recorded too, until
+    // every one has ended or none sends for DRAIN_IDLE (a producer still sending
+    // keeps it at most DRAIN_MAX).
+    let mut draining: Option<Instant> = None;
     loop {
-        if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
+        if draining.is_none()
+            && (stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d))
+        {
+            draining = Some(Instant::now() + DRAIN_MAX);
+        }
+        if draining.is_some_and(|d| Instant::now() >= d) {
             break;
         }
-        accept(&listener, &tx, &mut conns);
-        match rx.recv_timeout(Duration::from_millis(50)) {
+        if draining.is_none() {
+            accept(&listener, &tx, &mut conns);
+        }
+        let wait = if draining.is_some() {
+            DRAIN_IDLE
+        } else {
+            Duration::from_millis(50)
+        };
+        match rx.recv_timeout(wait) {
             Ok(Msg::Record(slot, meta, b)) => {
                 write_error = take(&mut rec, &mut read, slot, meta, &b);
                 if write_error.is_some() {
@@ -95,18 +116,9 @@ pub(super) fn run(
                     break;
                 }
             }
+            Err(RecvTimeoutError::Timeout) if draining.is_some() => break,
             Err(RecvTimeoutError::Timeout) => rec.poll(),
             Err(RecvTimeoutError::Disconnected) => break,
-        }
-    }
-    // What has arrived already is recorded (bounded: the queue).
-    while write_error.is_none() {
-        match rx.try_recv() {
-            Ok(Msg::Record(slot, meta, b)) => {
-                write_error = take(&mut rec, &mut read, slot, meta, &b);
-            }
-            Ok(Msg::Done(..)) => {}
-            Err(_) => break,
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
