@@ -40,6 +40,17 @@ pub enum WorkloadArg {
     /// 48 kHz stereo, from threads in two producer processes into one consumer, at
     /// the real rate (--mode and --rate do not apply).
     Meeting,
+    /// The whole meeting bot, WebSocket against the ring: one producer process in
+    /// the role of the browser (a thread per stream; --participants, at most 16,
+    /// each 1280x720@30 I420 drawn into the ring's reservation or the WebSocket's
+    /// send buffer, and 10 ms 48 kHz stereo) and `shmring record --encode --preset
+    /// ultrafast` as the receiver (H.264 + AAC, an MP4 per participant into a
+    /// temporary directory), fed by a ring (`shmring`) or by a loopback WebSocket
+    /// framed as Chromium frames it (`websocket`: 131,000-byte fragments, masked).
+    /// CPU of each process and of the whole, per bot-minute, and the share the ring
+    /// saves; frames encoded and dropped. --seconds defaults to 20; --transports
+    /// may name shmring and websocket; --mode and --rate do not apply.
+    Bot,
 }
 
 /// What `--scale` grows.
@@ -206,6 +217,13 @@ pub struct WorkerArgs {
     /// The consumer reports its whole latency histogram (to merge several).
     #[arg(long)]
     pub histogram: bool,
+    /// The bot workload's producer with this many participants: media records
+    /// (`shmring record`'s) into the named ring --ring, or over a WebSocket to --port.
+    #[arg(long)]
+    pub bot: Option<u32>,
+    /// The named ring of the bot workload's producer.
+    #[arg(long)]
+    pub ring: Option<String>,
     /// Producer processes of the meeting, and which one this is.
     #[arg(long, default_value_t = 1)]
     pub producers: u32,

@@ -8,8 +8,13 @@
 //! `shmring`, or in `../libexec/shmring/`), which calls [`worker`]. The worker counts
 //! heap allocations per frame with `shmring_host::CountingAlloc` as its global
 //! allocator; run under any other allocator, they are reported as unavailable.
+//!
+//! `--workload bot` measures a whole meeting bot instead: a producer worker in the
+//! role of the browser, and the real `shmring record --encode` as its receiver,
+//! fed by a ring or (`record --websocket`, reading [`wire`]) by a WebSocket.
 
 mod args;
+mod bot;
 #[cfg(feature = "iceoryx2")]
 mod ice;
 mod kit;
@@ -23,7 +28,8 @@ mod sys;
 pub mod transport;
 mod twocore;
 mod wakeup;
-mod wire;
+/// The stream transports' frame header and the browser-style WebSocket.
+pub mod wire;
 mod work;
 mod worker;
 

@@ -14,8 +14,7 @@ use crate::kit::{self, allocs_now, cpu_s, fd_args, media_kind, ready, Checker, P
 use crate::report::WorkerReport;
 use crate::transport::Transport;
 use crate::wire::{
-    parse_header, put_header, tcp_connect, ws_accept, ws_connect, Header, WsFrames, END, END_ALL,
-    HDR,
+    parse_header, put_header, tcp_connect, ws_accept, Header, SharedWs, WsFrames, END, END_ALL, HDR,
 };
 
 /// One 1280x720 I420 frame.
@@ -415,11 +414,8 @@ fn stream_producer<W: Write + Send>(
 }
 
 fn ws_producer(a: &WorkerArgs, plan: &Streams, streams: Vec<usize>) -> Res<WorkerReport> {
-    let ws = Mutex::new(ws_connect(a)?);
-    let lock = || {
-        ws.lock()
-            .map_err(|_| "a sending thread panicked".to_string())
-    };
+    let ws = SharedWs::connect(a)?;
+    let lock = || ws.lock();
     let rep = produce_streams(
         a,
         plan,

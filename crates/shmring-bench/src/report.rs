@@ -111,6 +111,41 @@ pub struct Row {
     pub fds_consumer: Option<f64>,
     /// Why this transport failed (then the figures are partial or zero).
     pub error: Option<String>,
+    /// `--workload bot`: its participants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub participants: Option<u32>,
+    /// `--workload bot`: CPU seconds per minute of the bot's run (CPU s / wall
+    /// minutes) of the producer (the browser's role), of the receiver (`shmring
+    /// record --encode`), and of the whole bot (both), with the whole's range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_s_per_bot_minute_producer: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_s_per_bot_minute_receiver: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_s_per_bot_minute: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_s_per_bot_minute_range: Option<[f64; 2]>,
+    /// `--workload bot`: CPU % of one core of the producer and of the receiver
+    /// (the whole bot's: `cpu_pct_at_rate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_pct_producer: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_pct_receiver: Option<f64>,
+    /// `--workload bot`, the ring's row: the share of CPU it saves against the
+    /// WebSocket (1 - ring / websocket), of the receiver and of the whole bot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_receiver: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_whole: Option<f64>,
+    /// `--workload bot`: video frames the recorder's encoders took, and those it
+    /// dropped because they fell behind (more than the host encodes in real time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frames_encoded: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frames_dropped: Option<u64>,
+    /// What must be read beside the figures (e.g. the encoder fell behind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl Row {
@@ -156,6 +191,18 @@ pub const JSON_FIELDS: &[&str] = &[
     "cpu_s_per_gib_above_floor_2core",
     "runs",
     "cpu_s_per_gib_range",
+];
+
+/// The fields every `--workload bot` object has besides [`JSON_FIELDS`].
+pub const BOT_JSON_FIELDS: &[&str] = &[
+    "participants",
+    "cpu_s_per_bot_minute_producer",
+    "cpu_s_per_bot_minute_receiver",
+    "cpu_s_per_bot_minute",
+    "cpu_pct_producer",
+    "cpu_pct_receiver",
+    "frames_encoded",
+    "frames_dropped",
 ];
 
 /// The fields every `--scale` object has besides [`JSON_FIELDS`].

@@ -1,11 +1,18 @@
 //! What travels on the stream transports (Unix socket, pipe, TCP, WebSocket): a
 //! 64-byte header before every frame, and the WebSocket framed as a browser frames
-//! it (masked, in 131,000-byte fragments).
+//! it (masked, in 131,000-byte fragments). Public for `shmring record --websocket`,
+//! the receiver of the bot workload's WebSocket row.
 
 use std::net::{TcpListener, TcpStream};
 
 use crate::args::WorkerArgs;
 use crate::kit::{fd_arg, ready, Res};
+
+/// A whole WebSocket message as received (its fragments joined, unmasked).
+pub use bytes::Bytes;
+
+/// A WebSocket on a loopback TCP connection.
+pub type Ws = tungstenite::WebSocket<TcpStream>;
 
 /// Bytes of the per-frame header on stream transports (keeps the frame 64-byte aligned).
 pub const HDR: usize = 64;
@@ -17,7 +24,8 @@ pub const END_ALL: u32 = 2;
 /// Chromium splits WebSocket messages into frames of this many bytes.
 pub const WS_FRAGMENT: usize = 131_000;
 
-/// Writes a frame header, stamped now: flags, sequence, payload length, stream.
+/// Writes a frame header, stamped now: flags, sequence, payload length, stream
+/// (the record's kind and capture time: [`WsFrames::set_meta`]).
 pub fn put_header(h: &mut [u8], flags: u32, seq: u64, len: usize, stream: u32) {
     h[0..4].copy_from_slice(&MAGIC.to_le_bytes());
     h[4..8].copy_from_slice(&flags.to_le_bytes());
@@ -34,6 +42,8 @@ pub struct Header {
     pub ts: u64,
     pub len: u64,
     pub stream: u32,
+    /// The record's kind (`shmring::media::kind`), where the sender gives one.
+    pub kind: u32,
 }
 
 pub fn parse_header(h: &[u8]) -> Res<Header> {
@@ -51,6 +61,7 @@ pub fn parse_header(h: &[u8]) -> Res<Header> {
         ts: u64_at(16),
         len: u64_at(24),
         stream: u32_at(32),
+        kind: u32_at(36),
     })
 }
 
@@ -63,15 +74,18 @@ pub fn get_header(h: &[u8], size: usize) -> Res<(u32, u64, u64)> {
     Ok((hd.flags, hd.seq, hd.ts))
 }
 
-pub fn tcp_connect(a: &WorkerArgs) -> Res<TcpStream> {
-    let port = a.port.ok_or("--port is required")?;
+pub(crate) fn tcp_connect(a: &WorkerArgs) -> Res<TcpStream> {
+    tcp_client(a.port.ok_or("--port is required")?)
+}
+
+fn tcp_client(port: u16) -> Res<TcpStream> {
     let s = TcpStream::connect(("127.0.0.1", port))
         .map_err(|e| format!("connect 127.0.0.1:{port}: {e}"))?;
     let _ = s.set_nodelay(true);
     Ok(s)
 }
 
-pub fn tcp_accept(a: &WorkerArgs) -> Res<TcpStream> {
+pub(crate) fn tcp_accept(a: &WorkerArgs) -> Res<TcpStream> {
     let l = TcpListener::from(fd_arg(a)?);
     ready();
     let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
@@ -88,17 +102,54 @@ fn ws_config() -> tungstenite::protocol::WebSocketConfig {
 }
 
 /// The client side of a WebSocket to the consumer's port.
-pub fn ws_connect(a: &WorkerArgs) -> Res<tungstenite::WebSocket<TcpStream>> {
-    let s = tcp_connect(a)?;
-    let url = format!("ws://127.0.0.1:{}/", a.port.unwrap_or(0));
+pub(crate) fn ws_connect(a: &WorkerArgs) -> Res<Ws> {
+    ws_client(a.port.ok_or("--port is required")?)
+}
+
+/// The client side of a WebSocket to loopback port `port`.
+pub fn ws_client(port: u16) -> Res<Ws> {
+    let s = tcp_client(port)?;
+    let url = format!("ws://127.0.0.1:{port}/");
     let (ws, _) = tungstenite::client::client_with_config(url.as_str(), s, Some(ws_config()))
         .map_err(|e| format!("handshake: {e}"))?;
     Ok(ws)
 }
 
 /// The server side of a WebSocket on an accepted connection.
-pub fn ws_accept(s: TcpStream) -> Res<tungstenite::WebSocket<TcpStream>> {
+pub fn ws_accept(s: TcpStream) -> Res<Ws> {
     tungstenite::accept_with_config(s, Some(ws_config())).map_err(|e| format!("handshake: {e}"))
+}
+
+/// The next binary message, whole (fragments joined and unmasked by tungstenite);
+/// None once the peer closed the connection.
+pub fn ws_read(ws: &mut Ws) -> Res<Option<Bytes>> {
+    use tungstenite::{Error, Message};
+    loop {
+        match ws.read() {
+            Ok(Message::Binary(b)) => return Ok(Some(b)),
+            Ok(Message::Close(_)) | Err(Error::ConnectionClosed | Error::AlreadyClosed) => {
+                return Ok(None)
+            }
+            Ok(_) => continue,
+            Err(e) => return Err(format!("read: {e}")),
+        }
+    }
+}
+
+/// One WebSocket shared by a producer process's sending threads: a frame is
+/// sent whole under the lock.
+pub(crate) struct SharedWs(std::sync::Mutex<Ws>);
+
+impl SharedWs {
+    /// The client side to the consumer's port (see [`ws_connect`]).
+    pub(crate) fn connect(a: &WorkerArgs) -> Res<SharedWs> {
+        Ok(SharedWs(std::sync::Mutex::new(ws_connect(a)?)))
+    }
+    pub(crate) fn lock(&self) -> Res<std::sync::MutexGuard<'_, Ws>> {
+        self.0
+            .lock()
+            .map_err(|_| "a sending thread panicked".to_string())
+    }
 }
 
 /// Sends frames as a browser does: masked, in [`WS_FRAGMENT`]-byte fragments, from
@@ -142,6 +193,13 @@ impl WsFrames {
             body
         };
         put_header(&mut self.spare[..HDR], flags, seq, len, stream);
+    }
+    /// Writes the record's kind and capture time (CLOCK_MONOTONIC ns) into the
+    /// header of the frame made by [`WsFrames::prepare`] (what a ring's record
+    /// meta carries).
+    pub fn set_meta(&mut self, kind: u32, timestamp_ns: u64) {
+        self.spare[16..24].copy_from_slice(&timestamp_ns.to_le_bytes());
+        self.spare[36..40].copy_from_slice(&kind.to_le_bytes());
     }
     /// Sends the frame made by [`WsFrames::prepare`].
     pub fn write(&mut self, ws: &mut tungstenite::WebSocket<TcpStream>) -> Res<()> {

@@ -117,7 +117,7 @@ fn default_tether_stall_ms() -> u64 {
 }
 
 #[derive(Debug, Clone, Args)]
-#[command(group(ArgGroup::new("ring_source").required(true).args(["create", "listen", "tethered"])))]
+#[command(group(ArgGroup::new("ring_source").required(true).args(["create", "listen", "tethered", "websocket"])))]
 pub struct RecordArgs {
     /// Name of the ring to create (/dev/shm/NAME; removed when recording ends).
     #[arg(long, value_name = "NAME")]
@@ -185,6 +185,12 @@ pub struct RecordArgs {
     /// Print a JSON progress line on stdout twice a second.
     #[arg(long)]
     pub progress: bool,
+    /// (`shmring bench --workload bot`) Instead of a ring, listen on HOST:PORT (port
+    /// 0: any; the `{"ready":..}` line says which) for WebSocket connections sending
+    /// the bench's records, each a 64-byte frame header then a media record, and
+    /// record them as the ring's; ends at SIGINT or once every connection ended.
+    #[arg(long, hide = true, value_name = "HOST:PORT")]
+    pub websocket: Option<String>,
 }
 
 /// A record kind a tap takes.

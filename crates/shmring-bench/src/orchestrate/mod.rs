@@ -1,7 +1,8 @@
 //! `shmring bench`: runs each transport's two workers, gathers their reports, and
 //! prints the table, the JSON and the plot. The experiments are here; running one
-//! (launch, supervise, gather) is in `running`, `--scale` in `scale`, the worker
-//! processes in `worker`, the tables in `tables`.
+//! (launch, supervise, gather) is in `running`, `--scale` in `scale`, the whole
+//! bot (`--workload bot`) in `bot`, the worker processes in `worker`, the tables in
+//! `tables`.
 
 use std::net::TcpListener;
 use std::os::unix::net::UnixStream;
@@ -17,6 +18,7 @@ use crate::transport::{Set, Transport};
 use crate::work::{AUDIO_RECORD, FRAME_1080P_I420};
 use shmring_host::{open_descriptors, proc_memory, CpuMeter};
 
+mod bot;
 mod running;
 mod scale;
 mod tables;
@@ -127,6 +129,9 @@ pub fn run(args: &[String]) -> i32 {
         );
         return 2;
     }
+    if a.workload == WorkloadArg::Bot {
+        return bot::run(&a);
+    }
     let transports: Vec<Transport> = match &a.transports {
         Some(v) => {
             let mut list = Vec::new();
@@ -174,6 +179,8 @@ pub fn run(args: &[String]) -> i32 {
         WorkloadArg::Audio => &[Workload::Audio],
         WorkloadArg::All => &[Workload::Video, Workload::Audio],
         WorkloadArg::Meeting => &[Workload::Meeting],
+        // Run by `bot::run` above.
+        WorkloadArg::Bot => &[],
     };
     // The record sizes on a ring, by what carries them.
     let records: Vec<(&str, usize)> = match &scale {
@@ -268,11 +275,7 @@ pub fn run(args: &[String]) -> i32 {
                     if !runs_of(t, w) {
                         continue; // the Python rows are the video story only
                     }
-                    let nth = if repeat > 1 {
-                        format!(" (run {} of {repeat})", rep + 1)
-                    } else {
-                        String::new()
-                    };
+                    let nth = nth_run(rep, repeat);
                     bar.set(
                         format!(
                             "run {} of {total}: {t} {} {mode}{nth} ({:.0} s so far)",
@@ -335,6 +338,15 @@ fn progress(runs: u64, per_run_ms: u64) -> StatusLine {
             template: "{spinner} [{elapsed_precise}] {wide_bar} {pos:>}/{len} ms {msg}",
         },
     )
+}
+
+/// " (run N of M)" when runs are repeated, else nothing.
+fn nth_run(rep: u32, repeat: u32) -> String {
+    if repeat > 1 {
+        format!(" (run {} of {repeat})", rep + 1)
+    } else {
+        String::new()
+    }
 }
 
 /// After the tables of a `--quick` run: what its figures are worth.

@@ -130,7 +130,7 @@ pub(super) fn add_ratios(rows: &mut [Row]) {
 }
 
 /// The median of the values present (None if there are none).
-fn median(mut v: Vec<f64>) -> Option<f64> {
+pub(super) fn median(mut v: Vec<f64>) -> Option<f64> {
     v.retain(|x| x.is_finite());
     if v.is_empty() {
         return None;
@@ -145,7 +145,7 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 }
 
 /// [smallest, largest] of the values present.
-fn range(v: &[f64]) -> Option<[f64; 2]> {
+pub(super) fn range(v: &[f64]) -> Option<[f64; 2]> {
     let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     (lo <= hi).then_some([lo, hi])
@@ -231,7 +231,7 @@ pub(super) fn opt(v: Option<f64>, prec: usize) -> String {
 }
 
 /// "lo-hi", or "-".
-fn span(v: Option<[f64; 2]>, prec: usize) -> String {
+pub(super) fn span(v: Option<[f64; 2]>, prec: usize) -> String {
     match v {
         Some([lo, hi]) => format!("{lo:.prec$}-{hi:.prec$}"),
         None => "-".into(),
@@ -239,9 +239,9 @@ fn span(v: Option<[f64; 2]>, prec: usize) -> String {
 }
 
 /// A column: header, width, and the cell of a row.
-type Col = (&'static str, usize, Box<dyn Fn(&Row) -> String>);
+pub(super) type Col = (&'static str, usize, Box<dyn Fn(&Row) -> String>);
 
-fn col(h: &'static str, w: usize, f: impl Fn(&Row) -> String + 'static) -> Col {
+pub(super) fn col(h: &'static str, w: usize, f: impl Fn(&Row) -> String + 'static) -> Col {
     (h, w, Box::new(f))
 }
 
@@ -494,7 +494,7 @@ pub(super) fn print_scale(rows: &[Row], rate: f64) {
 }
 
 /// A table's heading and its rows, the transport first.
-fn print_rows(cols: &[Col], group: &[&Row]) {
+pub(super) fn print_rows(cols: &[Col], group: &[&Row]) {
     let mut line = format!("{:<13}", "transport");
     for (h, wd, _) in cols {
         line += &format!(" {h:>wd$}");

@@ -18,16 +18,23 @@ pub(crate) const WORKER: &str = "shmring-bench-worker";
 /// `/usr/bin` after `cargo install`), else in `../libexec/shmring/` (the Debian
 /// package's place for it).
 fn worker_exe() -> Result<std::path::PathBuf, String> {
+    program(WORKER, "shmring-bench")
+}
+
+/// The program `name` (built by package `package`) where the bench finds its
+/// worker: beside this executable, else in `../libexec/shmring/`. Run as `shmring
+/// bench`, this executable is `shmring` itself.
+pub(super) fn program(name: &str, package: &str) -> Result<std::path::PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    if exe.file_name().is_some_and(|n| n == name) {
+        return Ok(exe);
+    }
     let dir = exe.parent().unwrap_or(std::path::Path::new("/"));
-    let places = [
-        dir.join(WORKER),
-        dir.join("../libexec/shmring").join(WORKER),
-    ];
+    let places = [dir.join(name), dir.join("../libexec/shmring").join(name)];
     places.iter().find(|p| p.is_file()).cloned().ok_or_else(|| {
         format!(
-            "cannot find {WORKER} at {} or {} (it is built with `cargo build --release -p \
-             shmring-bench`)",
+            "cannot find {name} at {} or {} (it is built with `cargo build --release -p \
+             {package}`)",
             places[0].display(),
             places[1].display()
         )
@@ -54,13 +61,18 @@ impl Worker {
     }
 
     pub(super) fn spawn(args: &[String]) -> Result<Worker, String> {
-        let mut child = Command::new(worker_exe()?)
+        Worker::spawn_program(&worker_exe()?, args)
+    }
+
+    /// Another program (the bot workload's `shmring record`), supervised alike.
+    pub(super) fn spawn_program(exe: &std::path::Path, args: &[String]) -> Result<Worker, String> {
+        let mut child = Command::new(exe)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("cannot start a worker: {e}"))?;
+            .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
         let out = child.stdout.take().expect("piped stdout");
         let mut err = child.stderr.take().expect("piped stderr");
         let (tx, lines) = channel();
@@ -98,6 +110,24 @@ impl Worker {
             Err(RecvTimeoutError::Timeout) => Err("the consumer did not get ready".into()),
             Err(RecvTimeoutError::Disconnected) => Err(self.failure()),
         }
+    }
+
+    /// The next line of its stdout, within `t`.
+    pub(super) fn line(&self, t: Duration) -> Result<String, RecvTimeoutError> {
+        self.lines.recv_timeout(t)
+    }
+
+    /// SIGINT, as Ctrl-C sends it (unless it was reaped).
+    pub(super) fn interrupt(&self) {
+        self.child.interrupt();
+    }
+
+    /// Its exit status if it has exited, its stdout left to [`Worker::line`].
+    pub(super) fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        if self.status.is_none() {
+            self.status = self.child.exited();
+        }
+        self.status
     }
 
     /// Has it exited? Collects its status and report when it has.

@@ -34,6 +34,7 @@ pub fn worker_main(args: &[String]) -> i32 {
     let streams = a.meeting.is_some() || a.threads.is_some();
     use Transport as T;
     let res = match (a.transport, a.role) {
+        (_, Role::Producer) if a.bot.is_some() => crate::bot::producer(&a),
         (T::Wakeup, Role::Producer) => crate::wakeup::producer(&a),
         (T::Wakeup, Role::Consumer) => crate::wakeup::consumer(&a),
         #[cfg(feature = "iceoryx2")]

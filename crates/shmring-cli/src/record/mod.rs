@@ -12,7 +12,10 @@
 //! - [`output`]: the files (Y4M, WAV, or H.264 MP4 through an `ffmpeg` child);
 //! - `gst_encode` (feature `gst`): `record --encode` in process, one MP4 per
 //!   participant;
-//! - `progress` and `summary`: what a run says while it records and at its end.
+//! - `progress` and `summary`: what a run says while it records and at its end;
+//! - `websocket`: the same recorder fed by WebSocket connections instead of a ring
+//!   (hidden `--websocket`: the receiver of `shmring bench --workload bot`'s
+//!   WebSocket row).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -35,6 +38,7 @@ mod receive;
 pub mod recorder;
 mod source;
 mod summary;
+mod websocket;
 
 use progress::Watch;
 use summary::Totals;
@@ -129,6 +133,12 @@ pub fn run(a: RecordArgs) -> Result<(), CmdError> {
         verbose: true,
     })
     .map_err(|m| fail(1, m))?;
+    if let Some(addr) = &a.websocket {
+        let _writing = claim_output(&a.out, &mut rec);
+        websocket::run(addr, rec, &stop, a.seconds)?;
+        new_dirs.keep();
+        return Ok(());
+    }
     let cfg = usable_ring_config(a.capacity_mib)?;
     let src = source::open(&a, &cfg)?;
     let seg = src.seg.clone();

@@ -56,6 +56,53 @@ pub(super) fn report(src: &Source, summary: &Summary, t: &Totals) {
     print_tail(e, src, summary, t, &cpu);
 }
 
+/// The end of a `--websocket` run: the same `{"recorded":..}` line, with
+/// `websocket` (what was read, from how many connections) in place of `ring`, and
+/// the human summary.
+pub(super) fn report_websocket(
+    addr: &str,
+    summary: &Summary,
+    elapsed: f64,
+    read: Read,
+    conns: super::websocket::Connections,
+) {
+    let (seconds, max_rss_kb) = procinfo::own_usage();
+    let cpu = Cpu {
+        seconds,
+        max_rss_kb,
+    };
+    let mut j = summary.to_json();
+    j["websocket"] = json!({
+        "address": addr, "records_consumed": read.records, "bytes_consumed": read.bytes,
+        "connections": conns.accepted, "connections_failed": conns.failed,
+        "connections_refused": conns.refused,
+    });
+    j["elapsed_s"] = json!(elapsed);
+    j["cpu_s"] = json!(cpu.seconds);
+    j["cpu_percent"] = json!(cpu.percent(elapsed));
+    j["max_rss_kb"] = json!(cpu.max_rss_kb);
+    emit(json!({ "recorded": j }));
+    let e = &mut std::io::stderr().lock();
+    let _ = writeln!(
+        e,
+        "shmring record: WebSocket on {addr} for {elapsed:.1} s: {} records ({:.1} MB) read \
+         from {} connections ({} failed)",
+        read.records,
+        mb(read.bytes),
+        conns.accepted,
+        conns.failed
+    );
+    for s in &summary.streams {
+        print_stream(e, s);
+    }
+    let _ = writeln!(
+        e,
+        "  CPU {:.2} s ({:.1}%)",
+        cpu.seconds,
+        cpu.percent(elapsed)
+    );
+}
+
 fn recorded_json(src: &Source, summary: &Summary, t: &Totals, cpu: &Cpu) -> serde_json::Value {
     let st = &t.st;
     let mut j = summary.to_json();

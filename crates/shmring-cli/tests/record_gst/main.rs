@@ -2,8 +2,9 @@
 //! ffmpeg on PATH) and makes a meeting recording: one MP4 per stream id with its
 //! H.264 video and AAC audio, timed by the records' capture timestamps. Every file
 //! is checked with ffprobe. One file per concept: `participants`, `sync` (audio
-//! with video), `endings` (SIGINT, a full disk, a killed recorder) and `bounds`
-//! (what the encoder takes and refuses); their shared helpers are here.
+//! with video), `endings` (SIGINT, a full disk, a killed recorder), `bounds`
+//! (what the encoder takes and refuses) and `websocket` (the same recorder fed by a
+//! WebSocket); their shared helpers are here.
 //!
 //! The producers here stamp capture times themselves and write as fast as the ring
 //! takes records, so ten minutes of capture take seconds: the recorder times by
@@ -17,6 +18,7 @@ mod bounds;
 mod endings;
 mod participants;
 mod sync;
+mod websocket;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
