@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 use shmring::{media::kind, Address, Segment};
-use shmring_host::{alloc_count, counting_installed, rusage};
+use shmring_host::{alloc_count, counting_installed, open_descriptors, rusage};
 
 use crate::args::WorkerArgs;
 use crate::report::WorkerReport;
@@ -164,6 +164,7 @@ pub fn produce(a: &WorkerArgs, mut send: impl FnMut(&Pacer, u64) -> Res<()>) -> 
         start_ns: pacer.start(),
         end_ns: end,
         allocs: alloc0.zip(alloc1).map(|(x, y)| y - x),
+        open_fds: open_descriptors(None),
         ..Default::default()
     })
 }
@@ -305,6 +306,7 @@ impl Checker {
         let alloc1 = allocs_now();
         self.rep.loop_cpu_s = cpu_s() - self.cpu0;
         self.rep.allocs = self.alloc0.zip(alloc1).map(|(x, y)| y.saturating_sub(x));
+        self.rep.open_fds = open_descriptors(None);
         let q = |h: &Histogram<u64>| {
             (!h.is_empty()).then(|| {
                 [

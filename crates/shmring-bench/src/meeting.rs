@@ -255,6 +255,7 @@ pub fn produce_streams<S>(
         start_ns: t0,
         end_ns: shmring::now_ns(),
         allocs: alloc0.zip(alloc1).map(|(x, y)| y.saturating_sub(x)),
+        open_fds: shmring_host::open_descriptors(None),
         ..Default::default()
     };
     for (&stream, r) in streams.iter().zip(results) {
@@ -301,6 +302,7 @@ fn floor(a: &WorkerArgs, plan: &Streams) -> Res<WorkerReport> {
         start_ns: rep.start_ns,
         loop_cpu_s: rep.loop_cpu_s,
         allocs: rep.allocs,
+        open_fds: rep.open_fds.max(seen.open_fds),
         ..seen
     })
 }

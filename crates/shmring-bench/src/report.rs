@@ -36,6 +36,9 @@ pub struct WorkerReport {
     /// Consumer: frames whose checksum or sequence number was wrong.
     pub bad_checksums: u64,
     pub bad_sequence: u64,
+    /// Descriptors it had open when its work was done, its transport still open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_fds: Option<u64>,
     /// Consumer with `--histogram`: its latency histogram, [ns, count] pairs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lat_hist: Option<Vec<[u64; 2]>>,

@@ -185,11 +185,12 @@ pub struct RecordArgs {
     /// Print a JSON progress line on stdout twice a second.
     #[arg(long)]
     pub progress: bool,
-    /// (`shmring bench --workload bot`) Instead of a ring, listen on HOST:PORT (port
-    /// 0: any; the `{"ready":..}` line says which) for WebSocket connections sending
-    /// the bench's records, each a 64-byte frame header then a media record, and
-    /// record them as the ring's; ends at SIGINT or once every connection ended.
-    #[arg(long, hide = true, value_name = "HOST:PORT")]
+    /// Instead of a ring, record what WebSocket clients send to HOST:PORT (port 0:
+    /// any; the `{"ready":..}` line says which): the receiver of `shmring bench
+    /// --workload bot`'s WebSocket row, each message the bench's 64-byte frame
+    /// header then a media record as a ring carries it. Ends at SIGINT or once
+    /// every connection ended.
+    #[arg(long, value_name = "HOST:PORT")]
     pub websocket: Option<String>,
 }
 

@@ -13,8 +13,10 @@ pub fn memory(pid: u32) -> Option<shmring_host::ProcMemory> {
 
 /// This process's user + system CPU seconds and peak RSS (KiB) from `getrusage`.
 pub fn own_usage() -> (f64, u64) {
-    let r = shmring_host::rusage(false);
-    (r.cpu_s(), r.max_rss_kb)
+    (
+        shmring_host::rusage(false).cpu_s(),
+        shmring_host::own_peak_rss_kb(),
+    )
 }
 
 /// Peaks of this process's memory, in KiB, the ring not counted: what is

@@ -112,7 +112,6 @@ fn a_missing_ring_names_both_ways_to_give_one() {
         (&["tap"][..], "<NAME|--connect <PATH>>"),
         (
             &["record", "--out", "x"][..],
-            // (--websocket, hidden from the help, is the bench's WebSocket receiver.)
             "<--create <NAME>|--listen <PATH>|--tethered <NAME>|--websocket <HOST:PORT>>",
         ),
     ] {

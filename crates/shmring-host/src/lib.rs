@@ -29,5 +29,6 @@ pub use child::{pid_gone, place_fds, ChildGuard};
 pub use shm::{futex_wait, futex_wake, SharedMemory};
 pub use stop::stop_flag;
 pub use usage::{
-    cpu_ns, open_descriptors, private_memory, proc_memory, rusage, CpuMeter, ProcMemory, Rusage,
+    cpu_ns, open_descriptors, own_peak_rss_kb, private_memory, proc_memory, rusage, CpuMeter,
+    ProcMemory, Rusage,
 };

@@ -10,7 +10,9 @@ pub struct Rusage {
     pub user_s: f64,
     /// System CPU seconds.
     pub system_s: f64,
-    /// Peak resident set, KiB: of this program since it started (see [`rusage`]).
+    /// Peak resident set, KiB, as the kernel keeps it: across `execve`, so a
+    /// child starts at its parent's resident set at the fork. A program's own
+    /// peak is [`own_peak_rss_kb`].
     pub max_rss_kb: u64,
 }
 
@@ -36,18 +38,23 @@ pub fn rusage(children: bool) -> Rusage {
         return Rusage::default();
     }
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    // Linux keeps `ru_maxrss` across `execve`: a child started by a large parent
-    // reports at least the parent's resident set at the fork. The peak of this
-    // program's own memory since its start is `VmHWM`.
-    let own_peak = (!children)
-        .then(|| proc_memory(None).map(|m| m.peak_rss_kb))
-        .flatten()
-        .filter(|&k| k > 0);
     Rusage {
         user_s: tv(ru.ru_utime),
         system_s: tv(ru.ru_stime),
-        max_rss_kb: own_peak.unwrap_or(ru.ru_maxrss as u64),
+        max_rss_kb: ru.ru_maxrss as u64,
     }
+}
+
+/// The most memory this program has had resident at once since it started
+/// (`execve`), in KiB: `VmHWM`. Linux keeps `getrusage`'s `ru_maxrss` across
+/// `execve`, so a child started by a large parent would report at least the
+/// parent's resident set at the fork. Falls back to `ru_maxrss` where `/proc`
+/// cannot be read. Reads a file: not for a path that counts its allocations.
+pub fn own_peak_rss_kb() -> u64 {
+    proc_memory(None)
+        .map(|m| m.peak_rss_kb)
+        .filter(|&k| k > 0)
+        .unwrap_or_else(|| rusage(false).max_rss_kb)
 }
 
 /// Memory of a process, in KiB, from `/proc/PID/status`.
@@ -328,7 +335,7 @@ mod tests {
     #[test]
     fn peak_of_this_process() {
         if std::env::var_os("SHMRING_HOST_PEAK_CHILD").is_some() {
-            println!("peak={}", rusage(false).max_rss_kb);
+            println!("peak={}", own_peak_rss_kb());
         } else if std::env::var_os("SHMRING_HOST_PEAK_PARENT").is_some() {
             let mut big = vec![0u8; PEAK_PARENT_BYTES];
             for i in (0..big.len()).step_by(4096) {

@@ -233,7 +233,12 @@ impl Launched {
                 .workers
                 .iter()
                 .filter(|(role, _)| (role == "consumer") == consumer)
-                .filter_map(|(_, w)| w.peak_fds.map(|n| n as f64))
+                // Sampled while it ran, or said by the worker itself (a run too
+                // short for a sample once the worker program ran).
+                .filter_map(|(_, w)| {
+                    let said = w.report.as_ref().and_then(|r| r.open_fds);
+                    w.peak_fds.max(said).map(|n| n as f64)
+                })
                 .collect();
             (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
         };

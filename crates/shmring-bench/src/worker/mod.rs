@@ -74,7 +74,8 @@ pub fn worker_main(args: &[String]) -> i32 {
     match res {
         Ok(mut rep) => {
             let r = rusage(false);
-            (rep.utime_s, rep.stime_s, rep.maxrss_kib) = (r.user_s, r.system_s, r.max_rss_kb);
+            (rep.utime_s, rep.stime_s) = (r.user_s, r.system_s);
+            rep.maxrss_kib = shmring_host::own_peak_rss_kb();
             println!("{}", serde_json::to_string(&rep).unwrap_or_default());
             if rep.bad_checksums + rep.bad_sequence > 0 {
                 eprintln!(

@@ -1,5 +1,5 @@
-//! The recorder fed by WebSocket connections instead of a ring (the hidden
-//! `--websocket HOST:PORT`): the receiver of `shmring bench --workload bot`'s
+//! The recorder fed by WebSocket connections instead of a ring (`--websocket
+//! HOST:PORT`): the receiver of `shmring bench --workload bot`'s
 //! WebSocket row, doing the same work as the ring's recorder after the transport.
 //!
 //! Each connection is read by a thread of its own, as a server reads a browser's
