@@ -69,8 +69,9 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p shmring --features tokio --all-targets -- -D warnings
 
-test-rust:
-	$(CARGO) test --release
+## The bot workload's Python rows are tested here too: the venv first.
+test-rust: venv
+	SHMRING_PYTHON=$(abspath $(PY)) $(CARGO) test --release
 	$(CARGO) test --release -p shmring --features tokio --test tokio_stream
 	$(CARGO) test --release -p shmring --features tokio --doc tokio
 	# The command built without GStreamer: --encode through an ffmpeg child.

@@ -48,8 +48,12 @@ pub enum WorkloadArg {
     /// temporary directory), fed by a ring (`shmring`) or by a loopback WebSocket
     /// framed as Chromium frames it (`websocket`: 131,000-byte fragments, masked).
     /// CPU of each process and of the whole, per bot-minute, and the share the ring
-    /// saves; frames encoded and dropped. --seconds defaults to 20; --transports
-    /// may name shmring and websocket; --mode and --rate do not apply.
+    /// saves; frames encoded and dropped. --transports may also name py-shmring and
+    /// py-websocket: the same producer into the story's Python receiver
+    /// (python/bench/py_bot_receiver.py, in the checkout's .venv or $SHMRING_PYTHON:
+    /// numpy views over every frame, no encode) over the ring or the `websockets`
+    /// library, with frames received. --seconds defaults to 20; --transports
+    /// defaults to shmring,websocket; --mode and --rate do not apply.
     Bot,
 }
 

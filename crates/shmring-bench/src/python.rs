@@ -12,6 +12,8 @@ use crate::report::Row;
 use crate::transport::Transport;
 
 const SCRIPT: &str = "python/bench/py_transport_bench.py";
+/// The Python receiver of the bot workload's `py-shmring` and `py-websocket` rows.
+const BOT_SCRIPT: &str = "python/bench/py_bot_receiver.py";
 
 /// The checkout the `shmring` binary was built in (or the current directory's).
 fn repo_root() -> Option<PathBuf> {
@@ -35,6 +37,13 @@ fn python(root: &Path) -> PathBuf {
     } else {
         "python3".into()
     }
+}
+
+/// The interpreter and the script of the bot workload's Python receiver.
+pub(crate) fn bot_receiver() -> Result<(PathBuf, PathBuf), String> {
+    let root = repo_root()
+        .ok_or_else(|| format!("cannot find {BOT_SCRIPT} (run from the shmring checkout)"))?;
+    Ok((python(&root), root.join(BOT_SCRIPT)))
 }
 
 /// Runs one Python row; errors are reported in the row.

@@ -135,7 +135,8 @@ pub struct Row {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_pct_receiver: Option<f64>,
     /// `--workload bot`, the ring's row: the share of CPU it saves against the
-    /// WebSocket (1 - ring / websocket), of the receiver and of the whole bot.
+    /// WebSocket (1 - ring / websocket; py-shmring against py-websocket), of the
+    /// receiver and of the whole bot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub saved_receiver: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -146,6 +147,10 @@ pub struct Row {
     pub frames_encoded: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frames_dropped: Option<u64>,
+    /// `--workload bot`, the Python receiver's rows (no encoder): the video frames
+    /// it received (each read through a numpy view of its Y plane).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frames_received: Option<u64>,
     /// What must be read beside the figures (e.g. the encoder fell behind).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -196,7 +201,9 @@ pub const JSON_FIELDS: &[&str] = &[
     "cpu_s_per_gib_range",
 ];
 
-/// The fields every `--workload bot` object has besides [`JSON_FIELDS`].
+/// The fields every `--workload bot` object has besides [`JSON_FIELDS`]; the
+/// encoding rows also have `frames_encoded` and `frames_dropped`, the Python
+/// receiver's `frames_received`.
 pub const BOT_JSON_FIELDS: &[&str] = &[
     "participants",
     "cpu_s_per_bot_minute_producer",
@@ -204,8 +211,6 @@ pub const BOT_JSON_FIELDS: &[&str] = &[
     "cpu_s_per_bot_minute",
     "cpu_pct_producer",
     "cpu_pct_receiver",
-    "frames_encoded",
-    "frames_dropped",
 ];
 
 /// The fields every `--scale` object has besides [`JSON_FIELDS`].

@@ -6,6 +6,10 @@
 //! start to the recorder's exit (the frames still in its encoders are encoded
 //! then); the producer's over its sending loop.
 //!
+//! The Python rows (`py-shmring`, `py-websocket`) have the same producer and, as
+//! the receiver, the story's Python process (`python/bench/py_bot_receiver.py`:
+//! numpy views over every frame, no encode), which speaks the recorder's lines.
+//!
 //! Every child is killed and reaped on the way out, the ring of a recorder that
 //! was killed is removed, and the temporary directory with it.
 
@@ -24,7 +28,7 @@ use crate::args::BenchArgs;
 use crate::bot::{FPS, HEIGHT, MAX_PARTICIPANTS, WIDTH};
 use crate::meeting::VIDEO_BYTES;
 use crate::report::Row;
-use crate::transport::Transport;
+use crate::transport::{Set, Transport};
 
 /// How long the recorder may take to say it is ready, and to finish its files
 /// after SIGINT.
@@ -55,14 +59,17 @@ pub(super) fn run(a: &BenchArgs) -> i32 {
     let mut transports = Vec::new();
     for name in a.transports.iter().flatten().map(|s| s.trim()) {
         match name.parse::<Transport>() {
-            Ok(t @ (Transport::Shmring | Transport::WebSocket)) if !transports.contains(&t) => {
-                transports.push(t)
-            }
-            Ok(Transport::Shmring | Transport::WebSocket) => {}
-            _ => {
+            Ok(t) if !BOT_ROWS.contains(&t) => {
                 eprintln!(
-                    "shmring bench: --workload bot runs shmring and websocket only, not {name:?}"
+                    "shmring bench: --workload bot runs shmring, websocket, py-shmring and \
+                     py-websocket only, not {name:?}"
                 );
+                return 2;
+            }
+            Ok(t) if !transports.contains(&t) => transports.push(t),
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("shmring bench: --workload bot: {e}");
                 return 2;
             }
         }
@@ -70,13 +77,25 @@ pub(super) fn run(a: &BenchArgs) -> i32 {
     if transports.is_empty() {
         transports = vec![Transport::Shmring, Transport::WebSocket];
     }
-    let recorder = match program("shmring", "shmring-cli") {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("shmring bench: --workload bot runs `shmring record`: {e}");
-            return 1;
+    let mut receivers = Receivers::default();
+    if transports.iter().any(|&t| !is_python(t)) {
+        match program("shmring", "shmring-cli") {
+            Ok(p) => receivers.record = Some(p),
+            Err(e) => {
+                eprintln!("shmring bench: --workload bot runs `shmring record`: {e}");
+                return 1;
+            }
         }
-    };
+    }
+    if transports.iter().any(|&t| is_python(t)) {
+        match crate::python::bot_receiver() {
+            Ok(p) => receivers.python = Some(p),
+            Err(e) => {
+                eprintln!("shmring bench: --workload bot: {e}");
+                return 1;
+            }
+        }
+    }
     let bot = Bot {
         participants: a.participants,
         seconds: a.seconds.unwrap_or(if a.quick { 5.0 } else { 20.0 }),
@@ -107,7 +126,7 @@ pub(super) fn run(a: &BenchArgs) -> i32 {
                 ),
                 true,
             );
-            let row = run_one(t, &bot, &recorder, (&bar, done * per_run_ms, per_run_ms));
+            let row = run_one(t, &bot, &receivers, (&bar, done * per_run_ms, per_run_ms));
             done += 1;
             bar.set_position(done * per_run_ms);
             if let Some(e) = &row.error {
@@ -125,11 +144,47 @@ pub(super) fn run(a: &BenchArgs) -> i32 {
     i32::from(failed)
 }
 
+/// The rows of the workload: the encoding recorder's and the Python receiver's,
+/// each over the ring and over the WebSocket.
+const BOT_ROWS: [Transport; 4] = [
+    Transport::Shmring,
+    Transport::WebSocket,
+    Transport::PyShmring,
+    Transport::PyWebsocket,
+];
+
+/// Is it a row of the Python receiver?
+fn is_python(t: Transport) -> bool {
+    t.set() == Set::Python
+}
+
+/// What the producer sends over in row `t` (the Python rows' producer is the same).
+fn wire(t: Transport) -> Transport {
+    match t {
+        Transport::PyShmring => Transport::Shmring,
+        Transport::PyWebsocket => Transport::WebSocket,
+        t => t,
+    }
+}
+
+/// The receivers' programs: `shmring record`, and the Python interpreter with
+/// its script, those the rows need.
+#[derive(Default)]
+struct Receivers {
+    record: Option<PathBuf>,
+    python: Option<(PathBuf, PathBuf)>,
+}
+
 /// One run of transport `t`; its failure is the row's error.
-fn run_one(t: Transport, bot: &Bot, recorder: &Path, progress: (&StatusLine, u64, u64)) -> Row {
+fn run_one(
+    t: Transport,
+    bot: &Bot,
+    receivers: &Receivers,
+    progress: (&StatusLine, u64, u64),
+) -> Row {
     let mut row = Row::empty(t, "bot", "rated", VIDEO_BYTES as u64);
     row.participants = Some(bot.participants);
-    match measure(t, bot, recorder, progress) {
+    match measure(t, bot, receivers, progress) {
         Ok(m) => fill(&mut row, &m, bot),
         Err(e) => row.error = Some(e),
     }
@@ -149,7 +204,7 @@ struct Measured {
 fn measure(
     t: Transport,
     bot: &Bot,
-    recorder: &Path,
+    receivers: &Receivers,
     (bar, base_ms, per_run_ms): (&StatusLine, u64, u64),
 ) -> Result<Measured, String> {
     static RUN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -157,12 +212,30 @@ fn measure(
     let tag = format!("shmring-bench-bot-{}-{n}", std::process::id());
     // Dropped last: the recorder is gone by then.
     let out = Scratch::new(&tag)?;
-    let _ring = (t == Transport::Shmring).then(|| LeftRing(tag.clone()));
-    let mut args: Vec<String> = ["record", "--encode", "--preset", "ultrafast", "--out"]
-        .map(String::from)
-        .into();
-    args.push(out.0.display().to_string());
-    match t {
+    let _ring = (wire(t) == Transport::Shmring).then(|| LeftRing(tag.clone()));
+    let (exe, mut args): (&Path, Vec<String>) = match (is_python(t), receivers) {
+        (
+            false,
+            Receivers {
+                record: Some(exe), ..
+            },
+        ) => {
+            let mut args: Vec<String> = ["record", "--encode", "--preset", "ultrafast", "--out"]
+                .map(String::from)
+                .into();
+            args.push(out.0.display().to_string());
+            (exe, args)
+        }
+        (
+            true,
+            Receivers {
+                python: Some((exe, script)),
+                ..
+            },
+        ) => (exe, vec![script.display().to_string()]),
+        _ => return Err(format!("no receiver for {t}")),
+    };
+    match wire(t) {
         Transport::Shmring => args.extend([
             "--create".into(),
             tag.clone(),
@@ -171,11 +244,11 @@ fn measure(
         ]),
         _ => args.extend(["--websocket".into(), "127.0.0.1:0".into()]),
     }
-    let mut rec = Recorder::spawn(recorder, &args)?;
+    let mut rec = Recorder::spawn(exe, &args)?;
     let ready = rec.line("ready", READY)?;
     let mut prod_args: Vec<String> = vec![
         "--transport".into(),
-        t.name().into(),
+        wire(t).name().into(),
         "--role".into(),
         "producer".into(),
         "--size".into(),
@@ -187,7 +260,7 @@ fn measure(
         "--bot".into(),
         bot.participants.to_string(),
     ];
-    match t {
+    match wire(t) {
         Transport::Shmring => prod_args.extend(["--ring".into(), tag.clone()]),
         _ => {
             let port = ready["port"]
@@ -275,6 +348,10 @@ fn fill(row: &mut Row, m: &Measured, bot: &Bot) {
     row.allocs_per_frame_producer = p.allocs.map(|n| n as f64 / p.frames.max(1) as f64);
     row.rss_producer_kib = Some(p.maxrss_kib);
     row.rss_consumer_kib = m.recorded["max_rss_kb"].as_u64();
+    let read = match wire(m.t) {
+        Transport::Shmring => &m.recorded["ring"],
+        _ => &m.recorded["websocket"],
+    };
     let video = || {
         m.recorded["streams"]
             .as_array()
@@ -282,16 +359,24 @@ fn fill(row: &mut Row, m: &Measured, bot: &Bot) {
             .flatten()
             .filter(|s| s["kind"] == "video")
     };
-    let encoded: u64 = video()
-        .flat_map(|s| s["files"].as_array().into_iter().flatten())
-        .filter_map(|f| f["units"].as_u64())
-        .sum();
-    let dropped: u64 = video().filter_map(|s| s["dropped"].as_u64()).sum();
-    row.frames_encoded = Some(encoded);
-    row.frames_dropped = Some(dropped);
+    let (taken, dropped) = if is_python(m.t) {
+        let received = read["frames_received"].as_u64().unwrap_or(0);
+        row.frames_received = Some(received);
+        (received, 0)
+    } else {
+        let encoded: u64 = video()
+            .flat_map(|s| s["files"].as_array().into_iter().flatten())
+            .filter_map(|f| f["units"].as_u64())
+            .sum();
+        let dropped: u64 = video().filter_map(|s| s["dropped"].as_u64()).sum();
+        row.frames_encoded = Some(encoded);
+        row.frames_dropped = Some(dropped);
+        (encoded, dropped)
+    };
     let mut notes = Vec::new();
-    // Every frame made reached the recorder (checked below): encoded or dropped.
-    let made = encoded + dropped;
+    // Every frame made reached the receiver (checked below): taken (encoded or
+    // received) or dropped.
+    let made = taken + dropped;
     let due = (f64::from(bot.participants * FPS) * wall) as u64;
     if bot.frames.is_none() && made + u64::from(bot.participants) < due {
         notes.push(format!(
@@ -306,17 +391,16 @@ fn fill(row: &mut Row, m: &Measured, bot: &Bot) {
         ));
     }
     row.note = (!notes.is_empty()).then(|| notes.join("; "));
-    // Every record sent, and each stream's end, reached the recorder.
-    let read = match m.t {
-        Transport::Shmring => &m.recorded["ring"]["records_consumed"],
-        _ => &m.recorded["websocket"]["records_consumed"],
-    };
+    // Every record sent, and each stream's end, reached the receiver.
+    let read = &read["records_consumed"];
     let sent = p.frames + 2 * u64::from(bot.participants);
     if read.as_u64() != Some(sent) {
         row.error = Some(format!(
-            "{sent} records sent (with the ends of stream), {read} read by the recorder"
+            "{sent} records sent (with the ends of stream), {read} read by the receiver"
         ));
-    } else if encoded == 0 {
+    } else if taken == 0 && is_python(m.t) {
+        row.error = Some("the receiver received no video frame".into());
+    } else if taken == 0 {
         row.error = Some("the recorder encoded no frame".into());
     }
 }
@@ -340,7 +424,11 @@ fn combine_bot(runs: Vec<Row>) -> Row {
     let whole = med(&|r| r.cpu_s_per_bot_minute);
     let whole_range = range(&vals(&|r| r.cpu_s_per_bot_minute));
     let pct = (med(&|r| r.cpu_pct_producer), med(&|r| r.cpu_pct_receiver));
-    let frames = (count(&|r| r.frames_encoded), count(&|r| r.frames_dropped));
+    let frames = (
+        count(&|r| r.frames_encoded),
+        count(&|r| r.frames_dropped),
+        count(&|r| r.frames_received),
+    );
     let notes: Vec<String> = pool.iter().filter_map(|r| r.note.clone()).collect();
     let note = match notes.len() {
         0 => None,
@@ -357,35 +445,51 @@ fn combine_bot(runs: Vec<Row>) -> Row {
     row.cpu_s_per_bot_minute = whole;
     row.cpu_s_per_bot_minute_range = whole_range;
     (row.cpu_pct_producer, row.cpu_pct_receiver) = pct;
-    (row.frames_encoded, row.frames_dropped) = frames;
+    (row.frames_encoded, row.frames_dropped, row.frames_received) = frames;
     row.note = note;
     row
 }
 
-/// The ring's row: the share of CPU it saves against the WebSocket's.
+/// The ring's rows: the share of CPU each saves against the WebSocket's row of
+/// the same receiver (`shmring` against `websocket`, `py-shmring` against
+/// `py-websocket`).
 fn add_savings(rows: &mut [Row]) {
-    let Some(ws) = rows.iter().find(|r| r.is(Transport::WebSocket)).cloned() else {
-        return;
-    };
     let saved = |ring: Option<f64>, ws: Option<f64>| match (ring, ws) {
         (Some(r), Some(w)) if w > 0.0 => Some(1.0 - r / w),
         _ => None,
     };
-    for r in rows.iter_mut().filter(|r| r.is(Transport::Shmring)) {
-        r.saved_receiver = saved(
-            r.cpu_s_per_bot_minute_receiver,
-            ws.cpu_s_per_bot_minute_receiver,
-        );
-        r.saved_whole = saved(r.cpu_s_per_bot_minute, ws.cpu_s_per_bot_minute);
+    for (ring, ws) in [
+        (Transport::Shmring, Transport::WebSocket),
+        (Transport::PyShmring, Transport::PyWebsocket),
+    ] {
+        let Some(ws) = rows.iter().find(|r| r.is(ws)).cloned() else {
+            continue;
+        };
+        for r in rows.iter_mut().filter(|r| r.is(ring)) {
+            r.saved_receiver = saved(
+                r.cpu_s_per_bot_minute_receiver,
+                ws.cpu_s_per_bot_minute_receiver,
+            );
+            r.saved_whole = saved(r.cpu_s_per_bot_minute, ws.cpu_s_per_bot_minute);
+        }
     }
 }
 
 fn print_bot(rows: &[Row], bot: &Bot, repeated: bool) {
     let n = bot.participants;
+    let has = |python: bool| rows.iter().any(|r| r.frames_received.is_some() == python);
+    let into = match (has(false), has(true)) {
+        (true, true) => {
+            "`shmring record --encode --preset ultrafast` (H.264 + AAC, an MP4 per \
+                         participant; shmring, websocket) and into a Python receiver (numpy \
+                         views over every frame, no encode; py-shmring, py-websocket)"
+        }
+        (false, true) => "a Python receiver (numpy views over every frame, no encode)",
+        _ => "`shmring record --encode --preset ultrafast` (H.264 + AAC, an MP4 per participant)",
+    };
     println!(
         "\nbot: {n} participants x ({WIDTH}x{HEIGHT}@{FPS} I420 + 10 ms 48 kHz stereo S16), one \
-         producer process (a thread per stream) into `shmring record --encode --preset \
-         ultrafast` (H.264 + AAC, an MP4 per participant); {} s a run",
+         producer process (a thread per stream) into {into}; {} s a run",
         bot.seconds
     );
     let f = |v: Option<f64>| opt(v, 2);
@@ -406,18 +510,25 @@ fn print_bot(rows: &[Row], bot: &Bot, repeated: bool) {
             span(r.cpu_s_per_bot_minute_range, 2)
         }));
     }
-    cols.push(col("encoded", 8, |r| {
-        r.frames_encoded.map_or("-".into(), |n| n.to_string())
-    }));
-    cols.push(col("dropped", 8, |r| {
-        r.frames_dropped.map_or("-".into(), |n| n.to_string())
-    }));
+    let count = |n: Option<u64>| n.map_or("-".into(), |n| n.to_string());
+    if has(false) {
+        cols.push(col("encoded", 8, move |r| count(r.frames_encoded)));
+        cols.push(col("dropped", 8, move |r| count(r.frames_dropped)));
+    }
+    if has(true) {
+        cols.push(col("received", 8, move |r| count(r.frames_received)));
+    }
     print_rows(&cols, &rows.iter().collect::<Vec<_>>());
     for r in rows {
         if let (Some(rcv), Some(whole)) = (r.saved_receiver, r.saved_whole) {
+            let ws = if r.is(Transport::PyShmring) {
+                Transport::PyWebsocket
+            } else {
+                Transport::WebSocket
+            };
             println!(
                 "  {} saves {:.0}% of the receiver's CPU and {:.0}% of the whole bot's against \
-                 the WebSocket",
+                 the WebSocket ({ws})",
                 r.transport,
                 rcv * 100.0,
                 whole * 100.0
@@ -429,8 +540,9 @@ fn print_bot(rows: &[Row], bot: &Bot, repeated: bool) {
     }
     println!(
         "  s/min: CPU seconds per minute of the bot's run (CPU s / wall minutes); %core: of one \
-         core. The producer draws every frame in both rows (the same picture); the receiver \
-         encodes every frame it is given."
+         core. The producer draws every frame in every row (the same picture); `shmring \
+         record` encodes every frame it is given, the Python receiver reads every 64th byte of \
+         each row of its Y plane."
     );
 }
 
