@@ -96,8 +96,21 @@ class Tally:
             "elapsed_s": elapsed,
             "cpu_s": cpu,
             "cpu_percent": 100.0 * cpu / elapsed if elapsed > 0 else 0.0,
-            "max_rss_kb": r.ru_maxrss,
+            "max_rss_kb": own_peak_rss_kb(r.ru_maxrss),
         }
+
+
+def own_peak_rss_kb(fallback: int) -> int:
+    """This program's own peak resident set (VmHWM): Linux keeps `ru_maxrss` across
+    exec, so a process the bench starts would count the bench's own."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return fallback
 
 
 # ---- the ring ----------------------------------------------------------------------
