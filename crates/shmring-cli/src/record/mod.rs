@@ -14,8 +14,8 @@
 //!   participant;
 //! - `progress` and `summary`: what a run says while it records and at its end;
 //! - `websocket`: the same recorder fed by WebSocket connections instead of a ring
-//!   (hidden `--websocket`: the receiver of `shmring bench --workload bot`'s
-//!   WebSocket row).
+//!   (`--websocket`: the receiver of `shmring bench --workload bot`'s WebSocket
+//!   row).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

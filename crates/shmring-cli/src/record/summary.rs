@@ -31,6 +31,21 @@ struct Cpu {
 }
 
 impl Cpu {
+    /// This process's CPU time and peak memory so far.
+    fn now() -> Cpu {
+        let (seconds, max_rss_kb) = procinfo::own_usage();
+        Cpu {
+            seconds,
+            max_rss_kb,
+        }
+    }
+    /// Puts the run's time, CPU time and use, and peak memory into `j`.
+    fn stamp(&self, j: &mut serde_json::Value, elapsed: f64) {
+        j["elapsed_s"] = json!(elapsed);
+        j["cpu_s"] = json!(self.seconds);
+        j["cpu_percent"] = json!(self.percent(elapsed));
+        j["max_rss_kb"] = json!(self.max_rss_kb);
+    }
     fn percent(&self, elapsed: f64) -> f64 {
         if elapsed > 0.0 {
             100.0 * self.seconds / elapsed
@@ -42,11 +57,7 @@ impl Cpu {
 
 /// Emits the `{"recorded":..}` line and writes the human summary.
 pub(super) fn report(src: &Source, summary: &Summary, t: &Totals) {
-    let (seconds, max_rss_kb) = procinfo::own_usage();
-    let cpu = Cpu {
-        seconds,
-        max_rss_kb,
-    };
+    let cpu = Cpu::now();
     emit(json!({ "recorded": recorded_json(src, summary, t, &cpu) }));
     let e = &mut std::io::stderr().lock();
     print_head(e, src, t);
@@ -66,21 +77,14 @@ pub(super) fn report_websocket(
     read: Read,
     conns: super::websocket::Connections,
 ) {
-    let (seconds, max_rss_kb) = procinfo::own_usage();
-    let cpu = Cpu {
-        seconds,
-        max_rss_kb,
-    };
+    let cpu = Cpu::now();
     let mut j = summary.to_json();
     j["websocket"] = json!({
         "address": addr, "records_consumed": read.records, "bytes_consumed": read.bytes,
         "connections": conns.accepted, "connections_failed": conns.failed,
         "connections_refused": conns.refused,
     });
-    j["elapsed_s"] = json!(elapsed);
-    j["cpu_s"] = json!(cpu.seconds);
-    j["cpu_percent"] = json!(cpu.percent(elapsed));
-    j["max_rss_kb"] = json!(cpu.max_rss_kb);
+    cpu.stamp(&mut j, elapsed);
     emit(json!({ "recorded": j }));
     let e = &mut std::io::stderr().lock();
     let _ = writeln!(
@@ -117,13 +121,10 @@ fn recorded_json(src: &Source, summary: &Summary, t: &Totals, cpu: &Cpu) -> serd
     if let Some(l) = &src.listener {
         j["handoff"] = handoff_json(&l.stats());
     }
-    j["elapsed_s"] = json!(t.elapsed);
-    j["cpu_s"] = json!(cpu.seconds);
-    j["cpu_percent"] = json!(cpu.percent(t.elapsed));
+    cpu.stamp(&mut j, t.elapsed);
     j["peak_private_rss_kb"] = json!(t.peak.private_kb);
     j["peak_rss_kb"] = json!(t.peak.rss_kb);
     j["peak_rss_anon_kb"] = json!(t.peak.anon_kb);
-    j["max_rss_kb"] = json!(cpu.max_rss_kb);
     j
 }
 
