@@ -33,9 +33,9 @@ pub struct ConsumerOptions {
     pub liveness_interval: Duration,
     /// Most polls to spin before sleeping in a blocking wait (0: sleep at once).
     /// Spinning adapts below this: it halves each time a spin ends in a sleep
-    /// anyway, and comes back when a record follows a sleep within a few
-    /// microseconds (so a record every few tens of microseconds costs no spin,
-    /// and a fast stream is caught without sleeping).
+    /// anyway, and doubles (from one poll) each time a record ends a sleep within
+    /// a few microseconds (so a fast stream is caught without sleeping, and a
+    /// record every few tens of microseconds costs no spin).
     pub spin: u32,
     /// Deliver committed records behind a claim that has stayed pending this long
     /// (100 ms by default), so one stuck producer (a capture thread on a lock, a

@@ -55,8 +55,8 @@ pub struct Consumer {
     clock: RefCell<claims::ClaimClock>,
     /// A record was handed out since the last sleep (see `latency_budget`).
     found: Cell<bool>,
-    /// Polls to spin in the next wait (adapts up to `ConsumerOptions::spin`).
-    spin_limit: Cell<u32>,
+    /// Polls to spin in the next wait (see `wait::Spin`).
+    spin: Cell<wait::Spin>,
     /// When we last looked for dead producers because someone seemed to wait.
     last_reap: Cell<Option<Instant>>,
     /// When the shared state was last audited, and records handed out since.
@@ -216,7 +216,7 @@ impl Consumer {
             pins: RefCell::new(Box::new(pins::Pins::new())),
             clock: RefCell::new(claims::ClaimClock::new()),
             found: Cell::new(false),
-            spin_limit: Cell::new(opts.spin),
+            spin: Cell::new(wait::Spin::new(opts.spin)),
             last_reap: Cell::new(None),
             last_audit: Cell::new(Instant::now()),
             since_audit: Cell::new(0),
@@ -405,7 +405,7 @@ impl Consumer {
                 }
             }
             if let Step::Wait = step {
-                if timeout != Some(Duration::ZERO) && spins < self.spin_limit.get() {
+                if timeout != Some(Duration::ZERO) && spins < self.spin.get().limit() {
                     spins += 1;
                     std::hint::spin_loop();
                     continue;
@@ -431,12 +431,11 @@ impl Consumer {
                 continue;
             }
             // The spin did not catch a record: spin less next time.
-            self.spin_limit.set(self.spin_limit.get() / 2);
+            self.spin.set(self.spin.get().slept());
             spins = 0;
             self.sleep(left.min(self.until_next_look(now)));
-            // Woken (or a record was there) within what a spin covers: spin again.
             if now.elapsed() < QUICK_RECORD {
-                self.spin_limit.set(self.opts.spin);
+                self.spin.set(self.spin.get().woke_quickly());
             }
         }
     }
@@ -532,8 +531,8 @@ impl Consumer {
     }
 }
 
-/// A record that follows a sleep sooner than this would have been caught by a
-/// spin: the consumer spins again (see `ConsumerOptions::spin`).
+/// A sleep that ends sooner than this (a record came) would have been saved by a
+/// spin: the consumer spins more (see `wait::Spin`).
 const QUICK_RECORD: Duration = Duration::from_micros(4);
 
 /// Skips a call makes before its deadline is checked between them.

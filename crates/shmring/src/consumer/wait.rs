@@ -1,5 +1,6 @@
-//! Waiting: the consumer's sleep until a producer signals data, the eventfd
-//! arm/disarm pair, and waking producers that wait for space.
+//! Waiting: the consumer's sleep until a producer signals data, how long it
+//! spins first ([`Spin`]), the eventfd arm/disarm pair, and waking producers that
+//! wait for space.
 
 use std::time::{Duration, Instant};
 
@@ -186,5 +187,104 @@ impl Consumer {
         if let Some(fd) = self.seg.eventfd() {
             wake::drain_eventfd(fd);
         }
+    }
+}
+
+/// How many polls a blocking wait spins before it sleeps: at most
+/// `ConsumerOptions::spin` (its `max`), adapted to how records arrive. Each spin
+/// that ends in a sleep anyway halves it; each sleep that a record ends within
+/// `QUICK_RECORD` (a spin would have saved it) doubles it, from 1. So records a
+/// few microseconds apart are caught spinning, and records tens of microseconds
+/// apart cost no spin: an occasional quick wake there (a record late, the next on
+/// time) brings back one poll, not `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Spin {
+    limit: u32,
+    max: u32,
+}
+
+impl Spin {
+    pub(super) fn new(max: u32) -> Spin {
+        Spin { limit: max, max }
+    }
+
+    /// Polls to spin in the next wait.
+    pub(super) fn limit(self) -> u32 {
+        self.limit
+    }
+
+    /// The spin ended in a sleep: spin half as long next time.
+    #[must_use]
+    pub(super) fn slept(self) -> Spin {
+        Spin {
+            limit: self.limit / 2,
+            ..self
+        }
+    }
+
+    /// The sleep ended quickly: spin twice as long (at least one poll) next time.
+    #[must_use]
+    pub(super) fn woke_quickly(self) -> Spin {
+        Spin {
+            limit: self.limit.saturating_mul(2).max(1).min(self.max),
+            ..self
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Spin;
+
+    /// Polls spun over `waits` waits that each end in a sleep, the sleeps listed
+    /// quick or not.
+    fn spun(mut s: Spin, quick: impl IntoIterator<Item = bool>) -> (u64, Spin) {
+        let mut total = 0u64;
+        for q in quick {
+            total += u64::from(s.limit());
+            s = s.slept();
+            if q {
+                s = s.woke_quickly();
+            }
+        }
+        (total, s)
+    }
+
+    #[test]
+    fn records_far_apart_stop_the_spin() {
+        let (first, s) = spun(Spin::new(64), [false; 7]);
+        assert_eq!(first, 64 + 32 + 16 + 8 + 4 + 2 + 1);
+        assert_eq!(s.limit(), 0);
+        // Every tenth sleep quick (a record late, the next on time): one poll
+        // after each (a return to the whole spin would make it 127 after each).
+        let (total, s) = spun(s, (0..1000).map(|i| i % 10 == 9));
+        assert_eq!(total, 99);
+        assert_eq!(s.limit(), 1);
+    }
+
+    #[test]
+    fn records_close_together_bring_the_whole_spin_back() {
+        let (_, s) = spun(Spin::new(64), [false; 10]);
+        assert_eq!(s.limit(), 0);
+        // Every sleep quick: the limit doubles back up to the option, no further.
+        let mut s = s;
+        let mut seen = Vec::new();
+        for _ in 0..9 {
+            s = s.woke_quickly();
+            seen.push(s.limit());
+        }
+        assert_eq!(seen, [1, 2, 4, 8, 16, 32, 64, 64, 64]);
+        // A spin that fails and a sleep that ends quickly: it holds.
+        assert_eq!(s.slept().woke_quickly().limit(), 64);
+    }
+
+    #[test]
+    fn no_spin_stays_no_spin() {
+        let s = Spin::new(0);
+        assert_eq!(s.woke_quickly().limit(), 0);
+        assert_eq!(s.slept().limit(), 0);
+        let s = Spin::new(u32::MAX).slept().woke_quickly();
+        assert_eq!(s.limit(), u32::MAX - 1);
+        assert_eq!(Spin::new(1).slept().woke_quickly().limit(), 1);
     }
 }
