@@ -6,8 +6,9 @@
  * (sleeping until each is due), publishes it and rings the doorbell if the
  * consumer said it sleeps; the consumer process reads every record (a sum over
  * its bytes) and, when it has caught up, says it sleeps and waits on the doorbell:
- * a futex on the shared sequence word, an eventfd, or a pipe. Prints the CPU time
- * (user + system) of each process per record.
+ * a futex on the shared sequence word (futex-timed: with a 50 ms timeout, as a
+ * consumer that audits the ring while it sleeps waits), an eventfd, or a pipe.
+ * Prints the CPU time (user + system) of each process per record.
  *
  *   cc -O2 -o doorbell crates/shmring-bench/experiments/doorbell.c
  *   ./doorbell futex 3 27300     # KIND SECONDS INTERVAL_NS (27300: 150 MB/s of 4 KiB)
@@ -37,7 +38,7 @@ struct page {
 	unsigned char buf[SLOTS][REC];
 };
 
-enum kind { FUTEX, EVENTFD, PIPE };
+enum kind { FUTEX, FUTEX_TIMED, EVENTFD, PIPE };
 static enum kind kind;
 static int efd, pipe_r, pipe_w;
 
@@ -52,7 +53,7 @@ static void ring_bell(struct page *p)
 {
 	if (!atomic_exchange(&p->waiting, 0))
 		return;
-	if (kind == FUTEX) {
+	if (kind == FUTEX || kind == FUTEX_TIMED) {
 		syscall(SYS_futex, &p->seq, FUTEX_WAKE, 1, NULL, NULL, 0);
 	} else if (kind == EVENTFD) {
 		uint64_t one = 1;
@@ -75,6 +76,9 @@ static void wait_bell(struct page *p, uint32_t seen)
 	}
 	if (kind == FUTEX) {
 		syscall(SYS_futex, &p->seq, FUTEX_WAIT, seen, NULL, NULL, 0);
+	} else if (kind == FUTEX_TIMED) {
+		struct timespec t = {0, 50000000};
+		syscall(SYS_futex, &p->seq, FUTEX_WAIT, seen, &t, NULL, 0);
 	} else if (kind == EVENTFD) {
 		uint64_t v;
 		if (read(efd, &v, sizeof v) < 0)
@@ -94,12 +98,17 @@ static double cpu_s(const struct rusage *r)
 
 int main(int argc, char **argv)
 {
-	if (argc != 4 || (strcmp(argv[1], "futex") && strcmp(argv[1], "eventfd") &&
-			  strcmp(argv[1], "pipe"))) {
-		fprintf(stderr, "usage: %s futex|eventfd|pipe SECONDS INTERVAL_NS\n", argv[0]);
+	static const char *const names[] = {"futex", "futex-timed", "eventfd", "pipe"};
+	int k = -1;
+	for (int i = 0; argc == 4 && i < 4; i++)
+		if (!strcmp(argv[1], names[i]))
+			k = i;
+	if (k < 0) {
+		fprintf(stderr, "usage: %s futex|futex-timed|eventfd|pipe SECONDS INTERVAL_NS\n",
+			argv[0]);
 		return 2;
 	}
-	kind = !strcmp(argv[1], "futex") ? FUTEX : !strcmp(argv[1], "eventfd") ? EVENTFD : PIPE;
+	kind = (enum kind)k;
 	double seconds = atof(argv[2]), interval = atof(argv[3]);
 	if (seconds <= 0 || interval <= 0) {
 		fprintf(stderr, "SECONDS and INTERVAL_NS must be positive\n");

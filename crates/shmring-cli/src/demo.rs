@@ -22,23 +22,14 @@ use crate::record::recorder::check_output_dir;
 use crate::ringref::Watched;
 use crate::{fail, mb, stop_flag, CmdError};
 
-/// Removes the demo's socket directory (and the socket, if the recorder was killed
-/// before removing it) when dropped.
-struct DirGuard(PathBuf);
-
-impl Drop for DirGuard {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Removes `/dev/shm/NAME` when dropped (the recorder removes it itself unless it
-/// was killed).
+/// Removes the ring NAME when dropped if it is stale: the recorder removes it
+/// itself unless it was killed, and a ring someone else holds (the name was
+/// taken) is left alone.
 struct RingGuard(String);
 
 impl Drop for RingGuard {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(Path::new("/dev/shm").join(&self.0));
+        let _ = shmring::remove_stale(&self.0);
     }
 }
 
@@ -121,27 +112,20 @@ pub fn run(a: DemoArgs) -> Result<(), CmdError> {
     let out_dir: PathBuf = std::fs::canonicalize(&a.out).unwrap_or(a.out.clone());
     let exe = std::env::current_exe()
         .map_err(|e| fail(1, format!("cannot find the shmring executable: {e}")))?;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
     // By default the recorder serves a sealed memfd on a socket in a private
-    // directory and the producer connects to it; `--create NAME` uses a named ring.
+    // directory (removed with the socket on every way out) and the producer
+    // connects to it; `--create NAME` uses a named ring.
     let (ring, _ring_guard, _sock_dir) = match &a.create {
         Some(name) => (name.clone(), Some(RingGuard(name.clone())), None),
         None => {
-            let dir = std::env::temp_dir()
-                .join(format!("shmring-demo-{}-{nanos:08x}", std::process::id()));
-            std::fs::create_dir(&dir).map_err(|e| {
-                fail(
-                    1,
-                    format!("cannot create the socket directory {}: {e}", dir.display()),
-                )
-            })?;
-            let guard = DirGuard(dir.clone());
+            let dir = tempfile::Builder::new()
+                .prefix(&format!("shmring-demo-{}-", std::process::id()))
+                .tempdir()
+                .map_err(|e| fail(1, format!("cannot create the socket directory: {e}")))?;
             (
-                dir.join("ring.sock").display().to_string(),
+                dir.path().join("ring.sock").display().to_string(),
                 None,
-                Some(guard),
+                Some(dir),
             )
         }
     };

@@ -553,6 +553,43 @@ fn encode_writes_h264_mp4_when_ffmpeg_is_installed() {
     assert_eq!(r["streams"][0]["files"][0]["units"].as_u64(), Some(sent));
 }
 
+/// `demo --create NAME` where NAME is someone else's live ring: the demo fails
+/// with the recorder's error, and that ring and its recorder are left as they were.
+#[test]
+fn demo_leaves_a_live_ring_of_the_same_name_alone() {
+    let ring = ring_name("taken");
+    let dir = tempfile::tempdir().unwrap();
+    let mut rec = start_recorder(&ring, dir.path());
+    let out = tempfile::tempdir().unwrap();
+    let o = Command::new(EXE)
+        .args([
+            "demo",
+            "--seconds",
+            "1",
+            "--video",
+            "320x240@30",
+            "--create",
+        ])
+        .arg(&ring.0)
+        .arg("--out")
+        .arg(out.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains(&ring.0), "{err}");
+    assert!(ring.path().exists(), "the live ring was removed: {err}");
+    assert!(rec.kid.exited().is_none(), "the live ring's recorder ended");
+    // It still records: a producer's frames reach it.
+    let mut p = Proc::spawn_line(&format!(
+        "produce --ring {} --seconds 0.3 --video 320x240@30 --audio none",
+        ring.0
+    ));
+    let (code, perr) = p.wait();
+    assert_eq!(code, Some(0), "{perr}");
+}
+
 #[test]
 fn interrupted_demo_stops_its_children_and_removes_its_ring() {
     let dir = tempfile::tempdir().unwrap();

@@ -211,7 +211,10 @@ fn measure(
     let n = RUN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tag = format!("shmring-bench-bot-{}-{n}", std::process::id());
     // Dropped last: the recorder is gone by then.
-    let out = Scratch::new(&tag)?;
+    let out = tempfile::Builder::new()
+        .prefix(&tag)
+        .tempdir()
+        .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
     let _ring = (wire(t) == Transport::Shmring).then(|| LeftRing(tag.clone()));
     let (exe, mut args): (&Path, Vec<String>) = match (is_python(t), receivers) {
         (
@@ -223,7 +226,7 @@ fn measure(
             let mut args: Vec<String> = ["record", "--encode", "--preset", "ultrafast", "--out"]
                 .map(String::from)
                 .into();
-            args.push(out.0.display().to_string());
+            args.push(out.path().display().to_string());
             (exe, args)
         }
         (
@@ -544,23 +547,6 @@ fn print_bot(rows: &[Row], bot: &Bot, repeated: bool) {
          record` encodes every frame it is given, the Python receiver reads every 64th byte of \
          each row of its Y plane."
     );
-}
-
-/// A directory of the bench's own under $TMPDIR, removed with what is in it.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Result<Scratch, String> {
-        let p = std::env::temp_dir().join(tag);
-        std::fs::create_dir(&p).map_err(|e| format!("cannot create {}: {e}", p.display()))?;
-        Ok(Scratch(p))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// The recorder's ring, removed if a recorder that was killed left it.
