@@ -30,8 +30,8 @@ type ConsumerOptions struct {
 	Spin uint32
 	// Report ErrCorrupt and wait for Reset instead of resetting by itself.
 	ManualReset bool
-	// Deliver committed records behind a claim pending this long (the library's
-	// default, 100 ms); Never keeps strict claim order across producers.
+	// Deliver committed records behind a claim pending this long (0: the
+	// library's default); Never keeps strict claim order across producers.
 	OvertakeAfter time.Duration
 	// The ring's consumer expels a tethered consumer that stays behind without
 	// releasing for this long.

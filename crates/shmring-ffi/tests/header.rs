@@ -259,3 +259,91 @@ fn c_consumer_options_take_the_cores_names() {
     core.sort_unstable();
     assert_eq!(c, core);
 }
+
+/// The comment above `field` in `typedef struct NAME { ... }` (its `//` lines,
+/// joined by spaces).
+fn c_field_comment(header: &str, name: &str, field: &str) -> String {
+    let start = header
+        .find(&format!("typedef struct {name} {{"))
+        .unwrap_or_else(|| panic!("the headers define struct {name}"));
+    let end = start + header[start..].find("\n}").expect("the struct ends");
+    let mut comment: Vec<&str> = Vec::new();
+    for line in header[start..end].lines().skip(1).map(str::trim) {
+        if let Some(text) = line.strip_prefix("//") {
+            comment.push(text.trim());
+        } else if line.trim_end_matches(';').rsplit(' ').next() == Some(field) {
+            return comment.join(" ");
+        } else {
+            comment.clear();
+        }
+    }
+    panic!("struct {name} has no field {field}")
+}
+
+/// The header's comments state defaults and limits the core owns: each says the
+/// core's value, so a default changed in the core and not in the comment fails.
+#[test]
+fn the_headers_defaults_are_the_cores() {
+    use shmring::layout::{MAX_CAPACITY, MAX_PRODUCERS, MIN_CAPACITY};
+    use std::time::Duration;
+    let header = headers();
+    let d = shmring::ConsumerOptions::default();
+    let c = shmring::Config::default();
+    let ms = |t: Duration| format!("{} ms", t.as_millis());
+    let optional = |t: Option<Duration>, none: &str| t.map_or(none.to_string(), ms);
+    let opts = "shmring_consumer_options";
+    for (name, field, says) in [
+        (
+            opts,
+            "liveness_interval_ns",
+            format!("default {}", ms(d.liveness_interval)),
+        ),
+        (opts, "spin", format!("default {}", d.spin)),
+        (
+            opts,
+            "manual_reset",
+            format!("default {}", u32::from(!d.auto_reset)),
+        ),
+        (
+            opts,
+            "overtake_after_ns",
+            format!("default: {}", optional(d.overtake_after, "never")),
+        ),
+        (
+            opts,
+            "tether_stall_limit_ns",
+            format!("default {}", ms(d.tether_stall_limit)),
+        ),
+        (
+            opts,
+            "latency_budget_ns",
+            format!("default: {}", optional(d.latency_budget, "never")),
+        ),
+        (
+            opts,
+            "claim_timeout_ns",
+            format!("default {}", optional(d.claim_timeout, "never")),
+        ),
+        (
+            opts,
+            "max_age_ns",
+            format!("default: {}", optional(d.max_age, "off")),
+        ),
+        (
+            "shmring_config",
+            "max_producers",
+            format!("1..{MAX_PRODUCERS} (default {})", c.max_producers),
+        ),
+        (
+            "shmring_config",
+            "capacity",
+            format!("{} KiB to {} GiB", MIN_CAPACITY >> 10, MAX_CAPACITY >> 30),
+        ),
+    ] {
+        let comment = c_field_comment(&header, name, field);
+        assert!(
+            comment.contains(&says),
+            "{name}.{field}: its comment must say {says:?}, the core's value; it says {comment:?}"
+        );
+    }
+}
